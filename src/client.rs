@@ -1,0 +1,54 @@
+//! Dialing a WebSocket server.
+
+use std::sync::Arc;
+
+use crate::config::PeerConfig;
+use crate::error::{Error, Result};
+use crate::peer::Peer;
+use crate::router::Router;
+use crate::transport::WebSocket;
+
+/// Connects to a `ws://` URL and runs a peer on the connection, serving `router`: the
+/// server may call this side as this side calls it.
+///
+/// ```no_run
+/// # async fn run() -> jsonrpc_peer::Result<()> {
+/// let peer = jsonrpc_peer::connect("ws://127.0.0.1:9000", jsonrpc_peer::Router::new()).await?;
+/// let diff: i64 = peer.call("subtract", [42, 23]).await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::Transport`] when the connection or the handshake fails.
+pub async fn connect<S: Send + Sync + 'static>(url: &str, router: Router<S>) -> Result<Peer> {
+    connect_with_config(url, router, &PeerConfig::default()).await
+}
+
+/// [`connect`] with settings of its own.
+///
+/// # Errors
+///
+/// [`Error::Transport`] when the connection or the handshake fails.
+pub async fn connect_with_config<S: Send + Sync + 'static>(
+    url: &str,
+    router: Router<S>,
+    config: &PeerConfig,
+) -> Result<Peer> {
+    // Frames are coalesced by the writer task, so Nagle's delay is turned off.
+    let (ws, _response) =
+        tokio_tungstenite::connect_async_with_config(url, Some(config.websocket()), true)
+            .await
+            .map_err(|e| Error::Transport(Box::new(e)))?;
+    let remote = match ws.get_ref() {
+        tokio_tungstenite::MaybeTlsStream::Plain(tcp) => tcp.peer_addr().ok(),
+        _ => None,
+    };
+    Ok(crate::driver::spawn(
+        WebSocket::new(ws),
+        Arc::new(router),
+        config,
+        remote,
+        None,
+    ))
+}

@@ -1,0 +1,125 @@
+//! Per-connection settings. Every bound has a default and a setter.
+
+use std::time::Duration;
+
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+
+/// Settings of one connection, for clients and servers alike.
+///
+/// ```
+/// use std::time::Duration;
+/// use jsonrpc_peer::PeerConfig;
+///
+/// let config = PeerConfig::default()
+///     .call_timeout(Duration::from_secs(5))
+///     .max_message_size(64 * 1024);
+/// assert_eq!(config.get_call_timeout(), Duration::from_secs(5));
+/// ```
+#[derive(Clone, Debug)]
+pub struct PeerConfig {
+    pub(crate) call_timeout: Duration,
+    pub(crate) max_message_size: usize,
+    pub(crate) max_batch_len: usize,
+    pub(crate) max_in_flight: usize,
+    pub(crate) outgoing_queue: usize,
+    pub(crate) notification_queue: usize,
+    pub(crate) ping_interval: Option<Duration>,
+    pub(crate) keepalive_timeout: Duration,
+    pub(crate) close_timeout: Duration,
+    pub(crate) read_buffer_size: usize,
+}
+
+impl Default for PeerConfig {
+    fn default() -> Self {
+        PeerConfig {
+            call_timeout: Duration::from_secs(30),
+            max_message_size: 1 << 20,
+            max_batch_len: 1000,
+            max_in_flight: 256,
+            outgoing_queue: 1024,
+            notification_queue: 256,
+            ping_interval: Some(Duration::from_secs(30)),
+            keepalive_timeout: Duration::from_secs(60),
+            close_timeout: Duration::from_secs(2),
+            read_buffer_size: 4 * 1024,
+        }
+    }
+}
+
+macro_rules! setting {
+    ($(#[$doc:meta])* $name:ident, $get:ident: $ty:ty) => {
+        $(#[$doc])*
+        pub fn $name(mut self, value: $ty) -> Self {
+            self.$name = value;
+            self
+        }
+
+        #[doc = concat!("The value [`Self::", stringify!($name), "`] sets.")]
+        pub fn $get(&self) -> $ty {
+            self.$name
+        }
+    };
+}
+
+impl PeerConfig {
+    setting!(
+        /// How long a call waits for its answer (default 30 s).
+        /// [`Peer::call_with_timeout`](crate::Peer::call_with_timeout) overrides it per call.
+        call_timeout, get_call_timeout: Duration
+    );
+    setting!(
+        /// The largest incoming message, in bytes (default 1 MiB). A larger one closes
+        /// the connection with 1009, before it is buffered whole.
+        max_message_size, get_max_message_size: usize
+    );
+    setting!(
+        /// The longest incoming batch (default 1,000). A longer one is answered with one
+        /// -32600 error and none of its calls runs.
+        max_batch_len, get_max_batch_len: usize
+    );
+    setting!(
+        /// How many incoming calls (or batches) may run at once on one connection
+        /// (default 256). Past it the peer stops reading until some finish.
+        max_in_flight, get_max_in_flight: usize
+    );
+    setting!(
+        /// How many outgoing frames may wait for the socket (default 1,024). Calls and
+        /// answers wait for room; a broadcast to a full queue applies the slow-peer policy.
+        outgoing_queue, get_outgoing_queue: usize
+    );
+    setting!(
+        /// How many incoming notifications may wait for their ordered handler
+        /// (default 256). Past it the peer stops reading until the handler catches up.
+        notification_queue, get_notification_queue: usize
+    );
+    setting!(
+        /// How often to ping the other side (default every 30 s); `None` sends no pings.
+        ping_interval, get_ping_interval: Option<Duration>
+    );
+    setting!(
+        /// How long the other side may stay silent, pongs included, before the
+        /// connection is closed (default 60 s). Checked only while pings are sent.
+        keepalive_timeout, get_keepalive_timeout: Duration
+    );
+    setting!(
+        /// How long a closing handshake may take before the connection is dropped
+        /// (default 2 s).
+        close_timeout, get_close_timeout: Duration
+    );
+    setting!(
+        /// The WebSocket read buffer, in bytes (default 4 KiB). It is allocated for
+        /// every connection; larger messages still arrive whole.
+        read_buffer_size, get_read_buffer_size: usize
+    );
+
+    /// The tungstenite settings these limits translate to.
+    pub(crate) fn websocket(&self) -> WebSocketConfig {
+        WebSocketConfig::default()
+            .read_buffer_size(self.read_buffer_size)
+            // Frames are flushed by the writer task when its queue runs dry, so the
+            // buffer only needs to hold what accumulates between flushes.
+            .write_buffer_size(64 * 1024)
+            .max_message_size(Some(self.max_message_size))
+            .max_frame_size(Some(self.max_message_size))
+    }
+}

@@ -1,0 +1,94 @@
+//! JSON-RPC 2.0 over WebSocket between two equal peers.
+//!
+//! Each connection runs one symmetric [`Peer`]: it serves the calls that arrive through
+//! a [`Router`] and makes calls of its own, matching answers to calls by id. Either
+//! side may call, notify, or send a batch; a handler may call back the side that called
+//! it while it runs.
+//!
+//! ```
+//! use jsonrpc_peer::{connect, Context, Router, RpcError, Server};
+//! use serde::Deserialize;
+//!
+//! #[derive(Deserialize)]
+//! struct Subtract {
+//!     minuend: i64,
+//!     subtrahend: i64,
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> jsonrpc_peer::Result<()> {
+//! // The server's methods. A derived struct takes named and positional params alike.
+//! let router = Router::new().method("subtract", |_cx: Context, p: Subtract| async move {
+//!     Ok::<_, RpcError>(p.minuend - p.subtrahend)
+//! });
+//! let server = Server::bind("127.0.0.1:0").await?;
+//! let url = format!("ws://{}", server.local_addr()?);
+//! tokio::spawn(server.serve(router));
+//!
+//! // The client serves methods too: the server may call it back.
+//! let client = Router::new().method("hello", |_cx: Context, (): ()| async {
+//!     Ok::<_, RpcError>("hi")
+//! });
+//! let peer = connect(&url, client).await?;
+//! let positional: i64 = peer.call("subtract", [42, 23]).await?;
+//! let named: i64 = peer
+//!     .call("subtract", serde_json::json!({"subtrahend": 23, "minuend": 42}))
+//!     .await?;
+//! assert_eq!((positional, named), (19, 19));
+//!
+//! let err = peer.call::<i64>("divide", [1, 0]).await.unwrap_err();
+//! assert_eq!(err.rpc().map(|e| e.code), Some(jsonrpc_peer::ErrorCode::METHOD_NOT_FOUND));
+//! peer.close().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # What the wire sees
+//!
+//! Everything the JSON-RPC 2.0 specification says, to the letter: batches, notifications
+//! that are never answered (not even with an error), `"id": null` as a request, ids
+//! echoed exactly as received, the specification's error codes. Incoming arrays may
+//! also hold responses, the other side's answer to a batch of ours.
+//!
+//! # Nothing hangs, nothing grows without bound
+//!
+//! Every call ends with its result, the other side's error, a timeout, or
+//! [`Error::Closed`] with the reason. Every limit (message size, batch length, calls
+//! in flight, queues) has a default and a setting in [`PeerConfig`]. A handler that
+//! panics answers `-32603` and the connection goes on.
+//!
+//! # Untrusted input
+//!
+//! No frame makes a peer panic, hang or hold memory beyond its limits:
+//! - text that is not JSON is answered `-32700 Parse error`; valid JSON that is not a
+//!   request `-32600 Invalid Request` (with the id when one could be read);
+//! - nesting depth costs no stack: envelopes are read without recursing into `params`,
+//!   and serde_json stops at 128 levels when a handler's type reads them (`-32602`);
+//! - a message over [`PeerConfig::max_message_size`] closes the connection with 1009
+//!   before it is buffered whole;
+//! - binary frames are ignored (JSON-RPC is text) and non-UTF-8 text frames are a
+//!   WebSocket protocol error that ends the connection;
+//! - an id of any size is echoed as received (bounded by the message size);
+//! - a member given twice (`{"id":1,"id":2}`) makes the message invalid, as parsers
+//!   disagree on which one wins.
+
+#![warn(missing_docs)]
+
+mod client;
+mod config;
+mod driver;
+mod error;
+mod message;
+mod peer;
+mod pending;
+mod router;
+mod server;
+pub mod transport;
+
+pub use client::{connect, connect_with_config};
+pub use config::PeerConfig;
+pub use error::{CloseReason, Error, ErrorCode, Result, RpcError};
+pub use peer::{Batch, Peer};
+pub use pending::Reply;
+pub use router::{Context, Router};
+pub use server::{Server, ServerHandle};

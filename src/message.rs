@@ -1,0 +1,488 @@
+//! The wire: classifying one incoming text frame, and writing outgoing ones. No I/O.
+//!
+//! An incoming frame is parsed once. The envelope's members are kept as borrowed raw
+//! JSON (`&RawValue`), so `params` and `result` are read only by the type that wants
+//! them. Skipping a raw value in serde_json is iterative, so nesting depth costs memory
+//! bounded by the frame's size, never stack.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io::Write as _;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::error::RpcError;
+
+/// One incoming frame, classified.
+#[derive(Debug)]
+pub(crate) enum Incoming<'a> {
+    /// A lone JSON object (or a lone non-object value, which is an invalid item).
+    Single(Item<'a>),
+    /// A non-empty array, each element classified on its own.
+    Batch(Vec<Item<'a>>),
+    /// The whole frame gets this one error with `id: null`: a parse error, `[]`, or a
+    /// batch over the length limit.
+    Reject(RpcError),
+}
+
+/// One message: a top-level object or one element of a batch.
+#[derive(Debug)]
+pub(crate) enum Item<'a> {
+    /// A call that expects an answer. `id` is the raw id, echoed back as received.
+    Request {
+        id: &'a RawValue,
+        method: Cow<'a, str>,
+        params: Option<&'a RawValue>,
+    },
+    /// A call without an `id` member: never answered.
+    Notification {
+        method: Cow<'a, str>,
+        params: Option<&'a RawValue>,
+    },
+    /// An answer to one of our calls.
+    Response {
+        id: &'a RawValue,
+        outcome: Outcome<'a>,
+    },
+    /// Not a valid request: answered with `error` and the id if it could be read.
+    Invalid {
+        id: Option<&'a RawValue>,
+        error: RpcError,
+    },
+    /// Shaped like a response (no `method`, a `result` or an `error`) but not a valid
+    /// one. Never answered: answering responses could make two peers loop.
+    BadResponse {
+        id: Option<&'a RawValue>,
+        reason: &'static str,
+    },
+}
+
+/// The `result` or the `error` member of a response, still raw.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Outcome<'a> {
+    Result(&'a RawValue),
+    Error(&'a RawValue),
+}
+
+/// Classifies one text frame. `max_batch` bounds the length of a batch: a longer one is
+/// rejected whole with one error, before any handler runs.
+pub(crate) fn classify(text: &str, max_batch: usize) -> Incoming<'_> {
+    match text.trim_start().as_bytes().first() {
+        Some(b'{') => match parse_envelope(text) {
+            Ok(env) => Incoming::Single(env.classify()),
+            Err(_) => Incoming::Reject(RpcError::parse_error()),
+        },
+        Some(b'[') => classify_batch(text, max_batch),
+        // Any other JSON value is valid JSON but not a request object.
+        _ => match serde_json::from_str::<&RawValue>(text) {
+            Ok(_) => Incoming::Single(Item::Invalid {
+                id: None,
+                error: RpcError::invalid_request(),
+            }),
+            Err(_) => Incoming::Reject(RpcError::parse_error()),
+        },
+    }
+}
+
+fn classify_batch(text: &str, max_batch: usize) -> Incoming<'_> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let seed = BatchSeed { max: max_batch };
+    let parsed = seed.deserialize(&mut de).and_then(|b| de.end().map(|()| b));
+    let (elements, len) = match parsed {
+        Ok(batch) => batch,
+        Err(_) => return Incoming::Reject(RpcError::parse_error()),
+    };
+    if len == 0 {
+        return Incoming::Reject(RpcError::invalid_request());
+    }
+    if len > max_batch {
+        return Incoming::Reject(
+            RpcError::invalid_request()
+                .with_data(format!("batch of {len} exceeds the limit of {max_batch}")),
+        );
+    }
+    let items = elements
+        .into_iter()
+        .map(|raw| {
+            if raw.get().starts_with('{') {
+                // The element is already known to be valid JSON, so this cannot fail
+                // on syntax; treat any failure as an invalid element all the same.
+                match parse_envelope(raw.get()) {
+                    Ok(env) => env.classify(),
+                    Err(_) => invalid(None),
+                }
+            } else {
+                invalid(None)
+            }
+        })
+        .collect();
+    Incoming::Batch(items)
+}
+
+fn invalid(id: Option<&RawValue>) -> Item<'_> {
+    Item::Invalid {
+        id,
+        error: RpcError::invalid_request(),
+    }
+}
+
+/// Collects up to `max` elements of a top-level array as raw values, and counts the rest.
+struct BatchSeed {
+    max: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for BatchSeed {
+    type Value = (Vec<&'de RawValue>, usize);
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for BatchSeed {
+    type Value = (Vec<&'de RawValue>, usize);
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut elements = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(self.max).min(64));
+        let mut len = 0usize;
+        while let Some(raw) = seq.next_element::<&'de RawValue>()? {
+            if len < self.max {
+                elements.push(raw);
+            }
+            len += 1;
+        }
+        Ok((elements, len))
+    }
+}
+
+/// The members of one message object that JSON-RPC gives meaning to, all still raw.
+/// `id` and `result` keep `null` as `Some("null")`: a null id is not an absent one.
+#[derive(Default)]
+struct Envelope<'a> {
+    jsonrpc: Option<&'a RawValue>,
+    method: Option<&'a RawValue>,
+    params: Option<&'a RawValue>,
+    id: Option<&'a RawValue>,
+    result: Option<&'a RawValue>,
+    error: Option<&'a RawValue>,
+    duplicate: bool,
+}
+
+fn parse_envelope(text: &str) -> Result<Envelope<'_>, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let env = de.deserialize_map(EnvelopeVisitor)?;
+    de.end()?;
+    Ok(env)
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "lowercase")]
+enum Field {
+    Jsonrpc,
+    Method,
+    Params,
+    Id,
+    Result,
+    Error,
+    #[serde(other)]
+    Other,
+}
+
+struct EnvelopeVisitor;
+
+impl<'de> Visitor<'de> for EnvelopeVisitor {
+    type Value = Envelope<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON-RPC message object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut env = Envelope::default();
+        while let Some(field) = map.next_key::<Field>()? {
+            let slot = match field {
+                Field::Jsonrpc => &mut env.jsonrpc,
+                Field::Method => &mut env.method,
+                Field::Params => &mut env.params,
+                Field::Id => &mut env.id,
+                Field::Result => &mut env.result,
+                Field::Error => &mut env.error,
+                Field::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            let value = map.next_value::<&'de RawValue>()?;
+            // A member given twice is ambiguous (JSON parsers disagree on which wins),
+            // so the message is invalid rather than read one way or the other.
+            env.duplicate |= slot.replace(value).is_some();
+        }
+        Ok(env)
+    }
+}
+
+impl<'a> Envelope<'a> {
+    fn classify(self) -> Item<'a> {
+        let readable_id = self.id.filter(|id| is_valid_id(id));
+        if self.duplicate {
+            return invalid(None);
+        }
+        let Some(method) = self.method else {
+            if self.result.is_some() || self.error.is_some() {
+                return self.classify_response(readable_id);
+            }
+            return invalid(readable_id);
+        };
+        if !self.jsonrpc.is_some_and(is_version_2) {
+            return invalid(readable_id);
+        }
+        let Some(method) = as_str(method) else {
+            return invalid(readable_id);
+        };
+        if let Some(params) = self.params {
+            if !matches!(params.get().as_bytes()[0], b'[' | b'{') {
+                return invalid(readable_id);
+            }
+        }
+        match self.id {
+            None => Item::Notification {
+                method,
+                params: self.params,
+            },
+            Some(id) if is_valid_id(id) => Item::Request {
+                id,
+                method,
+                params: self.params,
+            },
+            Some(_) => invalid(None),
+        }
+    }
+
+    fn classify_response(self, readable_id: Option<&'a RawValue>) -> Item<'a> {
+        let bad = |reason| Item::BadResponse {
+            id: readable_id,
+            reason,
+        };
+        if !self.jsonrpc.is_some_and(is_version_2) {
+            return bad("`jsonrpc` is not \"2.0\"");
+        }
+        let outcome = match (self.result, self.error) {
+            (Some(result), None) => Outcome::Result(result),
+            (None, Some(error)) => Outcome::Error(error),
+            _ => return bad("a response has exactly one of `result` and `error`"),
+        };
+        match readable_id {
+            Some(id) if id.get() != "null" => Item::Response { id, outcome },
+            _ => bad("a response without a usable id"),
+        }
+    }
+}
+
+/// Strings, numbers and null are ids; anything else is not.
+fn is_valid_id(id: &RawValue) -> bool {
+    matches!(id.get().as_bytes()[0], b'"' | b'-' | b'0'..=b'9') || id.get() == "null"
+}
+
+fn is_version_2(v: &RawValue) -> bool {
+    // The fast path is the form every peer sends; the slow one handles escapes.
+    v.get() == "\"2.0\"" || as_str(v).is_some_and(|s| s == "2.0")
+}
+
+/// The string a raw JSON string holds, borrowed when it has no escapes.
+fn as_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let text = raw.get();
+    if !text.starts_with('"') {
+        return None;
+    }
+    let inner = &text[1..text.len() - 1];
+    if !inner.contains('\\') {
+        return Some(Cow::Borrowed(inner));
+    }
+    serde_json::from_str::<String>(text).ok().map(Cow::Owned)
+}
+
+// ---- Writing frames -------------------------------------------------------------------
+
+const VERSION: &[u8] = br#"{"jsonrpc":"2.0","#;
+
+/// Writes `{"jsonrpc":"2.0","result":RESULT,"id":ID}`. `id` is raw JSON as received.
+pub(crate) fn response<T: Serialize + ?Sized>(
+    id: &str,
+    result: &T,
+) -> Result<String, serde_json::Error> {
+    let mut buf = Vec::with_capacity(64 + id.len());
+    buf.extend_from_slice(VERSION);
+    buf.extend_from_slice(br#""result":"#);
+    serde_json::to_writer(&mut buf, result)?;
+    finish_with_id(buf, id)
+}
+
+/// Writes `{"jsonrpc":"2.0","error":ERROR,"id":ID}`; `id` is raw JSON, `None` for null.
+pub(crate) fn error_response(id: Option<&str>, error: &RpcError) -> String {
+    let mut buf = Vec::with_capacity(96);
+    buf.extend_from_slice(VERSION);
+    buf.extend_from_slice(br#""error":"#);
+    // An RpcError is a struct of an integer, a string and a Value: it always serializes.
+    if serde_json::to_writer(&mut buf, error).is_err() {
+        buf.truncate(VERSION.len() + 8);
+        buf.extend_from_slice(br#"{"code":-32603,"message":"Internal error"}"#);
+    }
+    finish_with_id(buf, id.unwrap_or("null")).unwrap_or_default()
+}
+
+fn finish_with_id(mut buf: Vec<u8>, id: &str) -> Result<String, serde_json::Error> {
+    buf.extend_from_slice(br#","id":"#);
+    buf.extend_from_slice(id.as_bytes());
+    buf.push(b'}');
+    String::from_utf8(buf).map_err(|_| de::Error::custom("serializer wrote invalid UTF-8"))
+}
+
+/// Writes a request (with `id`) or a notification (without), leaving `params` out when
+/// they serialize to `null` (as `()` and `None` do).
+pub(crate) fn request<P: Serialize + ?Sized>(
+    method: &str,
+    params: &P,
+    id: Option<u64>,
+) -> Result<String, crate::Error> {
+    let mut buf = Vec::with_capacity(64 + method.len());
+    write_request(&mut buf, method, params, id)?;
+    String::from_utf8(buf)
+        .map_err(|_| crate::Error::InvalidResponse("serializer wrote invalid UTF-8".into()))
+}
+
+/// Appends one request or notification object to `buf`.
+pub(crate) fn write_request<P: Serialize + ?Sized>(
+    buf: &mut Vec<u8>,
+    method: &str,
+    params: &P,
+    id: Option<u64>,
+) -> Result<(), crate::Error> {
+    buf.extend_from_slice(VERSION);
+    buf.extend_from_slice(br#""method":"#);
+    serde_json::to_writer(&mut *buf, method)?;
+    let before_params = buf.len();
+    buf.extend_from_slice(br#","params":"#);
+    let start = buf.len();
+    serde_json::to_writer(&mut *buf, params)?;
+    match buf[start] {
+        b'[' | b'{' => {}
+        b'n' => buf.truncate(before_params),
+        other => {
+            return Err(crate::Error::InvalidParams(match other {
+                b'"' => "a string",
+                b't' | b'f' => "a boolean",
+                _ => "a number",
+            }))
+        }
+    }
+    if let Some(id) = id {
+        buf.extend_from_slice(br#","id":"#);
+        // Writing to a Vec cannot fail.
+        let _ = write!(buf, "{id}");
+    }
+    buf.push(b'}');
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn single(text: &str) -> Item<'_> {
+        match classify(text, 10) {
+            Incoming::Single(item) => item,
+            other => panic!("expected one item, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn null_id_is_a_request_not_a_notification() {
+        let item = single(r#"{"jsonrpc":"2.0","method":"m","id":null}"#);
+        assert!(matches!(item, Item::Request { id, .. } if id.get() == "null"));
+        let item = single(r#"{"jsonrpc":"2.0","method":"m"}"#);
+        assert!(matches!(item, Item::Notification { .. }));
+    }
+
+    #[test]
+    fn escaped_members_are_read() {
+        let item = single(r#"{"json\u0072pc":"2\u002e0","method":"a\/b","id":1}"#);
+        assert!(matches!(item, Item::Request { method, .. } if method == "a/b"));
+    }
+
+    #[test]
+    fn invalid_objects_keep_a_readable_id() {
+        let item = single(r#"{"jsonrpc":"2.0","method":1,"id":"x"}"#);
+        assert!(matches!(item, Item::Invalid { id: Some(id), .. } if id.get() == "\"x\""));
+        let item = single(r#"{"jsonrpc":"2.0","method":"m","id":{}}"#);
+        assert!(matches!(item, Item::Invalid { id: None, .. }));
+        let item = single(r#"{"jsonrpc":"2.0","method":"m","params":3,"id":7}"#);
+        assert!(matches!(item, Item::Invalid { id: Some(id), .. } if id.get() == "7"));
+        let item = single(r#"{"jsonrpc":"1.0","method":"m","id":7}"#);
+        assert!(matches!(item, Item::Invalid { id: Some(_), .. }));
+        let item = single(r#"{"jsonrpc":"2.0","method":"m","id":1,"id":2}"#);
+        assert!(matches!(item, Item::Invalid { id: None, .. }));
+    }
+
+    #[test]
+    fn responses_are_told_apart() {
+        let item = single(r#"{"jsonrpc":"2.0","result":null,"id":3}"#);
+        assert!(matches!(item, Item::Response { outcome: Outcome::Result(r), .. } if r.get() == "null"));
+        let item = single(r#"{"jsonrpc":"2.0","result":1,"error":{},"id":3}"#);
+        assert!(matches!(item, Item::BadResponse { .. }));
+        let item = single(r#"{"jsonrpc":"2.0","error":{"code":1,"message":"x"},"id":null}"#);
+        assert!(matches!(item, Item::BadResponse { .. }));
+    }
+
+    #[test]
+    fn frames_that_are_rejected_whole() {
+        assert!(matches!(classify("[]", 10), Incoming::Reject(e) if e.code == -32600));
+        assert!(matches!(classify(" [ ] ", 10), Incoming::Reject(e) if e.code == -32600));
+        assert!(matches!(classify("[1,", 10), Incoming::Reject(e) if e.code == -32700));
+        assert!(matches!(classify("", 10), Incoming::Reject(e) if e.code == -32700));
+        assert!(matches!(classify("{} x", 10), Incoming::Reject(e) if e.code == -32700));
+        let long = format!("[{}1]", "1,".repeat(10));
+        assert!(matches!(classify(&long, 10), Incoming::Reject(e) if e.code == -32600 && e.data.is_some()));
+        assert!(matches!(classify("\"x\"", 10), Incoming::Single(Item::Invalid { .. })));
+    }
+
+    #[test]
+    fn deep_nesting_is_not_a_stack_overflow() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(matches!(classify(&deep, 10), Incoming::Batch(items) if items.len() == 1));
+        let params = format!(
+            r#"{{"jsonrpc":"2.0","method":"m","params":{}{},"id":1}}"#,
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        assert!(matches!(single(&params), Item::Request { .. }));
+    }
+
+    #[test]
+    fn requests_are_written_without_null_params() {
+        let s = request("m", &(), Some(7)).unwrap();
+        assert_eq!(s, r#"{"jsonrpc":"2.0","method":"m","id":7}"#);
+        let s = request("m", &[1, 2], None).unwrap();
+        assert_eq!(s, r#"{"jsonrpc":"2.0","method":"m","params":[1,2]}"#);
+        assert!(matches!(
+            request("m", &5, Some(1)),
+            Err(crate::Error::InvalidParams(_))
+        ));
+    }
+
+    #[test]
+    fn responses_echo_the_raw_id() {
+        let s = response(r#""abc""#, &19).unwrap();
+        assert_eq!(s, r#"{"jsonrpc":"2.0","result":19,"id":"abc"}"#);
+        let s = error_response(None, &RpcError::method_not_found());
+        assert_eq!(
+            s,
+            r#"{"jsonrpc":"2.0","error":{"code":-32601,"message":"Method not found"},"id":null}"#
+        );
+    }
+}

@@ -1,0 +1,362 @@
+//! The `Peer` handle: call, notify, batch, close, closed.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::{mpsc, watch};
+
+use crate::config::PeerConfig;
+use crate::error::{CloseReason, Error, Result};
+use crate::message;
+use crate::pending::{Pending, Reply};
+use crate::router::Router;
+use crate::transport::{Text, Transport};
+
+/// What the writer task is asked to send.
+pub(crate) enum Outgoing {
+    Frame(Text),
+}
+
+/// The state one connection's handles share with its tasks.
+pub(crate) struct Shared {
+    pub(crate) out: mpsc::Sender<Outgoing>,
+    pub(crate) pending: Pending,
+    next_id: AtomicU64,
+    pub(crate) call_timeout: Duration,
+    /// `None` while open; the cause once closed.
+    pub(crate) closed: watch::Sender<Option<CloseReason>>,
+    /// A close asked for by this side: code and reason.
+    pub(crate) close_request: watch::Sender<Option<(u16, String)>>,
+    pub(crate) remote_addr: Option<SocketAddr>,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        out: mpsc::Sender<Outgoing>,
+        config: &PeerConfig,
+        remote_addr: Option<SocketAddr>,
+    ) -> Self {
+        Shared {
+            out,
+            pending: Pending::new(),
+            next_id: AtomicU64::new(1),
+            call_timeout: config.call_timeout,
+            closed: watch::Sender::new(None),
+            close_request: watch::Sender::new(None),
+            remote_addr,
+        }
+    }
+
+    pub(crate) fn close_reason(&self) -> CloseReason {
+        self.closed.borrow().clone().unwrap_or(CloseReason::Eof)
+    }
+
+    /// Records why the connection ended (the first cause wins) and ends every call.
+    pub(crate) fn mark_closed(&self, reason: CloseReason) {
+        self.closed.send_if_modified(|slot| {
+            if slot.is_none() {
+                *slot = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+        let reason = self.close_reason();
+        self.pending.fail_all(&reason);
+    }
+
+    pub(crate) async fn send(&self, frame: String) -> Result<()> {
+        self.out
+            .send(Outgoing::Frame(Text::from(frame)))
+            .await
+            .map_err(|_| Error::Closed(self.close_reason()))
+    }
+}
+
+/// A handle to one connection: call the other side, notify it, send it a batch, close.
+///
+/// Cheap to clone (one reference count); every clone is the same connection. Handlers
+/// get the peer that called them through [`Context::peer`](crate::Context::peer).
+///
+/// Every call ends: with its result, the other side's error ([`Error::Rpc`]), a
+/// timeout ([`Error::Timeout`]), or [`Error::Closed`] when the connection goes. A call
+/// whose future is dropped leaves nothing behind.
+#[derive(Clone)]
+pub struct Peer {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Peer {
+    /// Runs a peer over any [`Transport`], serving `router`, and returns its handle.
+    /// [`connect`](crate::connect) and [`Server`](crate::Server) do this for WebSockets.
+    ///
+    /// Must be called within a tokio runtime: the connection's tasks are spawned on it.
+    pub fn start<T: Transport, S: Send + Sync + 'static>(
+        transport: T,
+        router: Arc<Router<S>>,
+        config: &PeerConfig,
+    ) -> Peer {
+        crate::driver::spawn(transport, router, config, None, None)
+    }
+
+    /// Calls `method` with `params` and waits for the result, read as `R`.
+    ///
+    /// Params must serialize to a JSON array or object; `()` (or `None`) sends none.
+    /// The call waits at most the connection's call timeout (30 s unless
+    /// [`PeerConfig::call_timeout`] says otherwise).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Rpc`] when the other side answers with an error, [`Error::Timeout`],
+    /// [`Error::Closed`], [`Error::InvalidParams`], or [`Error::Serialization`] when the
+    /// params cannot be written or the result does not fit `R`.
+    pub async fn call<R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: impl Serialize,
+    ) -> Result<R> {
+        self.call_with_timeout(method, params, self.shared.call_timeout)
+            .await
+    }
+
+    /// [`call`](Self::call) with its own timeout.
+    ///
+    /// # Errors
+    ///
+    /// As for [`call`](Self::call).
+    pub async fn call_with_timeout<R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: impl Serialize,
+        timeout: Duration,
+    ) -> Result<R> {
+        self.call_raw(method, params, timeout).await?.decode()
+    }
+
+    /// Calls `method` and returns the raw result, for callers that read it later or
+    /// pass it on unparsed.
+    ///
+    /// # Errors
+    ///
+    /// As for [`call`](Self::call), except that the result is not read.
+    pub async fn call_raw(
+        &self,
+        method: &str,
+        params: impl Serialize,
+        timeout: Duration,
+    ) -> Result<Reply> {
+        let shared = &*self.shared;
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = message::request(method, &params, Some(id))?;
+        let (mut guard, rx) = shared.pending.register(id, || shared.close_reason())?;
+        let answer = tokio::time::timeout(timeout, async {
+            shared.send(frame).await?;
+            rx.await
+                .unwrap_or_else(|_| Err(Error::Closed(shared.close_reason())))
+        })
+        .await
+        .map_err(|_| Error::Timeout(timeout))?;
+        if answer.is_ok() {
+            // The reader removed the entry when it handed over the answer.
+            guard.disarm();
+        }
+        answer?.into_result()
+    }
+
+    /// Sends a notification: no answer comes, and none is waited for.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`], or the params errors of [`call`](Self::call).
+    pub async fn notify(&self, method: &str, params: impl Serialize) -> Result<()> {
+        let frame = message::request(method, &params, None)?;
+        self.shared.send(frame).await
+    }
+
+    /// Starts a batch: calls and notifications sent together as one JSON array.
+    ///
+    /// ```no_run
+    /// # async fn run(peer: jsonrpc_peer::Peer) -> jsonrpc_peer::Result<()> {
+    /// let mut batch = peer.batch();
+    /// batch.call("subtract", [42, 23])?.notify("update", [1, 2])?.call("sum", [1, 2, 4])?;
+    /// let answers = batch.send().await?;
+    /// let difference: i64 = answers[0].as_ref().map_err(|e| e.to_string()).unwrap().decode()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn batch(&self) -> Batch<'_> {
+        Batch {
+            peer: self,
+            buf: Vec::new(),
+            ids: Vec::new(),
+            len: 0,
+        }
+    }
+
+    /// Asks the connection to close with code 1000 and waits until it has (at most the
+    /// close timeout). Calls still waiting end with [`Error::Closed`].
+    pub async fn close(&self) {
+        self.close_with(1000, "").await;
+    }
+
+    /// [`close`](Self::close) with a close code and reason of your own.
+    pub async fn close_with(&self, code: u16, reason: &str) {
+        self.request_close(code, reason);
+        self.closed().await;
+    }
+
+    /// Resolves when the connection has ended, with the cause.
+    pub async fn closed(&self) -> CloseReason {
+        let mut rx = self.shared.closed.subscribe();
+        // The sender lives in `Shared`, which `self` keeps alive, so this cannot fail.
+        let _ = rx.wait_for(Option::is_some).await;
+        self.shared.close_reason()
+    }
+
+    /// Whether the connection has ended.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.borrow().is_some()
+    }
+
+    /// How many of this side's calls are waiting for their answers.
+    pub fn pending_calls(&self) -> usize {
+        self.shared.pending.len()
+    }
+
+    /// Queues an already serialized frame without waiting. A full queue means the other
+    /// side does not keep up: it is closed with 1008 rather than let it hold memory.
+    pub(crate) fn push(&self, frame: Text) -> bool {
+        match self.shared.out.try_send(Outgoing::Frame(frame)) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::debug!(remote = ?self.shared.remote_addr, "outgoing queue full; closing with 1008");
+                self.request_close(1008, "outgoing queue full");
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+
+    fn request_close(&self, code: u16, reason: &str) {
+        self.shared.close_request.send_if_modified(|slot| {
+            if slot.is_none() {
+                *slot = Some((code, reason.to_owned()));
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// The other side's address, when the transport has one.
+    pub fn remote_addr(&self) -> Option<SocketAddr> {
+        self.shared.remote_addr
+    }
+}
+
+impl std::fmt::Debug for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peer")
+            .field("remote_addr", &self.shared.remote_addr)
+            .field("closed", &*self.shared.closed.borrow())
+            .field("pending_calls", &self.pending_calls())
+            .finish()
+    }
+}
+
+/// Calls and notifications sent as one JSON array; see [`Peer::batch`].
+#[derive(Debug)]
+pub struct Batch<'p> {
+    peer: &'p Peer,
+    buf: Vec<u8>,
+    ids: Vec<u64>,
+    len: usize,
+}
+
+impl Batch<'_> {
+    /// Adds a call. Its outcome comes back from [`send`](Self::send) in the order added.
+    ///
+    /// # Errors
+    ///
+    /// The params errors of [`Peer::call`].
+    pub fn call(&mut self, method: &str, params: impl Serialize) -> Result<&mut Self> {
+        let id = self.peer.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        self.push(method, &params, Some(id))?;
+        self.ids.push(id);
+        Ok(self)
+    }
+
+    /// Adds a notification.
+    ///
+    /// # Errors
+    ///
+    /// The params errors of [`Peer::call`].
+    pub fn notify(&mut self, method: &str, params: impl Serialize) -> Result<&mut Self> {
+        self.push(method, &params, None)?;
+        Ok(self)
+    }
+
+    fn push(&mut self, method: &str, params: &impl Serialize, id: Option<u64>) -> Result<()> {
+        let mark = self.buf.len();
+        self.buf.push(if self.len == 0 { b'[' } else { b',' });
+        if let Err(e) = message::write_request(&mut self.buf, method, params, id) {
+            self.buf.truncate(mark);
+            return Err(e);
+        }
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Sends the batch and waits for every call's outcome, in the order the calls were
+    /// added, each within the connection's call timeout. A batch of notifications only
+    /// returns as soon as it is sent; an empty batch sends nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`] when the batch cannot be sent; each call's own failure is in
+    /// its place in the returned list.
+    pub async fn send(self) -> Result<Vec<Result<Reply>>> {
+        let timeout = self.peer.shared.call_timeout;
+        self.send_with_timeout(timeout).await
+    }
+
+    /// [`send`](Self::send) with its own timeout.
+    ///
+    /// # Errors
+    ///
+    /// As for [`send`](Self::send).
+    pub async fn send_with_timeout(mut self, timeout: Duration) -> Result<Vec<Result<Reply>>> {
+        if self.len == 0 {
+            return Ok(Vec::new());
+        }
+        self.buf.push(b']');
+        let shared = &*self.peer.shared;
+        let frame = String::from_utf8(std::mem::take(&mut self.buf))
+            .map_err(|_| Error::InvalidResponse("serializer wrote invalid UTF-8".into()))?;
+        let mut waiting = Vec::with_capacity(self.ids.len());
+        for &id in &self.ids {
+            waiting.push(shared.pending.register(id, || shared.close_reason())?);
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        tokio::time::timeout_at(deadline, shared.send(frame))
+            .await
+            .map_err(|_| Error::Timeout(timeout))??;
+        let mut outcomes = Vec::with_capacity(waiting.len());
+        for (mut guard, rx) in waiting {
+            let outcome = match tokio::time::timeout_at(deadline, rx).await {
+                Err(_) => Err(Error::Timeout(timeout)),
+                Ok(Err(_)) => Err(Error::Closed(shared.close_reason())),
+                Ok(Ok(Err(e))) => Err(e),
+                Ok(Ok(Ok(answer))) => {
+                    guard.disarm();
+                    answer.into_result()
+                }
+            };
+            outcomes.push(outcome);
+        }
+        Ok(outcomes)
+    }
+}

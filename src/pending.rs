@@ -1,0 +1,166 @@
+//! Outgoing calls awaiting their answers, keyed by id.
+//!
+//! One map per connection, so connections never contend on it. An entry leaves the map
+//! in exactly one of three ways: its answer arrives, its caller gives up (the guard's
+//! drop, on timeout or cancellation), or the connection ends (`fail_all`).
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use dashmap::DashMap;
+use serde::de::DeserializeOwned;
+use tokio::sync::oneshot;
+
+use crate::error::{CloseReason, Error, RpcError};
+use crate::transport::Text;
+
+/// The answer to one call, still raw: its `result` is read by the caller's own type.
+#[derive(Clone)]
+pub struct Reply {
+    frame: Text,
+    range: Range<usize>,
+}
+
+impl Reply {
+    pub(crate) fn new(frame: Text, range: Range<usize>) -> Self {
+        Reply { frame, range }
+    }
+
+    /// The `result` member as raw JSON text, exactly as received.
+    pub fn get(&self) -> &str {
+        &self.frame[self.range.clone()]
+    }
+
+    /// Reads the result as `R`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Serialization`] when the result does not fit `R`.
+    pub fn decode<R: DeserializeOwned>(&self) -> Result<R, Error> {
+        Ok(serde_json::from_str(self.get())?)
+    }
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Reply").field(&self.get()).finish()
+    }
+}
+
+/// What the reader hands a waiting call.
+pub(crate) enum Answer {
+    Result(Reply),
+    Error { frame: Text, range: Range<usize> },
+    /// Shaped like a response to this call, but not a valid one.
+    Invalid(&'static str),
+}
+
+impl Answer {
+    pub(crate) fn into_result(self) -> Result<Reply, Error> {
+        match self {
+            Answer::Result(reply) => Ok(reply),
+            Answer::Error { frame, range } => {
+                match serde_json::from_str::<RpcError>(&frame[range]) {
+                    Ok(e) => Err(Error::Rpc(e)),
+                    Err(e) => Err(Error::InvalidResponse(format!(
+                        "malformed error object: {e}"
+                    ))),
+                }
+            }
+            Answer::Invalid(reason) => Err(Error::InvalidResponse(reason.to_owned())),
+        }
+    }
+}
+
+type Slot = oneshot::Sender<Result<Answer, Error>>;
+
+#[derive(Default)]
+pub(crate) struct Pending {
+    map: DashMap<u64, Slot>,
+    closed: AtomicBool,
+}
+
+impl Pending {
+    pub(crate) fn new() -> Self {
+        Pending {
+            // Calls on one connection come from few tasks: a few shards are enough,
+            // and each shard costs memory on every idle connection.
+            map: DashMap::with_shard_amount(4),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// Registers a call. The returned guard removes the entry if the call gives up.
+    pub(crate) fn register(
+        &self,
+        id: u64,
+        closed_reason: impl FnOnce() -> CloseReason,
+    ) -> Result<(Guard<'_>, oneshot::Receiver<Result<Answer, Error>>), Error> {
+        let (tx, rx) = oneshot::channel();
+        self.map.insert(id, tx);
+        // Checked after inserting: `fail_all` sets the flag before draining, so either
+        // it drains this entry or we see the flag here. Either way nothing is left.
+        if self.closed.load(Ordering::SeqCst) {
+            self.map.remove(&id);
+            return Err(Error::Closed(closed_reason()));
+        }
+        Ok((
+            Guard {
+                pending: self,
+                id,
+                armed: true,
+            },
+            rx,
+        ))
+    }
+
+    /// Hands an answer to the call waiting for `id`. False when none waits (a late
+    /// answer to a call that timed out, or an id we never sent).
+    pub(crate) fn complete(&self, id: u64, answer: Answer) -> bool {
+        match self.map.remove(&id) {
+            // The caller may have just given up: a failed send is then fine.
+            Some((_, tx)) => {
+                let _ = tx.send(Ok(answer));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Ends every waiting call with `Error::Closed`; later registrations fail at once.
+    pub(crate) fn fail_all(&self, reason: &CloseReason) {
+        self.closed.store(true, Ordering::SeqCst);
+        let ids: Vec<u64> = self.map.iter().map(|e| *e.key()).collect();
+        for id in ids {
+            if let Some((_, tx)) = self.map.remove(&id) {
+                let _ = tx.send(Err(Error::Closed(reason.clone())));
+            }
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// Removes a call's entry when the call ends without its answer.
+pub(crate) struct Guard<'a> {
+    pending: &'a Pending,
+    id: u64,
+    armed: bool,
+}
+
+impl Guard<'_> {
+    /// The answer arrived, so the reader already removed the entry.
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.pending.map.remove(&self.id);
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! The method table: method name to async handler, typed params in, typed result out.
+//! Knows nothing of sockets.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::RpcError;
+use crate::message;
+use crate::peer::Peer;
+use crate::transport::Text;
+
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// What a handler gets besides its params: the peer that called it and the shared state.
+///
+/// A handler may call the other side through [`Context::peer`] while it runs: incoming
+/// calls never run on the task that reads the connection, so this cannot deadlock.
+pub struct Context<S = ()> {
+    peer: Peer,
+    state: Arc<S>,
+}
+
+impl<S> Context<S> {
+    pub(crate) fn new(peer: Peer, state: Arc<S>) -> Self {
+        Context { peer, state }
+    }
+
+    /// The connection the call or notification came from.
+    pub fn peer(&self) -> &Peer {
+        &self.peer
+    }
+
+    /// The state given to [`Router::with_state`].
+    pub fn state(&self) -> &S {
+        &self.state
+    }
+}
+
+impl<S> Clone for Context<S> {
+    fn clone(&self) -> Self {
+        Context {
+            peer: self.peer.clone(),
+            state: self.state.clone(),
+        }
+    }
+}
+
+/// An incoming call's raw `id` and `params`, as spans of the frame they arrived in.
+pub(crate) struct Call {
+    pub(crate) frame: Text,
+    pub(crate) id: Range<usize>,
+    pub(crate) params: Option<Range<usize>>,
+}
+
+impl Call {
+    pub(crate) fn id(&self) -> &str {
+        &self.frame[self.id.clone()]
+    }
+
+    fn decode<P: DeserializeOwned>(&self) -> Result<P, serde_json::Error> {
+        decode_params(&self.frame, self.params.clone())
+    }
+}
+
+/// Reads params as `P`. Absent params read as `null` (for `()` and `Option`), then as
+/// `[]` (for sequences), then as `{}` (for structs whose fields are all optional).
+fn decode_params<P: DeserializeOwned>(
+    frame: &str,
+    params: Option<Range<usize>>,
+) -> Result<P, serde_json::Error> {
+    match params {
+        Some(range) => serde_json::from_str(&frame[range]),
+        None => serde_json::from_str("null")
+            .or_else(|e| serde_json::from_str("[]").map_err(|_| e))
+            .or_else(|e| serde_json::from_str("{}").map_err(|_| e)),
+    }
+}
+
+/// A method handler with its types erased. It returns the whole response frame.
+pub(crate) type MethodFn<S> = dyn Fn(Context<S>, Call) -> BoxFuture<String> + Send + Sync;
+/// A notification handler with its types erased.
+pub(crate) type NotificationFn<S> =
+    dyn Fn(Context<S>, Text, Option<Range<usize>>) -> BoxFuture<()> + Send + Sync;
+
+/// The method table a peer serves: incoming calls and notifications by method name.
+///
+/// A handler is an async function of a [`Context`] and its params, which may be any
+/// `Deserialize` type: a derived struct reads both named (object) and positional (array)
+/// params. A method returns `Result<T, RpcError>` for any `Serialize` `T`; params that
+/// do not fit the type are answered with `-32602 Invalid params` before it runs.
+///
+/// ```
+/// use jsonrpc_peer::{Context, Router, RpcError};
+/// use serde::Deserialize;
+///
+/// #[derive(Deserialize)]
+/// struct Subtract {
+///     minuend: i64,
+///     subtrahend: i64,
+/// }
+///
+/// let router = Router::new()
+///     .method("subtract", |_cx: Context, p: Subtract| async move {
+///         Ok::<_, RpcError>(p.minuend - p.subtrahend)
+///     })
+///     .notification("update", |_cx: Context, values: Vec<i64>| async move {
+///         println!("update: {values:?}");
+///     });
+/// assert!(router.has_method("subtract"));
+/// ```
+pub struct Router<S = ()> {
+    pub(crate) state: Arc<S>,
+    pub(crate) methods: HashMap<Box<str>, Arc<MethodFn<S>>>,
+    pub(crate) notifications: HashMap<Box<str>, Arc<NotificationFn<S>>>,
+}
+
+impl Router<()> {
+    /// An empty router without state.
+    pub fn new() -> Self {
+        Router::with_state(())
+    }
+}
+
+impl Default for Router<()> {
+    fn default() -> Self {
+        Router::new()
+    }
+}
+
+impl<S: Send + Sync + 'static> Router<S> {
+    /// An empty router whose handlers see `state` through [`Context::state`].
+    pub fn with_state(state: S) -> Self {
+        Router {
+            state: Arc::new(state),
+            methods: HashMap::new(),
+            notifications: HashMap::new(),
+        }
+    }
+
+    /// Adds a method: `handler` answers each call of `name`.
+    ///
+    /// # Panics
+    ///
+    /// If `name` is already a method, or begins with `rpc.` (the specification
+    /// reserves those names). Both are mistakes in the program, found when it starts.
+    pub fn method<P, T, F, Fut>(mut self, name: &str, handler: F) -> Self
+    where
+        F: Fn(Context<S>, P) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, RpcError>> + Send + 'static,
+        P: DeserializeOwned + Send + 'static,
+        T: Serialize + Send + 'static,
+    {
+        check_name(name);
+        let erased = move |cx: Context<S>, call: Call| -> BoxFuture<String> {
+            let params = match call.decode::<P>() {
+                Ok(p) => p,
+                Err(e) => {
+                    let frame =
+                        message::error_response(Some(call.id()), &RpcError::invalid_params(e));
+                    return Box::pin(std::future::ready(frame));
+                }
+            };
+            let fut = handler(cx, params);
+            Box::pin(async move {
+                let outcome = fut.await;
+                let id = call.id();
+                match outcome {
+                    Ok(result) => message::response(id, &result).unwrap_or_else(|e| {
+                        message::error_response(
+                            Some(id),
+                            &RpcError::internal_error().with_data(format!(
+                                "the result could not be serialized: {e}"
+                            )),
+                        )
+                    }),
+                    Err(error) => message::error_response(Some(id), &error),
+                }
+            })
+        };
+        let previous = self.methods.insert(name.into(), Arc::new(erased));
+        assert!(previous.is_none(), "method `{name}` is registered twice");
+        self
+    }
+
+    /// Adds a notification handler for `name`. Notifications from one connection reach
+    /// their handlers one at a time, in the order they were sent.
+    ///
+    /// A notification is never answered: params that do not fit `P` are logged and the
+    /// notification is dropped. A handler that wants to call the other side should do it
+    /// from a spawned task, so later notifications are not held up waiting for the answer.
+    ///
+    /// # Panics
+    ///
+    /// If `name` is already a notification, or begins with `rpc.`.
+    pub fn notification<P, F, Fut>(mut self, name: &str, handler: F) -> Self
+    where
+        F: Fn(Context<S>, P) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+        P: DeserializeOwned + Send + 'static,
+    {
+        check_name(name);
+        let method: Arc<str> = name.into();
+        let erased = move |cx: Context<S>, frame: Text, params: Option<Range<usize>>| {
+            match decode_params::<P>(&frame, params) {
+                Ok(p) => Box::pin(handler(cx, p)) as BoxFuture<()>,
+                Err(e) => {
+                    tracing::debug!(method = %method, error = %e, "notification params do not fit; dropped");
+                    Box::pin(std::future::ready(()))
+                }
+            }
+        };
+        let previous = self.notifications.insert(name.into(), Arc::new(erased));
+        assert!(previous.is_none(), "notification `{name}` is registered twice");
+        self
+    }
+
+    /// Whether a method of this name is registered.
+    pub fn has_method(&self, name: &str) -> bool {
+        self.methods.contains_key(name)
+    }
+
+    /// Whether a notification handler of this name is registered.
+    pub fn has_notification(&self, name: &str) -> bool {
+        self.notifications.contains_key(name)
+    }
+}
+
+fn check_name(name: &str) {
+    assert!(
+        !name.starts_with("rpc."),
+        "method names beginning with `rpc.` are reserved by JSON-RPC 2.0: `{name}`"
+    );
+}
+
+impl<S> std::fmt::Debug for Router<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut methods: Vec<_> = self.methods.keys().collect();
+        methods.sort();
+        let mut notifications: Vec<_> = self.notifications.keys().collect();
+        notifications.sort();
+        f.debug_struct("Router")
+            .field("methods", &methods)
+            .field("notifications", &notifications)
+            .finish()
+    }
+}

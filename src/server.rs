@@ -1,0 +1,241 @@
+//! Accepting WebSocket connections, and the registry of the live ones.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use serde::Serialize;
+use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
+use tokio::sync::watch;
+
+use crate::config::PeerConfig;
+use crate::error::{Error, Result};
+use crate::message;
+use crate::peer::Peer;
+use crate::router::Router;
+use crate::transport::{Text, WebSocket};
+
+/// A WebSocket server: every connection gets its own [`Peer`] serving the router.
+///
+/// ```no_run
+/// use jsonrpc_peer::{Context, Router, RpcError, Server};
+///
+/// # async fn run() -> jsonrpc_peer::Result<()> {
+/// let router = Router::new().method("ping", |_cx: Context, (): ()| async {
+///     Ok::<_, RpcError>("pong")
+/// });
+/// let server = Server::bind("127.0.0.1:9000").await?;
+/// println!("listening on ws://{}", server.local_addr()?);
+/// server.serve(router).await
+/// # }
+/// ```
+pub struct Server {
+    listener: TcpListener,
+    config: PeerConfig,
+    handshake_timeout: Duration,
+    registry: ServerHandle,
+}
+
+impl Server {
+    /// Binds a TCP listener to `addr` (port 0 picks a free port).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Transport`] when the address cannot be bound.
+    pub async fn bind(addr: impl ToSocketAddrs) -> Result<Server> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::Transport(Box::new(e)))?;
+        Ok(Server::from_listener(listener))
+    }
+
+    /// A server on a listener bound elsewhere.
+    pub fn from_listener(listener: TcpListener) -> Server {
+        Server {
+            listener,
+            config: PeerConfig::default(),
+            handshake_timeout: Duration::from_secs(10),
+            registry: ServerHandle::new(),
+        }
+    }
+
+    /// Settings for every connection this server accepts.
+    pub fn peer_config(mut self, config: PeerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// How long a client may take to complete the WebSocket handshake (default 10 s).
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
+        self
+    }
+
+    /// The address the server listens on.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Transport`] if the socket cannot tell (it can, once bound).
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.listener
+            .local_addr()
+            .map_err(|e| Error::Transport(Box::new(e)))
+    }
+
+    /// A handle to the live connections: count, broadcast, shutdown. It stays usable
+    /// while [`serve`](Self::serve) runs.
+    pub fn handle(&self) -> ServerHandle {
+        self.registry.clone()
+    }
+
+    /// Accepts connections until [`ServerHandle::shutdown`], then closes every
+    /// connection with 1001 and returns once they are gone.
+    ///
+    /// # Errors
+    ///
+    /// None yet: failures to accept one connection are logged and the server goes on.
+    pub async fn serve<S: Send + Sync + 'static>(self, router: Router<S>) -> Result<()> {
+        let router = Arc::new(router);
+        let mut shutdown = self.registry.inner.shutdown.subscribe();
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|stop| *stop) => break,
+                accepted = self.listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((stream, addr)) => {
+                    let router = router.clone();
+                    let config = self.config.clone();
+                    let registry = self.registry.clone();
+                    let timeout = self.handshake_timeout;
+                    tokio::spawn(async move {
+                        accept(stream, addr, router, config, registry, timeout).await;
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors, most often: wait a little rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+        drop(self.listener);
+        let peers = self.registry.peers();
+        futures_util::future::join_all(
+            peers
+                .iter()
+                .map(|p| p.close_with(1001, "server shutting down")),
+        )
+        .await;
+        Ok(())
+    }
+}
+
+async fn accept<S: Send + Sync + 'static>(
+    stream: TcpStream,
+    addr: SocketAddr,
+    router: Arc<Router<S>>,
+    config: PeerConfig,
+    registry: ServerHandle,
+    timeout: Duration,
+) {
+    // Frames are coalesced by the writer task; Nagle's delay would only add latency.
+    let _ = stream.set_nodelay(true);
+    let handshake =
+        tokio_tungstenite::accept_async_with_config(stream, Some(config.websocket()));
+    let ws = match tokio::time::timeout(timeout, handshake).await {
+        Ok(Ok(ws)) => ws,
+        Ok(Err(e)) => {
+            tracing::debug!(%addr, error = %e, "handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%addr, "handshake timed out");
+            return;
+        }
+    };
+    let id = registry.inner.next_id.fetch_add(1, Ordering::Relaxed);
+    let on_end = {
+        let registry = registry.clone();
+        Box::new(move || {
+            registry.inner.peers.remove(&id);
+        })
+    };
+    let peer = crate::driver::spawn(WebSocket::new(ws), router, &config, Some(addr), Some(on_end));
+    registry.inner.peers.insert(id, peer.clone());
+    // The connection may already have ended, before it was registered.
+    if peer.is_closed() {
+        registry.inner.peers.remove(&id);
+    }
+}
+
+/// The live connections of a [`Server`]: count them, broadcast to them, shut down.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct ServerHandle {
+    inner: Arc<Registry>,
+}
+
+struct Registry {
+    peers: DashMap<u64, Peer>,
+    next_id: AtomicU64,
+    shutdown: watch::Sender<bool>,
+}
+
+impl ServerHandle {
+    fn new() -> Self {
+        ServerHandle {
+            inner: Arc::new(Registry {
+                peers: DashMap::new(),
+                next_id: AtomicU64::new(0),
+                shutdown: watch::Sender::new(false),
+            }),
+        }
+    }
+
+    /// The live peers, in no particular order.
+    pub fn peers(&self) -> Vec<Peer> {
+        self.inner.peers.iter().map(|e| e.value().clone()).collect()
+    }
+
+    /// How many connections are live.
+    pub fn connection_count(&self) -> usize {
+        self.inner.peers.len()
+    }
+
+    /// Notifies every live peer. The notification is serialized once and the same
+    /// bytes are queued for each connection; it never waits on a slow peer: a peer
+    /// whose outgoing queue is full is closed with 1008. Returns how many peers it was
+    /// queued for.
+    ///
+    /// # Errors
+    ///
+    /// The params errors of [`Peer::call`].
+    pub fn broadcast(&self, method: &str, params: impl Serialize) -> Result<usize> {
+        let frame = Text::from(message::request(method, &params, None)?);
+        let mut queued = 0;
+        for entry in self.inner.peers.iter() {
+            if entry.value().push(frame.clone()) {
+                queued += 1;
+            }
+        }
+        Ok(queued)
+    }
+
+    /// Stops accepting, closes every connection with 1001, and makes
+    /// [`Server::serve`] return once they are closed.
+    pub fn shutdown(&self) {
+        self.inner.shutdown.send_replace(true);
+    }
+}
+
+impl std::fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerHandle")
+            .field("connections", &self.connection_count())
+            .finish()
+    }
+}

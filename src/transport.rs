@@ -1,0 +1,218 @@
+//! What the engine reads and writes: a stream and a sink of [`Frame`]s.
+//!
+//! The engine never sees a WebSocket type. [`WebSocket`] adapts a tokio-tungstenite
+//! stream; any other transport that yields and takes frames works the same way
+//! (see [`Peer::start`](crate::Peer::start)).
+
+use std::fmt;
+use std::ops::Deref;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use futures_util::{Sink, Stream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
+use tokio_tungstenite::WebSocketStream;
+
+/// The text of one frame: UTF-8, cheap to clone (a reference-counted buffer), so one
+/// serialized broadcast is shared by every connection.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Text(Utf8Bytes);
+
+impl Text {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl Deref for Text {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl From<String> for Text {
+    fn from(s: String) -> Self {
+        Text(Utf8Bytes::from(s))
+    }
+}
+
+impl From<&str> for Text {
+    fn from(s: &str) -> Self {
+        Text(Utf8Bytes::from(s))
+    }
+}
+
+impl From<Utf8Bytes> for Text {
+    fn from(s: Utf8Bytes) -> Self {
+        Text(s)
+    }
+}
+
+impl From<Text> for Utf8Bytes {
+    fn from(t: Text) -> Self {
+        t.0
+    }
+}
+
+impl fmt::Debug for Text {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for Text {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One frame of a message-oriented transport.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// A text frame: one JSON-RPC message or batch.
+    Text(Text),
+    /// A binary frame. JSON-RPC is text, so the engine ignores these (they still count
+    /// as a sign of life for the keepalive).
+    Binary(Bytes),
+    /// A ping. The transport answers pings itself, as WebSocket libraries do.
+    Ping(Bytes),
+    /// A pong.
+    Pong(Bytes),
+    /// A close frame, with its code and reason when it has them.
+    Close(Option<(u16, String)>),
+}
+
+/// Why a transport failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// An incoming message was larger than the limit. The engine closes with 1009.
+    #[error("message of {size} bytes exceeds the limit of {max} bytes")]
+    MessageTooBig {
+        /// The size seen so far (at least this big).
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Anything else: I/O, protocol violations.
+    #[error(transparent)]
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// What the engine runs on: a stream of incoming frames and a sink of outgoing ones.
+///
+/// The stream ends (`None`) when the connection is done; an error ends it too.
+pub trait Transport:
+    Stream<Item = Result<Frame, TransportError>>
+    + Sink<Frame, Error = TransportError>
+    + Send
+    + Unpin
+    + 'static
+{
+}
+
+impl<T> Transport for T where
+    T: Stream<Item = Result<Frame, TransportError>>
+        + Sink<Frame, Error = TransportError>
+        + Send
+        + Unpin
+        + 'static
+{
+}
+
+/// A tokio-tungstenite WebSocket as a [`Transport`].
+#[derive(Debug)]
+pub struct WebSocket<S> {
+    inner: WebSocketStream<S>,
+}
+
+impl<S> WebSocket<S> {
+    /// Wraps an established WebSocket.
+    pub fn new(inner: WebSocketStream<S>) -> Self {
+        WebSocket { inner }
+    }
+}
+
+fn from_ws_error(e: tungstenite::Error) -> TransportError {
+    match e {
+        tungstenite::Error::Capacity(
+            tungstenite::error::CapacityError::MessageTooLong { size, max_size },
+        ) => TransportError::MessageTooBig {
+            size,
+            max: max_size,
+        },
+        other => TransportError::Other(Box::new(other)),
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Stream for WebSocket<S> {
+    type Item = Result<Frame, TransportError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            let msg = match ready!(Pin::new(&mut self.inner).poll_next(cx)) {
+                None => return Poll::Ready(None),
+                Some(Ok(msg)) => msg,
+                // The closing handshake has completed: a normal end.
+                Some(Err(tungstenite::Error::ConnectionClosed))
+                | Some(Err(tungstenite::Error::AlreadyClosed)) => return Poll::Ready(None),
+                Some(Err(e)) => return Poll::Ready(Some(Err(from_ws_error(e)))),
+            };
+            let frame = match msg {
+                Message::Text(t) => Frame::Text(Text(t)),
+                Message::Binary(b) => Frame::Binary(b),
+                Message::Ping(b) => Frame::Ping(b),
+                Message::Pong(b) => Frame::Pong(b),
+                Message::Close(c) => Frame::Close(c.map(|c| (c.code.into(), c.reason.to_string()))),
+                // Raw frames are only produced when writing.
+                Message::Frame(_) => continue,
+            };
+            return Poll::Ready(Some(Ok(frame)));
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Frame> for WebSocket<S> {
+    type Error = TransportError;
+
+    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Pin::new(&mut self.inner)
+            .poll_ready(cx)
+            .map_err(from_ws_error)
+    }
+
+    fn start_send(mut self: Pin<&mut Self>, frame: Frame) -> Result<(), Self::Error> {
+        let msg = match frame {
+            Frame::Text(t) => Message::Text(t.0),
+            Frame::Binary(b) => Message::Binary(b),
+            Frame::Ping(b) => Message::Ping(b),
+            Frame::Pong(b) => Message::Pong(b),
+            Frame::Close(c) => Message::Close(c.map(|(code, reason)| CloseFrame {
+                code: CloseCode::from(code),
+                reason: reason.into(),
+            })),
+        };
+        Pin::new(&mut self.inner)
+            .start_send(msg)
+            .map_err(from_ws_error)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Pin::new(&mut self.inner)
+            .poll_flush(cx)
+            .map_err(from_ws_error)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        match ready!(Pin::new(&mut self.inner).poll_close(cx)) {
+            Ok(()) | Err(tungstenite::Error::ConnectionClosed) => Poll::Ready(Ok(())),
+            Err(e) => Poll::Ready(Err(from_ws_error(e))),
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Helpers shared by the integration tests: servers on 127.0.0.1:0, a raw WebSocket
+//! client that speaks text frames, and a timeout on every wait.
+#![allow(dead_code)]
+
+#[path = "../../examples/common/spec_methods.rs"]
+pub mod spec_methods;
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use jsonrpc_peer::{PeerConfig, Router, Server, ServerHandle};
+use serde_json::Value;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// The longest any single step of a test may take.
+pub const STEP: Duration = Duration::from_secs(10);
+
+/// Awaits `fut`, failing the test if it takes longer than [`STEP`].
+pub async fn within<T>(fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(STEP, fut)
+        .await
+        .expect("a test step took longer than 10 s")
+}
+
+/// Starts a server for `router` on 127.0.0.1:0; returns its `ws://` URL and handle.
+pub async fn serve<S: Send + Sync + 'static>(router: Router<S>) -> (String, ServerHandle) {
+    serve_with(router, PeerConfig::default()).await
+}
+
+/// [`serve`] with settings.
+pub async fn serve_with<S: Send + Sync + 'static>(
+    router: Router<S>,
+    config: PeerConfig,
+) -> (String, ServerHandle) {
+    let server = Server::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0")
+        .peer_config(config);
+    let url = format!("ws://{}", server.local_addr().expect("local addr"));
+    let handle = server.handle();
+    tokio::spawn(server.serve(router));
+    (url, handle)
+}
+
+/// A WebSocket client that sends and reads raw text frames.
+pub struct RawClient {
+    pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+}
+
+impl RawClient {
+    pub async fn connect(url: &str) -> RawClient {
+        let (ws, _) = within(tokio_tungstenite::connect_async(url))
+            .await
+            .expect("connect");
+        RawClient { ws }
+    }
+
+    pub async fn send(&mut self, text: &str) {
+        within(self.ws.send(Message::text(text)))
+            .await
+            .expect("send a text frame");
+    }
+
+    /// The next text frame, skipping control frames; `None` when the connection ends.
+    pub async fn recv_text(&mut self) -> Option<String> {
+        loop {
+            match within(self.ws.next()).await {
+                Some(Ok(Message::Text(t))) => return Some(t.to_string()),
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
+                Some(Ok(_)) => continue,
+            }
+        }
+    }
+
+    /// The next text frame, parsed.
+    pub async fn recv_json(&mut self) -> Value {
+        let text = self.recv_text().await.expect("a frame, not the end of the connection");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("answer is not JSON ({e}): {text}"))
+    }
+
+    /// Sends `text` and returns the parsed answer.
+    pub async fn ask(&mut self, text: &str) -> Value {
+        self.send(text).await;
+        self.recv_json().await
+    }
+
+    /// Proves that nothing was sent in answer to what came before: a marker request
+    /// sent now must be the very next thing answered.
+    pub async fn assert_nothing_before_marker(&mut self) {
+        let marker = r#"{"jsonrpc":"2.0","method":"no.such.method","id":"marker"}"#;
+        let answer = self.ask(marker).await;
+        assert_eq!(answer["id"], "marker", "something was answered before the marker: {answer}");
+    }
+}
+
+/// Parses a JSON literal of a test's expectation.
+pub fn json(text: &str) -> Value {
+    serde_json::from_str(text).expect("the test's own JSON is valid")
+}
+
+/// A batch answer as a set: its elements sorted by their JSON text, so order is free.
+pub fn as_set(v: &Value) -> Vec<String> {
+    let mut items: Vec<String> = v
+        .as_array()
+        .unwrap_or_else(|| panic!("expected an array, got {v}"))
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    items.sort();
+    items
+}
