@@ -49,6 +49,6 @@ pub async fn connect_with_config<S: Send + Sync + 'static>(
         Arc::new(router),
         config,
         remote,
-        None,
+        Default::default(),
     ))
 }

@@ -40,12 +40,16 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
     router: Arc<Router<S>>,
     config: &PeerConfig,
     remote_addr: Option<std::net::SocketAddr>,
-    on_end: Option<OnEnd>,
+    hooks: Hooks,
 ) -> Peer {
     let (out_tx, out_rx) = mpsc::channel(config.outgoing_queue.max(1));
     let peer = Peer {
         shared: Arc::new(Shared::new(out_tx, config, remote_addr)),
     };
+    if let Some(on_start) = hooks.on_start {
+        on_start(&peer);
+    }
+    let on_end = hooks.on_end;
     let (sink, stream) = transport.split();
     let (stop_tx, stop_rx) = oneshot::channel();
     let writer = tokio::spawn(write_loop(sink, out_rx, stop_rx, config.ping_interval));
@@ -69,8 +73,14 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
     peer
 }
 
-/// Runs once the connection's tasks are all gone (the server unregisters the peer).
-pub(crate) type OnEnd = Box<dyn FnOnce() + Send + 'static>;
+/// What the owner of a connection (the server's registry) runs around its life.
+#[derive(Default)]
+pub(crate) struct Hooks {
+    /// Runs before the connection reads its first frame.
+    pub(crate) on_start: Option<Box<dyn FnOnce(&Peer) + Send + 'static>>,
+    /// Runs once the connection's tasks are all gone.
+    pub(crate) on_end: Option<Box<dyn FnOnce() + Send + 'static>>,
+}
 
 /// Asks the writer to stop: with a close frame to send first, or just to finish.
 struct Stop {

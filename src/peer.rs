@@ -100,7 +100,7 @@ impl Peer {
         router: Arc<Router<S>>,
         config: &PeerConfig,
     ) -> Peer {
-        crate::driver::spawn(transport, router, config, None, None)
+        crate::driver::spawn(transport, router, config, None, Default::default())
     }
 
     /// Calls `method` with `params` and waits for the result, read as `R`.

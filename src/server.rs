@@ -158,18 +158,22 @@ async fn accept<S: Send + Sync + 'static>(
         }
     };
     let id = registry.inner.next_id.fetch_add(1, Ordering::Relaxed);
-    let on_end = {
+    // Registered before the first frame is read, so a peer that has answered anything
+    // is already in the registry; unregistered once its tasks are gone.
+    let on_start = {
         let registry = registry.clone();
-        Box::new(move || {
-            registry.inner.peers.remove(&id);
+        Box::new(move |peer: &Peer| {
+            registry.inner.peers.insert(id, peer.clone());
         })
     };
-    let peer = crate::driver::spawn(WebSocket::new(ws), router, &config, Some(addr), Some(on_end));
-    registry.inner.peers.insert(id, peer.clone());
-    // The connection may already have ended, before it was registered.
-    if peer.is_closed() {
+    let on_end = Box::new(move || {
         registry.inner.peers.remove(&id);
-    }
+    });
+    let hooks = crate::driver::Hooks {
+        on_start: Some(on_start),
+        on_end: Some(on_end),
+    };
+    crate::driver::spawn(WebSocket::new(ws), router, &config, Some(addr), hooks);
 }
 
 /// The live connections of a [`Server`]: count them, broadcast to them, shut down.
