@@ -26,7 +26,11 @@ fn listen_arg(default: &str) -> Result<String, String> {
         match arg.strip_prefix("--listen") {
             Some("") => listen = args.next().ok_or("--listen needs an address")?,
             Some(v) if v.starts_with('=') => listen = v[1..].to_owned(),
-            _ => return Err(format!("unknown argument `{arg}`; usage: spec_server [--listen ADDR]")),
+            _ => {
+                return Err(format!(
+                    "unknown argument `{arg}`; usage: spec_server [--listen ADDR]"
+                ))
+            }
         }
     }
     Ok(listen)

@@ -73,11 +73,13 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
     peer
 }
 
+pub(crate) type OnStart = Box<dyn FnOnce(&Peer) + Send + 'static>;
+
 /// What the owner of a connection (the server's registry) runs around its life.
 #[derive(Default)]
 pub(crate) struct Hooks {
     /// Runs before the connection reads its first frame.
-    pub(crate) on_start: Option<Box<dyn FnOnce(&Peer) + Send + 'static>>,
+    pub(crate) on_start: Option<OnStart>,
     /// Runs once the connection's tasks are all gone.
     pub(crate) on_end: Option<Box<dyn FnOnce() + Send + 'static>>,
 }
@@ -238,7 +240,11 @@ impl<S: Send + Sync + 'static> Reader<S> {
             })
             .await;
         }
-        if !writer_done && tokio::time::timeout_at(deadline, &mut writer).await.is_err() {
+        if !writer_done
+            && tokio::time::timeout_at(deadline, &mut writer)
+                .await
+                .is_err()
+        {
             writer.abort();
         }
         // Handler tasks were aborted above; wait until they are gone, so nothing of
@@ -271,7 +277,9 @@ impl<S: Send + Sync + 'static> Reader<S> {
                 }
                 let out = self.peer.shared.out.clone();
                 self.handlers.spawn(async move {
-                    let running = calls.into_iter().map(|(handler, call)| run_call(handler, call));
+                    let running = calls
+                        .into_iter()
+                        .map(|(handler, call)| run_call(handler, call));
                     answers.extend(futures_util::future::join_all(running).await);
                     let _ = out.send(Outgoing::Frame(join_batch(&answers).into())).await;
                 });
@@ -329,7 +337,9 @@ impl<S: Send + Sync + 'static> Reader<S> {
             }
             Item::Response { id, outcome } => {
                 let answer = match outcome {
-                    Outcome::Result(r) => Answer::Result(Reply::new(frame.clone(), span(frame, r.get()))),
+                    Outcome::Result(r) => {
+                        Answer::Result(Reply::new(frame.clone(), span(frame, r.get())))
+                    }
                     Outcome::Error(e) => Answer::Error {
                         frame: frame.clone(),
                         range: span(frame, e.get()),
@@ -358,7 +368,10 @@ impl<S: Send + Sync + 'static> Reader<S> {
             .parse::<u64>()
             .is_ok_and(|id| self.peer.shared.pending.complete(id, answer));
         if !delivered {
-            tracing::debug!(id = id.get(), "answer to no waiting call (late, or never sent); ignored");
+            tracing::debug!(
+                id = id.get(),
+                "answer to no waiting call (late, or never sent); ignored"
+            );
         }
     }
 
@@ -427,7 +440,8 @@ async fn notification_loop<S: Send + Sync + 'static>(
     cx: Context<S>,
 ) {
     while let Some(job) = rx.recv().await {
-        let fut = AssertUnwindSafe(async { (job.handler)(cx.clone(), job.frame, job.params).await });
+        let fut =
+            AssertUnwindSafe(async { (job.handler)(cx.clone(), job.frame, job.params).await });
         if fut.catch_unwind().await.is_err() {
             tracing::error!("a notification handler panicked");
         }

@@ -142,7 +142,9 @@ pub enum CloseReason {
 impl fmt::Display for CloseReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CloseReason::Local { code, reason } => write!(f, "closed by this side ({code} {reason})"),
+            CloseReason::Local { code, reason } => {
+                write!(f, "closed by this side ({code} {reason})")
+            }
             CloseReason::Remote { code, reason } => {
                 write!(f, "closed by the other side ({code} {reason})")
             }

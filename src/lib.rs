@@ -73,6 +73,8 @@
 //!   disagree on which one wins.
 
 #![warn(missing_docs)]
+// No path a peer can reach may panic: no unwrap outside tests.
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 mod client;
 mod config;
@@ -92,3 +94,8 @@ pub use peer::{Batch, Peer};
 pub use pending::Reply;
 pub use router::{Context, Router};
 pub use server::{Server, ServerHandle};
+
+/// The README's code, compiled and run as a doc test so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -432,7 +432,9 @@ mod tests {
     #[test]
     fn responses_are_told_apart() {
         let item = single(r#"{"jsonrpc":"2.0","result":null,"id":3}"#);
-        assert!(matches!(item, Item::Response { outcome: Outcome::Result(r), .. } if r.get() == "null"));
+        assert!(
+            matches!(item, Item::Response { outcome: Outcome::Result(r), .. } if r.get() == "null")
+        );
         let item = single(r#"{"jsonrpc":"2.0","result":1,"error":{},"id":3}"#);
         assert!(matches!(item, Item::BadResponse { .. }));
         let item = single(r#"{"jsonrpc":"2.0","error":{"code":1,"message":"x"},"id":null}"#);
@@ -447,8 +449,13 @@ mod tests {
         assert!(matches!(classify("", 10), Incoming::Reject(e) if e.code == -32700));
         assert!(matches!(classify("{} x", 10), Incoming::Reject(e) if e.code == -32700));
         let long = format!("[{}1]", "1,".repeat(10));
-        assert!(matches!(classify(&long, 10), Incoming::Reject(e) if e.code == -32600 && e.data.is_some()));
-        assert!(matches!(classify("\"x\"", 10), Incoming::Single(Item::Invalid { .. })));
+        assert!(
+            matches!(classify(&long, 10), Incoming::Reject(e) if e.code == -32600 && e.data.is_some())
+        );
+        assert!(matches!(
+            classify("\"x\"", 10),
+            Incoming::Single(Item::Invalid { .. })
+        ));
     }
 
     #[test]

@@ -50,7 +50,10 @@ impl std::fmt::Debug for Reply {
 /// What the reader hands a waiting call.
 pub(crate) enum Answer {
     Result(Reply),
-    Error { frame: Text, range: Range<usize> },
+    Error {
+        frame: Text,
+        range: Range<usize>,
+    },
     /// Shaped like a response to this call, but not a valid one.
     Invalid(&'static str),
 }

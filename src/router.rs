@@ -174,9 +174,8 @@ impl<S: Send + Sync + 'static> Router<S> {
                     Ok(result) => message::response(id, &result).unwrap_or_else(|e| {
                         message::error_response(
                             Some(id),
-                            &RpcError::internal_error().with_data(format!(
-                                "the result could not be serialized: {e}"
-                            )),
+                            &RpcError::internal_error()
+                                .with_data(format!("the result could not be serialized: {e}")),
                         )
                     }),
                     Err(error) => message::error_response(Some(id), &error),
@@ -216,7 +215,10 @@ impl<S: Send + Sync + 'static> Router<S> {
             }
         };
         let previous = self.notifications.insert(name.into(), Arc::new(erased));
-        assert!(previous.is_none(), "notification `{name}` is registered twice");
+        assert!(
+            previous.is_none(),
+            "notification `{name}` is registered twice"
+        );
         self
     }
 

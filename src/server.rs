@@ -144,8 +144,7 @@ async fn accept<S: Send + Sync + 'static>(
 ) {
     // Frames are coalesced by the writer task; Nagle's delay would only add latency.
     let _ = stream.set_nodelay(true);
-    let handshake =
-        tokio_tungstenite::accept_async_with_config(stream, Some(config.websocket()));
+    let handshake = tokio_tungstenite::accept_async_with_config(stream, Some(config.websocket()));
     let ws = match tokio::time::timeout(timeout, handshake).await {
         Ok(Ok(ws)) => ws,
         Ok(Err(e)) => {

@@ -141,9 +141,10 @@ impl<S> WebSocket<S> {
 
 fn from_ws_error(e: tungstenite::Error) -> TransportError {
     match e {
-        tungstenite::Error::Capacity(
-            tungstenite::error::CapacityError::MessageTooLong { size, max_size },
-        ) => TransportError::MessageTooBig {
+        tungstenite::Error::Capacity(tungstenite::error::CapacityError::MessageTooLong {
+            size,
+            max_size,
+        }) => TransportError::MessageTooBig {
             size,
             max: max_size,
         },

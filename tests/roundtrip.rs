@@ -69,10 +69,13 @@ async fn handlers_call_back_eight_deep_without_deadlock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_concurrent_calls_each_get_their_own_result() {
-    let router = Router::new().method("echo_later", |_cx: Context, (n, ms): (u64, u64)| async move {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-        Ok::<_, RpcError>(n)
-    });
+    let router = Router::new().method(
+        "echo_later",
+        |_cx: Context, (n, ms): (u64, u64)| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>(n)
+        },
+    );
     let (url, _server) = serve(router).await;
     let client = within(connect(&url, Router::new())).await.unwrap();
     // Random delays make the handlers finish in an order unrelated to the calls'.
@@ -130,9 +133,12 @@ async fn notifications_are_never_answered() {
     let (url, _server) = serve(recorder(tx)).await;
     let mut raw = RawClient::connect(&url).await;
     // Unknown method, params of the wrong type, a handler that exists.
-    raw.send(r#"{"jsonrpc":"2.0","method":"no.such.notification","params":[1]}"#).await;
-    raw.send(r#"{"jsonrpc":"2.0","method":"note","params":["not a number"]}"#).await;
-    raw.send(r#"{"jsonrpc":"2.0","method":"note","params":[1]}"#).await;
+    raw.send(r#"{"jsonrpc":"2.0","method":"no.such.notification","params":[1]}"#)
+        .await;
+    raw.send(r#"{"jsonrpc":"2.0","method":"note","params":["not a number"]}"#)
+        .await;
+    raw.send(r#"{"jsonrpc":"2.0","method":"note","params":[1]}"#)
+        .await;
     raw.assert_nothing_before_marker().await;
 }
 
@@ -159,7 +165,11 @@ async fn batches_go_both_ways() {
             .call("get_data", ())
             .unwrap();
         let outcomes = within(batch.send()).await.unwrap();
-        assert_eq!(outcomes.len(), 4, "one outcome per call, none for the notification");
+        assert_eq!(
+            outcomes.len(),
+            4,
+            "one outcome per call, none for the notification"
+        );
         assert_eq!(outcomes[0].as_ref().unwrap().decode::<i64>().unwrap(), 19);
         assert_eq!(outcomes[1].as_ref().unwrap().decode::<i64>().unwrap(), 7);
         let err = outcomes[2].as_ref().unwrap_err();
@@ -218,37 +228,55 @@ async fn an_array_of_responses_reaches_the_waiting_calls() {
     let outcomes = within(batch.send()).await.unwrap();
     // Ids are 1, 2, 3, 4 in the order the calls were added.
     assert_eq!(outcomes[0].as_ref().unwrap().decode::<u64>().unwrap(), 1);
-    assert_eq!(outcomes[1].as_ref().unwrap_err().rpc().unwrap().data, Some(json!(2)));
+    assert_eq!(
+        outcomes[1].as_ref().unwrap_err().rpc().unwrap().data,
+        Some(json!(2))
+    );
     assert_eq!(outcomes[2].as_ref().unwrap().decode::<u64>().unwrap(), 3);
-    assert_eq!(outcomes[3].as_ref().unwrap_err().rpc().unwrap().message, "even");
+    assert_eq!(
+        outcomes[3].as_ref().unwrap_err().rpc().unwrap().message,
+        "even"
+    );
     assert_eq!(peer.pending_calls(), 0);
 }
 
 #[tokio::test]
 async fn a_lone_response_to_a_batch_of_one_is_accepted() {
     // Some peers (npm json-rpc-2.0) answer a one-element batch with a bare object.
-    let url = answer_batch_with(|ids| format!(r#"{{"jsonrpc":"2.0","result":"lone","id":{}}}"#, ids[0])).await;
+    let url =
+        answer_batch_with(|ids| format!(r#"{{"jsonrpc":"2.0","result":"lone","id":{}}}"#, ids[0]))
+            .await;
     let peer = within(connect(&url, Router::new())).await.unwrap();
     let mut batch = peer.batch();
     batch.call("x", ()).unwrap();
     let outcomes = within(batch.send()).await.unwrap();
-    assert_eq!(outcomes[0].as_ref().unwrap().decode::<String>().unwrap(), "lone");
+    assert_eq!(
+        outcomes[0].as_ref().unwrap().decode::<String>().unwrap(),
+        "lone"
+    );
 }
 
 #[tokio::test]
 async fn handlers_share_state_and_see_their_peer() {
     let hits = Arc::new(AtomicUsize::new(0));
-    let router = Router::with_state(hits.clone()).method("hit", |cx: Context<Arc<AtomicUsize>>, (): ()| async move {
-        let n = cx.state().fetch_add(1, Ordering::SeqCst) + 1;
-        let addr = cx.peer().remote_addr().map(|a| a.ip().to_string());
-        Ok::<_, RpcError>((n, addr))
-    });
+    let router = Router::with_state(hits.clone()).method(
+        "hit",
+        |cx: Context<Arc<AtomicUsize>>, (): ()| async move {
+            let n = cx.state().fetch_add(1, Ordering::SeqCst) + 1;
+            let addr = cx.peer().remote_addr().map(|a| a.ip().to_string());
+            Ok::<_, RpcError>((n, addr))
+        },
+    );
     let (url, _server) = serve(router).await;
     let a = within(connect(&url, Router::new())).await.unwrap();
     let b = within(connect(&url, Router::new())).await.unwrap();
     let (n1, ip): (usize, Option<String>) = within(a.call("hit", ())).await.unwrap();
     let (n2, _): (usize, Option<String>) = within(b.call("hit", ())).await.unwrap();
-    assert_eq!((n1, n2), (1, 2), "both connections share the router's state");
+    assert_eq!(
+        (n1, n2),
+        (1, 2),
+        "both connections share the router's state"
+    );
     assert_eq!(ip.as_deref(), Some("127.0.0.1"));
     assert_eq!(hits.load(Ordering::SeqCst), 2);
 }

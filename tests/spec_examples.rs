@@ -13,9 +13,13 @@ async fn client() -> RawClient {
 #[tokio::test]
 async fn positional_parameters() {
     let mut c = client().await;
-    let a = c.ask(r#"{"jsonrpc": "2.0", "method": "subtract", "params": [42, 23], "id": 1}"#).await;
+    let a = c
+        .ask(r#"{"jsonrpc": "2.0", "method": "subtract", "params": [42, 23], "id": 1}"#)
+        .await;
     assert_eq!(a, json(r#"{"jsonrpc": "2.0", "result": 19, "id": 1}"#));
-    let a = c.ask(r#"{"jsonrpc": "2.0", "method": "subtract", "params": [23, 42], "id": 2}"#).await;
+    let a = c
+        .ask(r#"{"jsonrpc": "2.0", "method": "subtract", "params": [23, 42], "id": 2}"#)
+        .await;
     assert_eq!(a, json(r#"{"jsonrpc": "2.0", "result": -19, "id": 2}"#));
 }
 
@@ -35,7 +39,8 @@ async fn named_parameters() {
 #[tokio::test]
 async fn notifications_get_no_answer() {
     let mut c = client().await;
-    c.send(r#"{"jsonrpc": "2.0", "method": "update", "params": [1,2,3,4,5]}"#).await;
+    c.send(r#"{"jsonrpc": "2.0", "method": "update", "params": [1,2,3,4,5]}"#)
+        .await;
     c.send(r#"{"jsonrpc": "2.0", "method": "foobar"}"#).await;
     c.assert_nothing_before_marker().await;
 }
@@ -43,30 +48,42 @@ async fn notifications_get_no_answer() {
 #[tokio::test]
 async fn non_existent_method() {
     let mut c = client().await;
-    let a = c.ask(r#"{"jsonrpc": "2.0", "method": "foobar", "id": "1"}"#).await;
+    let a = c
+        .ask(r#"{"jsonrpc": "2.0", "method": "foobar", "id": "1"}"#)
+        .await;
     assert_eq!(
         a,
-        json(r#"{"jsonrpc": "2.0", "error": {"code": -32601, "message": "Method not found"}, "id": "1"}"#)
+        json(
+            r#"{"jsonrpc": "2.0", "error": {"code": -32601, "message": "Method not found"}, "id": "1"}"#
+        )
     );
 }
 
 #[tokio::test]
 async fn invalid_json() {
     let mut c = client().await;
-    let a = c.ask(r#"{"jsonrpc": "2.0", "method": "foobar, "params": "bar", "baz]"#).await;
+    let a = c
+        .ask(r#"{"jsonrpc": "2.0", "method": "foobar, "params": "bar", "baz]"#)
+        .await;
     assert_eq!(
         a,
-        json(r#"{"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": null}"#)
+        json(
+            r#"{"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": null}"#
+        )
     );
 }
 
 #[tokio::test]
 async fn invalid_request_object() {
     let mut c = client().await;
-    let a = c.ask(r#"{"jsonrpc": "2.0", "method": 1, "params": "bar"}"#).await;
+    let a = c
+        .ask(r#"{"jsonrpc": "2.0", "method": 1, "params": "bar"}"#)
+        .await;
     assert_eq!(
         a,
-        json(r#"{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null}"#)
+        json(
+            r#"{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null}"#
+        )
     );
 }
 
@@ -83,7 +100,9 @@ async fn batch_invalid_json() {
         .await;
     assert_eq!(
         a,
-        json(r#"{"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": null}"#)
+        json(
+            r#"{"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": null}"#
+        )
     );
 }
 
@@ -93,7 +112,9 @@ async fn empty_batch() {
     let a = c.ask("[]").await;
     assert_eq!(
         a,
-        json(r#"{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null}"#)
+        json(
+            r#"{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null}"#
+        )
     );
 }
 
@@ -103,7 +124,9 @@ async fn invalid_batch_of_one() {
     let a = c.ask("[1]").await;
     assert_eq!(
         a,
-        json(r#"[{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null}]"#)
+        json(
+            r#"[{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null}]"#
+        )
     );
 }
 

@@ -32,7 +32,16 @@ pub fn spec_router() -> Router {
         .method("get_data", |_cx: Context, (): ()| async {
             Ok::<_, RpcError>(("hello", 5))
         })
-        .notification("update", |_cx: Context, _values: Vec<serde_json::Value>| async {})
-        .notification("notify_hello", |_cx: Context, _values: Vec<serde_json::Value>| async {})
-        .notification("notify_sum", |_cx: Context, _values: Vec<serde_json::Value>| async {})
+        .notification(
+            "update",
+            |_cx: Context, _values: Vec<serde_json::Value>| async {},
+        )
+        .notification(
+            "notify_hello",
+            |_cx: Context, _values: Vec<serde_json::Value>| async {},
+        )
+        .notification(
+            "notify_sum",
+            |_cx: Context, _values: Vec<serde_json::Value>| async {},
+        )
 }

@@ -77,7 +77,10 @@ impl RawClient {
 
     /// The next text frame, parsed.
     pub async fn recv_json(&mut self) -> Value {
-        let text = self.recv_text().await.expect("a frame, not the end of the connection");
+        let text = self
+            .recv_text()
+            .await
+            .expect("a frame, not the end of the connection");
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("answer is not JSON ({e}): {text}"))
     }
 
@@ -92,7 +95,10 @@ impl RawClient {
     pub async fn assert_nothing_before_marker(&mut self) {
         let marker = r#"{"jsonrpc":"2.0","method":"no.such.method","id":"marker"}"#;
         let answer = self.ask(marker).await;
-        assert_eq!(answer["id"], "marker", "something was answered before the marker: {answer}");
+        assert_eq!(
+            answer["id"], "marker",
+            "something was answered before the marker: {answer}"
+        );
     }
 }
 

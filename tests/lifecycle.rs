@@ -1,0 +1,350 @@
+//! How calls end: closes, dropped connections, timeouts, cancellation, panics.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{serve, within, RawClient};
+use jsonrpc_peer::{
+    connect, CloseReason, Context, Error, ErrorCode, Peer, PeerConfig, Router, RpcError,
+};
+use serde::Deserialize;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+/// Counts handlers that started, and handlers that were stopped before finishing.
+#[derive(Default)]
+struct Probe {
+    started: AtomicUsize,
+    stopped: AtomicUsize,
+    start_tx: std::sync::Mutex<Option<mpsc::UnboundedSender<()>>>,
+}
+
+struct StopGuard(Arc<Probe>);
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        self.0.stopped.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// `hang` never answers (until stopped); `slow(ms)` answers after `ms`; `boom` panics.
+fn router(probe: Arc<Probe>) -> Router<Arc<Probe>> {
+    Router::with_state(probe)
+        .method("hang", |cx: Context<Arc<Probe>>, (): ()| async move {
+            let probe = cx.state().clone();
+            let _guard = StopGuard(probe.clone());
+            probe.started.fetch_add(1, Ordering::SeqCst);
+            if let Some(tx) = &*probe.start_tx.lock().unwrap() {
+                let _ = tx.send(());
+            }
+            std::future::pending::<()>().await;
+            Ok::<_, RpcError>(())
+        })
+        .method(
+            "slow",
+            |_cx: Context<Arc<Probe>>, (ms,): (u64,)| async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok::<_, RpcError>(ms)
+            },
+        )
+        .method("boom", |_cx: Context<Arc<Probe>>, (): ()| async move {
+            if true {
+                panic!("a handler bug");
+            }
+            Ok::<_, RpcError>(())
+        })
+        .method(
+            "add",
+            |_cx: Context<Arc<Probe>>, (a, b): (i64, i64)| async move { Ok::<_, RpcError>(a + b) },
+        )
+        .notification("boom", |_cx: Context<Arc<Probe>>, (): ()| async move {
+            panic!("a notification handler bug");
+        })
+}
+
+fn probe() -> (Arc<Probe>, mpsc::UnboundedReceiver<()>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let probe = Arc::new(Probe::default());
+    *probe.start_tx.lock().unwrap() = Some(tx);
+    (probe, rx)
+}
+
+/// Starts `n` calls to `hang` from `caller` and waits until all `n` handlers run.
+async fn hang_calls(
+    caller: &Peer,
+    n: usize,
+    started: &mut mpsc::UnboundedReceiver<()>,
+) -> Vec<tokio::task::JoinHandle<(Result<(), Error>, Instant)>> {
+    let calls: Vec<_> = (0..n)
+        .map(|_| {
+            let caller = caller.clone();
+            tokio::spawn(async move {
+                let result = caller.call::<()>("hang", ()).await;
+                (result, Instant::now())
+            })
+        })
+        .collect();
+    for _ in 0..n {
+        within(started.recv()).await.expect("a handler started");
+    }
+    assert_eq!(caller.pending_calls(), n);
+    calls
+}
+
+async fn assert_all_closed_soon(
+    calls: Vec<tokio::task::JoinHandle<(Result<(), Error>, Instant)>>,
+    since: Instant,
+) {
+    for call in calls {
+        let (result, ended) = within(call).await.unwrap();
+        assert!(
+            matches!(result, Err(Error::Closed(_))),
+            "expected Closed, got {result:?}"
+        );
+        let took = ended - since;
+        assert!(
+            took < Duration::from_millis(100),
+            "the call ended {took:?} after the close"
+        );
+    }
+}
+
+/// Waits (bounded) until `cond` holds, re-checking whenever the runtime has run.
+async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + common::STEP;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_close_frame_ends_every_waiting_call_and_stops_the_other_sides_handlers() {
+    let (server_probe, mut server_started) = probe();
+    let (client_probe, mut client_started) = probe();
+    let (url, server) = serve(router(server_probe.clone())).await;
+    let client = within(connect(&url, router(client_probe.clone())))
+        .await
+        .unwrap();
+
+    // The client waits on the server and the server waits on the client.
+    let client_calls = hang_calls(&client, 3, &mut server_started).await;
+    let server_peer = server.peers().pop().unwrap();
+    let server_calls = hang_calls(&server_peer, 2, &mut client_started).await;
+
+    let closed_at = Instant::now();
+    within(client.close()).await;
+    assert_all_closed_soon(client_calls, closed_at).await;
+    assert_all_closed_soon(server_calls, closed_at).await;
+
+    assert!(matches!(
+        within(client.closed()).await,
+        CloseReason::Local { code: 1000, .. }
+    ));
+    assert!(matches!(
+        within(server_peer.closed()).await,
+        CloseReason::Remote { code: 1000, .. }
+    ));
+    assert_eq!(client.pending_calls(), 0);
+    assert_eq!(server_peer.pending_calls(), 0);
+    // Handlers serving the side that went are stopped, on both sides.
+    eventually("the server's 3 handlers are stopped", || {
+        server_probe.stopped.load(Ordering::SeqCst) == 3
+    })
+    .await;
+    eventually("the client's 2 handlers are stopped", || {
+        client_probe.stopped.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    eventually("the server forgets the connection", || {
+        server.connection_count() == 0
+    })
+    .await;
+    // Calls after the close fail at once.
+    let late = within(client.call::<i64>("add", (1, 2))).await;
+    assert!(matches!(late, Err(Error::Closed(_))));
+}
+
+/// A TCP relay between a client and `upstream`: aborting it drops both connections
+/// without a WebSocket close, as a dead link does.
+async fn relay(upstream: String) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let upstream = upstream.trim_start_matches("ws://").to_owned();
+    let task = tokio::spawn(async move {
+        let (mut inbound, _) = listener.accept().await.unwrap();
+        let mut outbound = tokio::net::TcpStream::connect(upstream).await.unwrap();
+        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+    });
+    (url, task)
+}
+
+#[tokio::test]
+async fn a_dropped_connection_ends_every_waiting_call() {
+    let (server_probe, mut server_started) = probe();
+    let (client_probe, mut client_started) = probe();
+    let (upstream, server) = serve(router(server_probe.clone())).await;
+    let (url, link) = relay(upstream).await;
+    let client = within(connect(&url, router(client_probe))).await.unwrap();
+
+    let client_calls = hang_calls(&client, 4, &mut server_started).await;
+    let server_peer = server.peers().pop().unwrap();
+    let server_calls = hang_calls(&server_peer, 4, &mut client_started).await;
+
+    let dropped_at = Instant::now();
+    link.abort();
+    assert_all_closed_soon(client_calls, dropped_at).await;
+    assert_all_closed_soon(server_calls, dropped_at).await;
+    let reason = within(client.closed()).await;
+    assert!(
+        matches!(reason, CloseReason::Transport(_) | CloseReason::Eof),
+        "a dropped link is not a clean close: {reason:?}"
+    );
+    assert_eq!(client.pending_calls(), 0);
+    assert_eq!(server_peer.pending_calls(), 0);
+    eventually("the server's handlers are stopped", || {
+        server_probe.stopped.load(Ordering::SeqCst) == 4
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn timeouts_and_dropped_calls_leave_nothing_behind() {
+    let (probe, _started) = probe();
+    let (url, _server) = serve(router(probe)).await;
+    let config = PeerConfig::default().call_timeout(Duration::from_millis(100));
+    let client = within(jsonrpc_peer::connect_with_config(
+        &url,
+        Router::new(),
+        &config,
+    ))
+    .await
+    .unwrap();
+
+    // The peer's own timeout.
+    let result = within(client.call::<()>("hang", ())).await;
+    assert!(matches!(result, Err(Error::Timeout(d)) if d == Duration::from_millis(100)));
+    assert_eq!(client.pending_calls(), 0);
+
+    // A call's own timeout, shorter than the peer's.
+    let started = Instant::now();
+    let result =
+        within(client.call_with_timeout::<u64>("slow", (1000,), Duration::from_millis(20))).await;
+    assert!(matches!(result, Err(Error::Timeout(_))));
+    assert!(started.elapsed() < Duration::from_millis(1000));
+    assert_eq!(client.pending_calls(), 0);
+
+    // A call whose future is dropped.
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(10), client.call::<()>("hang", ())).await;
+    assert!(dropped.is_err());
+    assert_eq!(client.pending_calls(), 0);
+
+    // A late answer: `slow(50)` times out at 10 ms and its answer arrives later. The
+    // answer to `slow(200)` is sent after it, so once that one is in, the late one was
+    // read (and ignored).
+    let late = client
+        .call_with_timeout::<u64>("slow", (50,), Duration::from_millis(10))
+        .await;
+    assert!(matches!(late, Err(Error::Timeout(_))));
+    let after: u64 = within(client.call_with_timeout("slow", (200,), Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(after, 200);
+    assert_eq!(client.pending_calls(), 0);
+    assert!(!client.is_closed());
+}
+
+#[tokio::test]
+async fn a_panicking_handler_answers_internal_error_and_the_connection_goes_on() {
+    let (probe, _started) = probe();
+    let (url, _server) = serve(router(probe)).await;
+    let client = within(connect(&url, Router::new())).await.unwrap();
+
+    let err = within(client.call::<()>("boom", ())).await.unwrap_err();
+    let rpc = err.rpc().expect("an error answer");
+    assert_eq!(rpc.code, ErrorCode::INTERNAL_ERROR);
+    assert_eq!(rpc.message, "Internal error");
+
+    within(client.notify("boom", ())).await.unwrap();
+    let sum: i64 = within(client.call("add", (2, 3))).await.unwrap();
+    assert_eq!(sum, 5);
+    assert!(!client.is_closed());
+}
+
+#[derive(Deserialize)]
+struct Point {
+    x: i32,
+    y: i32,
+}
+
+#[tokio::test]
+async fn params_that_do_not_fit_are_invalid_params_with_serdes_message() {
+    let router = Router::new().method("norm1", |_cx: Context, p: Point| async move {
+        Ok::<_, RpcError>(p.x.abs() + p.y.abs())
+    });
+    let (url, _server) = serve(router).await;
+    let mut raw = RawClient::connect(&url).await;
+
+    // A struct reads named and positional params alike.
+    let a = raw
+        .ask(r#"{"jsonrpc":"2.0","method":"norm1","params":{"x":3,"y":-4},"id":1}"#)
+        .await;
+    assert_eq!(a["result"], 7);
+    let a = raw
+        .ask(r#"{"jsonrpc":"2.0","method":"norm1","params":[3,-4],"id":2}"#)
+        .await;
+    assert_eq!(a["result"], 7);
+
+    for (params, message) in [
+        (
+            r#"{"x":"3","y":4}"#,
+            "invalid type: string \"3\", expected i32",
+        ),
+        (r#"{"x":3}"#, "missing field `y`"),
+        (r#"[3]"#, "invalid length 1"),
+        (r#"[3,4,5]"#, "trailing"),
+    ] {
+        let frame = format!(r#"{{"jsonrpc":"2.0","method":"norm1","params":{params},"id":"p"}}"#);
+        let a = raw.ask(&frame).await;
+        assert_eq!(a["id"], "p");
+        assert_eq!(a["error"]["code"], -32602, "for {params}: {a}");
+        assert_eq!(a["error"]["message"], "Invalid params");
+        let data = a["error"]["data"].as_str().unwrap_or_default();
+        assert!(
+            data.contains(message),
+            "for {params}, data {data:?} should say {message:?}"
+        );
+    }
+    // Absent params for a struct that needs fields.
+    let a = raw
+        .ask(r#"{"jsonrpc":"2.0","method":"norm1","id":3}"#)
+        .await;
+    assert_eq!(a["error"]["code"], -32602);
+}
+
+#[tokio::test]
+async fn closing_one_side_resolves_closed_on_both_with_the_cause() {
+    let (url, server) = serve(Router::new()).await;
+    let client = within(connect(&url, Router::new())).await.unwrap();
+    // Wait for the server side to register (bounded).
+    eventually("the server registers the connection", || {
+        server.connection_count() == 1
+    })
+    .await;
+    let server_peer = server.peers().pop().unwrap();
+    within(server_peer.close_with(4000, "bye")).await;
+    match within(client.closed()).await {
+        CloseReason::Remote { code, reason } => assert_eq!((code, reason.as_str()), (4000, "bye")),
+        other => panic!("expected the server's close, got {other:?}"),
+    }
+    assert!(client.is_closed());
+    let err = within(client.call::<()>("x", ())).await.unwrap_err();
+    assert!(
+        err.to_string().contains("4000"),
+        "the cause travels with the error: {err}"
+    );
+}
