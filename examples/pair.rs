@@ -76,7 +76,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     bob.close().await;
-    handle.shutdown();
+    handle.shutdown().await;
     serving.await??;
     println!("closed");
     Ok(())

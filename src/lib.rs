@@ -76,6 +76,8 @@
 // No path a peer can reach may panic: no unwrap outside tests.
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
+#[cfg(feature = "axum")]
+pub mod axum;
 mod client;
 mod config;
 mod driver;

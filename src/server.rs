@@ -123,13 +123,7 @@ impl Server {
             }
         }
         drop(self.listener);
-        let peers = self.registry.peers();
-        futures_util::future::join_all(
-            peers
-                .iter()
-                .map(|p| p.close_with(1001, "server shutting down")),
-        )
-        .await;
+        self.registry.shutdown().await;
         Ok(())
     }
 }
@@ -156,23 +150,7 @@ async fn accept<S: Send + Sync + 'static>(
             return;
         }
     };
-    let id = registry.inner.next_id.fetch_add(1, Ordering::Relaxed);
-    // Registered before the first frame is read, so a peer that has answered anything
-    // is already in the registry; unregistered once its tasks are gone.
-    let on_start = {
-        let registry = registry.clone();
-        Box::new(move |peer: &Peer| {
-            registry.inner.peers.insert(id, peer.clone());
-        })
-    };
-    let on_end = Box::new(move || {
-        registry.inner.peers.remove(&id);
-    });
-    let hooks = crate::driver::Hooks {
-        on_start: Some(on_start),
-        on_end: Some(on_end),
-    };
-    crate::driver::spawn(WebSocket::new(ws), router, &config, Some(addr), hooks);
+    registry.start(WebSocket::new(ws), router, &config, Some(addr));
 }
 
 /// The live connections of a [`Server`]: count them, broadcast to them, shut down.
@@ -188,8 +166,17 @@ struct Registry {
     shutdown: watch::Sender<bool>,
 }
 
+impl Default for ServerHandle {
+    fn default() -> Self {
+        ServerHandle::new()
+    }
+}
+
 impl ServerHandle {
-    fn new() -> Self {
+    /// A registry with no connections yet. [`Server::handle`] gives the one a server
+    /// uses; make one first when the router's state needs it before the server exists
+    /// (as with the `axum` feature's `Endpoint::with_handle`).
+    pub fn new() -> Self {
         ServerHandle {
             inner: Arc::new(Registry {
                 peers: DashMap::new(),
@@ -197,6 +184,39 @@ impl ServerHandle {
                 shutdown: watch::Sender::new(false),
             }),
         }
+    }
+
+    /// Runs a peer for a new connection and keeps it in the registry while it lives.
+    pub(crate) fn start<T: crate::transport::Transport, S: Send + Sync + 'static>(
+        &self,
+        transport: T,
+        router: Arc<Router<S>>,
+        config: &PeerConfig,
+        remote_addr: Option<SocketAddr>,
+    ) -> Peer {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        // Registered before the first frame is read, so a peer that has answered
+        // anything is already in the registry; unregistered once its tasks are gone.
+        let on_start = {
+            let registry = self.clone();
+            Box::new(move |peer: &Peer| {
+                registry.inner.peers.insert(id, peer.clone());
+            })
+        };
+        let registry = self.clone();
+        let on_end = Box::new(move || {
+            registry.inner.peers.remove(&id);
+        });
+        let hooks = crate::driver::Hooks {
+            on_start: Some(on_start),
+            on_end: Some(on_end),
+        };
+        crate::driver::spawn(transport, router, config, remote_addr, hooks)
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) was called.
+    pub fn is_shutting_down(&self) -> bool {
+        *self.inner.shutdown.borrow()
     }
 
     /// The live peers, in no particular order.
@@ -228,10 +248,18 @@ impl ServerHandle {
         Ok(queued)
     }
 
-    /// Stops accepting, closes every connection with 1001, and makes
-    /// [`Server::serve`] return once they are closed.
-    pub fn shutdown(&self) {
+    /// Stops accepting, closes every connection with 1001 ("going away"), and returns
+    /// once they are closed (each within its close timeout). [`Server::serve`] then
+    /// returns too.
+    pub async fn shutdown(&self) {
         self.inner.shutdown.send_replace(true);
+        let peers = self.peers();
+        futures_util::future::join_all(
+            peers
+                .iter()
+                .map(|p| p.close_with(1001, "server shutting down")),
+        )
+        .await;
     }
 }
 

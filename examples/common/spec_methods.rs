@@ -1,5 +1,5 @@
 //! The methods the JSON-RPC 2.0 specification's examples call, shared by the
-//! `spec_server` example and the conformance tests.
+//! `spec_server` and `web_demo` examples and the conformance tests.
 
 use jsonrpc_peer::{Context, ErrorCode, Router, RpcError};
 use serde::Deserialize;
@@ -18,30 +18,36 @@ fn overflow() -> RpcError {
 
 /// A router serving `subtract`, `sum` and `get_data`, and accepting the notifications
 /// `update`, `notify_hello` and `notify_sum`.
+#[allow(dead_code)]
 pub fn spec_router() -> Router {
-    Router::new()
-        .method("subtract", |_cx: Context, p: Subtract| async move {
+    with_spec_methods(Router::new())
+}
+
+/// Adds the specification's methods and notifications to `router`.
+pub fn with_spec_methods<S: Send + Sync + 'static>(router: Router<S>) -> Router<S> {
+    router
+        .method("subtract", |_cx: Context<S>, p: Subtract| async move {
             p.minuend.checked_sub(p.subtrahend).ok_or_else(overflow)
         })
-        .method("sum", |_cx: Context, terms: Vec<i64>| async move {
+        .method("sum", |_cx: Context<S>, terms: Vec<i64>| async move {
             terms
                 .into_iter()
                 .try_fold(0i64, i64::checked_add)
                 .ok_or_else(overflow)
         })
-        .method("get_data", |_cx: Context, (): ()| async {
+        .method("get_data", |_cx: Context<S>, (): ()| async {
             Ok::<_, RpcError>(("hello", 5))
         })
         .notification(
             "update",
-            |_cx: Context, _values: Vec<serde_json::Value>| async {},
+            |_cx: Context<S>, _values: Vec<serde_json::Value>| async {},
         )
         .notification(
             "notify_hello",
-            |_cx: Context, _values: Vec<serde_json::Value>| async {},
+            |_cx: Context<S>, _values: Vec<serde_json::Value>| async {},
         )
         .notification(
             "notify_sum",
-            |_cx: Context, _values: Vec<serde_json::Value>| async {},
+            |_cx: Context<S>, _values: Vec<serde_json::Value>| async {},
         )
 }

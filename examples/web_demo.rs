@@ -1,0 +1,145 @@
+//! Run with `cargo run --example web_demo`, then open http://127.0.0.1:8080
+//! (`--listen ADDR` to change the address; port 0 picks a free one). The first line on
+//! stdout is `listening on http://HOST:PORT (WebSocket: ws://HOST:PORT/rpc)`.
+//!
+//! One axum app serves the page (`web-demo/`) and the JSON-RPC endpoint (`/rpc`). The
+//! browser calls the server (`subtract`, `sum`, `get_data`, `chat.send`), the server
+//! pushes `metrics` to every page four times a second and broadcasts `chat.message`,
+//! and `demo.ask_browser` makes the server call the page's own `ui.describe` before it
+//! answers: a nested round trip.
+
+#[path = "common/cli.rs"]
+mod cli;
+#[path = "common/spec_methods.rs"]
+mod spec_methods;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use jsonrpc_peer::axum::Endpoint;
+use jsonrpc_peer::{Context, ErrorCode, Router, RpcError, ServerHandle};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tower_http::services::ServeDir;
+
+/// What the demo's handlers share: the registry of connected pages.
+struct Demo {
+    pages: ServerHandle,
+}
+
+#[derive(Deserialize)]
+struct ChatLine {
+    name: String,
+    text: String,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+fn invalid(reason: &str) -> RpcError {
+    RpcError::new(ErrorCode::INVALID_PARAMS, "Invalid params").with_data(reason)
+}
+
+fn router(pages: ServerHandle) -> Router<Demo> {
+    spec_methods::with_spec_methods(Router::with_state(Demo { pages }))
+        // The server needs the browser's answer before it can answer: it calls the
+        // page that called it, while that page's own call is still waiting.
+        .method("demo.ask_browser", |cx: Context<Demo>, (): ()| async move {
+            let started = Instant::now();
+            let answer: Value = cx
+                .peer()
+                .call_with_timeout("ui.describe", (), Duration::from_secs(10))
+                .await
+                .map_err(|e| {
+                    RpcError::new(-32000, "the browser did not answer").with_data(e.to_string())
+                })?;
+            Ok::<_, RpcError>(json!({
+                "asked": "ui.describe",
+                "answer": answer,
+                "elapsed_ms": started.elapsed().as_secs_f64() * 1000.0,
+            }))
+        })
+        .method(
+            "chat.send",
+            |cx: Context<Demo>, line: ChatLine| async move {
+                let name = line.name.trim();
+                let text = line.text.trim();
+                if name.is_empty() || name.chars().count() > 40 {
+                    return Err(invalid("name must have 1 to 40 characters"));
+                }
+                if text.is_empty() || text.chars().count() > 500 {
+                    return Err(invalid("text must have 1 to 500 characters"));
+                }
+                let message = json!({ "name": name, "text": text, "at_ms": now_ms() });
+                let delivered = cx
+                    .state()
+                    .pages
+                    .broadcast("chat.message", message)
+                    .map_err(|e| RpcError::internal_error().with_data(e.to_string()))?;
+                Ok(json!({ "delivered": delivered }))
+            },
+        )
+}
+
+/// Pushes `metrics` to every page four times a second: a smooth wave with some noise.
+async fn push_metrics(pages: ServerHandle) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let start = Instant::now();
+    for seq in 0u64.. {
+        tick.tick().await;
+        if pages.connection_count() == 0 {
+            continue;
+        }
+        let t = start.elapsed().as_secs_f64();
+        let value = 50.0 + 30.0 * (t / 2.0).sin() + 8.0 * (t * 1.7).sin() + fastrand::f64() * 4.0;
+        let metrics = json!({
+            "seq": seq,
+            "time_ms": now_ms(),
+            "connections": pages.connection_count(),
+            "value": (value * 100.0).round() / 100.0,
+        });
+        if let Err(e) = pages.broadcast("metrics", metrics) {
+            eprintln!("metrics push failed: {e}");
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = cli::Args::parse("127.0.0.1:8080", &[])?;
+    let site = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web-demo");
+
+    let pages = ServerHandle::new();
+    let endpoint = Endpoint::new(router(pages.clone())).with_handle(pages.clone());
+    let app = axum::Router::new()
+        .route("/rpc", endpoint.into_route())
+        .fallback_service(ServeDir::new(&site));
+
+    let listener = tokio::net::TcpListener::bind(args.listen.as_str()).await?;
+    let addr = listener.local_addr()?;
+    println!("listening on http://{addr} (WebSocket: ws://{addr}/rpc)");
+    // Tools start this example and read the line above: make sure it leaves now.
+    std::io::stdout().flush()?;
+
+    tokio::spawn(push_metrics(pages.clone()));
+    let shutdown = {
+        let pages = pages.clone();
+        async move {
+            let _ = tokio::signal::ctrl_c().await;
+            pages.shutdown().await;
+        }
+    };
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await?;
+    Ok(())
+}

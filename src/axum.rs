@@ -1,0 +1,171 @@
+//! A peer endpoint in an axum app (feature `axum`).
+//!
+//! The endpoint answers the WebSocket handshake itself and runs the connection on the
+//! same tokio-tungstenite stack as [`Server`](crate::Server), so both paths share one
+//! transport, one set of limits and one registry type. (axum's own `WebSocketUpgrade`
+//! would put a second WebSocket type, and a copy of every frame, between the two.)
+//!
+//! ```no_run
+//! use jsonrpc_peer::axum::Endpoint;
+//! use jsonrpc_peer::{Context, Router, RpcError};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let rpc = Router::new().method("ping", |_cx: Context, (): ()| async { Ok::<_, RpcError>("pong") });
+//! let endpoint = Endpoint::new(rpc);
+//! let peers = endpoint.handle(); // count, broadcast, shutdown
+//! let app = axum::Router::new().route("/rpc", endpoint.into_route());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(
+//!     listener,
+//!     app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+//! )
+//! .await?;
+//! # Ok(()) }
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
+use hyper_util::rt::TokioIo;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::WebSocketStream;
+
+use crate::config::PeerConfig;
+use crate::router::Router;
+use crate::server::ServerHandle;
+use crate::transport::WebSocket;
+
+/// A JSON-RPC endpoint to mount on an axum route: each WebSocket connection to it gets
+/// its own [`Peer`](crate::Peer) serving the router.
+pub struct Endpoint<S> {
+    router: Arc<Router<S>>,
+    config: PeerConfig,
+    handle: ServerHandle,
+}
+
+impl<S: Send + Sync + 'static> Endpoint<S> {
+    /// An endpoint serving `router` with the default [`PeerConfig`].
+    pub fn new(router: Router<S>) -> Self {
+        Endpoint {
+            router: Arc::new(router),
+            config: PeerConfig::default(),
+            handle: ServerHandle::new(),
+        }
+    }
+
+    /// Settings for every connection.
+    pub fn peer_config(mut self, config: PeerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Registers connections in `handle`, made before the router when its handlers
+    /// need it (to broadcast, say).
+    pub fn with_handle(mut self, handle: ServerHandle) -> Self {
+        self.handle = handle;
+        self
+    }
+
+    /// The registry of this endpoint's live connections.
+    pub fn handle(&self) -> ServerHandle {
+        self.handle.clone()
+    }
+
+    /// The `GET` route that upgrades to a WebSocket and runs a peer on it.
+    pub fn into_route<T: Clone + Send + Sync + 'static>(self) -> MethodRouter<T> {
+        let endpoint = Arc::new(self);
+        axum::routing::get(move |request: Request| {
+            let endpoint = endpoint.clone();
+            async move { endpoint.upgrade(request) }
+        })
+    }
+
+    fn upgrade(self: Arc<Self>, mut request: Request) -> Response {
+        if self.handle.is_shutting_down() {
+            return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
+        }
+        let accept = match check_handshake(request.method(), request.headers()) {
+            Ok(accept) => accept,
+            Err(refusal) => return refusal,
+        };
+        let remote = request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0);
+        let on_upgrade = hyper::upgrade::on(&mut request);
+        tokio::spawn(async move {
+            let upgraded = match on_upgrade.await {
+                Ok(upgraded) => upgraded,
+                Err(e) => {
+                    tracing::debug!(error = %e, "WebSocket upgrade failed");
+                    return;
+                }
+            };
+            let ws = WebSocketStream::from_raw_socket(
+                TokioIo::new(upgraded),
+                Role::Server,
+                Some(self.config.websocket()),
+            )
+            .await;
+            self.handle.start(
+                WebSocket::new(ws),
+                self.router.clone(),
+                &self.config,
+                remote,
+            );
+        });
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        let headers = response.headers_mut();
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+        response
+    }
+}
+
+/// Checks an RFC 6455 opening handshake; returns the `Sec-WebSocket-Accept` value.
+#[allow(clippy::result_large_err)]
+fn check_handshake(method: &Method, headers: &HeaderMap) -> Result<HeaderValue, Response> {
+    let has_token = |name: header::HeaderName, token: &str| {
+        headers.get_all(name).iter().any(|v| {
+            v.to_str()
+                .map(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+                .unwrap_or(false)
+        })
+    };
+    if method != Method::GET {
+        return Err(StatusCode::METHOD_NOT_ALLOWED.into_response());
+    }
+    if !has_token(header::CONNECTION, "upgrade") || !has_token(header::UPGRADE, "websocket") {
+        return Err((
+            StatusCode::UPGRADE_REQUIRED,
+            [(header::UPGRADE, "websocket")],
+            "this endpoint speaks JSON-RPC over WebSocket",
+        )
+            .into_response());
+    }
+    if headers
+        .get(header::SEC_WEBSOCKET_VERSION)
+        .map(|v| v.as_bytes())
+        != Some(b"13")
+    {
+        return Err((
+            StatusCode::UPGRADE_REQUIRED,
+            [(header::SEC_WEBSOCKET_VERSION, "13")],
+            "unsupported WebSocket version",
+        )
+            .into_response());
+    }
+    let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
+        return Err((StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key").into_response());
+    };
+    HeaderValue::from_str(&derive_accept_key(key.as_bytes()))
+        .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}

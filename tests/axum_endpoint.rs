@@ -1,0 +1,84 @@
+//! The `axum` feature: a peer endpoint mounted on an axum route, next to plain routes.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::within;
+use jsonrpc_peer::axum::Endpoint;
+use jsonrpc_peer::{connect, Context, Router, RpcError};
+use tokio::sync::mpsc;
+
+async fn app() -> (String, jsonrpc_peer::ServerHandle) {
+    let rpc =
+        common::spec_methods::spec_router().method("whoami", |cx: Context, (): ()| async move {
+            Ok::<_, RpcError>(cx.peer().remote_addr().map(|a| a.ip().to_string()))
+        });
+    let endpoint = Endpoint::new(rpc);
+    let handle = endpoint.handle();
+    let app = axum::Router::new()
+        .route("/rpc", endpoint.into_route())
+        .route("/", axum::routing::get(|| async { "a page" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    (format!("{addr}"), handle)
+}
+
+#[tokio::test]
+async fn calls_notifications_and_broadcast_through_axum() {
+    let (addr, handle) = app().await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let client_router =
+        Router::with_state(tx).notification("news", |cx: Context<_>, (n,): (u32,)| async move {
+            let _ = cx.state().send(n);
+        });
+    let peer = within(connect(&format!("ws://{addr}/rpc"), client_router))
+        .await
+        .unwrap();
+    let diff: i64 = within(peer.call("subtract", [42, 23])).await.unwrap();
+    assert_eq!(diff, 19);
+    let ip: Option<String> = within(peer.call("whoami", ())).await.unwrap();
+    assert_eq!(
+        ip.as_deref(),
+        Some("127.0.0.1"),
+        "the endpoint knows the remote address"
+    );
+
+    assert_eq!(handle.connection_count(), 1);
+    assert_eq!(handle.broadcast("news", (7,)).unwrap(), 1);
+    assert_eq!(within(rx.recv()).await, Some(7));
+
+    within(handle.shutdown()).await;
+    let reason = within(peer.closed()).await;
+    assert!(
+        matches!(reason, jsonrpc_peer::CloseReason::Remote { code: 1001, .. }),
+        "{reason:?}"
+    );
+    // After shutdown, new connections are refused.
+    assert!(within(connect(&format!("ws://{addr}/rpc"), Router::new()))
+        .await
+        .is_err());
+}
+
+#[tokio::test]
+async fn plain_http_to_the_endpoint_is_told_to_upgrade() {
+    let (addr, _handle) = app().await;
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tcp.write_all(
+        format!("GET /rpc HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut response = String::new();
+    within(tcp.read_to_string(&mut response)).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 426"), "{response}");
+}

@@ -1,0 +1,412 @@
+// The demo page: one Peer to ws://<this host>/rpc, five panels, reconnect with backoff.
+import { Peer, RpcError } from './jsonrpc-peer.js';
+
+const $ = (id) => document.getElementById(id);
+
+// The endpoint lives beside the page; `?ws=` overrides it when the page is served elsewhere.
+const WS_URL =
+  new URLSearchParams(location.search).get('ws') ??
+  `${location.protocol === 'https:' ? 'wss:' : 'ws:'}//${location.host}/rpc`;
+
+/** @type {Peer | null} */
+let peer = null;
+let retryMs = 500;
+
+// ---- connection ------------------------------------------------------------------
+
+function setStatus(state, text) {
+  const el = $('status');
+  el.dataset.state = state;
+  $('status-text').textContent = text;
+  for (const b of document.querySelectorAll('[data-needs-connection]')) b.disabled = state !== 'open';
+}
+
+function connectPeer() {
+  setStatus('connecting', 'connecting…');
+  let socket;
+  try {
+    socket = new WebSocket(WS_URL);
+  } catch (e) {
+    setStatus('closed', `bad URL ${WS_URL}`);
+    return;
+  }
+  const p = new Peer(socket, { timeoutMs: 10000, onFrame: logFrame });
+  // Handlers go in before the socket opens, so no early push or call finds them missing.
+  p.notification('metrics', onMetrics);
+  p.notification('chat.message', onChatMessage);
+  p.method('ui.describe', describeUi);
+  peer = p;
+  p.opened.then(
+    () => {
+      retryMs = 500;
+      setStatus('open', 'connected');
+    },
+    () => {}, // reported by `closed` below
+  );
+  p.closed.then(({ code, reason }) => {
+    if (peer !== p) return;
+    peer = null;
+    const wait = retryMs;
+    retryMs = Math.min(retryMs * 2, 8000);
+    setStatus('closed', `disconnected (${code}${reason ? ` ${reason}` : ''}), retrying in ${Math.round(wait / 100) / 10} s`);
+    setTimeout(connectPeer, wait);
+  });
+}
+
+function describeError(e) {
+  if (e instanceof RpcError) return `error ${e.code}: ${e.message}${e.data !== undefined ? ` ${JSON.stringify(e.data)}` : ''}`;
+  return e?.message ?? String(e);
+}
+
+/** Run a call and show its outcome in `out`; never throws. */
+async function show(out, call) {
+  out.classList.remove('error', 'fresh');
+  out.textContent = '…';
+  try {
+    const result = await call();
+    out.textContent = JSON.stringify(result);
+  } catch (e) {
+    out.classList.add('error');
+    out.textContent = describeError(e);
+  }
+  void out.offsetWidth; // restart the highlight animation
+  out.classList.add('fresh');
+}
+
+// ---- 1. calculator ---------------------------------------------------------------
+
+function operands() {
+  return [Number($('calc-a').value), Number($('calc-b').value)];
+}
+
+$('btn-positional').addEventListener('click', () => {
+  const params = operands();
+  $('calc-req-positional').textContent = `subtract ${JSON.stringify(params)}`;
+  show($('calc-result-positional'), () => peer.call('subtract', params));
+});
+
+$('btn-named').addEventListener('click', () => {
+  const [minuend, subtrahend] = operands();
+  const params = { minuend, subtrahend };
+  $('calc-req-named').textContent = `subtract ${JSON.stringify(params)}`;
+  show($('calc-result-named'), () => peer.call('subtract', params));
+});
+
+$('calc-swap').addEventListener('click', () => {
+  const a = $('calc-a').value;
+  $('calc-a').value = $('calc-b').value;
+  $('calc-b').value = a;
+});
+$('calc-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  $('btn-positional').click();
+});
+
+$('sum-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  const params = $('sum-input').value.split(/[\s,;]+/).filter(Boolean).map(Number);
+  $('sum-req').textContent = `sum ${JSON.stringify(params)}`;
+  show($('sum-result'), () => peer.call('sum', params));
+});
+
+// ---- 2. live server push -----------------------------------------------------------
+
+const WINDOW_MS = 30000;
+/** @type {{t: number, v: number}[]} */
+const samples = [];
+let pushes = 0;
+let drawQueued = false;
+
+function onMetrics(m) {
+  pushes += 1;
+  $('push-count').textContent = String(pushes);
+  if (typeof m?.value === 'number') $('metric-value').textContent = m.value.toFixed(2);
+  if (typeof m?.connections === 'number') $('connections').textContent = String(m.connections);
+  if (typeof m?.time_ms === 'number') {
+    $('server-clock').textContent = new Date(m.time_ms).toLocaleTimeString([], { hour12: false }) +
+      '.' + String(m.time_ms % 1000).padStart(3, '0').slice(0, 1);
+    samples.push({ t: m.time_ms, v: m.value });
+  }
+  // Keep one window plus a margin: the chart never needs more.
+  while (samples.length && samples[0].t < samples[samples.length - 1].t - WINDOW_MS - 2000) samples.shift();
+  scheduleDraw();
+}
+
+function scheduleDraw() {
+  if (drawQueued) return;
+  drawQueued = true;
+  requestAnimationFrame(() => {
+    drawQueued = false;
+    drawChart();
+  });
+}
+
+function cssVar(name) {
+  return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+}
+
+function drawChart() {
+  const canvas = $('chart');
+  const dpr = window.devicePixelRatio || 1;
+  const w = canvas.clientWidth;
+  const h = canvas.clientHeight;
+  if (!w || !h) return;
+  if (canvas.width !== Math.round(w * dpr) || canvas.height !== Math.round(h * dpr)) {
+    canvas.width = Math.round(w * dpr);
+    canvas.height = Math.round(h * dpr);
+  }
+  const ctx = canvas.getContext('2d');
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, w, h);
+
+  const accent = cssVar('--accent') || '#4f46e5';
+  const grid = cssVar('--grid') || '#ddd';
+  const muted = cssVar('--muted') || '#888';
+  const pad = { l: 44, r: 12, t: 10, b: 22 };
+  const pw = w - pad.l - pad.r;
+  const ph = h - pad.t - pad.b;
+
+  ctx.font = '11px system-ui, sans-serif';
+  ctx.fillStyle = muted;
+  if (samples.length < 2) {
+    ctx.textAlign = 'center';
+    ctx.fillText('waiting for pushes…', w / 2, h / 2);
+    return;
+  }
+
+  const tEnd = samples[samples.length - 1].t;
+  // The window grows to 30 s as pushes arrive, so a fresh page shows a line, not a dot.
+  const windowMs = Math.min(WINDOW_MS, Math.max(5000, tEnd - samples[0].t));
+  const tStart = tEnd - windowMs;
+  const visible = samples.filter((s) => s.t >= tStart);
+  let lo = Math.min(...visible.map((s) => s.v));
+  let hi = Math.max(...visible.map((s) => s.v));
+  if (hi - lo < 1e-9) { lo -= 1; hi += 1; }
+  const span = hi - lo;
+  lo -= span * 0.1;
+  hi += span * 0.1;
+  const x = (t) => pad.l + ((t - tStart) / windowMs) * pw;
+  const y = (v) => pad.t + (1 - (v - lo) / (hi - lo)) * ph;
+
+  // grid: 4 horizontal lines with labels, vertical lines every 1, 2 or 5 s (about 6 of them)
+  ctx.strokeStyle = grid;
+  ctx.lineWidth = 1;
+  ctx.textAlign = 'right';
+  ctx.textBaseline = 'middle';
+  for (let i = 0; i <= 4; i++) {
+    const v = lo + ((hi - lo) * i) / 4;
+    const yy = Math.round(y(v)) + 0.5;
+    ctx.beginPath();
+    ctx.moveTo(pad.l, yy);
+    ctx.lineTo(w - pad.r, yy);
+    ctx.stroke();
+    ctx.fillText(v.toFixed(1), pad.l - 6, yy);
+  }
+  ctx.textAlign = 'center';
+  ctx.textBaseline = 'top';
+  const stepS = [1, 2, 5].find((n) => n >= windowMs / 6000) ?? 5;
+  for (let s = 0; s * 1000 <= windowMs; s += stepS) {
+    const xx = Math.round(x(tEnd - s * 1000)) + 0.5;
+    ctx.beginPath();
+    ctx.moveTo(xx, pad.t);
+    ctx.lineTo(xx, pad.t + ph);
+    ctx.stroke();
+    ctx.fillText(s === 0 ? 'now' : `−${s}s`, xx, pad.t + ph + 6);
+  }
+
+  // area under the line, then the line, then the latest point
+  ctx.save();
+  ctx.beginPath();
+  ctx.rect(pad.l, pad.t, pw, ph);
+  ctx.clip();
+  const path = new Path2D();
+  visible.forEach((s, i) => (i ? path.lineTo(x(s.t), y(s.v)) : path.moveTo(x(s.t), y(s.v))));
+  const area = new Path2D(path);
+  area.lineTo(x(visible[visible.length - 1].t), pad.t + ph);
+  area.lineTo(x(visible[0].t), pad.t + ph);
+  area.closePath();
+  const fill = ctx.createLinearGradient(0, pad.t, 0, pad.t + ph);
+  fill.addColorStop(0, withAlpha(accent, 0.28));
+  fill.addColorStop(1, withAlpha(accent, 0));
+  ctx.fillStyle = fill;
+  ctx.fill(area);
+  ctx.strokeStyle = accent;
+  ctx.lineWidth = 2;
+  ctx.lineJoin = 'round';
+  ctx.stroke(path);
+  ctx.restore();
+  const last = visible[visible.length - 1];
+  ctx.fillStyle = accent;
+  ctx.beginPath();
+  ctx.arc(x(last.t), y(last.v), 4, 0, Math.PI * 2);
+  ctx.fill();
+}
+
+/** `#rrggbb` plus alpha as rgba(); other colour syntaxes are returned unchanged. */
+function withAlpha(color, a) {
+  const m = /^#([0-9a-f]{6})$/i.exec(color);
+  if (!m) return color;
+  const n = parseInt(m[1], 16);
+  return `rgba(${n >> 16}, ${(n >> 8) & 255}, ${n & 255}, ${a})`;
+}
+
+new ResizeObserver(scheduleDraw).observe($('chart'));
+matchMedia('(prefers-color-scheme: dark)').addEventListener('change', scheduleDraw);
+
+// ---- 3. the server calls the browser ----------------------------------------------
+
+/** Set while our demo.ask_browser call is in flight, so ui.describe can mark its steps. */
+let asking = null;
+
+function step(n, state, note) {
+  const li = document.querySelector(`#ask-steps li[data-step="${n}"]`);
+  li.dataset.state = state;
+  li.querySelector('.note')?.remove();
+  if (note) {
+    const span = document.createElement('span');
+    span.className = 'note';
+    span.textContent = note;
+    li.append(span);
+  }
+}
+
+function describeUi() {
+  const answer = {
+    viewport: { width: window.innerWidth, height: window.innerHeight },
+    language: navigator.language,
+    time: new Date().toISOString(),
+    userAgent: navigator.userAgent,
+  };
+  if (asking) {
+    step(2, 'done', `+${Math.round(performance.now() - asking.t0)} ms`);
+    step(3, 'done', `${answer.viewport.width}×${answer.viewport.height}, ${answer.language}`);
+    step(4, 'active');
+  }
+  return answer;
+}
+
+$('btn-ask').addEventListener('click', async () => {
+  const out = $('ask-result');
+  for (const n of [1, 2, 3, 4]) step(n, '');
+  step(1, 'done');
+  step(2, 'active');
+  out.classList.remove('error');
+  out.textContent = 'waiting for the server…';
+  asking = { t0: performance.now() };
+  try {
+    const result = await peer.call('demo.ask_browser');
+    step(4, 'done', `server measured ${result?.elapsed_ms} ms`);
+    out.textContent = JSON.stringify(result, null, 2);
+  } catch (e) {
+    for (const n of [2, 3, 4]) {
+      const li = document.querySelector(`#ask-steps li[data-step="${n}"]`);
+      if (li.dataset.state !== 'done') step(n, 'failed');
+    }
+    out.classList.add('error');
+    out.textContent = describeError(e);
+  } finally {
+    asking = null;
+  }
+});
+
+// ---- 4. chat -------------------------------------------------------------------
+
+const nameInput = $('chat-name');
+nameInput.value = localStorage.getItem('jsonrpc-peer-demo.name') || `guest-${Math.floor(1000 + Math.random() * 9000)}`;
+nameInput.addEventListener('change', () => localStorage.setItem('jsonrpc-peer-demo.name', nameInput.value));
+
+function onChatMessage(m) {
+  const log = $('chat-log');
+  log.querySelector('.empty')?.remove();
+  const li = document.createElement('li');
+  li.setAttribute('data-testid', 'chat-message');
+  if (m?.name === nameInput.value) li.classList.add('mine');
+  const head = document.createElement('div');
+  head.className = 'chat-head';
+  const who = document.createElement('strong');
+  who.textContent = String(m?.name ?? '?');
+  const when = document.createElement('time');
+  when.textContent = typeof m?.at_ms === 'number' ? new Date(m.at_ms).toLocaleTimeString([], { hour12: false }) : '';
+  head.append(who, when);
+  const text = document.createElement('div');
+  text.className = 'chat-text';
+  text.textContent = String(m?.text ?? '');
+  li.append(head, text);
+  log.append(li);
+  while (log.children.length > 100) log.firstElementChild.remove();
+  log.scrollTop = log.scrollHeight;
+}
+
+$('chat-form').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  const text = $('chat-text').value.trim();
+  const name = nameInput.value.trim() || 'guest';
+  if (!text || !peer) return;
+  const status = $('chat-status');
+  status.classList.remove('error');
+  try {
+    const { delivered } = await peer.call('chat.send', { name, text });
+    $('chat-text').value = '';
+    status.textContent = `delivered to ${delivered} page${delivered === 1 ? '' : 's'}`;
+  } catch (err) {
+    status.classList.add('error');
+    status.textContent = describeError(err);
+  }
+});
+
+// ---- 5. wire log ----------------------------------------------------------------
+
+const WIRE_KEEP = 200;
+const counts = { in: 0, out: 0 };
+
+/** A short label for a frame: method, or which id it answers. */
+function summarize(text) {
+  let m;
+  try {
+    m = JSON.parse(text);
+  } catch {
+    return 'unparsable';
+  }
+  const one = (x) => {
+    if (!x || typeof x !== 'object') return 'invalid';
+    if (typeof x.method === 'string') return 'id' in x ? `call ${x.method}` : `notify ${x.method}`;
+    if ('error' in x) return `error #${JSON.stringify(x.id)}`;
+    if ('result' in x) return `result #${JSON.stringify(x.id)}`;
+    return 'invalid';
+  };
+  return Array.isArray(m) ? `batch[${m.length}] ${m.map(one).join(', ')}` : one(m);
+}
+
+function logFrame(direction, text) {
+  counts[direction] += 1;
+  $('wire-counts').textContent = `${counts.in} in · ${counts.out} out`;
+  const what = summarize(text);
+  // metrics arrive 4 times a second and would push everything else out of view
+  if (what === 'notify metrics' && !$('wire-metrics').checked) return;
+  const tr = document.createElement('tr');
+  tr.setAttribute('data-testid', 'wire-row');
+  tr.dataset.direction = direction;
+  const now = new Date();
+  const cells = [
+    now.toLocaleTimeString([], { hour12: false }) + '.' + String(now.getMilliseconds()).padStart(3, '0'),
+    direction === 'in' ? '↓ in' : '↑ out',
+    what,
+    text,
+  ];
+  for (const [i, c] of cells.entries()) {
+    const td = document.createElement('td');
+    td.textContent = c;
+    if (i === 3) td.title = text;
+    tr.append(td);
+  }
+  const body = $('wire-log');
+  body.prepend(tr); // newest first: what just happened is at the top
+  while (body.children.length > WIRE_KEEP) body.lastElementChild.remove();
+}
+
+$('wire-clear').addEventListener('click', () => $('wire-log').replaceChildren());
+
+// ---- start -------------------------------------------------------------------------
+
+setStatus('connecting', 'connecting…');
+connectPeer();

@@ -1,0 +1,182 @@
+// Browser test of the demo page, as a person would check it, in headless Chromium.
+// Run (with the demo server up):
+//   cd web-demo && npm ci && DEMO_URL=http://127.0.0.1:PORT \
+//     timeout 300 node --test --test-timeout=60000 browser-test.mjs
+// Env: DEMO_URL (required), SCREENSHOT_DIR (default ../target/screenshots),
+//      CHROMIUM (default /usr/bin/chromium).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const BASE = (process.env.DEMO_URL ?? '').replace(/\/+$/, '');
+const SHOTS = path.resolve(process.env.SCREENSHOT_DIR ?? path.join(HERE, '..', 'target', 'screenshots'));
+const EXECUTABLE = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const WAIT_MS = 10000; // every wait below is bounded by this (or less)
+
+const LAPTOP = { viewport: { width: 1366, height: 900 } };
+const PHONE = { viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true };
+
+test('the demo page, as a person would check it', { timeout: 120000 }, async (t) => {
+  assert.ok(BASE, 'set DEMO_URL to the demo base URL, e.g. http://127.0.0.1:3000');
+  assert.ok(fs.existsSync(EXECUTABLE), `no browser at ${EXECUTABLE}: apt-get update && apt-get install -y chromium`);
+  fs.mkdirSync(SHOTS, { recursive: true });
+
+  // Cleanup is registered before anything is launched, so a failure cannot leave a browser behind.
+  let browser;
+  t.after(async () => {
+    await browser?.close().catch(() => {});
+  });
+  browser = await chromium.launch({
+    executablePath: EXECUTABLE,
+    headless: true,
+    timeout: 30000,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+
+  const consoleErrors = [];
+  async function openPage(options, label) {
+    const context = await browser.newContext(options);
+    const page = await context.newPage();
+    page.setDefaultTimeout(WAIT_MS);
+    page.on('console', (m) => {
+      if (m.type() === 'error') consoleErrors.push(`[${label}] console: ${m.text()}`);
+    });
+    page.on('pageerror', (e) => consoleErrors.push(`[${label}] page error: ${e.message}`));
+    await page.goto(`${BASE}/`, { timeout: WAIT_MS });
+    await page.locator('[data-testid="status"][data-state="open"]').waitFor({ timeout: WAIT_MS });
+    return page;
+  }
+  const text = (page, id) => page.getByTestId(id).textContent();
+  const waitText = (page, id, pattern) =>
+    page.waitForFunction(
+      ([id, src]) => new RegExp(src).test(document.querySelector(`[data-testid="${id}"]`)?.textContent ?? ''),
+      [id, pattern.source],
+      { timeout: WAIT_MS },
+    );
+
+  const page = await openPage(LAPTOP, 'laptop');
+
+  await t.test('status shows connected', async () => {
+    assert.match(await text(page, 'status'), /connected/);
+  });
+
+  await t.test('calculator: 42 − 23 = 19 and 23 − 42 = −19, positional and named; sum', async () => {
+    await page.getByTestId('calc-a').fill('42');
+    await page.getByTestId('calc-b').fill('23');
+    await page.getByTestId('btn-positional').click();
+    await waitText(page, 'calc-result-positional', /^19$/);
+    await page.getByTestId('btn-named').click();
+    await waitText(page, 'calc-result-named', /^19$/);
+    await page.getByTestId('calc-a').fill('23');
+    await page.getByTestId('calc-b').fill('42');
+    await page.getByTestId('btn-positional').click();
+    await waitText(page, 'calc-result-positional', /^-19$/);
+    await page.getByTestId('btn-named').click();
+    await waitText(page, 'calc-result-named', /^-19$/);
+    await page.getByTestId('sum-input').fill('1, 2, 4');
+    await page.getByTestId('btn-sum').click();
+    await waitText(page, 'sum-result', /^7$/);
+  });
+
+  await t.test('live chart: at least 5 pushes, clock and connection count shown, line drawn', async () => {
+    await page.waitForFunction(
+      () => Number(document.querySelector('[data-testid="push-count"]').textContent) >= 5,
+      null,
+      { timeout: WAIT_MS },
+    );
+    assert.match(await text(page, 'server-clock'), /\d\d:\d\d:\d\d/);
+    assert.ok(Number(await text(page, 'connections')) >= 1);
+    // The accent-coloured line must be on the canvas, not just an empty grid.
+    const inked = await page.evaluate(() => {
+      const c = document.querySelector('[data-testid="chart"]');
+      const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+      let n = 0;
+      for (let i = 3; i < d.length; i += 4) if (d[i] > 200) n++;
+      return n;
+    });
+    assert.ok(inked > 500, `chart looks empty (${inked} opaque pixels)`);
+  });
+
+  await t.test('the server calls the browser and answers with what the browser said', async () => {
+    await page.getByTestId('btn-ask').click();
+    await waitText(page, 'ask-result', /"asked"/);
+    const result = JSON.parse(await text(page, 'ask-result'));
+    assert.equal(result.asked, 'ui.describe');
+    assert.equal(typeof result.elapsed_ms, 'number');
+    assert.deepEqual(result.answer.viewport, LAPTOP.viewport);
+    assert.equal(typeof result.answer.language, 'string');
+    assert.match(result.answer.userAgent, /Chrom/);
+    assert.ok(!Number.isNaN(Date.parse(result.answer.time)));
+    const states = await page.locator('[data-testid="ask-steps"] li').evaluateAll((lis) => lis.map((li) => li.dataset.state));
+    assert.deepEqual(states, ['done', 'done', 'done', 'done']);
+  });
+
+  await t.test('chat: a message typed in one page appears in a second page', async () => {
+    const other = await openPage(LAPTOP, 'second page');
+    const message = `hello from page one ${Date.now()}`;
+    await page.getByTestId('chat-name').fill('alice');
+    await page.getByTestId('chat-text').fill(message);
+    await page.getByTestId('chat-text').press('Enter');
+    for (const p of [other, page]) {
+      await p.locator('[data-testid="chat-message"]', { hasText: message }).waitFor({ timeout: WAIT_MS });
+    }
+    assert.match(await other.locator('[data-testid="chat-message"]', { hasText: message }).textContent(), /alice/);
+    await waitText(page, 'chat-status', /delivered to \d+ pages?/);
+    const delivered = Number((await text(page, 'chat-status')).match(/\d+/)[0]);
+    assert.ok(delivered >= 2, `delivered to ${delivered}`);
+    // the second page answers one more chat line, so both directions show in the screenshot
+    await other.getByTestId('chat-name').fill('bob');
+    await other.getByTestId('chat-text').fill('got it, thanks');
+    await other.getByTestId('chat-text').press('Enter');
+    await page.locator('[data-testid="chat-message"]', { hasText: 'got it' }).waitFor({ timeout: WAIT_MS });
+    await other.context().close();
+  });
+
+  await t.test('wire log lists frames in both directions', async () => {
+    const rows = page.getByTestId('wire-row');
+    assert.ok((await rows.count()) >= 8, `only ${await rows.count()} rows`);
+    assert.ok((await page.locator('[data-testid="wire-row"][data-direction="in"]').count()) > 0);
+    assert.ok((await page.locator('[data-testid="wire-row"][data-direction="out"]').count()) > 0);
+    const all = (await page.getByTestId('wire-log').textContent()) ?? '';
+    for (const expected of ['call subtract', 'call ui.describe', 'call demo.ask_browser', 'notify chat.message', '"jsonrpc":"2.0"']) {
+      assert.ok(all.includes(expected), `wire log lacks ${expected}`);
+    }
+  });
+
+  await t.test('screenshots: each panel and the whole page at laptop width', async () => {
+    for (const panel of ['calc', 'live', 'ask', 'chat', 'wire']) {
+      await page.getByTestId(`panel-${panel}`).screenshot({ path: path.join(SHOTS, `panel-${panel}.png`) });
+    }
+    await page.screenshot({ path: path.join(SHOTS, 'laptop.png'), fullPage: true });
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await page.waitForTimeout(600); // one more push redraws the chart in dark colours
+    await page.screenshot({ path: path.join(SHOTS, 'laptop-dark.png'), fullPage: true });
+    await page.emulateMedia({ colorScheme: 'light' });
+  });
+
+  await t.test('phone width (390 px): usable, nothing overflows sideways', async () => {
+    const phone = await openPage(PHONE, 'phone');
+    await phone.getByTestId('btn-positional').click();
+    await waitText(phone, 'calc-result-positional', /^19$/);
+    await phone.getByTestId('btn-ask').click();
+    await waitText(phone, 'ask-result', /"asked"/);
+    await phone.waitForFunction(
+      () => Number(document.querySelector('[data-testid="push-count"]').textContent) >= 5,
+      null,
+      { timeout: WAIT_MS },
+    );
+    const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert.ok(overflow <= 0, `page is ${overflow}px wider than the phone screen`);
+    await phone.screenshot({ path: path.join(SHOTS, 'phone.png'), fullPage: true });
+    await phone.context().close();
+  });
+
+  await t.test('the JS console has no errors', () => {
+    assert.deepEqual(consoleErrors, []);
+  });
+});

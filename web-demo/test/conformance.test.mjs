@@ -1,0 +1,282 @@
+// Incoming traffic, to the letter of the JSON-RPC 2.0 specification: every example of
+// shared/seed-examples.md, then the rules around them. Raw frames in, raw frames out.
+import { test, describe } from 'node:test';
+import assert from 'node:assert/strict';
+import { Peer, RpcError } from '../jsonrpc-peer.js';
+import { FakeSocket, byId, within } from './helpers.mjs';
+
+/** A peer serving the specification's example methods, over a fake socket. */
+function specServer() {
+  const socket = new FakeSocket();
+  const peer = new Peer(socket, { onHandlerError: () => {} });
+  const seen = [];
+  const subtract = (p) => {
+    const [a, b] = Array.isArray(p) ? p : [p?.minuend, p?.subtrahend];
+    if (typeof a !== 'number' || typeof b !== 'number') throw new RpcError(-32602, 'Invalid params');
+    return a - b;
+  };
+  peer
+    .method('subtract', subtract)
+    .method('sum', (p) => p.reduce((a, b) => a + b, 0))
+    .method('get_data', () => ['hello', 5])
+    .notification('update', (p) => seen.push(['update', p]))
+    .notification('notify_sum', (p) => seen.push(['notify_sum', p]))
+    .notification('notify_hello', (p) => seen.push(['notify_hello', p]));
+  return { socket, peer, seen };
+}
+
+const err = (code, message, id) => ({ jsonrpc: '2.0', error: { code, message }, id });
+const INVALID = (id = null) => err(-32600, 'Invalid Request', id);
+
+describe('seed examples (shared/seed-examples.md)', () => {
+  test('positional parameters', async () => {
+    const { socket } = specServer();
+    assert.deepEqual(
+      await socket.exchange('{"jsonrpc": "2.0", "method": "subtract", "params": [42, 23], "id": 1}'),
+      { jsonrpc: '2.0', result: 19, id: 1 },
+    );
+    assert.deepEqual(
+      await socket.exchange('{"jsonrpc": "2.0", "method": "subtract", "params": [23, 42], "id": 2}'),
+      { jsonrpc: '2.0', result: -19, id: 2 },
+    );
+  });
+
+  test('named parameters', async () => {
+    const { socket } = specServer();
+    assert.deepEqual(
+      await socket.exchange('{"jsonrpc": "2.0", "method": "subtract", "params": {"subtrahend": 23, "minuend": 42}, "id": 3}'),
+      { jsonrpc: '2.0', result: 19, id: 3 },
+    );
+    assert.deepEqual(
+      await socket.exchange('{"jsonrpc": "2.0", "method": "subtract", "params": {"minuend": 42, "subtrahend": 23}, "id": 4}'),
+      { jsonrpc: '2.0', result: 19, id: 4 },
+    );
+  });
+
+  test('notifications get no answer, and the handlers run', async () => {
+    const { socket, seen } = specServer();
+    await socket.expectSilence('{"jsonrpc": "2.0", "method": "update", "params": [1,2,3,4,5]}');
+    await socket.expectSilence('{"jsonrpc": "2.0", "method": "foobar"}');
+    assert.deepEqual(seen, [['update', [1, 2, 3, 4, 5]]]);
+  });
+
+  test('non-existent method', async () => {
+    const { socket } = specServer();
+    assert.deepEqual(
+      await socket.exchange('{"jsonrpc": "2.0", "method": "foobar", "id": "1"}'),
+      err(-32601, 'Method not found', '1'),
+    );
+  });
+
+  test('invalid JSON', async () => {
+    const { socket } = specServer();
+    assert.deepEqual(
+      await socket.exchange('{"jsonrpc": "2.0", "method": "foobar, "params": "bar", "baz]'),
+      err(-32700, 'Parse error', null),
+    );
+  });
+
+  test('invalid Request object', async () => {
+    const { socket } = specServer();
+    assert.deepEqual(await socket.exchange('{"jsonrpc": "2.0", "method": 1, "params": "bar"}'), INVALID());
+  });
+
+  test('batch with invalid JSON: one Parse error object, not an array', async () => {
+    const { socket } = specServer();
+    const text = `[
+      {"jsonrpc": "2.0", "method": "sum", "params": [1,2,4], "id": "1"},
+      {"jsonrpc": "2.0", "method"
+    ]`;
+    assert.deepEqual(await socket.exchange(text), err(-32700, 'Parse error', null));
+  });
+
+  test('empty array: one Invalid Request object', async () => {
+    const { socket } = specServer();
+    assert.deepEqual(await socket.exchange('[]'), INVALID());
+  });
+
+  test('[1]: an array of one Invalid Request', async () => {
+    const { socket } = specServer();
+    assert.deepEqual(await socket.exchange('[1]'), [INVALID()]);
+  });
+
+  test('[1,2,3]: an array of three Invalid Request', async () => {
+    const { socket } = specServer();
+    assert.deepEqual(await socket.exchange('[1,2,3]'), [INVALID(), INVALID(), INVALID()]);
+  });
+
+  test('batch of valid and invalid calls', async () => {
+    const { socket, seen } = specServer();
+    const text = `[
+      {"jsonrpc": "2.0", "method": "sum", "params": [1,2,4], "id": "1"},
+      {"jsonrpc": "2.0", "method": "notify_hello", "params": [7]},
+      {"jsonrpc": "2.0", "method": "subtract", "params": [42,23], "id": "2"},
+      {"foo": "boo"},
+      {"jsonrpc": "2.0", "method": "foo.get", "params": {"name": "myself"}, "id": "5"},
+      {"jsonrpc": "2.0", "method": "get_data", "id": "9"}
+    ]`;
+    const answer = await socket.exchange(text);
+    assert.deepEqual(
+      byId(answer),
+      byId([
+        { jsonrpc: '2.0', result: 7, id: '1' },
+        { jsonrpc: '2.0', result: 19, id: '2' },
+        INVALID(),
+        err(-32601, 'Method not found', '5'),
+        { jsonrpc: '2.0', result: ['hello', 5], id: '9' },
+      ]),
+    );
+    assert.equal(socket.sent.length, 1, 'one frame for the whole batch');
+    assert.deepEqual(seen, [['notify_hello', [7]]]);
+  });
+
+  test('batch of only notifications: nothing is returned', async () => {
+    const { socket, seen } = specServer();
+    await socket.expectSilence(`[
+      {"jsonrpc": "2.0", "method": "notify_sum", "params": [1,2,4]},
+      {"jsonrpc": "2.0", "method": "notify_hello", "params": [7]}
+    ]`);
+    assert.deepEqual(seen, [['notify_sum', [1, 2, 4]], ['notify_hello', [7]]]);
+  });
+});
+
+describe('request validity', () => {
+  const cases = [
+    ['jsonrpc missing', '{"method": "sum", "params": [1], "id": 7}', INVALID(7)],
+    ['jsonrpc "1.0"', '{"jsonrpc": "1.0", "method": "sum", "params": [1], "id": 7}', INVALID(7)],
+    ['jsonrpc 2.0 as a number', '{"jsonrpc": 2.0, "method": "sum", "params": [1], "id": "x"}', INVALID('x')],
+    ['method missing', '{"jsonrpc": "2.0", "id": 7}', INVALID(7)],
+    ['method null', '{"jsonrpc": "2.0", "method": null, "id": 7}', INVALID(7)],
+    ['params a string', '{"jsonrpc": "2.0", "method": "sum", "params": "bar", "id": 7}', INVALID(7)],
+    ['params a number', '{"jsonrpc": "2.0", "method": "sum", "params": 3, "id": 7}', INVALID(7)],
+    ['params null', '{"jsonrpc": "2.0", "method": "sum", "params": null, "id": 7}', INVALID(7)],
+    ['id an object: unreadable, so null', '{"jsonrpc": "2.0", "method": "sum", "params": [1], "id": {"a": 1}}', INVALID(null)],
+    ['id an array', '{"jsonrpc": "2.0", "method": "sum", "params": [1], "id": [1]}', INVALID(null)],
+    ['id true', '{"jsonrpc": "2.0", "method": "sum", "params": [1], "id": true}', INVALID(null)],
+    ['invalid and no id', '{"jsonrpc": "2.0", "method": "sum", "params": "bar"}', INVALID(null)],
+    ['a bare number', '42', INVALID()],
+    ['a bare string', '"hello"', INVALID()],
+    ['null', 'null', INVALID()],
+    ['an object with neither method nor result', '{"jsonrpc": "2.0", "id": 1, "foo": 2}', INVALID(1)],
+  ];
+  for (const [name, text, expected] of cases) {
+    test(name, async () => {
+      const { socket } = specServer();
+      assert.deepEqual(await socket.exchange(text), expected);
+    });
+  }
+
+  test('"id": null is a request, answered with id null', async () => {
+    const { socket } = specServer();
+    assert.deepEqual(
+      await socket.exchange('{"jsonrpc": "2.0", "method": "subtract", "params": [5, 2], "id": null}'),
+      { jsonrpc: '2.0', result: 3, id: null },
+    );
+    assert.deepEqual(
+      await socket.exchange('{"jsonrpc": "2.0", "method": "nope", "id": null}'),
+      err(-32601, 'Method not found', null),
+    );
+  });
+
+  test('ids are echoed exactly: strings, negative, fractional, zero, empty string', async () => {
+    const { socket } = specServer();
+    for (const id of ['abc', '', 0, -5, 1.5, 'ünïcødé ✓', '1']) {
+      const answer = await socket.exchange(
+        JSON.stringify({ jsonrpc: '2.0', method: 'get_data', id }),
+      );
+      assert.deepEqual(answer, { jsonrpc: '2.0', result: ['hello', 5], id });
+    }
+  });
+
+  test('extra members do not make a request invalid', async () => {
+    const { socket } = specServer();
+    assert.deepEqual(
+      await socket.exchange('{"jsonrpc": "2.0", "method": "sum", "params": [1, 2], "id": 1, "x": true}'),
+      { jsonrpc: '2.0', result: 3, id: 1 },
+    );
+  });
+
+  test('method names are not looked up on Object.prototype', async () => {
+    const { socket } = specServer();
+    for (const method of ['constructor', '__proto__', 'toString', 'hasOwnProperty']) {
+      assert.deepEqual(
+        await socket.exchange(JSON.stringify({ jsonrpc: '2.0', method, id: 1 })),
+        err(-32601, 'Method not found', 1),
+      );
+    }
+  });
+});
+
+describe('notifications are never answered', () => {
+  const silent = [
+    ['unknown method', '{"jsonrpc": "2.0", "method": "no_such_thing", "params": [1]}'],
+    ['a request-only method called as a notification', '{"jsonrpc": "2.0", "method": "sum", "params": [1]}'],
+    ['handler throws RpcError', '{"jsonrpc": "2.0", "method": "boom_rpc"}'],
+    ['handler throws Error', '{"jsonrpc": "2.0", "method": "boom"}'],
+    ['method registered only as a method, failing', '{"jsonrpc": "2.0", "method": "subtract", "params": {}}'],
+    ['a batch of unknown notifications', '[{"jsonrpc": "2.0", "method": "a"}, {"jsonrpc": "2.0", "method": "b"}]'],
+  ];
+  for (const [name, text] of silent) {
+    test(name, async () => {
+      const { socket, peer } = specServer();
+      peer
+        .notification('boom_rpc', () => { throw new RpcError(1, 'x'); })
+        .notification('boom', () => { throw new Error('x'); });
+      await socket.expectSilence(text);
+    });
+  }
+
+  test('a batch mixing notifications and one request answers only the request', async () => {
+    const { socket } = specServer();
+    const answer = await socket.exchange(
+      '[{"jsonrpc": "2.0", "method": "nope"}, {"jsonrpc": "2.0", "method": "sum", "params": [2, 3], "id": 8}]',
+    );
+    assert.deepEqual(answer, [{ jsonrpc: '2.0', result: 5, id: 8 }]);
+  });
+
+  test('notification handlers run one at a time, in arrival order', async () => {
+    const { socket, peer } = specServer();
+    const log = [];
+    let release;
+    const gate = new Promise((r) => (release = r));
+    peer.notification('step', async (p) => {
+      log.push(`start ${p[0]}`);
+      if (p[0] === 1) await gate;
+      log.push(`end ${p[0]}`);
+    });
+    socket.receive('{"jsonrpc": "2.0", "method": "step", "params": [1]}');
+    socket.receive('{"jsonrpc": "2.0", "method": "step", "params": [2]}');
+    await new Promise((r) => setTimeout(r, 20));
+    assert.deepEqual(log, ['start 1']);
+    release();
+    await within((async () => { while (log.length < 4) await new Promise((r) => setTimeout(r, 5)); })(), 1000);
+    assert.deepEqual(log, ['start 1', 'end 1', 'start 2', 'end 2']);
+  });
+});
+
+describe('responses are routed, never answered', () => {
+  test('a response to an unknown id is dropped silently', async () => {
+    const { socket } = specServer();
+    await socket.expectSilence('{"jsonrpc": "2.0", "result": 1, "id": 999}');
+    await socket.expectSilence('{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null}');
+    await socket.expectSilence('[{"jsonrpc": "2.0", "result": 1, "id": 5}, {"jsonrpc": "2.0", "result": 2, "id": "x"}]');
+  });
+
+  test('an array mixing responses and requests: responses routed, requests answered', async () => {
+    const { socket, peer } = specServer();
+    const p = peer.call('remote', []);
+    const id = (await socket.frame(0)).id;
+    const answer = await socket.exchange(JSON.stringify([
+      { jsonrpc: '2.0', result: 'routed', id },
+      { jsonrpc: '2.0', method: 'sum', params: [1, 1], id: 'r' },
+    ]));
+    assert.deepEqual(answer, [{ jsonrpc: '2.0', result: 2, id: 'r' }]);
+    assert.equal(await within(p), 'routed');
+  });
+});
+
+test('binary frames are ignored: no answer, no effect', async () => {
+  const { socket } = specServer();
+  await socket.expectSilence(new Uint8Array([123, 125]).buffer);
+  await socket.expectSilence(new Uint8Array([1, 2, 3]));
+});
