@@ -75,11 +75,27 @@ fn decode_params<P: DeserializeOwned>(
     params: Option<Range<usize>>,
 ) -> Result<P, serde_json::Error> {
     match params {
-        Some(range) => serde_json::from_str(&frame[range]),
+        Some(range) => {
+            let text = &frame[range];
+            serde_json::from_str(text).or_else(|e| {
+                // Many clients send `[]` or `{}` to mean "no params": a handler that
+                // takes none reads them as it reads absent params.
+                if is_empty_container(text) {
+                    serde_json::from_str("null").map_err(|_| e)
+                } else {
+                    Err(e)
+                }
+            })
+        }
         None => serde_json::from_str("null")
             .or_else(|e| serde_json::from_str("[]").map_err(|_| e))
             .or_else(|e| serde_json::from_str("{}").map_err(|_| e)),
     }
+}
+
+fn is_empty_container(text: &str) -> bool {
+    let inner = text.get(1..text.len().saturating_sub(1)).unwrap_or("x");
+    inner.bytes().all(|b| b.is_ascii_whitespace())
 }
 
 /// A method handler with its types erased. It returns the whole response frame.

@@ -283,9 +283,13 @@ struct Point {
 
 #[tokio::test]
 async fn params_that_do_not_fit_are_invalid_params_with_serdes_message() {
-    let router = Router::new().method("norm1", |_cx: Context, p: Point| async move {
-        Ok::<_, RpcError>(p.x.abs() + p.y.abs())
-    });
+    let router = Router::new()
+        .method("norm1", |_cx: Context, p: Point| async move {
+            Ok::<_, RpcError>(p.x.abs() + p.y.abs())
+        })
+        .method("none", |_cx: Context, (): ()| async move {
+            Ok::<_, RpcError>("none taken")
+        });
     let (url, _server) = serve(router).await;
     let mut raw = RawClient::connect(&url).await;
 
@@ -319,6 +323,20 @@ async fn params_that_do_not_fit_are_invalid_params_with_serdes_message() {
             "for {params}, data {data:?} should say {message:?}"
         );
     }
+    // A method without params reads `[]` and `{}` as it reads absent params.
+    for params in ["", r#","params":[]"#, r#","params":{ }"#] {
+        let a = raw
+            .ask(&format!(
+                r#"{{"jsonrpc":"2.0","method":"none","id":4{params}}}"#
+            ))
+            .await;
+        assert_eq!(a["result"], "none taken", "for {params:?}: {a}");
+    }
+    let a = raw
+        .ask(r#"{"jsonrpc":"2.0","method":"none","params":[1],"id":5}"#)
+        .await;
+    assert_eq!(a["error"]["code"], -32602);
+
     // Absent params for a struct that needs fields.
     let a = raw
         .ask(r#"{"jsonrpc":"2.0","method":"norm1","id":3}"#)
