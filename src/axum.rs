@@ -37,6 +37,7 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::WebSocketStream;
 
 use crate::config::PeerConfig;
+use crate::peer::ConnectionInfo as PeerInfo;
 use crate::router::Router;
 use crate::server::ServerHandle;
 use crate::transport::WebSocket;
@@ -94,10 +95,14 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
             Ok(accept) => accept,
             Err(refusal) => return refusal,
         };
-        let remote = request
-            .extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0);
+        let info = PeerInfo {
+            remote_addr: request
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0),
+            path: Some(request.uri().to_string()),
+            headers: request.headers().clone(),
+        };
         let on_upgrade = hyper::upgrade::on(&mut request);
         tokio::spawn(async move {
             let upgraded = match on_upgrade.await {
@@ -113,12 +118,8 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
                 Some(self.config.websocket()),
             )
             .await;
-            self.handle.start(
-                WebSocket::new(ws),
-                self.router.clone(),
-                &self.config,
-                remote,
-            );
+            self.handle
+                .start(WebSocket::new(ws), self.router.clone(), &self.config, info);
         });
         let mut response = Response::new(Body::empty());
         *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;

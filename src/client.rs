@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::config::PeerConfig;
 use crate::error::{Error, Result};
-use crate::peer::Peer;
+use crate::peer::{ConnectionInfo, Peer};
 use crate::router::Router;
 use crate::transport::WebSocket;
 
@@ -35,8 +35,17 @@ pub async fn connect_with_config<S: Send + Sync + 'static>(
     router: Router<S>,
     config: &PeerConfig,
 ) -> Result<Peer> {
+    connect_shared(url, Arc::new(router), config).await
+}
+
+/// Connects with a router shared by successive connections (the reconnecting client).
+pub(crate) async fn connect_shared<S: Send + Sync + 'static>(
+    url: &str,
+    router: Arc<Router<S>>,
+    config: &PeerConfig,
+) -> Result<Peer> {
     // Frames are coalesced by the writer task, so Nagle's delay is turned off.
-    let (ws, _response) =
+    let (ws, response) =
         tokio_tungstenite::connect_async_with_config(url, Some(config.websocket()), true)
             .await
             .map_err(|e| Error::Transport(Box::new(e)))?;
@@ -44,11 +53,16 @@ pub async fn connect_with_config<S: Send + Sync + 'static>(
         tokio_tungstenite::MaybeTlsStream::Plain(tcp) => tcp.peer_addr().ok(),
         _ => None,
     };
+    let info = ConnectionInfo {
+        remote_addr: remote,
+        path: None,
+        headers: response.headers().clone(),
+    };
     Ok(crate::driver::spawn(
         WebSocket::new(ws),
-        Arc::new(router),
+        router,
         config,
-        remote,
+        info,
         Default::default(),
     ))
 }

@@ -27,6 +27,20 @@ pub struct PeerConfig {
     pub(crate) keepalive_timeout: Duration,
     pub(crate) close_timeout: Duration,
     pub(crate) read_buffer_size: usize,
+    pub(crate) slow_peer: SlowPeer,
+}
+
+/// What a notification pushed without waiting (a broadcast, a topic) does when the
+/// peer's outgoing queue is full: the peer does not read fast enough.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SlowPeer {
+    /// Close that peer with 1008 ("outgoing queue full"): it would lose messages
+    /// otherwise, and a client that reconnects gets a fresh start. The default.
+    #[default]
+    Close,
+    /// Drop the notification for that peer and keep the connection.
+    Drop,
 }
 
 impl Default for PeerConfig {
@@ -42,6 +56,7 @@ impl Default for PeerConfig {
             keepalive_timeout: Duration::from_secs(60),
             close_timeout: Duration::from_secs(2),
             read_buffer_size: 4 * 1024,
+            slow_peer: SlowPeer::Close,
         }
     }
 }
@@ -110,6 +125,12 @@ impl PeerConfig {
         /// The WebSocket read buffer, in bytes (default 4 KiB). It is allocated for
         /// every connection; larger messages still arrive whole.
         read_buffer_size, get_read_buffer_size: usize
+    );
+
+    setting!(
+        /// What a broadcast or topic notification does when this peer's outgoing
+        /// queue is full (default: close it with 1008).
+        slow_peer, get_slow_peer: SlowPeer
     );
 
     /// The tungstenite settings these limits translate to.

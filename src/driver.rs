@@ -39,12 +39,12 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
     transport: T,
     router: Arc<Router<S>>,
     config: &PeerConfig,
-    remote_addr: Option<std::net::SocketAddr>,
+    info: crate::peer::ConnectionInfo,
     hooks: Hooks,
 ) -> Peer {
     let (out_tx, out_rx) = mpsc::channel(config.outgoing_queue.max(1));
     let peer = Peer {
-        shared: Arc::new(Shared::new(out_tx, config, remote_addr)),
+        shared: Arc::new(Shared::new(out_tx, config, info)),
     };
     if let Some(on_start) = hooks.on_start {
         on_start(&peer);
@@ -65,9 +65,10 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
     };
     let config = config.clone();
     tokio::spawn(async move {
+        let peer = reader.peer.clone();
         reader.run(stream, writer, stop_tx, config).await;
         if let Some(on_end) = on_end {
-            on_end();
+            on_end(&peer);
         }
     });
     peer
@@ -81,7 +82,7 @@ pub(crate) struct Hooks {
     /// Runs before the connection reads its first frame.
     pub(crate) on_start: Option<OnStart>,
     /// Runs once the connection's tasks are all gone.
-    pub(crate) on_end: Option<Box<dyn FnOnce() + Send + 'static>>,
+    pub(crate) on_end: Option<OnStart>,
 }
 
 /// Asks the writer to stop: with a close frame to send first, or just to finish.
@@ -208,7 +209,10 @@ impl<S: Send + Sync + 'static> Reader<S> {
         };
 
         tracing::debug!(%reason, "connection closing");
-        // Calls waiting on us end now; handlers serving the other side stop.
+        // Registries forget the peer first, so whoever sees it closed (below) also
+        // sees it gone from them. Then calls waiting on us end, and handlers serving
+        // the other side stop.
+        shared.run_on_close();
         shared.mark_closed(reason.clone());
         self.handlers.abort_all();
         if let Some(n) = self.notifications.take() {

@@ -85,17 +85,23 @@ mod error;
 mod message;
 mod peer;
 mod pending;
+mod reconnect;
 mod router;
 mod server;
+mod topics;
 pub mod transport;
 
 pub use client::{connect, connect_with_config};
-pub use config::PeerConfig;
+pub use config::{PeerConfig, SlowPeer};
 pub use error::{CloseReason, Error, ErrorCode, Result, RpcError};
-pub use peer::{Batch, Peer};
+pub use peer::{Batch, ConnectionInfo, Peer};
 pub use pending::Reply;
+pub use reconnect::{Backoff, LinkState, Reconnecting, ReconnectingBuilder};
 pub use router::{Context, Router};
 pub use server::{Server, ServerHandle};
+/// The `http` crate's types, as the handshake uses them (headers in [`ConnectionInfo`]).
+pub use tokio_tungstenite::tungstenite::http;
+pub use topics::Topics;
 
 /// The README's code, compiled and run as a doc test so it stays true.
 #[cfg(doctest)]

@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::sync::{mpsc, watch};
+use std::sync::Mutex;
 
-use crate::config::PeerConfig;
+use tokio::sync::{mpsc, watch};
+use tokio_tungstenite::tungstenite::http::HeaderMap;
+
+use crate::config::{PeerConfig, SlowPeer};
 use crate::error::{CloseReason, Error, Result};
 use crate::message;
 use crate::pending::{Pending, Reply};
@@ -31,14 +34,45 @@ pub(crate) struct Shared {
     pub(crate) closed: watch::Sender<Option<CloseReason>>,
     /// A close asked for by this side: code and reason.
     pub(crate) close_request: watch::Sender<Option<(u16, String)>>,
-    pub(crate) remote_addr: Option<SocketAddr>,
+    pub(crate) info: ConnectionInfo,
+    pub(crate) id: u64,
+    pub(crate) slow_peer: SlowPeer,
+    /// Run once when the connection ends; `None` once they have run.
+    on_close: Mutex<Option<Vec<OnClose>>>,
 }
+
+type OnClose = Box<dyn FnOnce() + Send + 'static>;
+
+/// Where a connection comes from: what the WebSocket handshake said.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct ConnectionInfo {
+    /// The other side's address, when the transport has one.
+    pub remote_addr: Option<SocketAddr>,
+    /// The request path and query of the handshake (server side), e.g. `/rpc?room=1`.
+    pub path: Option<String>,
+    /// The handshake's headers: the client's request on the server side, the
+    /// server's response on the client side.
+    pub headers: HeaderMap,
+}
+
+impl ConnectionInfo {
+    /// Info with only a remote address.
+    pub fn from_addr(remote_addr: Option<SocketAddr>) -> Self {
+        ConnectionInfo {
+            remote_addr,
+            ..Default::default()
+        }
+    }
+}
+
+static NEXT_PEER_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Shared {
     pub(crate) fn new(
         out: mpsc::Sender<Outgoing>,
         config: &PeerConfig,
-        remote_addr: Option<SocketAddr>,
+        info: ConnectionInfo,
     ) -> Self {
         Shared {
             out,
@@ -47,7 +81,22 @@ impl Shared {
             call_timeout: config.call_timeout,
             closed: watch::Sender::new(None),
             close_request: watch::Sender::new(None),
-            remote_addr,
+            info,
+            id: NEXT_PEER_ID.fetch_add(1, Ordering::Relaxed),
+            slow_peer: config.slow_peer,
+            on_close: Mutex::new(Some(Vec::new())),
+        }
+    }
+
+    /// Runs the `on_close` callbacks, once.
+    pub(crate) fn run_on_close(&self) {
+        let callbacks = self
+            .on_close
+            .lock()
+            .map(|mut c| c.take())
+            .unwrap_or_default();
+        for callback in callbacks.into_iter().flatten() {
+            callback();
         }
     }
 
@@ -100,7 +149,13 @@ impl Peer {
         router: Arc<Router<S>>,
         config: &PeerConfig,
     ) -> Peer {
-        crate::driver::spawn(transport, router, config, None, Default::default())
+        crate::driver::spawn(
+            transport,
+            router,
+            config,
+            ConnectionInfo::default(),
+            Default::default(),
+        )
     }
 
     /// Calls `method` with `params` and waits for the result, read as `R`.
@@ -227,17 +282,53 @@ impl Peer {
     }
 
     /// Queues an already serialized frame without waiting. A full queue means the other
-    /// side does not keep up: it is closed with 1008 rather than let it hold memory.
+    /// side does not keep up: the [`SlowPeer`] policy applies to it alone.
     pub(crate) fn push(&self, frame: Text) -> bool {
         match self.shared.out.try_send(Outgoing::Frame(frame)) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
-                tracing::debug!(remote = ?self.shared.remote_addr, "outgoing queue full; closing with 1008");
-                self.request_close(1008, "outgoing queue full");
+                match self.shared.slow_peer {
+                    SlowPeer::Close => {
+                        tracing::debug!(remote = ?self.remote_addr(), "outgoing queue full; closing with 1008");
+                        self.request_close(1008, "outgoing queue full");
+                    }
+                    SlowPeer::Drop => {
+                        tracing::debug!(remote = ?self.remote_addr(), "outgoing queue full; notification dropped");
+                    }
+                }
                 false
             }
             Err(mpsc::error::TrySendError::Closed(_)) => false,
         }
+    }
+
+    /// Runs `callback` once when the connection ends (at once if it already has),
+    /// before [`closed`](Self::closed) resolves. Registries use it to forget the peer.
+    pub fn on_close(&self, callback: impl FnOnce() + Send + 'static) {
+        let mut callback = Some(Box::new(callback) as OnClose);
+        if let Ok(mut slot) = self.shared.on_close.lock() {
+            if let Some(list) = slot.as_mut() {
+                list.extend(callback.take());
+            }
+        }
+        if let Some(callback) = callback {
+            callback();
+        }
+    }
+
+    /// A number that tells this connection apart from every other in the process.
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// What the handshake said: remote address, path, headers.
+    pub fn info(&self) -> &ConnectionInfo {
+        &self.shared.info
+    }
+
+    /// Why the connection ended, once it has.
+    pub fn close_reason(&self) -> Option<CloseReason> {
+        self.shared.closed.borrow().clone()
     }
 
     fn request_close(&self, code: u16, reason: &str) {
@@ -253,14 +344,15 @@ impl Peer {
 
     /// The other side's address, when the transport has one.
     pub fn remote_addr(&self) -> Option<SocketAddr> {
-        self.shared.remote_addr
+        self.shared.info.remote_addr
     }
 }
 
 impl std::fmt::Debug for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Peer")
-            .field("remote_addr", &self.shared.remote_addr)
+            .field("id", &self.shared.id)
+            .field("remote_addr", &self.shared.info.remote_addr)
             .field("closed", &*self.shared.closed.borrow())
             .field("pending_calls", &self.pending_calls())
             .finish()

@@ -1,19 +1,19 @@
 //! Accepting WebSocket connections, and the registry of the live ones.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
 use serde::Serialize;
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::watch;
+use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 
 use crate::config::PeerConfig;
 use crate::error::{Error, Result};
 use crate::message;
-use crate::peer::Peer;
+use crate::peer::{ConnectionInfo, Peer};
 use crate::router::Router;
 use crate::transport::{Text, WebSocket};
 
@@ -138,7 +138,19 @@ async fn accept<S: Send + Sync + 'static>(
 ) {
     // Frames are coalesced by the writer task; Nagle's delay would only add latency.
     let _ = stream.set_nodelay(true);
-    let handshake = tokio_tungstenite::accept_async_with_config(stream, Some(config.websocket()));
+    // The request's path and headers are kept for the peer's `ConnectionInfo`.
+    let mut request = None;
+    // tungstenite's callback type fixes the (large) error type.
+    #[allow(clippy::result_large_err)]
+    let keep_request = |req: &Request, response: Response| {
+        request = Some((req.uri().to_string(), req.headers().clone()));
+        Ok(response)
+    };
+    let handshake = tokio_tungstenite::accept_hdr_async_with_config(
+        stream,
+        keep_request,
+        Some(config.websocket()),
+    );
     let ws = match tokio::time::timeout(timeout, handshake).await {
         Ok(Ok(ws)) => ws,
         Ok(Err(e)) => {
@@ -150,7 +162,13 @@ async fn accept<S: Send + Sync + 'static>(
             return;
         }
     };
-    registry.start(WebSocket::new(ws), router, &config, Some(addr));
+    let (path, headers) = request.unzip();
+    let info = ConnectionInfo {
+        remote_addr: Some(addr),
+        path,
+        headers: headers.unwrap_or_default(),
+    };
+    registry.start(WebSocket::new(ws), router, &config, info);
 }
 
 /// The live connections of a [`Server`]: count them, broadcast to them, shut down.
@@ -160,10 +178,13 @@ pub struct ServerHandle {
     inner: Arc<Registry>,
 }
 
+type Hook = Arc<dyn Fn(&Peer, &ConnectionInfo) + Send + Sync>;
+
 struct Registry {
     peers: DashMap<u64, Peer>,
-    next_id: AtomicU64,
     shutdown: watch::Sender<bool>,
+    on_connect: RwLock<Option<Hook>>,
+    on_disconnect: RwLock<Option<Hook>>,
 }
 
 impl Default for ServerHandle {
@@ -180,8 +201,9 @@ impl ServerHandle {
         ServerHandle {
             inner: Arc::new(Registry {
                 peers: DashMap::new(),
-                next_id: AtomicU64::new(0),
                 shutdown: watch::Sender::new(false),
+                on_connect: RwLock::new(None),
+                on_disconnect: RwLock::new(None),
             }),
         }
     }
@@ -192,26 +214,61 @@ impl ServerHandle {
         transport: T,
         router: Arc<Router<S>>,
         config: &PeerConfig,
-        remote_addr: Option<SocketAddr>,
+        info: ConnectionInfo,
     ) -> Peer {
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         // Registered before the first frame is read, so a peer that has answered
-        // anything is already in the registry; unregistered once its tasks are gone.
+        // anything is already in the registry, and the application's hook has run;
+        // unregistered once its tasks are gone.
         let on_start = {
             let registry = self.clone();
             Box::new(move |peer: &Peer| {
-                registry.inner.peers.insert(id, peer.clone());
+                registry.inner.peers.insert(peer.id(), peer.clone());
+                let hook = registry
+                    .inner
+                    .on_connect
+                    .read()
+                    .ok()
+                    .and_then(|h| h.clone());
+                if let Some(hook) = hook {
+                    hook(peer, peer.info());
+                }
             })
         };
         let registry = self.clone();
-        let on_end = Box::new(move || {
-            registry.inner.peers.remove(&id);
+        let on_end = Box::new(move |peer: &Peer| {
+            if let Some((_, peer)) = registry.inner.peers.remove(&peer.id()) {
+                let hook = registry
+                    .inner
+                    .on_disconnect
+                    .read()
+                    .ok()
+                    .and_then(|h| h.clone());
+                if let Some(hook) = hook {
+                    hook(&peer, peer.info());
+                }
+            }
         });
         let hooks = crate::driver::Hooks {
             on_start: Some(on_start),
             on_end: Some(on_end),
         };
-        crate::driver::spawn(transport, router, config, remote_addr, hooks)
+        crate::driver::spawn(transport, router, config, info, hooks)
+    }
+
+    /// Runs `hook` for every new connection, before its first frame is read: start
+    /// per-connection push tasks here, or subscribe the peer to topics.
+    pub fn on_connect(&self, hook: impl Fn(&Peer, &ConnectionInfo) + Send + Sync + 'static) {
+        if let Ok(mut slot) = self.inner.on_connect.write() {
+            *slot = Some(Arc::new(hook));
+        }
+    }
+
+    /// Runs `hook` once a connection has ended and its tasks are gone.
+    /// [`Peer::close_reason`] says why it ended.
+    pub fn on_disconnect(&self, hook: impl Fn(&Peer, &ConnectionInfo) + Send + Sync + 'static) {
+        if let Ok(mut slot) = self.inner.on_disconnect.write() {
+            *slot = Some(Arc::new(hook));
+        }
     }
 
     /// Whether [`shutdown`](Self::shutdown) was called.

@@ -1,0 +1,160 @@
+//! Publish/subscribe on plain JSON-RPC notifications.
+//!
+//! A topic is a name; publishing to it sends each subscriber one notification whose
+//! method is the topic's name. Which methods subscribe and unsubscribe is the
+//! application's choice (see [`Topics`]); a peer that disconnects leaves every topic.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::message;
+use crate::peer::Peer;
+use crate::transport::Text;
+
+/// Named topics and the peers subscribed to each. Cheap to clone; share one between
+/// the server's handlers (in the router's state) and whatever publishes.
+///
+/// ```
+/// use jsonrpc_peer::{Context, Router, RpcError, Topics};
+///
+/// // The application decides how peers subscribe: here, two methods.
+/// let router = Router::with_state(Topics::new())
+///     .method("subscribe", |cx: Context<Topics>, (topic,): (String,)| async move {
+///         Ok::<_, RpcError>(cx.state().subscribe(cx.peer(), &topic))
+///     })
+///     .method("unsubscribe", |cx: Context<Topics>, (topic,): (String,)| async move {
+///         Ok::<_, RpcError>(cx.state().unsubscribe(cx.peer(), &topic))
+///     });
+/// // Elsewhere: every subscriber of "prices" gets {"method":"prices","params":{...}}.
+/// let topics = Topics::new();
+/// let sent = topics.publish("prices", serde_json::json!({"BTC": 1})).unwrap();
+/// assert_eq!(sent, 0); // nobody subscribed yet
+/// ```
+#[derive(Clone, Default)]
+pub struct Topics {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Topic name to its subscribers, by peer id.
+    topics: DashMap<Box<str>, DashMap<u64, Peer>>,
+    /// Peer id to the topics it is in, so a disconnect leaves them all.
+    by_peer: DashMap<u64, HashSet<Box<str>>>,
+}
+
+impl Topics {
+    /// No topics, no subscribers.
+    pub fn new() -> Self {
+        Topics::default()
+    }
+
+    /// Subscribes `peer` to `topic`. Returns false if it already was.
+    pub fn subscribe(&self, peer: &Peer, topic: &str) -> bool {
+        let id = peer.id();
+        let first_topic = !self.inner.by_peer.contains_key(&id);
+        let added = self
+            .inner
+            .by_peer
+            .entry(id)
+            .or_default()
+            .insert(topic.into());
+        if !added {
+            return false;
+        }
+        self.inner
+            .topics
+            .entry(topic.into())
+            .or_default()
+            .insert(id, peer.clone());
+        if first_topic {
+            // When the connection ends, the peer leaves every topic (at once, if it
+            // has already ended).
+            let topics = self.clone();
+            peer.on_close(move || topics.forget(id));
+        } else if peer.is_closed() {
+            // It may have ended while this subscription was being added.
+            self.forget(id);
+        }
+        true
+    }
+
+    /// Unsubscribes `peer` from `topic`. Returns false if it was not subscribed.
+    pub fn unsubscribe(&self, peer: &Peer, topic: &str) -> bool {
+        let id = peer.id();
+        let removed = self
+            .inner
+            .by_peer
+            .get_mut(&id)
+            .is_some_and(|mut topics| topics.remove(topic));
+        if removed {
+            self.remove_from(topic, id);
+        }
+        removed
+    }
+
+    /// Notifies every subscriber of `topic` once, with `topic` as the method. The
+    /// notification is serialized once; a subscriber that does not keep up gets its
+    /// [`SlowPeer`](crate::SlowPeer) policy. Returns how many it was queued for.
+    ///
+    /// # Errors
+    ///
+    /// The params errors of [`Peer::call`].
+    pub fn publish(&self, topic: &str, params: impl Serialize) -> Result<usize> {
+        let Some(subscribers) = self.inner.topics.get(topic) else {
+            return Ok(0);
+        };
+        let frame = Text::from(message::request(topic, &params, None)?);
+        Ok(subscribers
+            .iter()
+            .filter(|entry| entry.value().push(frame.clone()))
+            .count())
+    }
+
+    /// How many peers are subscribed to `topic`.
+    pub fn subscriber_count(&self, topic: &str) -> usize {
+        self.inner.topics.get(topic).map_or(0, |s| s.len())
+    }
+
+    /// The topics `peer` is subscribed to.
+    pub fn topics_of(&self, peer: &Peer) -> Vec<String> {
+        self.inner
+            .by_peer
+            .get(&peer.id())
+            .map(|t| t.iter().map(|t| t.to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Removes a peer from every topic it is in.
+    fn forget(&self, id: u64) {
+        if let Some((_, topics)) = self.inner.by_peer.remove(&id) {
+            for topic in topics.iter() {
+                self.remove_from(topic, id);
+            }
+        }
+    }
+
+    fn remove_from(&self, topic: &str, id: u64) {
+        let now_empty = self.inner.topics.get(topic).is_some_and(|subscribers| {
+            subscribers.remove(&id);
+            subscribers.is_empty()
+        });
+        if now_empty {
+            // Only if no one subscribed in between.
+            self.inner.topics.remove_if(topic, |_, s| s.is_empty());
+        }
+    }
+}
+
+impl std::fmt::Debug for Topics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Topics")
+            .field("topics", &self.inner.topics.len())
+            .field("subscribed_peers", &self.inner.by_peer.len())
+            .finish()
+    }
+}

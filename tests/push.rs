@@ -1,0 +1,465 @@
+//! Server push: the registry of live peers, broadcast, topics, slow peers, hooks, and
+//! the reconnecting client.
+
+mod common;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::within;
+use futures_util::StreamExt;
+use jsonrpc_peer::{
+    connect, Backoff, CloseReason, Context, LinkState, PeerConfig, Reconnecting, Router, RpcError,
+    Server, ServerHandle, SlowPeer, Topics,
+};
+use serde::{Serialize, Serializer};
+use tokio::sync::mpsc;
+
+/// Params that count how often they are serialized.
+struct Counted(Arc<AtomicUsize>);
+
+impl Serialize for Counted {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        [42].serialize(s)
+    }
+}
+
+async fn start(server: Server, router: Router<Topics>) -> (String, ServerHandle) {
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    let handle = server.handle();
+    tokio::spawn(server.serve(router));
+    (url, handle)
+}
+
+fn topic_router(topics: Topics) -> Router<Topics> {
+    Router::with_state(topics)
+        .method(
+            "subscribe",
+            |cx: Context<Topics>, (topic,): (String,)| async move {
+                Ok::<_, RpcError>(cx.state().subscribe(cx.peer(), &topic))
+            },
+        )
+        .method(
+            "unsubscribe",
+            |cx: Context<Topics>, (topic,): (String,)| async move {
+                Ok::<_, RpcError>(cx.state().unsubscribe(cx.peer(), &topic))
+            },
+        )
+}
+
+/// A client router forwarding the first param of every `method` notification to `tx`.
+fn forward(method: &str, tx: mpsc::UnboundedSender<(usize, String, u64)>, me: usize) -> Router<()> {
+    let name = method.to_owned();
+    Router::new().notification(
+        method,
+        move |_cx: Context, params: Vec<serde_json::Value>| {
+            let tx = tx.clone();
+            let name = name.clone();
+            let n = params.first().and_then(|n| n.as_u64()).unwrap_or(u64::MAX);
+            async move {
+                let _ = tx.send((me, name, n));
+            }
+        },
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broadcast_reaches_a_thousand_clients_exactly_once_and_is_serialized_once() {
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let (url, handle) = start(server, topic_router(Topics::new())).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut clients = Vec::new();
+    for chunk in (0..1000).collect::<Vec<_>>().chunks(100) {
+        let connecting = chunk.iter().map(|&i| {
+            let router = forward("tick", tx.clone(), i).notification("done", {
+                let tx = tx.clone();
+                move |_cx: Context, (): ()| {
+                    let tx = tx.clone();
+                    async move {
+                        let _ = tx.send((i, "done".into(), 0));
+                    }
+                }
+            });
+            connect(&url, router)
+        });
+        for client in within(futures_util::future::join_all(connecting)).await {
+            clients.push(client.unwrap());
+        }
+    }
+    // Every connection is registered once its handshake is done and it has read
+    // nothing yet; a call proves the last one is in.
+    let _ = within(clients[999].call::<bool>("unsubscribe", ("none",)))
+        .await
+        .unwrap();
+    assert_eq!(handle.connection_count(), 1000);
+
+    let serialized = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    assert_eq!(
+        handle
+            .broadcast("tick", Counted(serialized.clone()))
+            .unwrap(),
+        1000
+    );
+    assert_eq!(
+        serialized.load(Ordering::SeqCst),
+        1,
+        "the notification is serialized once"
+    );
+    // `done` follows `tick` on each connection; once every `done` is in, any duplicate
+    // `tick` would have arrived before it.
+    assert_eq!(handle.broadcast("done", ()).unwrap(), 1000);
+    let mut ticks = HashSet::new();
+    let mut dones = HashSet::new();
+    while dones.len() < 1000 {
+        let (who, what, n) = within(rx.recv()).await.unwrap();
+        if what == "tick" {
+            assert_eq!(n, 42);
+            assert!(ticks.insert(who), "client {who} got the broadcast twice");
+        } else {
+            assert!(dones.insert(who));
+        }
+    }
+    assert_eq!(ticks.len(), 1000, "every client got the broadcast");
+    println!(
+        "1,000 clients had the broadcast after {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_does_not_delay_the_others_and_is_closed() {
+    let config = PeerConfig::default().outgoing_queue(8);
+    let server = Server::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .peer_config(config);
+    let (url, handle) = start(server, topic_router(Topics::new())).await;
+    let (closed_tx, mut closed_rx) = mpsc::unbounded_channel();
+    handle.on_disconnect(move |peer, _info| {
+        let _ = closed_tx.send(peer.close_reason());
+    });
+
+    // The slow client completes the handshake, then never reads again.
+    let (slow, _) = within(tokio_tungstenite::connect_async(&url))
+        .await
+        .unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let fast = within(connect(&url, forward("tick", tx, 0))).await.unwrap();
+    let _ = within(fast.call::<bool>("unsubscribe", ("x",)))
+        .await
+        .unwrap();
+    assert_eq!(handle.connection_count(), 2);
+
+    // 64 KiB notifications: the slow client's socket buffers fill, then its queue.
+    let payload = "x".repeat(64 * 1024);
+    let mut slowest = Duration::ZERO;
+    for n in 0..400u64 {
+        let started = Instant::now();
+        handle.broadcast("tick", (n, &payload)).unwrap();
+        slowest = slowest.max(started.elapsed());
+        // The fast client keeps up: it has each one before the next is sent.
+        let (_, _, got) = within(rx.recv()).await.unwrap();
+        assert_eq!(got, n);
+    }
+    assert!(
+        slowest < Duration::from_millis(50),
+        "a broadcast waited {slowest:?}"
+    );
+    let reason = within(closed_rx.recv()).await.unwrap();
+    assert!(
+        matches!(reason, Some(CloseReason::Local { code: 1008, .. })),
+        "the slow client is closed with 1008: {reason:?}"
+    );
+    assert_eq!(handle.connection_count(), 1);
+    assert!(!fast.is_closed());
+    drop(slow);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_drop_policy_a_slow_client_stays_and_misses_messages() {
+    let config = PeerConfig::default()
+        .outgoing_queue(8)
+        .slow_peer(SlowPeer::Drop);
+    let server = Server::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .peer_config(config);
+    let (url, handle) = start(server, topic_router(Topics::new())).await;
+    let (mut slow, _) = within(tokio_tungstenite::connect_async(&url))
+        .await
+        .unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let fast = within(connect(&url, forward("tick", tx, 0))).await.unwrap();
+    let _ = within(fast.call::<bool>("unsubscribe", ("x",)))
+        .await
+        .unwrap();
+    let payload = "x".repeat(64 * 1024);
+    for n in 0..400u64 {
+        handle.broadcast("tick", (n, &payload)).unwrap();
+        assert_eq!(within(rx.recv()).await.unwrap().2, n);
+    }
+    assert_eq!(
+        handle.connection_count(),
+        2,
+        "the slow client is still connected"
+    );
+    // It reads again: it gets fewer than all 400, and the connection works.
+    let mut received = 0;
+    while let Ok(Some(Ok(msg))) =
+        tokio::time::timeout(Duration::from_millis(500), slow.next()).await
+    {
+        received += usize::from(msg.is_text());
+    }
+    assert!(
+        received < 400,
+        "some notifications were dropped ({received} of 400 arrived)"
+    );
+    assert!(received > 0);
+}
+
+#[tokio::test]
+async fn a_disconnect_leaves_the_registry_and_every_topic() {
+    let topics = Topics::new();
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let (url, handle) = start(server, topic_router(topics.clone())).await;
+    let (gone_tx, mut gone_rx) = mpsc::unbounded_channel();
+    handle.on_disconnect(move |peer, _| {
+        let _ = gone_tx.send(peer.id());
+    });
+
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let client = within(connect(
+        &url,
+        forward("a", tx.clone(), 1).notification("b", |_cx: Context, (_n,): (u64,)| async {}),
+    ))
+    .await
+    .unwrap();
+    let other = within(connect(&url, forward("a", tx, 2))).await.unwrap();
+    for topic in ["a", "b"] {
+        assert!(within(client.call::<bool>("subscribe", (topic,)))
+            .await
+            .unwrap());
+    }
+    assert!(
+        !within(client.call::<bool>("subscribe", ("a",)))
+            .await
+            .unwrap(),
+        "already subscribed"
+    );
+    assert!(within(other.call::<bool>("subscribe", ("a",)))
+        .await
+        .unwrap());
+    assert_eq!(
+        (topics.subscriber_count("a"), topics.subscriber_count("b")),
+        (2, 1)
+    );
+
+    assert_eq!(topics.publish("a", (7,)).unwrap(), 2);
+    let mut got: Vec<usize> = vec![
+        within(rx.recv()).await.unwrap().0,
+        within(rx.recv()).await.unwrap().0,
+    ];
+    got.sort();
+    assert_eq!(got, [1, 2], "each subscriber once");
+
+    assert!(within(other.call::<bool>("unsubscribe", ("a",)))
+        .await
+        .unwrap());
+    assert_eq!(topics.subscriber_count("a"), 1);
+
+    within(client.close()).await;
+    within(gone_rx.recv()).await.unwrap();
+    assert_eq!(handle.connection_count(), 1);
+    assert_eq!(
+        (topics.subscriber_count("a"), topics.subscriber_count("b")),
+        (0, 0)
+    );
+    assert_eq!(topics.publish("a", (8,)).unwrap(), 0);
+}
+
+#[tokio::test]
+async fn hooks_see_the_handshake() {
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let addr = server.local_addr().unwrap();
+    let (_url, handle) = start(server, topic_router(Topics::new())).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    handle.on_connect(move |peer, info| {
+        let header = info
+            .headers
+            .get("x-room")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let _ = tx.send((peer.id(), info.path.clone(), header, info.remote_addr));
+    });
+    let mut request =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(format!(
+            "ws://{addr}/live?room=7"
+        ))
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("x-room", "seven".parse().unwrap());
+    let (_ws, _) = within(tokio_tungstenite::connect_async(request))
+        .await
+        .unwrap();
+    let (_, path, header, remote) = within(rx.recv()).await.unwrap();
+    assert_eq!(path.as_deref(), Some("/live?room=7"));
+    assert_eq!(header.as_deref(), Some("seven"));
+    assert_eq!(
+        remote.map(|a: SocketAddr| a.ip().to_string()).as_deref(),
+        Some("127.0.0.1")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconnecting_client_comes_back_resubscribes_and_receives_again() {
+    let topics = Topics::new();
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let addr = server.local_addr().unwrap();
+    let (url, handle) = start(server, topic_router(topics.clone())).await;
+
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let connects = Arc::new(AtomicUsize::new(0));
+    let client = Reconnecting::builder(url, forward("ticks", tx, 0))
+        .backoff(Backoff {
+            initial: Duration::from_millis(50),
+            max: Duration::from_millis(200),
+            multiplier: 2.0,
+        })
+        .on_connect({
+            let connects = connects.clone();
+            move |peer| {
+                let connects = connects.clone();
+                async move {
+                    let subscribed = peer.call::<bool>("subscribe", ("ticks",)).await;
+                    assert!(
+                        matches!(subscribed, Ok(true)),
+                        "resubscribe: {subscribed:?}"
+                    );
+                    connects.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        })
+        .start();
+    within(client.connected(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(client.state(), LinkState::Connected);
+    assert_eq!(topics.publish("ticks", (1,)).unwrap(), 1);
+    assert_eq!(within(rx.recv()).await.unwrap().2, 1);
+
+    // The server goes away.
+    within(handle.shutdown()).await;
+    let mut state = client.watch_state();
+    within(state.wait_for(|s| *s != LinkState::Connected))
+        .await
+        .unwrap();
+    assert_eq!(topics.subscriber_count("ticks"), 0);
+    // A call made now waits for the link.
+    let waiting = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .call_with_timeout::<bool>("subscribe", ("other",), Duration::from_secs(10))
+                .await
+        }
+    });
+
+    // The server comes back on the same port.
+    let server = Server::bind(addr).await.unwrap();
+    let (_url, _handle) = start(server, topic_router(topics.clone())).await;
+    assert!(
+        within(waiting).await.unwrap().unwrap(),
+        "the waiting call went through"
+    );
+    within(client.connected(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(
+        connects.load(Ordering::SeqCst),
+        2,
+        "the hook ran after the reconnect"
+    );
+    assert_eq!(topics.publish("ticks", (2,)).unwrap(), 1);
+    assert_eq!(within(rx.recv()).await.unwrap().2, 2);
+
+    within(client.close()).await;
+    assert_eq!(client.state(), LinkState::Stopped);
+    assert!(client.peer().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_clients_dropped_together_spread_their_retries() {
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let addr = server.local_addr().unwrap();
+    let (url, handle) = start(server, topic_router(Topics::new())).await;
+    let backoff = Backoff {
+        initial: Duration::from_millis(400),
+        max: Duration::from_secs(2),
+        multiplier: 2.0,
+    };
+    let clients: Vec<_> = (0..100)
+        .map(|_| {
+            Reconnecting::builder(url.clone(), Router::new())
+                .backoff(backoff.clone())
+                .start()
+        })
+        .collect();
+    for c in &clients {
+        within(c.connected(Duration::from_secs(10))).await.unwrap();
+    }
+
+    // Stop the server, then start it again on the same port at once, recording when
+    // each client comes back.
+    let dropped_at = Instant::now();
+    within(handle.shutdown()).await;
+    let server = within(async {
+        loop {
+            // The old listener may hold the port for a moment after shutdown.
+            if let Ok(s) = Server::bind(addr).await {
+                break s;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let (returned_tx, mut returned_rx) = mpsc::unbounded_channel();
+    server.handle().on_connect(move |_peer, _info| {
+        let _ = returned_tx.send(dropped_at.elapsed());
+    });
+    let (_url, _handle) = start(server, topic_router(Topics::new())).await;
+    let mut times = Vec::new();
+    while times.len() < 100 {
+        times.push(within(returned_rx.recv()).await.unwrap());
+    }
+    times.sort();
+    let spread = times[99] - times[0];
+    // Without jitter all 100 would return within a few milliseconds of each other.
+    let busiest = times
+        .iter()
+        .map(|&t| {
+            times
+                .iter()
+                .filter(|&&u| u >= t && u < t + Duration::from_millis(20))
+                .count()
+        })
+        .max()
+        .unwrap();
+    println!("100 reconnects spread over {spread:?}; busiest 20 ms window: {busiest}");
+    assert!(
+        spread > Duration::from_millis(150),
+        "retries spread over only {spread:?}"
+    );
+    assert!(
+        busiest < 40,
+        "{busiest} of 100 clients returned within one 20 ms window"
+    );
+    for c in &clients {
+        c.close().await;
+    }
+}
