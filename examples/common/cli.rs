@@ -1,4 +1,4 @@
-//! The command line the examples share: `--listen ADDR` and a few numeric flags.
+//! The command line the examples share: `--listen ADDR` and a few `--NAME VALUE` flags.
 
 /// Parsed flags: `--listen ADDR` and any `--NAME VALUE` pairs the example allows.
 pub struct Args {
@@ -8,8 +8,17 @@ pub struct Args {
 
 impl Args {
     /// Reads `std::env::args()`. `allowed` names the flags besides `--listen`.
+    #[allow(dead_code)]
     pub fn parse(default_listen: &str, allowed: &[&str]) -> Result<Args, String> {
-        let mut args = std::env::args().skip(1);
+        Args::parse_from(std::env::args().skip(1), default_listen, allowed)
+    }
+
+    /// Reads flags from `args`.
+    pub fn parse_from(
+        mut args: impl Iterator<Item = String>,
+        default_listen: &str,
+        allowed: &[&str],
+    ) -> Result<Args, String> {
         let mut parsed = Args {
             listen: default_listen.to_owned(),
             values: Vec::new(),
@@ -44,6 +53,15 @@ impl Args {
             }
         }
         Ok(parsed)
+    }
+
+    /// The text given for `--name`, or `default`.
+    #[allow(dead_code)]
+    pub fn text(&self, name: &str, default: &str) -> String {
+        match self.values.iter().rev().find(|(n, _)| n == name) {
+            Some((_, v)) => v.clone(),
+            None => default.to_owned(),
+        }
     }
 
     /// The number given for `--name`, or `default`.
