@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{self, header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
 use hyper_util::rt::TokioIo;
@@ -38,6 +38,7 @@ use tokio_tungstenite::WebSocketStream;
 
 use crate::config::PeerConfig;
 use crate::peer::ConnectionInfo as PeerInfo;
+use crate::policy::{HandshakePolicy, Refusal, Slots};
 use crate::router::Router;
 use crate::server::ServerHandle;
 use crate::transport::WebSocket;
@@ -48,6 +49,8 @@ pub struct Endpoint<S> {
     router: Arc<Router<S>>,
     config: PeerConfig,
     handle: ServerHandle,
+    policy: HandshakePolicy,
+    slots: Slots,
 }
 
 impl<S: Send + Sync + 'static> Endpoint<S> {
@@ -57,7 +60,16 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
             router: Arc::new(router),
             config: PeerConfig::default(),
             handle: ServerHandle::new(),
+            slots: Slots::new(HandshakePolicy::default().max_connections),
+            policy: HandshakePolicy::default(),
         }
+    }
+
+    /// Who may connect: connection limit, Origin allow-list, authentication.
+    pub fn handshake_policy(mut self, policy: HandshakePolicy) -> Self {
+        self.slots = Slots::new(policy.max_connections);
+        self.policy = policy;
+        self
     }
 
     /// Settings for every connection.
@@ -95,13 +107,26 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
             Ok(accept) => accept,
             Err(refusal) => return refusal,
         };
+        let slot = match self.slots.take() {
+            Ok(slot) => slot,
+            Err(refusal) => return refuse(&refusal),
+        };
+        let mut handshake = http::Request::new(());
+        *handshake.uri_mut() = request.uri().clone();
+        *handshake.headers_mut() = request.headers().clone();
+        let auth = match self.policy.check(&handshake) {
+            Ok(auth) => auth,
+            Err(refusal) => return refuse(&refusal),
+        };
+        let (parts, ()) = handshake.into_parts();
         let info = PeerInfo {
             remote_addr: request
                 .extensions()
                 .get::<ConnectInfo<SocketAddr>>()
                 .map(|c| c.0),
-            path: Some(request.uri().to_string()),
-            headers: request.headers().clone(),
+            path: Some(parts.uri.to_string()),
+            headers: parts.headers,
+            auth,
         };
         let on_upgrade = hyper::upgrade::on(&mut request);
         tokio::spawn(async move {
@@ -118,8 +143,13 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
                 Some(self.config.websocket()),
             )
             .await;
-            self.handle
-                .start(WebSocket::new(ws), self.router.clone(), &self.config, info);
+            self.handle.start(
+                WebSocket::new(ws),
+                self.router.clone(),
+                &self.config,
+                info,
+                Some(slot),
+            );
         });
         let mut response = Response::new(Body::empty());
         *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -129,6 +159,11 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
         headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
         response
     }
+}
+
+fn refuse(refusal: &Refusal) -> Response {
+    let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::FORBIDDEN);
+    (status, refusal.reason.clone()).into_response()
 }
 
 /// Checks an RFC 6455 opening handshake; returns the `Sec-WebSocket-Accept` value.

@@ -57,6 +57,7 @@ pub(crate) async fn connect_shared<S: Send + Sync + 'static>(
         remote_addr: remote,
         path: None,
         headers: response.headers().clone(),
+        auth: None,
     };
     Ok(crate::driver::spawn(
         WebSocket::new(ws),

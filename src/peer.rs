@@ -54,6 +54,8 @@ pub struct ConnectionInfo {
     /// The handshake's headers: the client's request on the server side, the
     /// server's response on the client side.
     pub headers: HeaderMap,
+    /// What the authentication hook attached, if any.
+    pub(crate) auth: Option<crate::policy::Attached>,
 }
 
 impl ConnectionInfo {
@@ -324,6 +326,12 @@ impl Peer {
     /// What the handshake said: remote address, path, headers.
     pub fn info(&self) -> &ConnectionInfo {
         &self.shared.info
+    }
+
+    /// What the [`HandshakePolicy::authenticate`](crate::HandshakePolicy::authenticate)
+    /// hook attached to this connection, if it attached a `T`.
+    pub fn auth<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.shared.info.auth.as_deref()?.downcast_ref()
     }
 
     /// Why the connection ended, once it has.

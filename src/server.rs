@@ -8,7 +8,11 @@ use dashmap::DashMap;
 use serde::Serialize;
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::watch;
-use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::http::StatusCode;
+
+use crate::policy::{HandshakePolicy, Refusal, Slots};
 
 use crate::config::PeerConfig;
 use crate::error::{Error, Result};
@@ -35,6 +39,7 @@ pub struct Server {
     listener: TcpListener,
     config: PeerConfig,
     handshake_timeout: Duration,
+    policy: HandshakePolicy,
     registry: ServerHandle,
 }
 
@@ -57,6 +62,7 @@ impl Server {
             listener,
             config: PeerConfig::default(),
             handshake_timeout: Duration::from_secs(10),
+            policy: HandshakePolicy::default(),
             registry: ServerHandle::new(),
         }
     }
@@ -64,6 +70,12 @@ impl Server {
     /// Settings for every connection this server accepts.
     pub fn peer_config(mut self, config: PeerConfig) -> Self {
         self.config = config;
+        self
+    }
+
+    /// Who may connect: connection limit, Origin allow-list, authentication.
+    pub fn handshake_policy(mut self, policy: HandshakePolicy) -> Self {
+        self.policy = policy;
         self
     }
 
@@ -98,6 +110,11 @@ impl Server {
     /// None yet: failures to accept one connection are logged and the server goes on.
     pub async fn serve<S: Send + Sync + 'static>(self, router: Router<S>) -> Result<()> {
         let router = Arc::new(router);
+        let gate = Arc::new(Gate {
+            slots: Slots::new(self.policy.max_connections),
+            policy: self.policy.clone(),
+            timeout: self.handshake_timeout,
+        });
         let mut shutdown = self.registry.inner.shutdown.subscribe();
         loop {
             let accepted = tokio::select! {
@@ -110,9 +127,9 @@ impl Server {
                     let router = router.clone();
                     let config = self.config.clone();
                     let registry = self.registry.clone();
-                    let timeout = self.handshake_timeout;
+                    let gate = gate.clone();
                     tokio::spawn(async move {
-                        accept(stream, addr, router, config, registry, timeout).await;
+                        accept(stream, addr, router, config, registry, gate).await;
                     });
                 }
                 Err(e) => {
@@ -128,33 +145,47 @@ impl Server {
     }
 }
 
+/// What every handshake on one server shares.
+struct Gate {
+    policy: HandshakePolicy,
+    slots: Slots,
+    timeout: Duration,
+}
+
 async fn accept<S: Send + Sync + 'static>(
     stream: TcpStream,
     addr: SocketAddr,
     router: Arc<Router<S>>,
     config: PeerConfig,
     registry: ServerHandle,
-    timeout: Duration,
+    gate: Arc<Gate>,
 ) {
     // Frames are coalesced by the writer task; Nagle's delay would only add latency.
     let _ = stream.set_nodelay(true);
-    // The request's path and headers are kept for the peer's `ConnectionInfo`.
-    let mut request = None;
+    // The slot is taken before the handshake and held until the connection ends; a
+    // client past the limit still gets its answer: 503.
+    let slot = gate.slots.take();
+    let mut admitted = None;
     // tungstenite's callback type fixes the (large) error type.
     #[allow(clippy::result_large_err)]
-    let keep_request = |req: &Request, response: Response| {
-        request = Some((req.uri().to_string(), req.headers().clone()));
-        Ok(response)
+    let decide = |req: &Request, response: Response| {
+        if let Err(refusal) = &slot {
+            return Err(refuse(refusal));
+        }
+        match gate.policy.check(req) {
+            Ok(attached) => {
+                admitted = Some((req.uri().to_string(), req.headers().clone(), attached));
+                Ok(response)
+            }
+            Err(refusal) => Err(refuse(&refusal)),
+        }
     };
-    let handshake = tokio_tungstenite::accept_hdr_async_with_config(
-        stream,
-        keep_request,
-        Some(config.websocket()),
-    );
-    let ws = match tokio::time::timeout(timeout, handshake).await {
+    let handshake =
+        tokio_tungstenite::accept_hdr_async_with_config(stream, decide, Some(config.websocket()));
+    let ws = match tokio::time::timeout(gate.timeout, handshake).await {
         Ok(Ok(ws)) => ws,
         Ok(Err(e)) => {
-            tracing::debug!(%addr, error = %e, "handshake failed");
+            tracing::debug!(%addr, error = %e, "handshake failed or refused");
             return;
         }
         Err(_) => {
@@ -162,13 +193,23 @@ async fn accept<S: Send + Sync + 'static>(
             return;
         }
     };
-    let (path, headers) = request.unzip();
+    let (Ok(slot), Some((path, headers, auth))) = (slot, admitted) else {
+        return;
+    };
     let info = ConnectionInfo {
         remote_addr: Some(addr),
-        path,
-        headers: headers.unwrap_or_default(),
+        path: Some(path),
+        headers,
+        auth,
     };
-    registry.start(WebSocket::new(ws), router, &config, info);
+    registry.start(WebSocket::new(ws), router, &config, info, Some(slot));
+}
+
+/// The HTTP answer to a refused handshake.
+fn refuse(refusal: &Refusal) -> ErrorResponse {
+    let mut response = ErrorResponse::new(Some(refusal.reason.clone()));
+    *response.status_mut() = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::FORBIDDEN);
+    response
 }
 
 /// The live connections of a [`Server`]: count them, broadcast to them, shut down.
@@ -215,6 +256,7 @@ impl ServerHandle {
         router: Arc<Router<S>>,
         config: &PeerConfig,
         info: ConnectionInfo,
+        slot: Option<OwnedSemaphorePermit>,
     ) -> Peer {
         // Registered before the first frame is read, so a peer that has answered
         // anything is already in the registry, and the application's hook has run;
@@ -236,6 +278,8 @@ impl ServerHandle {
         };
         let registry = self.clone();
         let on_end = Box::new(move |peer: &Peer| {
+            // The connection's slot is free again once its tasks are gone.
+            drop(slot);
             if let Some((_, peer)) = registry.inner.peers.remove(&peer.id()) {
                 let hook = registry
                     .inner

@@ -1,0 +1,198 @@
+//! Who may connect: the Origin allow-list, authentication, the connection limit and
+//! oversized handshakes, for `Server` and for the axum endpoint.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::within;
+use jsonrpc_peer::axum::Endpoint;
+use jsonrpc_peer::{connect, Context, HandshakePolicy, Refusal, Router, RpcError, Server};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Error as WsError;
+
+struct User(String);
+
+/// Counts calls, so a test can tell that no handler ran.
+fn router(calls: Arc<AtomicUsize>) -> Router<Arc<AtomicUsize>> {
+    Router::with_state(calls).method(
+        "whoami",
+        |cx: Context<Arc<AtomicUsize>>, (): ()| async move {
+            cx.state().fetch_add(1, Ordering::SeqCst);
+            Ok::<_, RpcError>(cx.peer().auth::<User>().map(|u| u.0.clone()))
+        },
+    )
+}
+
+fn policy() -> HandshakePolicy {
+    HandshakePolicy::default()
+        .allowed_origins(["https://app.example.com"])
+        .authenticate(|request| {
+            match request.uri().query().and_then(|q| q.strip_prefix("token=")) {
+                Some("s3cret") => Ok(User("alice".into())),
+                Some(_) => Err(Refusal::forbidden("unknown token")),
+                None => Err(Refusal::unauthorized("a token is needed")),
+            }
+        })
+}
+
+/// Both ways of serving: a `Server`, and the axum endpoint. Returns `ws://HOST:PORT/rpc`.
+async fn serve(axum_endpoint: bool, policy: HandshakePolicy, calls: Arc<AtomicUsize>) -> String {
+    if axum_endpoint {
+        let app = axum::Router::new().route(
+            "/rpc",
+            Endpoint::new(router(calls))
+                .handshake_policy(policy)
+                .into_route(),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+        });
+        format!("ws://{addr}/rpc")
+    } else {
+        let server = Server::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .handshake_policy(policy);
+        let url = format!("ws://{}/rpc", server.local_addr().unwrap());
+        tokio::spawn(server.serve(router(calls)));
+        url
+    }
+}
+
+/// Opens a raw WebSocket with an optional Origin; returns the HTTP status of a refusal.
+async fn handshake(url: &str, origin: Option<&str>) -> Result<(), u16> {
+    let mut request = url.into_client_request().unwrap();
+    if let Some(origin) = origin {
+        request
+            .headers_mut()
+            .insert("origin", origin.parse().unwrap());
+    }
+    match within(tokio_tungstenite::connect_async(request)).await {
+        Ok(_) => Ok(()),
+        Err(WsError::Http(response)) => Err(response.status().as_u16()),
+        Err(other) => panic!("expected an HTTP refusal, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn origins_and_authentication_decide_at_the_handshake() {
+    for axum_endpoint in [false, true] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let base = serve(axum_endpoint, policy(), calls.clone()).await;
+        let ok = format!("{base}?token=s3cret");
+
+        assert_eq!(
+            handshake(&ok, Some("https://evil.example.net")).await,
+            Err(403),
+            "foreign origin"
+        );
+        assert_eq!(
+            handshake(&ok, Some("https://APP.example.com")).await,
+            Ok(()),
+            "origins ignore case"
+        );
+        assert_eq!(
+            handshake(&ok, None).await,
+            Ok(()),
+            "no Origin: not a browser"
+        );
+        assert_eq!(handshake(&base, None).await, Err(401), "no token");
+        assert_eq!(
+            handshake(&format!("{base}?token=nope"), None).await,
+            Err(403),
+            "wrong token"
+        );
+
+        // What the hook attached reaches the handlers.
+        let peer = within(connect(&ok, Router::new())).await.unwrap();
+        let me: Option<String> = within(peer.call("whoami", ())).await.unwrap();
+        assert_eq!(me.as_deref(), Some("alice"));
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "no handler ran for a refused handshake"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_missing_origin_can_be_refused_too() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let strict = HandshakePolicy::default()
+        .allowed_origins(["https://app.example.com"])
+        .allow_missing_origin(false);
+    let url = serve(false, strict, calls).await;
+    assert_eq!(handshake(&url, None).await, Err(403));
+    assert_eq!(
+        handshake(&url, Some("https://app.example.com")).await,
+        Ok(())
+    );
+}
+
+#[tokio::test]
+async fn past_the_connection_limit_the_handshake_gets_503_until_one_closes() {
+    for axum_endpoint in [false, true] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let url = serve(
+            axum_endpoint,
+            HandshakePolicy::default().max_connections(3),
+            calls,
+        )
+        .await;
+        let mut peers = Vec::new();
+        for _ in 0..3 {
+            peers.push(within(connect(&url, Router::new())).await.unwrap());
+        }
+        assert_eq!(handshake(&url, None).await, Err(503), "connection 4 of 3");
+        let first = peers.remove(0);
+        within(first.close()).await;
+        // The slot is free once the server side's tasks are gone; retry (bounded)
+        // until the server has noticed.
+        let again = within(async {
+            loop {
+                match handshake(&url, None).await {
+                    Ok(()) => break,
+                    Err(503) => tokio::task::yield_now().await,
+                    Err(other) => panic!("unexpected status {other}"),
+                }
+            }
+        });
+        again.await;
+    }
+}
+
+#[tokio::test]
+async fn an_oversized_handshake_is_refused() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let url = serve(false, HandshakePolicy::default(), calls.clone()).await;
+    let addr = url
+        .trim_start_matches("ws://")
+        .trim_end_matches("/rpc")
+        .to_owned();
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let huge = "a".repeat(100 * 1024);
+    let request = format!(
+        "GET /rpc HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nX-Big: {huge}\r\n\r\n"
+    );
+    // The server may stop reading (and close) before the whole request is written.
+    let _ = tcp.write_all(request.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = within(tcp.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        !answer.contains(" 101 "),
+        "an oversized handshake was accepted: {answer:.200}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
