@@ -20,7 +20,8 @@ use crate::transport::WebSocket;
 ///
 /// # Errors
 ///
-/// [`Error::Transport`] when the connection or the handshake fails.
+/// [`Error::Transport`] when the connection or the handshake fails, [`Error::Timeout`]
+/// when it takes longer than [`PeerConfig::connect_timeout`].
 pub async fn connect<S: Send + Sync + 'static>(url: &str, router: Router<S>) -> Result<Peer> {
     connect_with_config(url, router, &PeerConfig::default()).await
 }
@@ -45,10 +46,11 @@ pub(crate) async fn connect_shared<S: Send + Sync + 'static>(
     config: &PeerConfig,
 ) -> Result<Peer> {
     // Frames are coalesced by the writer task, so Nagle's delay is turned off.
-    let (ws, response) =
-        tokio_tungstenite::connect_async_with_config(url, Some(config.websocket()), true)
-            .await
-            .map_err(|e| Error::Transport(Box::new(e)))?;
+    let dial = tokio_tungstenite::connect_async_with_config(url, Some(config.websocket()), true);
+    let (ws, response) = tokio::time::timeout(config.connect_timeout, dial)
+        .await
+        .map_err(|_| Error::Timeout(config.connect_timeout))?
+        .map_err(|e| Error::Transport(Box::new(e)))?;
     let remote = match ws.get_ref() {
         tokio_tungstenite::MaybeTlsStream::Plain(tcp) => tcp.peer_addr().ok(),
         _ => None,

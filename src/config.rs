@@ -28,6 +28,7 @@ pub struct PeerConfig {
     pub(crate) close_timeout: Duration,
     pub(crate) read_buffer_size: usize,
     pub(crate) slow_peer: SlowPeer,
+    pub(crate) connect_timeout: Duration,
 }
 
 /// What a notification pushed without waiting (a broadcast, a topic) does when the
@@ -53,10 +54,11 @@ impl Default for PeerConfig {
             outgoing_queue: 1024,
             notification_queue: 256,
             ping_interval: Some(Duration::from_secs(30)),
-            keepalive_timeout: Duration::from_secs(60),
+            keepalive_timeout: Duration::from_secs(30),
             close_timeout: Duration::from_secs(2),
             read_buffer_size: 4 * 1024,
             slow_peer: SlowPeer::Close,
+            connect_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -112,8 +114,9 @@ impl PeerConfig {
         ping_interval, get_ping_interval: Option<Duration>
     );
     setting!(
-        /// How long the other side may stay silent, pongs included, before the
-        /// connection is closed (default 60 s). Checked only while pings are sent.
+        /// How long a ping may go unanswered (nothing at all heard from the other side
+        /// since it was sent) before the connection is closed (default 30 s). A peer
+        /// that goes silent is caught within the ping interval plus this timeout.
         keepalive_timeout, get_keepalive_timeout: Duration
     );
     setting!(
@@ -131,6 +134,12 @@ impl PeerConfig {
         /// What a broadcast or topic notification does when this peer's outgoing
         /// queue is full (default: close it with 1008).
         slow_peer, get_slow_peer: SlowPeer
+    );
+
+    setting!(
+        /// How long a client may take to connect: TCP, TLS and the WebSocket handshake
+        /// together (default 10 s).
+        connect_timeout, get_connect_timeout: Duration
     );
 
     /// The tungstenite settings these limits translate to.

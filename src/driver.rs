@@ -22,7 +22,7 @@ use std::time::Duration;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use serde_json::value::RawValue;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -52,7 +52,7 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
     let on_end = hooks.on_end;
     let (sink, stream) = transport.split();
     let (stop_tx, stop_rx) = oneshot::channel();
-    let writer = tokio::spawn(write_loop(sink, out_rx, stop_rx, config.ping_interval));
+    let writer = tokio::spawn(write_loop(sink, out_rx, stop_rx));
     let reader = Reader {
         router,
         peer: peer.clone(),
@@ -62,11 +62,17 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
         max_batch: config.max_batch_len,
         max_in_flight: config.max_in_flight.max(1),
         notification_queue: config.notification_queue.max(1),
+        draining: false,
     };
     let config = config.clone();
+    // Subscribed before the handle is returned: a close asked for before the reader
+    // task first runs must still be seen as a change.
+    let close_requests = peer.shared.close_request.subscribe();
     tokio::spawn(async move {
         let peer = reader.peer.clone();
-        reader.run(stream, writer, stop_tx, config).await;
+        reader
+            .run(close_requests, stream, writer, stop_tx, config)
+            .await;
         if let Some(on_end) = on_end {
             on_end(&peer);
         }
@@ -112,29 +118,46 @@ struct Reader<S> {
     max_batch: usize,
     max_in_flight: usize,
     notification_queue: usize,
+    /// Closing gracefully: new calls are refused.
+    draining: bool,
 }
 
 impl<S: Send + Sync + 'static> Reader<S> {
     async fn run<T: Transport>(
         mut self,
+        mut close_requests: watch::Receiver<Option<crate::peer::CloseRequest>>,
         mut stream: SplitStream<T>,
         mut writer: JoinHandle<Result<(), TransportError>>,
         stop: oneshot::Sender<Stop>,
         config: PeerConfig,
     ) {
         let shared = self.peer.shared.clone();
-        let mut close_requests = shared.close_request.subscribe();
         let mut writer_done = false;
-        let mut keepalive = config.ping_interval.map(|_| {
-            let period = config.keepalive_timeout;
+        // Keepalive: a ping every interval; a ping unanswered past the timeout (nothing at
+        // all heard since it was sent) means the other side is gone. Checked on a tick of
+        // the shorter of the two, so a silence is caught within interval + timeout.
+        let timeout = config.keepalive_timeout;
+        let mut keepalive = config.ping_interval.map(|interval| {
+            let period = interval.min(timeout).max(Duration::from_millis(1));
             let mut tick = tokio::time::interval_at(Instant::now() + period, period);
             tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            tick
+            (tick, interval)
         });
-        // Whether anything arrived since the last keepalive tick.
-        let mut heard = true;
+        let mut last_ping = Instant::now();
+        // When the oldest ping still without an answer was sent.
+        let mut unanswered: Option<Instant> = None;
+        // A graceful close waiting for running calls, and until when it waits.
+        let mut draining: Option<(crate::peer::CloseRequest, Instant)> = None;
 
         let reason = loop {
+            if let Some((request, _)) = &draining {
+                if self.handlers.is_empty() {
+                    break CloseReason::Local {
+                        code: request.code,
+                        reason: request.reason.clone(),
+                    };
+                }
+            }
             let reading = self.handlers.len() < self.max_in_flight && self.backlog.is_empty();
             let notification_room = match (&self.notifications, self.backlog.is_empty()) {
                 (Some(n), false) => Some(n.tx.clone()),
@@ -142,9 +165,23 @@ impl<S: Send + Sync + 'static> Reader<S> {
             };
             let event = tokio::select! {
                 biased;
-                Ok(()) = close_requests.changed() => {
-                    let (code, reason) = close_requests.borrow().clone().unwrap_or((1000, String::new()));
-                    break CloseReason::Local { code, reason };
+                Ok(()) = close_requests.changed(), if draining.is_none() => {
+                    let Some(request) = close_requests.borrow().clone() else { continue };
+                    match request.drain_until {
+                        Some(until) if !self.handlers.is_empty() => {
+                            self.draining = true;
+                            draining = Some((request, until));
+                            continue;
+                        }
+                        _ => break CloseReason::Local { code: request.code, reason: request.reason },
+                    }
+                }
+                _ = sleep_until(draining.as_ref().map(|d| d.1)), if draining.is_some() => {
+                    if let Some((request, _)) = draining.take() {
+                        tracing::debug!("grace period over; stopping the calls still running");
+                        break CloseReason::Local { code: request.code, reason: request.reason };
+                    }
+                    continue;
                 }
                 result = &mut writer, if !writer_done => {
                     writer_done = true;
@@ -164,12 +201,22 @@ impl<S: Send + Sync + 'static> Reader<S> {
                 Some(permit) = reserve(notification_room), if !self.backlog.is_empty() => {
                     Event::Room(permit)
                 }
-                _ = tick(&mut keepalive), if keepalive.is_some() => {
+                now = tick(&mut keepalive), if keepalive.is_some() => {
                     // Silence only counts while we read: paused reading is our own doing.
-                    if reading && !heard {
+                    if !reading {
+                        unanswered = None;
+                        continue;
+                    }
+                    if unanswered.is_some_and(|sent| now - sent >= timeout) {
                         break CloseReason::KeepaliveTimeout;
                     }
-                    heard = false;
+                    let interval = keepalive.as_ref().map_or(timeout, |k| k.1);
+                    if unanswered.is_none() && now - last_ping >= interval {
+                        // A full queue means the link is busy: the silence is timed anyway.
+                        let _ = shared.out.try_send(Outgoing::Ping);
+                        last_ping = now;
+                        unanswered = Some(now);
+                    }
                     continue;
                 }
                 frame = stream.next(), if reading => Event::Frame(frame),
@@ -181,7 +228,7 @@ impl<S: Send + Sync + 'static> Reader<S> {
                     }
                 }
                 Event::Frame(frame) => {
-                    heard = true;
+                    unanswered = None;
                     match frame {
                         Some(Ok(Frame::Text(text))) => self.on_text(text),
                         Some(Ok(Frame::Close(frame))) => {
@@ -301,6 +348,12 @@ impl<S: Send + Sync + 'static> Reader<S> {
     ) -> Option<String> {
         match item {
             Item::Request { id, method, params } => {
+                if self.draining {
+                    return Some(message::error_response(
+                        Some(id.get()),
+                        &RpcError::new(-32000, "Closing").with_data("the connection is closing"),
+                    ));
+                }
                 let Some(handler) = self.router.methods.get(&*method) else {
                     return Some(message::error_response(
                         Some(id.get()),
@@ -467,11 +520,16 @@ enum Event<S> {
     Room(mpsc::OwnedPermit<NotificationJob<S>>),
 }
 
-async fn tick(keepalive: &mut Option<tokio::time::Interval>) {
+async fn sleep_until(until: Option<Instant>) {
+    match until {
+        Some(until) => tokio::time::sleep_until(until).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn tick(keepalive: &mut Option<(tokio::time::Interval, Duration)>) -> Instant {
     match keepalive {
-        Some(t) => {
-            t.tick().await;
-        }
+        Some((t, _)) => t.tick().await,
         None => std::future::pending().await,
     }
 }
@@ -504,31 +562,19 @@ async fn write_loop<T: Transport>(
     mut sink: SplitSink<T, Frame>,
     mut rx: mpsc::Receiver<Outgoing>,
     mut stop: oneshot::Receiver<Stop>,
-    ping_interval: Option<Duration>,
 ) -> Result<(), TransportError> {
-    let mut ping = ping_interval.map(|p| {
-        let mut t = tokio::time::interval_at(Instant::now() + p, p);
-        t.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        t
-    });
     let work = async {
-        loop {
-            let first = tokio::select! {
-                msg = rx.recv() => match msg {
-                    Some(Outgoing::Frame(text)) => Frame::Text(text),
-                    None => return Ok(()),
-                },
-                _ = tick(&mut ping), if ping.is_some() => Frame::Ping(bytes::Bytes::new()),
-            };
-            sink.feed(first).await?;
+        while let Some(first) = rx.recv().await {
+            sink.feed(first.into_frame()).await?;
             for _ in 1..MAX_COALESCE {
                 match rx.try_recv() {
-                    Ok(Outgoing::Frame(text)) => sink.feed(Frame::Text(text)).await?,
+                    Ok(next) => sink.feed(next.into_frame()).await?,
                     Err(_) => break,
                 }
             }
             sink.flush().await?;
         }
+        Ok(())
     };
     let stop = tokio::select! {
         biased;
@@ -537,6 +583,11 @@ async fn write_loop<T: Transport>(
     };
     let Some(stop) = stop else { return Ok(()) };
     let finish = async {
+        // What was queued before the close goes out first: answers of calls that
+        // finished during a graceful close, above all.
+        while let Ok(next) = rx.try_recv() {
+            sink.feed(next.into_frame()).await?;
+        }
         if let Some((code, reason)) = stop.close {
             sink.send(Frame::Close(Some((code, reason)))).await?;
         }

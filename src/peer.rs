@@ -22,6 +22,27 @@ use crate::transport::{Text, Transport};
 /// What the writer task is asked to send.
 pub(crate) enum Outgoing {
     Frame(Text),
+    /// A keepalive ping.
+    Ping,
+}
+
+impl Outgoing {
+    pub(crate) fn into_frame(self) -> crate::transport::Frame {
+        match self {
+            Outgoing::Frame(text) => crate::transport::Frame::Text(text),
+            Outgoing::Ping => crate::transport::Frame::Ping(bytes::Bytes::new()),
+        }
+    }
+}
+
+/// A close asked for by this side.
+#[derive(Clone, Debug)]
+pub(crate) struct CloseRequest {
+    pub(crate) code: u16,
+    pub(crate) reason: String,
+    /// Let calls already running finish (until this instant) before closing; calls
+    /// that arrive meanwhile are refused.
+    pub(crate) drain_until: Option<tokio::time::Instant>,
 }
 
 /// The state one connection's handles share with its tasks.
@@ -33,7 +54,7 @@ pub(crate) struct Shared {
     /// `None` while open; the cause once closed.
     pub(crate) closed: watch::Sender<Option<CloseReason>>,
     /// A close asked for by this side: code and reason.
-    pub(crate) close_request: watch::Sender<Option<(u16, String)>>,
+    pub(crate) close_request: watch::Sender<Option<CloseRequest>>,
     pub(crate) info: ConnectionInfo,
     pub(crate) id: u64,
     pub(crate) slow_peer: SlowPeer,
@@ -340,14 +361,34 @@ impl Peer {
     }
 
     fn request_close(&self, code: u16, reason: &str) {
+        self.request(CloseRequest {
+            code,
+            reason: reason.to_owned(),
+            drain_until: None,
+        });
+    }
+
+    fn request(&self, request: CloseRequest) {
         self.shared.close_request.send_if_modified(|slot| {
             if slot.is_none() {
-                *slot = Some((code, reason.to_owned()));
+                *slot = Some(request);
                 true
             } else {
                 false
             }
         });
+    }
+
+    /// Closes gracefully: calls from the other side that are already running may
+    /// finish and send their answers (for at most `grace`), new ones are refused with
+    /// `-32000`, then the connection closes with `code`. Waits until it has.
+    pub async fn drain_and_close(&self, code: u16, reason: &str, grace: Duration) {
+        self.request(CloseRequest {
+            code,
+            reason: reason.to_owned(),
+            drain_until: Some(tokio::time::Instant::now() + grace),
+        });
+        self.closed().await;
     }
 
     /// The other side's address, when the transport has one.

@@ -119,7 +119,7 @@ impl Server {
         loop {
             let accepted = tokio::select! {
                 biased;
-                _ = shutdown.wait_for(|stop| *stop) => break,
+                _ = shutdown.wait_for(Option::is_some) => break,
                 accepted = self.listener.accept() => accepted,
             };
             match accepted {
@@ -140,7 +140,20 @@ impl Server {
             }
         }
         drop(self.listener);
-        self.registry.shutdown().await;
+        // Whoever called shutdown is closing the connections, within its grace period;
+        // wait for them to be gone, and close any still open after that.
+        let grace = (*shutdown.borrow()).unwrap_or_default();
+        let registry = &self.registry;
+        if !registry.wait_gone(grace + Duration::from_secs(5)).await {
+            let peers = registry.peers();
+            futures_util::future::join_all(
+                peers
+                    .iter()
+                    .map(|p| p.close_with(1001, "server shutting down")),
+            )
+            .await;
+            registry.wait_gone(Duration::from_secs(5)).await;
+        }
         Ok(())
     }
 }
@@ -223,9 +236,12 @@ type Hook = Arc<dyn Fn(&Peer, &ConnectionInfo) + Send + Sync>;
 
 struct Registry {
     peers: DashMap<u64, Peer>,
-    shutdown: watch::Sender<bool>,
+    /// Set, with the grace period, once shutdown starts.
+    shutdown: watch::Sender<Option<Duration>>,
     on_connect: RwLock<Option<Hook>>,
     on_disconnect: RwLock<Option<Hook>>,
+    /// Ticks each time a connection is gone, for `shutdown` to wait on.
+    gone: watch::Sender<()>,
 }
 
 impl Default for ServerHandle {
@@ -242,9 +258,10 @@ impl ServerHandle {
         ServerHandle {
             inner: Arc::new(Registry {
                 peers: DashMap::new(),
-                shutdown: watch::Sender::new(false),
+                shutdown: watch::Sender::new(None),
                 on_connect: RwLock::new(None),
                 on_disconnect: RwLock::new(None),
+                gone: watch::Sender::new(()),
             }),
         }
     }
@@ -280,7 +297,9 @@ impl ServerHandle {
         let on_end = Box::new(move |peer: &Peer| {
             // The connection's slot is free again once its tasks are gone.
             drop(slot);
-            if let Some((_, peer)) = registry.inner.peers.remove(&peer.id()) {
+            let removed = registry.inner.peers.remove(&peer.id());
+            registry.inner.gone.send_replace(());
+            if let Some((_, peer)) = removed {
                 let hook = registry
                     .inner
                     .on_disconnect
@@ -317,7 +336,7 @@ impl ServerHandle {
 
     /// Whether [`shutdown`](Self::shutdown) was called.
     pub fn is_shutting_down(&self) -> bool {
-        *self.inner.shutdown.borrow()
+        self.inner.shutdown.borrow().is_some()
     }
 
     /// The live peers, in no particular order.
@@ -349,18 +368,40 @@ impl ServerHandle {
         Ok(queued)
     }
 
-    /// Stops accepting, closes every connection with 1001 ("going away"), and returns
-    /// once they are closed (each within its close timeout). [`Server::serve`] then
-    /// returns too.
+    /// Shuts down gracefully with a grace period of 10 s; see
+    /// [`shutdown_within`](Self::shutdown_within).
     pub async fn shutdown(&self) {
-        self.inner.shutdown.send_replace(true);
+        self.shutdown_within(Duration::from_secs(10)).await;
+    }
+
+    /// Stops accepting; lets the calls already running on every connection finish and
+    /// send their answers, for at most `grace` (new calls are refused with `-32000`);
+    /// closes every connection with 1001 ("going away"); and returns once they are all
+    /// gone, their tasks included. [`Server::serve`] then returns too.
+    pub async fn shutdown_within(&self, grace: Duration) {
+        self.inner.shutdown.send_if_modified(|slot| {
+            let first = slot.is_none();
+            slot.get_or_insert(grace);
+            first
+        });
         let peers = self.peers();
         futures_util::future::join_all(
             peers
                 .iter()
-                .map(|p| p.close_with(1001, "server shutting down")),
+                .map(|p| p.drain_and_close(1001, "server shutting down", grace)),
         )
         .await;
+        // closed() resolves before a connection's tasks are gone; wait for those too.
+        self.wait_gone(grace + Duration::from_secs(5)).await;
+    }
+
+    /// Waits until no connection is left (at most `limit`); false if some still are.
+    async fn wait_gone(&self, limit: Duration) -> bool {
+        let mut gone = self.inner.gone.subscribe();
+        let empty = async move {
+            let _ = gone.wait_for(|_| self.inner.peers.is_empty()).await;
+        };
+        tokio::time::timeout(limit, empty).await.is_ok()
     }
 }
 

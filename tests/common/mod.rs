@@ -25,6 +25,18 @@ pub async fn within<T>(fut: impl Future<Output = T>) -> T {
         .expect("a test step took longer than 10 s")
 }
 
+/// Waits (at most [`STEP`]) until `cond` holds, checking every few milliseconds.
+pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + STEP;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 /// Starts a server for `router` on 127.0.0.1:0; returns its `ws://` URL and handle.
 pub async fn serve<S: Send + Sync + 'static>(router: Router<S>) -> (String, ServerHandle) {
     serve_with(router, PeerConfig::default()).await

@@ -1,0 +1,355 @@
+//! Liveness: keepalive, graceful shutdown, back-pressure, and churn that leaves
+//! nothing behind.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{until, within};
+use jsonrpc_peer::{
+    connect, connect_with_config, CloseReason, Context, Error, PeerConfig, Router, RpcError, Server,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Notify};
+
+/// A TCP relay that can be frozen: it then stops forwarding without closing anything,
+/// as a paused process or a dead link does.
+async fn freezable_relay(upstream: String) -> (String, watch::Sender<bool>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let (frozen, _) = watch::channel(false);
+    let freeze = frozen.clone();
+    tokio::spawn(async move {
+        let (inbound, _) = listener.accept().await.unwrap();
+        let outbound = TcpStream::connect(upstream.trim_start_matches("ws://"))
+            .await
+            .unwrap();
+        let (a_read, a_write) = inbound.into_split();
+        let (b_read, b_write) = outbound.into_split();
+        let pipe = |mut from: tokio::net::tcp::OwnedReadHalf,
+                    mut to: tokio::net::tcp::OwnedWriteHalf,
+                    mut frozen: watch::Receiver<bool>| async move {
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                let n = match from.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                if *frozen.borrow_and_update() {
+                    // Hold the connections open, forward nothing, forever.
+                    let _ = frozen.wait_for(|f| !*f).await;
+                    std::future::pending::<()>().await;
+                }
+                if to.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::join!(
+            pipe(a_read, b_write, freeze.subscribe()),
+            pipe(b_read, a_write, freeze.subscribe())
+        );
+    });
+    (url, frozen)
+}
+
+fn hang_router() -> Router {
+    Router::new()
+        .method("hang", |_cx: Context, (): ()| async move {
+            std::future::pending::<()>().await;
+            Ok::<_, RpcError>(())
+        })
+        .method("echo", |_cx: Context, (n,): (u64,)| async move {
+            Ok::<_, RpcError>(n)
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_peer_is_detected_within_3_s_and_its_calls_end() {
+    let fast = PeerConfig::default()
+        .ping_interval(Some(Duration::from_secs(1)))
+        .keepalive_timeout(Duration::from_secs(1));
+    let server = Server::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .peer_config(fast.clone());
+    let upstream = format!("ws://{}", server.local_addr().unwrap());
+    let handle = server.handle();
+    tokio::spawn(server.serve(hang_router()));
+    let (url, frozen) = freezable_relay(upstream).await;
+    let client = within(connect_with_config(&url, hang_router(), &fast))
+        .await
+        .unwrap();
+
+    // Healthy for a while: pings are answered, nothing is closed.
+    let _: u64 = within(client.call("echo", (1,))).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        !client.is_closed(),
+        "a healthy link was closed: {:?}",
+        client.close_reason()
+    );
+    let server_peer = handle.peers().pop().unwrap();
+
+    let waiting_client = tokio::spawn({
+        let c = client.clone();
+        async move { c.call::<()>("hang", ()).await }
+    });
+    let waiting_server = tokio::spawn({
+        let p = server_peer.clone();
+        async move { p.call::<()>("hang", ()).await }
+    });
+    until("both calls wait", || {
+        client.pending_calls() + server_peer.pending_calls() == 2
+    })
+    .await;
+
+    let froze_at = Instant::now();
+    frozen.send_replace(true);
+    for (side, waiting) in [("client", waiting_client), ("server", waiting_server)] {
+        let result = within(waiting).await.unwrap();
+        let took = froze_at.elapsed();
+        assert!(
+            matches!(result, Err(Error::Closed(CloseReason::KeepaliveTimeout))),
+            "{side}: expected a keepalive timeout, got {result:?}"
+        );
+        assert!(
+            took < Duration::from_secs(3),
+            "{side} noticed after {took:?}"
+        );
+    }
+    assert_eq!(client.pending_calls(), 0);
+    assert_eq!(server_peer.pending_calls(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_running_calls_finish_then_closes_with_1001() {
+    let release = Arc::new(Notify::new());
+    let started = Arc::new(Notify::new());
+    let router = Router::with_state((release.clone(), started.clone()))
+        .method(
+            "slow",
+            |cx: Context<(Arc<Notify>, Arc<Notify>)>, (): ()| async move {
+                cx.state().1.notify_one();
+                cx.state().0.notified().await;
+                Ok::<_, RpcError>("finished")
+            },
+        )
+        .method("quick", |_cx: Context<_>, (): ()| async {
+            Ok::<_, RpcError>("quick")
+        });
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    let handle = server.handle();
+    let serving = tokio::spawn(server.serve(router));
+    let client = within(connect(&url, Router::new())).await.unwrap();
+
+    let running = tokio::spawn({
+        let c = client.clone();
+        async move { c.call::<String>("slow", ()).await }
+    });
+    within(started.notified()).await;
+    let shutting_down = tokio::spawn({
+        let handle = handle.clone();
+        async move { handle.shutdown_within(Duration::from_secs(5)).await }
+    });
+    // While it drains, new calls are refused and the running one goes on.
+    let refused = within(async {
+        loop {
+            match client.call::<String>("quick", ()).await {
+                Err(Error::Rpc(e)) => break e,
+                Ok(_) => tokio::task::yield_now().await, // shutdown not started yet
+                Err(other) => panic!("unexpected {other:?}"),
+            }
+        }
+    })
+    .await;
+    assert_eq!(refused.code, -32000);
+    assert!(!running.is_finished());
+    release.notify_one();
+    assert_eq!(
+        within(running).await.unwrap().unwrap(),
+        "finished",
+        "the running call got its answer"
+    );
+    within(shutting_down).await.unwrap();
+    assert!(matches!(
+        within(client.closed()).await,
+        CloseReason::Remote { code: 1001, .. }
+    ));
+    within(serving).await.unwrap().unwrap();
+    assert_eq!(handle.connection_count(), 0, "nothing is left running");
+    assert!(
+        TcpStream::connect(url.trim_start_matches("ws://"))
+            .await
+            .is_err(),
+        "no longer accepting"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_calls_that_outlive_the_grace_period() {
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    let handle = server.handle();
+    let started = Arc::new(Notify::new());
+    let router = Router::with_state(started.clone()).method(
+        "hang",
+        |cx: Context<Arc<Notify>>, (): ()| async move {
+            cx.state().notify_one();
+            std::future::pending::<()>().await;
+            Ok::<_, RpcError>(())
+        },
+    );
+    let serving = tokio::spawn(server.serve(router));
+    let client = within(connect(&url, Router::new())).await.unwrap();
+    let hanging = tokio::spawn({
+        let c = client.clone();
+        async move { c.call::<()>("hang", ()).await }
+    });
+    within(started.notified()).await;
+    let started = Instant::now();
+    within(handle.shutdown_within(Duration::from_millis(300))).await;
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(matches!(
+        within(hanging).await.unwrap(),
+        Err(Error::Closed(_))
+    ));
+    assert_eq!(handle.connection_count(), 0);
+    within(serving).await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_in_flight_limit_the_peer_stops_reading_instead_of_failing() {
+    let release = Arc::new(Notify::new());
+    let running = Arc::new(AtomicUsize::new(0));
+    let router = Router::with_state((release.clone(), running.clone()))
+        .method(
+            "wait",
+            |cx: Context<(Arc<Notify>, Arc<AtomicUsize>)>, (): ()| async move {
+                cx.state().1.fetch_add(1, Ordering::SeqCst);
+                cx.state().0.notified().await;
+                cx.state().1.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, RpcError>(())
+            },
+        )
+        .method("quick", |_cx: Context<_>, (): ()| async {
+            Ok::<_, RpcError>(())
+        });
+    let config = PeerConfig::default().max_in_flight(4);
+    let server = Server::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .peer_config(config);
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    tokio::spawn(server.serve(router));
+    let client = within(connect(&url, Router::new())).await.unwrap();
+
+    let waits: Vec<_> = (0..6)
+        .map(|_| {
+            let c = client.clone();
+            tokio::spawn(async move { c.call::<()>("wait", ()).await })
+        })
+        .collect();
+    until("four calls run", || running.load(Ordering::SeqCst) == 4).await;
+    // The server reads no further: a quick call sent now is not answered while four run.
+    let quick = client
+        .call_with_timeout::<()>("quick", (), Duration::from_millis(300))
+        .await;
+    assert!(matches!(quick, Err(Error::Timeout(_))), "{quick:?}");
+    assert_eq!(
+        running.load(Ordering::SeqCst),
+        4,
+        "never more than the limit at once"
+    );
+
+    // As calls finish, reading resumes; every call is answered, none failed.
+    for _ in 0..6 {
+        release.notify_one();
+        tokio::task::yield_now().await;
+    }
+    until("every call is done", || {
+        release.notify_one();
+        running.load(Ordering::SeqCst) == 0 && waits.iter().all(|w| w.is_finished())
+    })
+    .await;
+    for w in waits {
+        within(w).await.unwrap().unwrap();
+    }
+    within(client.call::<()>("quick", ())).await.unwrap();
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn churn_leaves_file_descriptors_and_tasks_at_their_baseline() {
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    let handle = server.handle();
+    tokio::spawn(server.serve(hang_router()));
+    let metrics = tokio::runtime::Handle::current().metrics();
+    // Warm up once, so lazily made things (the runtime's own) are in the baseline.
+    let warm = within(connect(&url, Router::new())).await.unwrap();
+    within(warm.close()).await;
+    until("the server forgets the connection", || {
+        handle.connection_count() == 0
+    })
+    .await;
+    let (fds, tasks) = (open_fds(), metrics.num_alive_tasks());
+
+    // 1,000 orderly cycles: connect, call, close.
+    for chunk in 0..20 {
+        let cycles = (0..50).map(|i| {
+            let url = url.clone();
+            async move {
+                let peer = connect(&url, Router::new()).await.unwrap();
+                let n: u64 = peer.call("echo", (chunk * 50 + i,)).await.unwrap();
+                assert_eq!(n, chunk * 50 + i);
+                peer.close().await;
+                assert_eq!(peer.pending_calls(), 0);
+            }
+        });
+        within(futures_util::future::join_all(cycles)).await;
+    }
+    // 1,000 abrupt drops: a raw client that sends a call and vanishes (no close frame).
+    for _ in 0..20 {
+        let drops = (0..50).map(|_| {
+            let url = url.clone();
+            async move {
+                let (mut ws, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+                use futures_util::SinkExt;
+                ws.send(r#"{"jsonrpc":"2.0","method":"hang","id":1}"#.into())
+                    .await
+                    .unwrap();
+                drop(ws);
+            }
+        });
+        within(futures_util::future::join_all(drops)).await;
+    }
+    // Everything the server held for them goes, within a bound.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (now_fds, now_tasks) = (open_fds(), metrics.num_alive_tasks());
+        if handle.connection_count() == 0 && now_fds <= fds + 3 && now_tasks <= tasks + 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {} connections, {now_fds} fds (baseline {fds}), {now_tasks} tasks (baseline {tasks})",
+            handle.connection_count()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "after 2,000 connections: fds {} (baseline {fds}), tasks {} (baseline {tasks})",
+        open_fds(),
+        metrics.num_alive_tasks()
+    );
+}
