@@ -92,6 +92,8 @@ mod server;
 mod topics;
 pub mod transport;
 
+#[cfg(feature = "rustls")]
+pub use client::connect_with_tls;
 pub use client::{connect, connect_with_config};
 pub use config::{PeerConfig, SlowPeer};
 pub use error::{CloseReason, Error, ErrorCode, Result, RpcError};

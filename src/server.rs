@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use serde::Serialize;
-use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
+use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::sync::watch;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
@@ -41,6 +41,8 @@ pub struct Server {
     handshake_timeout: Duration,
     policy: HandshakePolicy,
     registry: ServerHandle,
+    #[cfg(feature = "rustls")]
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl Server {
@@ -64,6 +66,8 @@ impl Server {
             handshake_timeout: Duration::from_secs(10),
             policy: HandshakePolicy::default(),
             registry: ServerHandle::new(),
+            #[cfg(feature = "rustls")]
+            tls: None,
         }
     }
 
@@ -76,6 +80,14 @@ impl Server {
     /// Who may connect: connection limit, Origin allow-list, authentication.
     pub fn handshake_policy(mut self, policy: HandshakePolicy) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// Serves `wss://`: every connection is a TLS connection with this configuration
+    /// (feature `rustls`). The handshake timeout applies to the TLS handshake too.
+    #[cfg(feature = "rustls")]
+    pub fn tls(mut self, config: Arc<rustls::ServerConfig>) -> Self {
+        self.tls = Some(tokio_rustls::TlsAcceptor::from(config));
         self
     }
 
@@ -114,6 +126,8 @@ impl Server {
             slots: Slots::new(self.policy.max_connections),
             policy: self.policy.clone(),
             timeout: self.handshake_timeout,
+            #[cfg(feature = "rustls")]
+            tls: self.tls.clone(),
         });
         let mut shutdown = self.registry.inner.shutdown.subscribe();
         loop {
@@ -129,6 +143,30 @@ impl Server {
                     let registry = self.registry.clone();
                     let gate = gate.clone();
                     tokio::spawn(async move {
+                        // Frames are coalesced by the writer task; Nagle's delay would
+                        // only add latency.
+                        let _ = stream.set_nodelay(true);
+                        #[cfg(feature = "rustls")]
+                        if let Some(tls) = &gate.tls {
+                            let stream = match tokio::time::timeout(
+                                gate.timeout,
+                                tls.accept(stream),
+                            )
+                            .await
+                            {
+                                Ok(Ok(stream)) => stream,
+                                Ok(Err(e)) => {
+                                    tracing::debug!(%addr, error = %e, "TLS handshake failed");
+                                    return;
+                                }
+                                Err(_) => {
+                                    tracing::debug!(%addr, "TLS handshake timed out");
+                                    return;
+                                }
+                            };
+                            accept(stream, addr, router, config, registry, gate).await;
+                            return;
+                        }
                         accept(stream, addr, router, config, registry, gate).await;
                     });
                 }
@@ -163,18 +201,20 @@ struct Gate {
     policy: HandshakePolicy,
     slots: Slots,
     timeout: Duration,
+    #[cfg(feature = "rustls")]
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
-async fn accept<S: Send + Sync + 'static>(
-    stream: TcpStream,
+async fn accept<S: Send + Sync + 'static, IO>(
+    stream: IO,
     addr: SocketAddr,
     router: Arc<Router<S>>,
     config: PeerConfig,
     registry: ServerHandle,
     gate: Arc<Gate>,
-) {
-    // Frames are coalesced by the writer task; Nagle's delay would only add latency.
-    let _ = stream.set_nodelay(true);
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     // The slot is taken before the handshake and held until the connection ends; a
     // client past the limit still gets its answer: 503.
     let slot = gate.slots.take();
