@@ -82,6 +82,9 @@ mod client;
 mod config;
 mod driver;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod message;
 mod peer;
 mod pending;
