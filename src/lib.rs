@@ -43,6 +43,19 @@
 //! # }
 //! ```
 //!
+//! # Where to go from here
+//!
+//! - [`Router`]: methods and notifications, typed params, shared state.
+//! - [`Peer`]: call, notify, [`batch`](Peer::batch), close; every call ends.
+//! - [`Server`] and [`ServerHandle`]: the registry of live peers, broadcast, hooks,
+//!   graceful shutdown; [`Topics`] for publish/subscribe.
+//! - [`connect`] and [`Reconnecting`]: clients, one that comes back by itself.
+//! - [`HandshakePolicy`]: connection limit, Origin allow-list, authentication.
+//! - [`PeerConfig`]: every limit, with its default.
+//!
+//! Features: `axum` (mount an endpoint in an axum app: `axum::Endpoint`),
+//! `rustls` (`wss://` for servers and clients).
+//!
 //! # What the wire sees
 //!
 //! Everything the JSON-RPC 2.0 specification says, to the letter: batches, notifications

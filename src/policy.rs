@@ -51,7 +51,7 @@ pub(crate) type Attached = Arc<dyn Any + Send + Sync>;
 type AuthFn = Arc<dyn Fn(&Request<()>) -> Result<Attached, Refusal> + Send + Sync>;
 
 /// The handshake policy of a [`Server`](crate::Server) or an axum
-/// [`Endpoint`](crate::axum::Endpoint).
+/// `Endpoint` (feature `axum`).
 ///
 /// ```
 /// use jsonrpc_peer::{HandshakePolicy, Refusal};
