@@ -6,21 +6,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{serve_with, within};
+use common::{rss, serve_with, within};
 use jsonrpc_peer::PeerConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// Resident memory of this process, in bytes.
-fn rss() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: usize = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
 
 /// A WebSocket client at the frame level: it writes headers and payload itself, so it
 /// never holds a big message in memory either.

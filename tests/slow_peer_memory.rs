@@ -3,21 +3,10 @@
 
 mod common;
 
-use common::within;
+use common::{rss, within};
 use futures_util::StreamExt;
 use jsonrpc_peer::{CloseReason, PeerConfig, Router, Server};
 use tokio::sync::mpsc;
-
-/// Resident memory of this process, in bytes.
-fn rss() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: usize = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_client_costs_at_most_its_queue_then_is_closed() {

@@ -114,6 +114,17 @@ impl RawClient {
     }
 }
 
+/// Resident memory of this process, in bytes (Linux).
+pub fn rss() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: usize = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
 /// Parses a JSON literal of a test's expectation.
 pub fn json(text: &str) -> Value {
     serde_json::from_str(text).expect("the test's own JSON is valid")
