@@ -1,12 +1,25 @@
 //! The tasks behind one connection: a reader, a writer, and the notification queue.
 //!
 //! Ordering decisions, in one place:
-//! - The reader never awaits user code. Each incoming call (or batch) runs on its own
-//!   task, so a handler may call back the other side and the reader is free to route
-//!   the answer. Answers to our calls are routed on the reader itself: that is a map
-//!   lookup and a channel send.
-//! - Notifications run on one task per connection, one after another, in the order
-//!   they arrived: the sender's order is usually meaningful (updates, chat lines).
+//! - The reader never *awaits* user code, but it does *poll* a handler once. An
+//!   incoming call's handler is started on the reader and polled one time (with a
+//!   waker that does nothing); most handlers finish there, and their answer is queued
+//!   at once. That saves, per call, a task spawn, its allocations and a wake-up of the
+//!   reader when the task ends, which is most of what a call costs the engine. A
+//!   handler that is not done after that first poll (it awaits I/O, a timer, or a call
+//!   back to the other side) moves to its own task, which polls it again at once: so a
+//!   handler may still call back the other side, and the reader is free to route the
+//!   answer. The price: a handler's synchronous part (up to its first real await) runs
+//!   on the reader, so a handler that computes for long before awaiting delays the
+//!   reading of this connection, as it would delay its task's thread anyway.
+//!   A panic in that first poll is caught like any other: the caller gets -32603.
+//! - Notifications run one after another, in the order they arrived: the sender's
+//!   order is usually meaningful (updates, chat lines). When none is queued or running,
+//!   the next one is polled once on the reader, like a call; what does not finish there
+//!   (and what arrives while one is unfinished) goes to one task per connection, in
+//!   order.
+//! - Answers to our calls are routed on the reader itself: a map lookup and a channel
+//!   send.
 //! - One writer task owns the sink. It sends whatever is queued, then flushes once, so
 //!   a burst of answers costs one system call, not one each.
 //! - Back-pressure stops reading, never drops: when too many calls run or the
@@ -14,24 +27,28 @@
 //!   wait on TCP. Every wait of the reader also watches for a close.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Duration;
 
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use serde_json::value::RawValue;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::{Instant, Sleep};
 
 use crate::config::PeerConfig;
 use crate::error::{CloseReason, RpcError};
 use crate::message::{self, Incoming, Item, Outcome};
-use crate::peer::{Outgoing, Peer, Shared};
+use crate::peer::{CloseRequest, Outgoing, Peer, Shared};
 use crate::pending::{Answer, Reply};
-use crate::router::{Call, Context, NotificationFn, Router};
+use crate::router::{BoxFuture, Call, Context, MethodFn, NotificationFn, Router};
 use crate::transport::{Frame, Text, Transport, TransportError};
 
 /// Starts the connection's tasks and returns its handle.
@@ -59,20 +76,22 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
         handlers: JoinSet::new(),
         notifications: None,
         backlog: VecDeque::new(),
+        room: None,
         max_batch: config.max_batch_len,
         max_in_flight: config.max_in_flight.max(1),
         notification_queue: config.notification_queue.max(1),
         draining: false,
     };
-    let config = config.clone();
-    // Subscribed before the handle is returned: a close asked for before the reader
-    // task first runs must still be seen as a change.
-    let close_requests = peer.shared.close_request.subscribe();
+    // Only what the reader needs of the config: its task lives as long as the
+    // connection, so every byte here is paid by every idle connection.
+    let timing = Timing {
+        ping_interval: config.ping_interval,
+        keepalive_timeout: config.keepalive_timeout,
+        close_timeout: config.close_timeout,
+    };
     tokio::spawn(async move {
         let peer = reader.peer.clone();
-        reader
-            .run(close_requests, stream, writer, stop_tx, config)
-            .await;
+        reader.run(stream, writer, stop_tx, timing).await;
         if let Some(on_end) = on_end {
             on_end(&peer);
         }
@@ -91,20 +110,36 @@ pub(crate) struct Hooks {
     pub(crate) on_end: Option<OnStart>,
 }
 
+/// The reader's share of the config.
+struct Timing {
+    ping_interval: Option<Duration>,
+    keepalive_timeout: Duration,
+    close_timeout: Duration,
+}
+
 /// Asks the writer to stop: with a close frame to send first, or just to finish.
 struct Stop {
     close: Option<(u16, String)>,
     timeout: Duration,
 }
 
-struct NotificationJob<S> {
-    handler: Arc<NotificationFn<S>>,
-    frame: Text,
-    params: Option<Range<usize>>,
+/// One notification for the ordered notification task.
+enum NotificationJob<S> {
+    /// Not started yet.
+    Start {
+        handler: Arc<NotificationFn<S>>,
+        frame: Text,
+        params: Option<Range<usize>>,
+    },
+    /// Started on the reader and not finished by its first poll.
+    Resume(BoxFuture<()>),
 }
 
 struct Notifications<S> {
     tx: mpsc::Sender<NotificationJob<S>>,
+    /// Jobs sent to the task and not yet finished. While it is zero, nothing is queued
+    /// or running, so the reader may start the next notification itself in order.
+    busy: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
 
@@ -115,6 +150,8 @@ struct Reader<S> {
     notifications: Option<Notifications<S>>,
     /// Notifications that did not fit the queue. While any wait here, reading stops.
     backlog: VecDeque<NotificationJob<S>>,
+    /// Waits for room in the notification queue while the backlog is not empty.
+    room: Option<BoxFuture<Option<mpsc::OwnedPermit<NotificationJob<S>>>>>,
     max_batch: usize,
     max_in_flight: usize,
     notification_queue: usize,
@@ -122,32 +159,49 @@ struct Reader<S> {
     draining: bool,
 }
 
+/// What woke the reader, when the loop itself has to act on it.
+enum Event {
+    Close(CloseRequest),
+    GraceOver,
+    WriterDone(Result<Result<(), TransportError>, tokio::task::JoinError>),
+    /// The end of the stream, an error, or a close frame.
+    Frame(Option<Result<Frame, TransportError>>),
+    KeepaliveTick(Instant),
+    /// State changed (a handler ended, reading paused): look again.
+    Again,
+}
+
 impl<S: Send + Sync + 'static> Reader<S> {
+    fn reading(&self) -> bool {
+        self.handlers.len() < self.max_in_flight && self.backlog.is_empty()
+    }
+
     async fn run<T: Transport>(
         mut self,
-        mut close_requests: watch::Receiver<Option<crate::peer::CloseRequest>>,
         mut stream: SplitStream<T>,
         mut writer: JoinHandle<Result<(), TransportError>>,
         stop: oneshot::Sender<Stop>,
-        config: PeerConfig,
+        timing: Timing,
     ) {
         let shared = self.peer.shared.clone();
         let mut writer_done = false;
+        // A close is asked for at most once, so this wait is made once per connection,
+        // not on every pass of the reader.
+        let mut close = pin!(shared.close_requested());
+        let mut close_seen = false;
         // Keepalive: a ping every interval; a ping unanswered past the timeout (nothing at
-        // all heard since it was sent) means the other side is gone. Checked on a tick of
-        // the shorter of the two, so a silence is caught within interval + timeout.
-        let timeout = config.keepalive_timeout;
-        let mut keepalive = config.ping_interval.map(|interval| {
-            let period = interval.min(timeout).max(Duration::from_millis(1));
-            let mut tick = tokio::time::interval_at(Instant::now() + period, period);
-            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            (tick, interval)
-        });
+        // all heard since it was sent) means the other side is gone. Checked on one timer
+        // of the shorter of the two, so a silence is caught within interval + timeout.
+        let timeout = timing.keepalive_timeout;
+        let period = timing
+            .ping_interval
+            .map(|interval| interval.min(timeout).max(Duration::from_millis(1)));
+        let mut keepalive = pin!(tokio::time::sleep(period.unwrap_or(Duration::ZERO)));
         let mut last_ping = Instant::now();
         // When the oldest ping still without an answer was sent.
         let mut unanswered: Option<Instant> = None;
-        // A graceful close waiting for running calls, and until when it waits.
-        let mut draining: Option<(crate::peer::CloseRequest, Instant)> = None;
+        // A graceful close waiting for running calls, and its grace period.
+        let mut draining: Option<(CloseRequest, Pin<Box<Sleep>>)> = None;
 
         let reason = loop {
             if let Some((request, _)) = &draining {
@@ -158,100 +212,144 @@ impl<S: Send + Sync + 'static> Reader<S> {
                     };
                 }
             }
-            let reading = self.handlers.len() < self.max_in_flight && self.backlog.is_empty();
-            let notification_room = match (&self.notifications, self.backlog.is_empty()) {
-                (Some(n), false) => Some(n.tx.clone()),
-                _ => None,
-            };
-            let event = tokio::select! {
-                biased;
-                Ok(()) = close_requests.changed(), if draining.is_none() => {
-                    let Some(request) = close_requests.borrow().clone() else { continue };
-                    match request.drain_until {
-                        Some(until) if !self.handlers.is_empty() => {
-                            self.draining = true;
-                            draining = Some((request, until));
-                            continue;
-                        }
-                        _ => break CloseReason::Local { code: request.code, reason: request.reason },
+            // One pass over every source, in priority order. Written by hand rather than
+            // with `select!` so that no future is re-created per pass: the reader makes
+            // a pass for nearly every frame, so this is on every call's path.
+            let event = std::future::poll_fn(|cx| {
+                if !close_seen {
+                    if let Poll::Ready(request) = close.as_mut().poll(cx) {
+                        close_seen = true;
+                        return Poll::Ready(Event::Close(request));
                     }
                 }
-                _ = sleep_until(draining.as_ref().map(|d| d.1)), if draining.is_some() => {
+                if let Some((_, grace)) = &mut draining {
+                    if grace.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Event::GraceOver);
+                    }
+                }
+                if !writer_done {
+                    if let Poll::Ready(result) = Pin::new(&mut writer).poll(cx) {
+                        writer_done = true;
+                        return Poll::Ready(Event::WriterDone(result));
+                    }
+                }
+                // Finished handlers are reaped on the way; they are waited for only when
+                // their number holds up reading, or a graceful close waits for them.
+                while let Some(done) = self.handlers.try_join_next() {
+                    log_join(done);
+                }
+                if draining.is_some() || self.handlers.len() >= self.max_in_flight {
+                    if let Poll::Ready(Some(done)) = self.handlers.poll_join_next(cx) {
+                        log_join(done);
+                        return Poll::Ready(Event::Again);
+                    }
+                }
+                if !self.backlog.is_empty() && self.poll_room(cx).is_ready() {
+                    return Poll::Ready(Event::Again);
+                }
+                // Every frame already there is handled in this pass.
+                while self.reading() {
+                    match stream.poll_next_unpin(cx) {
+                        Poll::Pending => break,
+                        Poll::Ready(Some(Ok(frame))) => {
+                            unanswered = None;
+                            match frame {
+                                Frame::Text(text) => self.on_text(text),
+                                Frame::Binary(_) => {
+                                    tracing::debug!("binary frame ignored: JSON-RPC is text");
+                                }
+                                Frame::Ping(_) | Frame::Pong(_) => {}
+                                Frame::Close(frame) => {
+                                    return Poll::Ready(Event::Frame(Some(Ok(Frame::Close(
+                                        frame,
+                                    )))));
+                                }
+                            }
+                        }
+                        Poll::Ready(other) => return Poll::Ready(Event::Frame(other)),
+                    }
+                    if !self.reading() {
+                        // Reading paused: the waits that resume it are set up next pass.
+                        return Poll::Ready(Event::Again);
+                    }
+                }
+                if period.is_some() && keepalive.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Event::KeepaliveTick(keepalive.deadline()));
+                }
+                Poll::Pending
+            })
+            .await;
+            match event {
+                Event::Again => {}
+                Event::Close(request) => match request.drain_until {
+                    Some(until) if !self.handlers.is_empty() => {
+                        self.draining = true;
+                        draining = Some((request, Box::pin(tokio::time::sleep_until(until))));
+                    }
+                    _ => {
+                        break CloseReason::Local {
+                            code: request.code,
+                            reason: request.reason,
+                        }
+                    }
+                },
+                Event::GraceOver => {
                     if let Some((request, _)) = draining.take() {
                         tracing::debug!("grace period over; stopping the calls still running");
-                        break CloseReason::Local { code: request.code, reason: request.reason };
+                        break CloseReason::Local {
+                            code: request.code,
+                            reason: request.reason,
+                        };
                     }
-                    continue;
                 }
-                result = &mut writer, if !writer_done => {
-                    writer_done = true;
+                Event::WriterDone(result) => {
                     break match result {
-                        Ok(Err(e)) => CloseReason::Transport(Arc::from(Box::<dyn std::error::Error + Send + Sync>::from(e))),
+                        Ok(Err(e)) => {
+                            CloseReason::Transport(Arc::from(Box::<
+                                dyn std::error::Error + Send + Sync,
+                            >::from(e)))
+                        }
                         _ => CloseReason::Eof,
                     };
                 }
-                Some(done) = self.handlers.join_next(), if !self.handlers.is_empty() => {
-                    if let Err(e) = done {
-                        if e.is_panic() {
-                            tracing::error!("a connection task panicked outside any handler");
-                        }
-                    }
-                    continue;
-                }
-                Some(permit) = reserve(notification_room), if !self.backlog.is_empty() => {
-                    Event::Room(permit)
-                }
-                now = tick(&mut keepalive), if keepalive.is_some() => {
+                Event::KeepaliveTick(now) => {
+                    let (Some(period), Some(interval)) = (period, timing.ping_interval) else {
+                        continue;
+                    };
+                    keepalive.as_mut().reset(now + period);
                     // Silence only counts while we read: paused reading is our own doing.
-                    if !reading {
+                    if !self.reading() {
                         unanswered = None;
                         continue;
                     }
                     if unanswered.is_some_and(|sent| now - sent >= timeout) {
                         break CloseReason::KeepaliveTimeout;
                     }
-                    let interval = keepalive.as_ref().map_or(timeout, |k| k.1);
                     if unanswered.is_none() && now - last_ping >= interval {
                         // A full queue means the link is busy: the silence is timed anyway.
                         let _ = shared.out.try_send(Outgoing::Ping);
                         last_ping = now;
                         unanswered = Some(now);
                     }
-                    continue;
                 }
-                frame = stream.next(), if reading => Event::Frame(frame),
-            };
-            match event {
-                Event::Room(permit) => {
-                    if let Some(job) = self.backlog.pop_front() {
-                        permit.send(job);
+                Event::Frame(frame) => match frame {
+                    Some(Ok(Frame::Close(frame))) => {
+                        let (code, reason) = frame.unwrap_or((1005, String::new()));
+                        break CloseReason::Remote { code, reason };
                     }
-                }
-                Event::Frame(frame) => {
-                    unanswered = None;
-                    match frame {
-                        Some(Ok(Frame::Text(text))) => self.on_text(text),
-                        Some(Ok(Frame::Close(frame))) => {
-                            let (code, reason) = frame.unwrap_or((1005, String::new()));
-                            break CloseReason::Remote { code, reason };
-                        }
-                        Some(Ok(Frame::Binary(_))) => {
-                            tracing::debug!("binary frame ignored: JSON-RPC is text");
-                        }
-                        Some(Ok(Frame::Ping(_) | Frame::Pong(_))) => {}
-                        Some(Err(TransportError::MessageTooBig { size, max })) => {
-                            tracing::debug!(size, max, "message too big; closing with 1009");
-                            break CloseReason::Local {
-                                code: 1009,
-                                reason: format!("message exceeds {max} bytes"),
-                            };
-                        }
-                        Some(Err(TransportError::Other(e))) => {
-                            break CloseReason::Transport(Arc::from(e))
-                        }
-                        None => break CloseReason::Eof,
+                    Some(Ok(_)) => {}
+                    Some(Err(TransportError::MessageTooBig { size, max })) => {
+                        tracing::debug!(size, max, "message too big; closing with 1009");
+                        break CloseReason::Local {
+                            code: 1009,
+                            reason: format!("message exceeds {max} bytes"),
+                        };
                     }
-                }
+                    Some(Err(TransportError::Other(e))) => {
+                        break CloseReason::Transport(Arc::from(e))
+                    }
+                    None => break CloseReason::Eof,
+                },
             }
         };
 
@@ -266,17 +364,18 @@ impl<S: Send + Sync + 'static> Reader<S> {
             n.task.abort();
         }
         self.backlog.clear();
+        self.room = None;
 
         let close = match &reason {
             CloseReason::Local { code, reason } => Some((*code, reason.clone())),
             _ => None,
         };
         let we_close = close.is_some();
-        let deadline = Instant::now() + config.close_timeout;
+        let deadline = Instant::now() + timing.close_timeout;
         if !writer_done {
             let _ = stop.send(Stop {
                 close,
-                timeout: config.close_timeout,
+                timeout: timing.close_timeout,
             });
         }
         // After our close frame, read until the other side answers it, so the
@@ -301,6 +400,24 @@ impl<S: Send + Sync + 'static> Reader<S> {
         // Handler tasks were aborted above; wait until they are gone, so nothing of
         // this connection outlives it.
         while self.handlers.join_next().await.is_some() {}
+    }
+
+    /// Moves backlogged notifications into the queue as room appears.
+    fn poll_room(&mut self, cx: &mut TaskContext<'_>) -> Poll<()> {
+        let Some(n) = &self.notifications else {
+            return Poll::Pending;
+        };
+        let room = self.room.get_or_insert_with(|| {
+            let tx = n.tx.clone();
+            Box::pin(async move { tx.reserve_owned().await.ok() })
+        });
+        let permit = std::task::ready!(room.as_mut().poll(cx));
+        self.room = None;
+        if let (Some(permit), Some(job)) = (permit, self.backlog.pop_front()) {
+            n.busy.fetch_add(1, Ordering::AcqRel);
+            permit.send(job);
+        }
+        Poll::Ready(())
     }
 
     fn on_text(&mut self, frame: Text) {
@@ -330,7 +447,7 @@ impl<S: Send + Sync + 'static> Reader<S> {
                 self.handlers.spawn(async move {
                     let running = calls
                         .into_iter()
-                        .map(|(handler, call)| run_call(handler, call));
+                        .map(|(handle, call)| run_call(handle, call));
                     answers.extend(futures_util::future::join_all(running).await);
                     let _ = out.send(Outgoing::Frame(join_batch(&answers).into())).await;
                 });
@@ -338,8 +455,8 @@ impl<S: Send + Sync + 'static> Reader<S> {
         }
     }
 
-    /// Handles one message. Returns an answer to send now, if any. A call is started on
-    /// its own task, or pushed to `batch` to run with the rest of its batch.
+    /// Handles one message. Returns an answer to send now, if any. A call is started
+    /// here, or pushed to `batch` to run with the rest of its batch.
     fn on_item(
         &mut self,
         frame: &Text,
@@ -360,34 +477,30 @@ impl<S: Send + Sync + 'static> Reader<S> {
                         &RpcError::method_not_found(),
                     ));
                 };
-                let handle = MethodHandle {
-                    handler: handler.clone(),
-                    cx: Context::new(self.peer.clone(), self.router.state.clone()),
-                };
+                let cx = Context::new(self.peer.clone(), self.router.state.clone());
                 let call = Call {
                     frame: frame.clone(),
                     id: span(frame, id.get()),
                     params: params.map(|p| span(frame, p.get())),
                 };
                 match batch {
-                    Some(batch) => batch.push((handle, call)),
-                    None => {
-                        let out = self.peer.shared.out.clone();
-                        self.handlers.spawn(async move {
-                            let answer = run_call(handle, call).await;
-                            let _ = out.send(Outgoing::Frame(answer.into())).await;
-                        });
+                    Some(batch) => {
+                        let handle = MethodHandle {
+                            handler: handler.clone(),
+                            cx,
+                        };
+                        batch.push((handle, call));
+                        None
                     }
+                    None => self.start_call(handler.clone(), cx, call, frame, id),
                 }
-                None
             }
             Item::Notification { method, params } => {
                 match self.router.notifications.get(&*method) {
-                    Some(handler) => self.notify(NotificationJob {
-                        handler: handler.clone(),
-                        frame: frame.clone(),
-                        params: params.map(|p| span(frame, p.get())),
-                    }),
+                    Some(handler) => {
+                        let handler = handler.clone();
+                        self.notify(handler, frame, params.map(|p| span(frame, p.get())));
+                    }
                     None => tracing::debug!(%method, "notification without a handler; dropped"),
                 }
                 None
@@ -418,6 +531,43 @@ impl<S: Send + Sync + 'static> Reader<S> {
         }
     }
 
+    /// Starts a call and polls it once; returns its answer if that was enough. If not,
+    /// the call goes on on its own task (see the module docs).
+    fn start_call(
+        &mut self,
+        handler: Arc<MethodFn<S>>,
+        cx: Context<S>,
+        call: Call,
+        frame: &Text,
+        id: &RawValue,
+    ) -> Option<String> {
+        let started = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let mut fut = handler(cx, call);
+            match fut
+                .as_mut()
+                .poll(&mut TaskContext::from_waker(Waker::noop()))
+            {
+                Poll::Ready(answer) => Ok(answer),
+                Poll::Pending => Err(fut),
+            }
+        }));
+        match started {
+            Ok(Ok(answer)) => Some(answer),
+            Ok(Err(fut)) => {
+                // The task polls it again at once, with its own waker: what the first poll
+                // registered with the no-op waker is registered anew.
+                let (id_frame, id) = (frame.clone(), span(frame, id.get()));
+                let out = self.peer.shared.out.clone();
+                self.handlers.spawn(async move {
+                    let answer = finish_call(fut, &id_frame[id]).await;
+                    let _ = out.send(Outgoing::Frame(answer.into())).await;
+                });
+                None
+            }
+            Err(_) => Some(panicked(id.get())),
+        }
+    }
+
     fn route(&self, id: &RawValue, answer: Answer) {
         // We only ever send numeric ids, so any other id answers nothing of ours.
         let delivered = id
@@ -432,29 +582,81 @@ impl<S: Send + Sync + 'static> Reader<S> {
         }
     }
 
-    fn notify(&mut self, job: NotificationJob<S>) {
+    fn notify(
+        &mut self,
+        handler: Arc<NotificationFn<S>>,
+        frame: &Text,
+        params: Option<Range<usize>>,
+    ) {
         if !self.backlog.is_empty() {
-            self.backlog.push_back(job);
+            self.backlog.push_back(NotificationJob::Start {
+                handler,
+                frame: frame.clone(),
+                params,
+            });
             return;
         }
+        let idle = self
+            .notifications
+            .as_ref()
+            .is_none_or(|n| n.busy.load(Ordering::Acquire) == 0);
+        let job = if idle {
+            // Nothing before it is queued or running: it may start here, in order.
+            let cx = Context::new(self.peer.clone(), self.router.state.clone());
+            let started = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let mut fut = handler(cx, frame.clone(), params);
+                match fut
+                    .as_mut()
+                    .poll(&mut TaskContext::from_waker(Waker::noop()))
+                {
+                    Poll::Ready(()) => None,
+                    Poll::Pending => Some(fut),
+                }
+            }));
+            match started {
+                Ok(None) => return,
+                Ok(Some(fut)) => NotificationJob::Resume(fut),
+                Err(_) => {
+                    tracing::error!("a notification handler panicked");
+                    return;
+                }
+            }
+        } else {
+            NotificationJob::Start {
+                handler,
+                frame: frame.clone(),
+                params,
+            }
+        };
         let queue = self.notification_queue;
         let peer = &self.peer;
         let state = &self.router.state;
         let n = self.notifications.get_or_insert_with(|| {
             let (tx, rx) = mpsc::channel(queue);
+            let busy = Arc::new(AtomicUsize::new(0));
             let cx = Context::new(peer.clone(), state.clone());
             Notifications {
                 tx,
-                task: tokio::spawn(notification_loop(rx, cx)),
+                busy: busy.clone(),
+                task: tokio::spawn(notification_loop(rx, cx, busy)),
             }
         });
-        if let Err(mpsc::error::TrySendError::Full(job)) = n.tx.try_send(job) {
-            self.backlog.push_back(job);
+        n.busy.fetch_add(1, Ordering::AcqRel);
+        match n.tx.try_send(job) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(job)) => {
+                n.busy.fetch_sub(1, Ordering::AcqRel);
+                self.backlog.push_back(job);
+            }
+            // The task is gone only once the connection ends.
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                n.busy.fetch_sub(1, Ordering::AcqRel);
+            }
         }
     }
 
-    /// Queues an answer made on the reader (errors it can give without a handler). When
-    /// the writer's queue is full, a task waits for room, so the reader does not.
+    /// Queues an answer made on the reader. When the writer's queue is full, a task
+    /// waits for room, so the reader does not.
     fn reply(&mut self, answer: String) {
         let out = &self.peer.shared.out;
         match out.try_send(Outgoing::Frame(answer.into())) {
@@ -469,13 +671,27 @@ impl<S: Send + Sync + 'static> Reader<S> {
     }
 }
 
+fn log_join(done: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = done {
+        if e.is_panic() {
+            tracing::error!("a connection task panicked outside any handler");
+        }
+    }
+}
+
+/// The -32603 answer of a call whose handler panicked.
+fn panicked(id: &str) -> String {
+    tracing::error!(id, "a method handler panicked");
+    message::error_response(Some(id), &RpcError::internal_error())
+}
+
 /// A method's handler and the context it runs with.
 struct MethodHandle<S> {
-    handler: Arc<crate::router::MethodFn<S>>,
+    handler: Arc<MethodFn<S>>,
     cx: Context<S>,
 }
 
-/// Runs one call to its answer frame. A panic in the handler answers -32603.
+/// Runs one call of a batch to its answer frame. A panic in the handler answers -32603.
 async fn run_call<S: Send + Sync + 'static>(handle: MethodHandle<S>, call: Call) -> String {
     let id_frame = call.frame.clone();
     let id = call.id.clone();
@@ -485,55 +701,44 @@ async fn run_call<S: Send + Sync + 'static>(handle: MethodHandle<S>, call: Call)
         .await
     {
         Ok(answer) => answer,
-        Err(_) => {
-            tracing::error!(id = &id_frame[id.clone()], "a method handler panicked");
-            message::error_response(Some(&id_frame[id]), &RpcError::internal_error())
-        }
+        Err(_) => panicked(&id_frame[id]),
+    }
+}
+
+/// Runs a started call to its answer frame. A panic in the handler answers -32603.
+async fn finish_call(fut: BoxFuture<String>, id: &str) -> String {
+    match AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(answer) => answer,
+        Err(_) => panicked(id),
     }
 }
 
 async fn notification_loop<S: Send + Sync + 'static>(
     mut rx: mpsc::Receiver<NotificationJob<S>>,
     cx: Context<S>,
+    busy: Arc<AtomicUsize>,
 ) {
     while let Some(job) = rx.recv().await {
-        let fut =
-            AssertUnwindSafe(async { (job.handler)(cx.clone(), job.frame, job.params).await });
-        if fut.catch_unwind().await.is_err() {
+        let fut = match job {
+            NotificationJob::Start {
+                handler,
+                frame,
+                params,
+            } => std::panic::catch_unwind(AssertUnwindSafe(|| handler(cx.clone(), frame, params))),
+            NotificationJob::Resume(fut) => Ok(fut),
+        };
+        let finished = match fut {
+            Ok(fut) => AssertUnwindSafe(fut).catch_unwind().await,
+            Err(panic) => Err(panic),
+        };
+        if finished.is_err() {
             tracing::error!("a notification handler panicked");
         }
+        // Released after the handler is done, so the reader that sees zero also sees
+        // everything this handler did before it starts the next one.
+        busy.fetch_sub(1, Ordering::AcqRel);
     }
 }
-
-async fn reserve<S>(
-    tx: Option<mpsc::Sender<NotificationJob<S>>>,
-) -> Option<mpsc::OwnedPermit<NotificationJob<S>>> {
-    match tx {
-        Some(tx) => tx.reserve_owned().await.ok(),
-        None => None,
-    }
-}
-
-/// What woke the reader, when it needs `self` to handle it.
-enum Event<S> {
-    Frame(Option<Result<Frame, TransportError>>),
-    Room(mpsc::OwnedPermit<NotificationJob<S>>),
-}
-
-async fn sleep_until(until: Option<Instant>) {
-    match until {
-        Some(until) => tokio::time::sleep_until(until).await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn tick(keepalive: &mut Option<(tokio::time::Interval, Duration)>) -> Instant {
-    match keepalive {
-        Some((t, _)) => t.tick().await,
-        None => std::future::pending().await,
-    }
-}
-
 fn join_batch(answers: &[String]) -> String {
     let len = answers.iter().map(|a| a.len() + 1).sum::<usize>() + 1;
     let mut s = String::with_capacity(len);

@@ -53,8 +53,11 @@ pub(crate) struct Shared {
     pub(crate) call_timeout: Duration,
     /// `None` while open; the cause once closed.
     pub(crate) closed: watch::Sender<Option<CloseReason>>,
-    /// A close asked for by this side: code and reason.
-    pub(crate) close_request: watch::Sender<Option<CloseRequest>>,
+    /// A close asked for by this side: code and reason. A mutex and a `Notify` rather
+    /// than a watch channel: the reader is its only waiter, and a watch channel costs
+    /// about 350 bytes on every connection.
+    close_request: Mutex<Option<CloseRequest>>,
+    close_requested: tokio::sync::Notify,
     pub(crate) info: ConnectionInfo,
     pub(crate) id: u64,
     pub(crate) slow_peer: SlowPeer,
@@ -103,7 +106,8 @@ impl Shared {
             next_id: AtomicU64::new(1),
             call_timeout: config.call_timeout,
             closed: watch::Sender::new(None),
-            close_request: watch::Sender::new(None),
+            close_request: Mutex::new(None),
+            close_requested: tokio::sync::Notify::new(),
             info,
             id: NEXT_PEER_ID.fetch_add(1, Ordering::Relaxed),
             slow_peer: config.slow_peer,
@@ -120,6 +124,23 @@ impl Shared {
             .unwrap_or_default();
         for callback in callbacks.into_iter().flatten() {
             callback();
+        }
+    }
+
+    /// Resolves once a close is asked for, with the request. For the reader only.
+    pub(crate) async fn close_requested(&self) -> CloseRequest {
+        loop {
+            let request = self
+                .close_request
+                .lock()
+                .map(|r| r.clone())
+                .unwrap_or_default();
+            if let Some(request) = request {
+                return request;
+            }
+            // `notify_one` keeps a permit when nobody waits yet: a close asked for
+            // between the check above and this wait is not missed.
+            self.close_requested.notified().await;
         }
     }
 
@@ -142,8 +163,17 @@ impl Shared {
     }
 
     pub(crate) async fn send(&self, frame: String) -> Result<()> {
+        // Most sends find room: `try_send` skips the future that waits for it. Waiting
+        // senders keep their turn, as permits go to them before any is free to try.
+        let frame = match self.out.try_send(Outgoing::Frame(Text::from(frame))) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::TrySendError::Full(frame)) => frame,
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                return Err(Error::Closed(self.close_reason()))
+            }
+        };
         self.out
-            .send(Outgoing::Frame(Text::from(frame)))
+            .send(frame)
             .await
             .map_err(|_| Error::Closed(self.close_reason()))
     }
@@ -369,14 +399,16 @@ impl Peer {
     }
 
     fn request(&self, request: CloseRequest) {
-        self.shared.close_request.send_if_modified(|slot| {
-            if slot.is_none() {
+        let first = match self.shared.close_request.lock() {
+            Ok(mut slot) if slot.is_none() => {
                 *slot = Some(request);
                 true
-            } else {
-                false
             }
-        });
+            _ => false,
+        };
+        if first {
+            self.shared.close_requested.notify_one();
+        }
     }
 
     /// Closes gracefully: calls from the other side that are already running may

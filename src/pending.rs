@@ -3,15 +3,21 @@
 //! One map per connection, so connections never contend on it. An entry leaves the map
 //! in exactly one of three ways: its answer arrives, its caller gives up (the guard's
 //! drop, on timeout or cancellation), or the connection ends (`fail_all`).
+//!
+//! The map is a plain `Mutex<HashMap>` with the router's Fx hasher, not the `DashMap`
+//! DESIGN.md first named: it is per connection, touched by the calling tasks and the
+//! reader for a few nanoseconds each (an insert or a remove, never held across a send
+//! or an await), so shards buy nothing, while they cost a SipHash per lookup, a
+//! reader-writer lock per shard and about 200 bytes on every idle connection.
 
+use serde::de::DeserializeOwned;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-use dashmap::DashMap;
-use serde::de::DeserializeOwned;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::sync::oneshot;
 
 use crate::error::{CloseReason, Error, RpcError};
+use crate::router::FxHashMap;
 use crate::transport::Text;
 
 /// The answer to one call, still raw: its `result` is read by the caller's own type.
@@ -79,18 +85,19 @@ type Slot = oneshot::Sender<Result<Answer, Error>>;
 
 #[derive(Default)]
 pub(crate) struct Pending {
-    map: DashMap<u64, Slot>,
+    map: Mutex<FxHashMap<u64, Slot>>,
     closed: AtomicBool,
 }
 
 impl Pending {
     pub(crate) fn new() -> Self {
-        Pending {
-            // Calls on one connection come from few tasks: a few shards are enough,
-            // and each shard costs memory on every idle connection.
-            map: DashMap::with_shard_amount(4),
-            closed: AtomicBool::new(false),
-        }
+        Pending::default()
+    }
+
+    /// The map. No code panics while holding it, but a poisoned lock is still usable:
+    /// its data is a plain map, consistent after every single operation.
+    fn map(&self) -> MutexGuard<'_, FxHashMap<u64, Slot>> {
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Registers a call. The returned guard removes the entry if the call gives up.
@@ -100,11 +107,11 @@ impl Pending {
         closed_reason: impl FnOnce() -> CloseReason,
     ) -> Result<(Guard<'_>, oneshot::Receiver<Result<Answer, Error>>), Error> {
         let (tx, rx) = oneshot::channel();
-        self.map.insert(id, tx);
+        self.map().insert(id, tx);
         // Checked after inserting: `fail_all` sets the flag before draining, so either
         // it drains this entry or we see the flag here. Either way nothing is left.
         if self.closed.load(Ordering::SeqCst) {
-            self.map.remove(&id);
+            self.map().remove(&id);
             return Err(Error::Closed(closed_reason()));
         }
         Ok((
@@ -120,9 +127,11 @@ impl Pending {
     /// Hands an answer to the call waiting for `id`. False when none waits (a late
     /// answer to a call that timed out, or an id we never sent).
     pub(crate) fn complete(&self, id: u64, answer: Answer) -> bool {
-        match self.map.remove(&id) {
+        // The lock is released before the send, which may wake the caller.
+        let slot = self.map().remove(&id);
+        match slot {
             // The caller may have just given up: a failed send is then fine.
-            Some((_, tx)) => {
+            Some(tx) => {
                 let _ = tx.send(Ok(answer));
                 true
             }
@@ -133,16 +142,14 @@ impl Pending {
     /// Ends every waiting call with `Error::Closed`; later registrations fail at once.
     pub(crate) fn fail_all(&self, reason: &CloseReason) {
         self.closed.store(true, Ordering::SeqCst);
-        let ids: Vec<u64> = self.map.iter().map(|e| *e.key()).collect();
-        for id in ids {
-            if let Some((_, tx)) = self.map.remove(&id) {
-                let _ = tx.send(Err(Error::Closed(reason.clone())));
-            }
+        let slots = std::mem::take(&mut *self.map());
+        for tx in slots.into_values() {
+            let _ = tx.send(Err(Error::Closed(reason.clone())));
         }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.map.len()
+        self.map().len()
     }
 }
 
@@ -163,7 +170,7 @@ impl Guard<'_> {
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.pending.map.remove(&self.id);
+            self.pending.map().remove(&self.id);
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -19,8 +20,9 @@ pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>
 
 /// What a handler gets besides its params: the peer that called it and the shared state.
 ///
-/// A handler may call the other side through [`Context::peer`] while it runs: incoming
-/// calls never run on the task that reads the connection, so this cannot deadlock.
+/// A handler may call the other side through [`Context::peer`] while it runs: a
+/// handler that waits is never waited for by the task that reads the connection, so
+/// this cannot deadlock.
 pub struct Context<S = ()> {
     peer: Peer,
     state: Arc<S>,
@@ -104,6 +106,52 @@ pub(crate) type MethodFn<S> = dyn Fn(Context<S>, Call) -> BoxFuture<String> + Se
 pub(crate) type NotificationFn<S> =
     dyn Fn(Context<S>, Text, Option<Range<usize>>) -> BoxFuture<()> + Send + Sync;
 
+/// A multiplicative (Fx-style) hasher for the method table and the pending map: every
+/// incoming message looks its method up, and SipHash was a visible part of that. The
+/// keys of both maps are chosen by this program (method names registered at start, ids
+/// from a counter), so a crafted name from the other side can only miss, never
+/// lengthen the probes: the protection SipHash gives is not needed here.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FxHasher(u64);
+
+impl FxHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A `HashMap` with [`FxHasher`].
+pub(crate) type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
 /// The method table a peer serves: incoming calls and notifications by method name.
 ///
 /// A handler is an async function of a [`Context`] and its params, which may be any
@@ -132,8 +180,8 @@ pub(crate) type NotificationFn<S> =
 /// ```
 pub struct Router<S = ()> {
     pub(crate) state: Arc<S>,
-    pub(crate) methods: HashMap<Box<str>, Arc<MethodFn<S>>>,
-    pub(crate) notifications: HashMap<Box<str>, Arc<NotificationFn<S>>>,
+    pub(crate) methods: FxHashMap<Box<str>, Arc<MethodFn<S>>>,
+    pub(crate) notifications: FxHashMap<Box<str>, Arc<NotificationFn<S>>>,
 }
 
 impl Router<()> {
@@ -154,8 +202,8 @@ impl<S: Send + Sync + 'static> Router<S> {
     pub fn with_state(state: S) -> Self {
         Router {
             state: Arc::new(state),
-            methods: HashMap::new(),
-            notifications: HashMap::new(),
+            methods: FxHashMap::default(),
+            notifications: FxHashMap::default(),
         }
     }
 
