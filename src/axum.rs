@@ -149,6 +149,7 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
                 &self.config,
                 info,
                 Some(slot),
+                self.policy.keep_headers,
             );
         });
         let mut response = Response::new(Body::empty());

@@ -78,6 +78,7 @@ pub struct HandshakePolicy {
     origins: Option<Arc<HashSet<String>>>,
     allow_missing_origin: bool,
     auth: Option<AuthFn>,
+    pub(crate) keep_headers: bool,
 }
 
 impl Default for HandshakePolicy {
@@ -87,6 +88,7 @@ impl Default for HandshakePolicy {
             origins: None,
             allow_missing_origin: true,
             auth: None,
+            keep_headers: false,
         }
     }
 }
@@ -136,6 +138,15 @@ impl HandshakePolicy {
         self
     }
 
+    /// Whether each peer keeps the handshake's headers in its
+    /// [`ConnectionInfo`](crate::ConnectionInfo) for its whole life (default false:
+    /// they cost memory on every connection). The authentication hook and the
+    /// `on_connect` hook always see them; keep them when handlers need them later.
+    pub fn keep_headers(mut self, keep: bool) -> Self {
+        self.keep_headers = keep;
+        self
+    }
+
     /// Decides one handshake: the Origin first (it needs no work), then the hook.
     pub(crate) fn check(&self, request: &Request<()>) -> Result<Option<Attached>, Refusal> {
         if let Some(allowed) = &self.origins {
@@ -166,6 +177,7 @@ impl fmt::Debug for HandshakePolicy {
             .field("origins", &self.origins)
             .field("allow_missing_origin", &self.allow_missing_origin)
             .field("authenticate", &self.auth.is_some())
+            .field("keep_headers", &self.keep_headers)
             .finish()
     }
 }

@@ -255,7 +255,8 @@ async fn accept<S: Send + Sync + 'static, IO>(
         headers,
         auth,
     };
-    registry.start(WebSocket::new(ws), router, &config, info, Some(slot));
+    let keep_headers = gate.policy.keep_headers;
+    registry.start(WebSocket::new(ws), router, &config, info, Some(slot), keep_headers);
 }
 
 /// The HTTP answer to a refused handshake.
@@ -314,12 +315,24 @@ impl ServerHandle {
         config: &PeerConfig,
         info: ConnectionInfo,
         slot: Option<OwnedSemaphorePermit>,
+        keep_headers: bool,
     ) -> Peer {
+        // The hook sees the whole handshake; the peer keeps its headers only when
+        // asked, as they cost memory on every connection for as long as it lives.
+        let stored = if keep_headers {
+            info.clone()
+        } else {
+            ConnectionInfo {
+                headers: Default::default(),
+                ..info.clone()
+            }
+        };
         // Registered before the first frame is read, so a peer that has answered
         // anything is already in the registry, and the application's hook has run;
         // unregistered once its tasks are gone.
         let on_start = {
             let registry = self.clone();
+            let info = info;
             Box::new(move |peer: &Peer| {
                 registry.inner.peers.insert(peer.id(), peer.clone());
                 let hook = registry
@@ -329,7 +342,7 @@ impl ServerHandle {
                     .ok()
                     .and_then(|h| h.clone());
                 if let Some(hook) = hook {
-                    hook(peer, peer.info());
+                    hook(peer, &info);
                 }
             })
         };
@@ -355,7 +368,7 @@ impl ServerHandle {
             on_start: Some(on_start),
             on_end: Some(on_end),
         };
-        crate::driver::spawn(transport, router, config, info, hooks)
+        crate::driver::spawn(transport, router, config, stored, hooks)
     }
 
     /// Runs `hook` for every new connection, before its first frame is read: start

@@ -196,3 +196,62 @@ async fn an_oversized_handshake_is_refused() {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test]
+async fn handshake_headers_stay_with_the_peer_only_when_asked() {
+    for keep in [false, true] {
+        let router = Router::new().method("header", |cx: Context, (): ()| async move {
+            let value = cx
+                .peer()
+                .info()
+                .headers
+                .get("x-team")
+                .map(|v| v.to_str().unwrap_or("").to_owned());
+            Ok::<_, RpcError>((value, cx.peer().info().path.clone()))
+        });
+        let server = Server::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .handshake_policy(HandshakePolicy::default().keep_headers(keep));
+        let addr = server.local_addr().unwrap();
+        let seen_by_hook = Arc::new(std::sync::Mutex::new(None));
+        server.handle().on_connect({
+            let seen = seen_by_hook.clone();
+            move |_peer, info| *seen.lock().unwrap() = info.headers.get("x-team").cloned()
+        });
+        tokio::spawn(server.serve(router));
+
+        let mut request = format!("ws://{addr}/rpc?x=1")
+            .into_client_request()
+            .unwrap();
+        request
+            .headers_mut()
+            .insert("x-team", "blue".parse().unwrap());
+        let (mut ws, _) = within(tokio_tungstenite::connect_async(request))
+            .await
+            .unwrap();
+        use futures_util::{SinkExt, StreamExt};
+        within(ws.send(r#"{"jsonrpc":"2.0","method":"header","id":1}"#.into()))
+            .await
+            .unwrap();
+        let answer = within(ws.next()).await.unwrap().unwrap();
+        let answer: serde_json::Value = serde_json::from_str(answer.to_text().unwrap()).unwrap();
+        let expected = if keep {
+            serde_json::json!("blue")
+        } else {
+            serde_json::Value::Null
+        };
+        assert_eq!(answer["result"][0], expected, "keep_headers({keep})");
+        assert_eq!(answer["result"][1], "/rpc?x=1", "the path is always kept");
+        assert_eq!(
+            seen_by_hook
+                .lock()
+                .unwrap()
+                .as_ref()
+                .map(|v| v.to_str().unwrap().to_owned())
+                .as_deref(),
+            Some("blue"),
+            "the hook always sees them"
+        );
+    }
+}
