@@ -256,7 +256,14 @@ async fn accept<S: Send + Sync + 'static, IO>(
         auth,
     };
     let keep_headers = gate.policy.keep_headers;
-    registry.start(WebSocket::new(ws), router, &config, info, Some(slot), keep_headers);
+    registry.start(
+        WebSocket::new(ws),
+        router,
+        &config,
+        info,
+        Some(slot),
+        keep_headers,
+    );
 }
 
 /// The HTTP answer to a refused handshake.
