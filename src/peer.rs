@@ -3,13 +3,15 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
+use futures_util::task::AtomicWaker;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::http::HeaderMap;
 
 use crate::config::{PeerConfig, SlowPeer};
@@ -19,7 +21,7 @@ use crate::pending::{Pending, Reply};
 use crate::router::Router;
 use crate::transport::{Text, Transport};
 
-/// What the writer task is asked to send.
+/// What the connection is asked to send by other tasks.
 pub(crate) enum Outgoing {
     Frame(Text),
     /// A keepalive ping.
@@ -51,13 +53,16 @@ pub(crate) struct Shared {
     pub(crate) pending: Pending,
     next_id: AtomicU64,
     pub(crate) call_timeout: Duration,
-    /// `None` while open; the cause once closed.
-    pub(crate) closed: watch::Sender<Option<CloseReason>>,
-    /// A close asked for by this side: code and reason. A mutex and a `Notify` rather
-    /// than a watch channel: the reader is its only waiter, and a watch channel costs
-    /// about 350 bytes on every connection.
-    close_request: Mutex<Option<CloseRequest>>,
-    close_requested: tokio::sync::Notify,
+    /// Empty while open; the cause once closed. A `OnceLock` and a `Notify` rather than
+    /// a watch channel, which costs about 350 bytes on every connection.
+    closed: OnceLock<CloseReason>,
+    /// Wakes [`Peer::closed`] waiters once `closed` is set.
+    closed_notify: Notify,
+    /// A close asked for by this side (the first one wins). The connection's task is its
+    /// only waiter, and checks it on every pass: a `OnceLock` read and an `AtomicWaker`
+    /// cost a load each, where polling a `Notify` takes its lock.
+    close_request: OnceLock<CloseRequest>,
+    close_waker: AtomicWaker,
     pub(crate) info: ConnectionInfo,
     pub(crate) id: u64,
     pub(crate) slow_peer: SlowPeer,
@@ -105,9 +110,10 @@ impl Shared {
             pending: Pending::new(),
             next_id: AtomicU64::new(1),
             call_timeout: config.call_timeout,
-            closed: watch::Sender::new(None),
-            close_request: Mutex::new(None),
-            close_requested: tokio::sync::Notify::new(),
+            closed: OnceLock::new(),
+            closed_notify: Notify::new(),
+            close_request: OnceLock::new(),
+            close_waker: AtomicWaker::new(),
             info,
             id: NEXT_PEER_ID.fetch_add(1, Ordering::Relaxed),
             slow_peer: config.slow_peer,
@@ -127,39 +133,30 @@ impl Shared {
         }
     }
 
-    /// Resolves once a close is asked for, with the request. For the reader only.
-    pub(crate) async fn close_requested(&self) -> CloseRequest {
-        loop {
-            let request = self
-                .close_request
-                .lock()
-                .map(|r| r.clone())
-                .unwrap_or_default();
-            if let Some(request) = request {
-                return request;
-            }
-            // `notify_one` keeps a permit when nobody waits yet: a close asked for
-            // between the check above and this wait is not missed.
-            self.close_requested.notified().await;
+    /// Ready once a close is asked for, with the request. For the connection's task.
+    pub(crate) fn poll_close_request(&self, cx: &mut std::task::Context<'_>) -> Poll<CloseRequest> {
+        if let Some(request) = self.close_request.get() {
+            return Poll::Ready(request.clone());
+        }
+        // Registered, then checked again: a close asked for in between is not missed.
+        self.close_waker.register(cx.waker());
+        match self.close_request.get() {
+            Some(request) => Poll::Ready(request.clone()),
+            None => Poll::Pending,
         }
     }
 
     pub(crate) fn close_reason(&self) -> CloseReason {
-        self.closed.borrow().clone().unwrap_or(CloseReason::Eof)
+        self.closed.get().cloned().unwrap_or(CloseReason::Eof)
     }
 
-    /// Records why the connection ended (the first cause wins) and ends every call.
+    /// Records why the connection ended (the first cause wins), ends every call, then
+    /// wakes whoever waits in [`Peer::closed`]: a call that sees the connection closed
+    /// has already ended.
     pub(crate) fn mark_closed(&self, reason: CloseReason) {
-        self.closed.send_if_modified(|slot| {
-            if slot.is_none() {
-                *slot = Some(reason);
-                true
-            } else {
-                false
-            }
-        });
-        let reason = self.close_reason();
-        self.pending.fail_all(&reason);
+        let _ = self.closed.set(reason);
+        self.pending.fail_all(&self.close_reason());
+        self.closed_notify.notify_waiters();
     }
 
     pub(crate) async fn send(&self, frame: String) -> Result<()> {
@@ -318,15 +315,22 @@ impl Peer {
 
     /// Resolves when the connection has ended, with the cause.
     pub async fn closed(&self) -> CloseReason {
-        let mut rx = self.shared.closed.subscribe();
-        // The sender lives in `Shared`, which `self` keeps alive, so this cannot fail.
-        let _ = rx.wait_for(Option::is_some).await;
-        self.shared.close_reason()
+        let shared = &*self.shared;
+        loop {
+            // Registered before the check: `notify_waiters` keeps no permit, so a close
+            // between the check and the wait would otherwise be missed.
+            let mut notified = std::pin::pin!(shared.closed_notify.notified());
+            notified.as_mut().enable();
+            if let Some(reason) = shared.closed.get() {
+                return reason.clone();
+            }
+            notified.await;
+        }
     }
 
     /// Whether the connection has ended.
     pub fn is_closed(&self) -> bool {
-        self.shared.closed.borrow().is_some()
+        self.shared.closed.get().is_some()
     }
 
     /// How many of this side's calls are waiting for their answers.
@@ -387,7 +391,7 @@ impl Peer {
 
     /// Why the connection ended, once it has.
     pub fn close_reason(&self) -> Option<CloseReason> {
-        self.shared.closed.borrow().clone()
+        self.shared.closed.get().cloned()
     }
 
     fn request_close(&self, code: u16, reason: &str) {
@@ -399,15 +403,8 @@ impl Peer {
     }
 
     fn request(&self, request: CloseRequest) {
-        let first = match self.shared.close_request.lock() {
-            Ok(mut slot) if slot.is_none() => {
-                *slot = Some(request);
-                true
-            }
-            _ => false,
-        };
-        if first {
-            self.shared.close_requested.notify_one();
+        if self.shared.close_request.set(request).is_ok() {
+            self.shared.close_waker.wake();
         }
     }
 
@@ -434,7 +431,7 @@ impl std::fmt::Debug for Peer {
         f.debug_struct("Peer")
             .field("id", &self.shared.id)
             .field("remote_addr", &self.shared.info.remote_addr)
-            .field("closed", &*self.shared.closed.borrow())
+            .field("closed", &self.shared.closed.get())
             .field("pending_calls", &self.pending_calls())
             .finish()
     }

@@ -1,0 +1,332 @@
+//! What the connection does with each incoming frame: classify it, start calls,
+//! route answers, run notifications in order.
+//!
+//! Ordering decisions, in one place:
+//! - The connection never *awaits* user code, but it does *poll* a handler once. An
+//!   incoming call's handler is started on the connection's task and polled one time
+//!   (with a waker that does nothing); most handlers finish there, and their answer is
+//!   written at once. That saves, per call, a task spawn, its allocations and a
+//!   wake-up of the connection when the task ends, which is most of what a call costs
+//!   the engine. A handler that is not done after that first poll (it awaits I/O, a
+//!   timer, or a call back to the other side) moves to its own task, which polls it
+//!   again at once: so a handler may still call back the other side, and the
+//!   connection is free to route the answer. The price: a handler's synchronous part
+//!   (up to its first real await) runs on the connection's task, so a handler that
+//!   computes for long before awaiting delays this connection, as it would delay its
+//!   task's thread anyway. A panic in that first poll is caught like any other: the
+//!   caller gets -32603.
+//! - Notifications run one after another, in the order they arrived (see `ordered`).
+//! - Answers to our calls are routed at once: a map lookup and a channel send.
+//! - Back-pressure stops reading, never drops: when too many calls run or the
+//!   notification handler falls behind, reading pauses, and the other side's writes
+//!   wait on TCP.
+
+use std::ops::Range;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll, Waker};
+
+use futures_util::FutureExt;
+use serde_json::value::RawValue;
+use tokio::task::JoinSet;
+
+use crate::config::PeerConfig;
+use crate::error::RpcError;
+use crate::message::{self, Incoming, Item, Outcome};
+use crate::peer::{Outgoing, Peer};
+use crate::pending::{Answer, Reply};
+use crate::router::{BoxFuture, Call, Context, MethodFn, Router};
+use crate::transport::Text;
+
+use super::ordered::Ordered;
+
+/// The connection's dispatcher: what it has started and what waits to start.
+pub(super) struct Dispatch<S> {
+    router: Arc<Router<S>>,
+    pub(super) peer: Peer,
+    pub(super) handlers: JoinSet<()>,
+    notifications: Ordered<S>,
+    max_batch: usize,
+    max_in_flight: usize,
+    /// Closing gracefully: new calls are refused.
+    pub(super) draining: bool,
+}
+
+impl<S: Send + Sync + 'static> Dispatch<S> {
+    pub(super) fn new(router: Arc<Router<S>>, peer: Peer, config: &PeerConfig) -> Self {
+        Dispatch {
+            router,
+            peer,
+            handlers: JoinSet::new(),
+            notifications: Ordered::new(config.notification_queue.max(1)),
+            max_batch: config.max_batch_len,
+            max_in_flight: config.max_in_flight.max(1),
+            draining: false,
+        }
+    }
+
+    /// Whether to read more: not while too many calls run or notifications wait.
+    pub(super) fn reading(&self) -> bool {
+        self.handlers.len() < self.max_in_flight && !self.notifications.blocked()
+    }
+
+    /// Reaps finished handlers; when their number holds up reading (or a graceful
+    /// close waits for them), waits for one. Ready when something changed.
+    pub(super) fn poll_progress(&mut self, cx: &mut TaskContext<'_>) -> Poll<()> {
+        // `try_join_next` takes the set's lock even when it is empty.
+        if !self.handlers.is_empty() {
+            while let Some(done) = self.handlers.try_join_next() {
+                log_join(done);
+            }
+        }
+        if self.draining || self.handlers.len() >= self.max_in_flight {
+            if let Poll::Ready(Some(done)) = self.handlers.poll_join_next(cx) {
+                log_join(done);
+                return Poll::Ready(());
+            }
+        }
+        if self.notifications.poll_room(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+
+    /// Sends `frame` from a task of its own once the queue has room, so the connection
+    /// does not wait. The task counts as a running call: reading pauses while too many
+    /// wait.
+    pub(super) fn send_later(&mut self, frame: Outgoing) {
+        let out = self.peer.shared.out.clone();
+        self.handlers.spawn(async move {
+            let _ = out.send(frame).await;
+        });
+    }
+
+    /// Stops everything this connection started: handlers, the notification task.
+    pub(super) fn stop(&mut self) {
+        self.handlers.abort_all();
+        self.notifications.stop();
+    }
+
+    /// Handles one text frame. Returns the one answer to write now, if any: a frame
+    /// gets at most one (a batch's answers are joined into one array).
+    pub(super) fn on_text(&mut self, frame: Text) -> Option<String> {
+        let text: &str = &frame;
+        match message::classify(text, self.max_batch) {
+            Incoming::Reject(error) => Some(message::error_response(None, &error)),
+            Incoming::Single(item) => self.on_item(&frame, item, None),
+            Incoming::Batch(items) => {
+                let mut answers = Vec::new();
+                let mut calls = Vec::new();
+                for item in items {
+                    if let Some(answer) = self.on_item(&frame, item, Some(&mut calls)) {
+                        answers.push(answer);
+                    }
+                }
+                if calls.is_empty() {
+                    return (!answers.is_empty()).then(|| join_batch(&answers));
+                }
+                let out = self.peer.shared.out.clone();
+                self.handlers.spawn(async move {
+                    let running = calls
+                        .into_iter()
+                        .map(|(handle, call)| run_call(handle, call));
+                    answers.extend(futures_util::future::join_all(running).await);
+                    let _ = out.send(Outgoing::Frame(join_batch(&answers).into())).await;
+                });
+                None
+            }
+        }
+    }
+
+    /// Handles one message. Returns an answer to send now, if any. A call is started
+    /// here, or pushed to `batch` to run with the rest of its batch.
+    fn on_item(
+        &mut self,
+        frame: &Text,
+        item: Item<'_>,
+        batch: Option<&mut Vec<(MethodHandle<S>, Call)>>,
+    ) -> Option<String> {
+        match item {
+            Item::Request { id, method, params } => {
+                if self.draining {
+                    return Some(message::error_response(
+                        Some(id.get()),
+                        &RpcError::new(-32000, "Closing").with_data("the connection is closing"),
+                    ));
+                }
+                let Some(handler) = self.router.methods.get(&*method) else {
+                    return Some(message::error_response(
+                        Some(id.get()),
+                        &RpcError::method_not_found(),
+                    ));
+                };
+                let cx = Context::new(self.peer.clone(), self.router.state.clone());
+                let call = Call {
+                    frame: frame.clone(),
+                    id: span(frame, id.get()),
+                    params: params.map(|p| span(frame, p.get())),
+                };
+                match batch {
+                    Some(batch) => {
+                        let handle = MethodHandle {
+                            handler: handler.clone(),
+                            cx,
+                        };
+                        batch.push((handle, call));
+                        None
+                    }
+                    None => self.start_call(handler.clone(), cx, call, frame, id),
+                }
+            }
+            Item::Notification { method, params } => {
+                match self.router.notifications.get(&*method) {
+                    Some(handler) => {
+                        let handler = handler.clone();
+                        let params = params.map(|p| span(frame, p.get()));
+                        let (peer, state) = (&self.peer, &self.router.state);
+                        self.notifications.push(handler, frame, params, peer, state);
+                    }
+                    None => tracing::debug!(%method, "notification without a handler; dropped"),
+                }
+                None
+            }
+            Item::Response { id, outcome } => {
+                let answer = match outcome {
+                    Outcome::Result(r) => {
+                        Answer::Result(Reply::new(frame.clone(), span(frame, r.get())))
+                    }
+                    Outcome::Error(e) => Answer::Error {
+                        frame: frame.clone(),
+                        range: span(frame, e.get()),
+                    },
+                };
+                self.route(id, answer);
+                None
+            }
+            Item::BadResponse { id, reason } => {
+                tracing::debug!(reason, "invalid response");
+                if let Some(id) = id {
+                    self.route(id, Answer::Invalid(reason));
+                }
+                None
+            }
+            Item::Invalid { id, error } => {
+                Some(message::error_response(id.map(RawValue::get), &error))
+            }
+        }
+    }
+
+    /// Starts a call and polls it once; returns its answer if that was enough. If not,
+    /// the call goes on on its own task (see the module docs).
+    fn start_call(
+        &mut self,
+        handler: Arc<MethodFn<S>>,
+        cx: Context<S>,
+        call: Call,
+        frame: &Text,
+        id: &RawValue,
+    ) -> Option<String> {
+        let started = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let mut fut = handler(cx, call);
+            match fut
+                .as_mut()
+                .poll(&mut TaskContext::from_waker(Waker::noop()))
+            {
+                Poll::Ready(answer) => Ok(answer),
+                Poll::Pending => Err(fut),
+            }
+        }));
+        match started {
+            Ok(Ok(answer)) => Some(answer),
+            Ok(Err(fut)) => {
+                // The task polls it again at once, with its own waker: what the first poll
+                // registered with the no-op waker is registered anew.
+                let (id_frame, id) = (frame.clone(), span(frame, id.get()));
+                let out = self.peer.shared.out.clone();
+                self.handlers.spawn(async move {
+                    let answer = finish_call(fut, &id_frame[id]).await;
+                    let _ = out.send(Outgoing::Frame(answer.into())).await;
+                });
+                None
+            }
+            Err(_) => Some(panicked(id.get())),
+        }
+    }
+
+    fn route(&self, id: &RawValue, answer: Answer) {
+        // We only ever send numeric ids, so any other id answers nothing of ours.
+        let delivered = id
+            .get()
+            .parse::<u64>()
+            .is_ok_and(|id| self.peer.shared.pending.complete(id, answer));
+        if !delivered {
+            tracing::debug!(
+                id = id.get(),
+                "answer to no waiting call (late, or never sent); ignored"
+            );
+        }
+    }
+}
+
+fn log_join(done: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = done {
+        if e.is_panic() {
+            tracing::error!("a connection task panicked outside any handler");
+        }
+    }
+}
+
+/// The -32603 answer of a call whose handler panicked.
+fn panicked(id: &str) -> String {
+    tracing::error!(id, "a method handler panicked");
+    message::error_response(Some(id), &RpcError::internal_error())
+}
+
+/// A method's handler and the context it runs with.
+struct MethodHandle<S> {
+    handler: Arc<MethodFn<S>>,
+    cx: Context<S>,
+}
+
+/// Runs one call of a batch to its answer frame. A panic in the handler answers -32603.
+async fn run_call<S: Send + Sync + 'static>(handle: MethodHandle<S>, call: Call) -> String {
+    let id_frame = call.frame.clone();
+    let id = call.id.clone();
+    let MethodHandle { handler, cx } = handle;
+    match AssertUnwindSafe(async move { handler(cx, call).await })
+        .catch_unwind()
+        .await
+    {
+        Ok(answer) => answer,
+        Err(_) => panicked(&id_frame[id]),
+    }
+}
+
+/// Runs a started call to its answer frame. A panic in the handler answers -32603.
+async fn finish_call(fut: BoxFuture<String>, id: &str) -> String {
+    match AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(answer) => answer,
+        Err(_) => panicked(id),
+    }
+}
+
+fn join_batch(answers: &[String]) -> String {
+    let len = answers.iter().map(|a| a.len() + 1).sum::<usize>() + 1;
+    let mut s = String::with_capacity(len);
+    s.push('[');
+    for (i, a) in answers.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(a);
+    }
+    s.push(']');
+    s
+}
+
+/// Where `part`, a slice of `whole`, lies in it.
+fn span(whole: &str, part: &str) -> Range<usize> {
+    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+    debug_assert!(start + part.len() <= whole.len());
+    start..start + part.len()
+}

@@ -1,0 +1,202 @@
+//! Incoming notifications, run one after another in the order they arrived.
+//!
+//! The sender's order is usually meaningful (updates, chat lines). When none is queued
+//! or running, the next one is polled once on the connection's task, like a call; what
+//! does not finish there (and what arrives while one is unfinished) goes to one task per
+//! connection, in order, made the first time it is needed. When that task's queue is
+//! full, notifications wait in a backlog and the connection stops reading.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll, Waker};
+
+use futures_util::FutureExt;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::peer::Peer;
+use crate::router::{BoxFuture, Context, NotificationFn};
+use crate::transport::Text;
+
+/// One notification for the ordered notification task.
+enum NotificationJob<S> {
+    /// Not started yet.
+    Start {
+        handler: Arc<NotificationFn<S>>,
+        frame: Text,
+        params: Option<Range<usize>>,
+    },
+    /// Started on the connection's task and not finished by its first poll.
+    Resume(BoxFuture<()>),
+}
+
+/// The task that runs notifications in order, and its queue.
+struct Task<S> {
+    tx: mpsc::Sender<NotificationJob<S>>,
+    /// Jobs sent to the task and not yet finished. While it is zero, nothing is queued
+    /// or running, so the connection may start the next notification itself in order.
+    busy: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+/// A connection's ordered notifications.
+pub(super) struct Ordered<S> {
+    task: Option<Task<S>>,
+    /// Notifications that did not fit the queue. While any wait here, reading stops.
+    backlog: VecDeque<NotificationJob<S>>,
+    /// Waits for room in the queue while the backlog is not empty.
+    room: Option<BoxFuture<Option<mpsc::OwnedPermit<NotificationJob<S>>>>>,
+    queue: usize,
+}
+
+impl<S: Send + Sync + 'static> Ordered<S> {
+    pub(super) fn new(queue: usize) -> Self {
+        Ordered {
+            task: None,
+            backlog: VecDeque::new(),
+            room: None,
+            queue,
+        }
+    }
+
+    /// Whether notifications wait for room: reading stops until they have it.
+    pub(super) fn blocked(&self) -> bool {
+        !self.backlog.is_empty()
+    }
+
+    /// Stops the task and forgets what waits.
+    pub(super) fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.task.abort();
+        }
+        self.backlog.clear();
+        self.room = None;
+    }
+
+    /// Moves backlogged notifications into the queue as room appears. Ready when one
+    /// moved (or the queue is gone).
+    pub(super) fn poll_room(&mut self, cx: &mut TaskContext<'_>) -> Poll<()> {
+        if self.backlog.is_empty() {
+            return Poll::Pending;
+        }
+        let Some(n) = &self.task else {
+            return Poll::Pending;
+        };
+        let room = self.room.get_or_insert_with(|| {
+            let tx = n.tx.clone();
+            Box::pin(async move { tx.reserve_owned().await.ok() })
+        });
+        let permit = std::task::ready!(room.as_mut().poll(cx));
+        self.room = None;
+        if let (Some(permit), Some(job)) = (permit, self.backlog.pop_front()) {
+            n.busy.fetch_add(1, Ordering::AcqRel);
+            permit.send(job);
+        }
+        Poll::Ready(())
+    }
+
+    /// Runs a notification after every one before it: at once (polled once here) when
+    /// none is queued or running, else on the connection's notification task.
+    pub(super) fn push(
+        &mut self,
+        handler: Arc<NotificationFn<S>>,
+        frame: &Text,
+        params: Option<Range<usize>>,
+        peer: &Peer,
+        state: &Arc<S>,
+    ) {
+        if !self.backlog.is_empty() {
+            self.backlog.push_back(NotificationJob::Start {
+                handler,
+                frame: frame.clone(),
+                params,
+            });
+            return;
+        }
+        let idle = self
+            .task
+            .as_ref()
+            .is_none_or(|n| n.busy.load(Ordering::Acquire) == 0);
+        let job = if idle {
+            // Nothing before it is queued or running: it may start here, in order.
+            let cx = Context::new(peer.clone(), state.clone());
+            let started = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let mut fut = handler(cx, frame.clone(), params);
+                match fut
+                    .as_mut()
+                    .poll(&mut TaskContext::from_waker(Waker::noop()))
+                {
+                    Poll::Ready(()) => None,
+                    Poll::Pending => Some(fut),
+                }
+            }));
+            match started {
+                Ok(None) => return,
+                Ok(Some(fut)) => NotificationJob::Resume(fut),
+                Err(_) => {
+                    tracing::error!("a notification handler panicked");
+                    return;
+                }
+            }
+        } else {
+            NotificationJob::Start {
+                handler,
+                frame: frame.clone(),
+                params,
+            }
+        };
+        let queue = self.queue;
+        let n = self.task.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::channel(queue);
+            let busy = Arc::new(AtomicUsize::new(0));
+            let cx = Context::new(peer.clone(), state.clone());
+            Task {
+                tx,
+                busy: busy.clone(),
+                task: tokio::spawn(notification_loop(rx, cx, busy)),
+            }
+        });
+        n.busy.fetch_add(1, Ordering::AcqRel);
+        match n.tx.try_send(job) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(job)) => {
+                n.busy.fetch_sub(1, Ordering::AcqRel);
+                self.backlog.push_back(job);
+            }
+            // The task is gone only once the connection ends.
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                n.busy.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+async fn notification_loop<S: Send + Sync + 'static>(
+    mut rx: mpsc::Receiver<NotificationJob<S>>,
+    cx: Context<S>,
+    busy: Arc<AtomicUsize>,
+) {
+    while let Some(job) = rx.recv().await {
+        let fut = match job {
+            NotificationJob::Start {
+                handler,
+                frame,
+                params,
+            } => std::panic::catch_unwind(AssertUnwindSafe(|| handler(cx.clone(), frame, params))),
+            NotificationJob::Resume(fut) => Ok(fut),
+        };
+        let finished = match fut {
+            Ok(fut) => AssertUnwindSafe(fut).catch_unwind().await,
+            Err(panic) => Err(panic),
+        };
+        if finished.is_err() {
+            tracing::error!("a notification handler panicked");
+        }
+        // Released after the handler is done, so the connection that sees zero also sees
+        // everything this handler did before it starts the next one.
+        busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
