@@ -15,6 +15,26 @@ use serde_json::value::RawValue;
 
 use crate::error::RpcError;
 
+mod fast;
+
+/// A JSON value as it appeared in the frame: a slice of the frame's text, checked to
+/// be valid JSON but not read further.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Raw<'a>(&'a str);
+
+impl<'a> Raw<'a> {
+    /// The value's text.
+    pub(crate) fn get(self) -> &'a str {
+        self.0
+    }
+}
+
+impl<'a> From<&'a RawValue> for Raw<'a> {
+    fn from(raw: &'a RawValue) -> Self {
+        Raw(raw.get())
+    }
+}
+
 /// One incoming frame, classified.
 #[derive(Debug)]
 pub(crate) enum Incoming<'a> {
@@ -32,29 +52,26 @@ pub(crate) enum Incoming<'a> {
 pub(crate) enum Item<'a> {
     /// A call that expects an answer. `id` is the raw id, echoed back as received.
     Request {
-        id: &'a RawValue,
+        id: Raw<'a>,
         method: Cow<'a, str>,
-        params: Option<&'a RawValue>,
+        params: Option<Raw<'a>>,
     },
     /// A call without an `id` member: never answered.
     Notification {
         method: Cow<'a, str>,
-        params: Option<&'a RawValue>,
+        params: Option<Raw<'a>>,
     },
     /// An answer to one of our calls.
-    Response {
-        id: &'a RawValue,
-        outcome: Outcome<'a>,
-    },
+    Response { id: Raw<'a>, outcome: Outcome<'a> },
     /// Not a valid request: answered with `error` and the id if it could be read.
     Invalid {
-        id: Option<&'a RawValue>,
+        id: Option<Raw<'a>>,
         error: RpcError,
     },
     /// Shaped like a response (no `method`, a `result` or an `error`) but not a valid
     /// one. Never answered: answering responses could make two peers loop.
     BadResponse {
-        id: Option<&'a RawValue>,
+        id: Option<Raw<'a>>,
         reason: &'static str,
     },
 }
@@ -62,15 +79,15 @@ pub(crate) enum Item<'a> {
 /// The `result` or the `error` member of a response, still raw.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Outcome<'a> {
-    Result(&'a RawValue),
-    Error(&'a RawValue),
+    Result(Raw<'a>),
+    Error(Raw<'a>),
 }
 
 /// Classifies one text frame. `max_batch` bounds the length of a batch: a longer one is
 /// rejected whole with one error, before any handler runs.
 pub(crate) fn classify(text: &str, max_batch: usize) -> Incoming<'_> {
     match text.trim_start().as_bytes().first() {
-        Some(b'{') => match parse_envelope(text) {
+        Some(b'{') => match read_envelope(text) {
             Ok(env) => Incoming::Single(env.classify()),
             Err(_) => Incoming::Reject(RpcError::parse_error()),
         },
@@ -109,7 +126,7 @@ fn classify_batch(text: &str, max_batch: usize) -> Incoming<'_> {
             if raw.get().starts_with('{') {
                 // The element is already known to be valid JSON, so this cannot fail
                 // on syntax; treat any failure as an invalid element all the same.
-                match parse_envelope(raw.get()) {
+                match read_envelope(raw.get()) {
                     Ok(env) => env.classify(),
                     Err(_) => invalid(None),
                 }
@@ -121,7 +138,7 @@ fn classify_batch(text: &str, max_batch: usize) -> Incoming<'_> {
     Incoming::Batch(items)
 }
 
-fn invalid(id: Option<&RawValue>) -> Item<'_> {
+fn invalid(id: Option<Raw<'_>>) -> Item<'_> {
     Item::Invalid {
         id,
         error: RpcError::invalid_request(),
@@ -165,13 +182,50 @@ impl<'de> Visitor<'de> for BatchSeed {
 /// `id` and `result` keep `null` as `Some("null")`: a null id is not an absent one.
 #[derive(Default)]
 struct Envelope<'a> {
-    jsonrpc: Option<&'a RawValue>,
-    method: Option<&'a RawValue>,
-    params: Option<&'a RawValue>,
-    id: Option<&'a RawValue>,
-    result: Option<&'a RawValue>,
-    error: Option<&'a RawValue>,
+    jsonrpc: Option<Raw<'a>>,
+    method: Option<Raw<'a>>,
+    params: Option<Raw<'a>>,
+    id: Option<Raw<'a>>,
+    result: Option<Raw<'a>>,
+    error: Option<Raw<'a>>,
     duplicate: bool,
+}
+
+/// Reads one message object: the fast path for the usual shape, serde for the rest.
+fn read_envelope(text: &str) -> Result<Envelope<'_>, serde_json::Error> {
+    match fast::envelope(text) {
+        Some(env) => Ok(env),
+        None => parse_envelope(text),
+    }
+}
+
+/// Whether the fast path, when it reads `text` at all, reads it as serde does (for the
+/// fuzzer).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fast_path_agrees(text: &str) -> bool {
+    let Some(fast) = fast::envelope(text) else {
+        return true;
+    };
+    let Ok(slow) = parse_envelope(text) else {
+        return false;
+    };
+    (
+        fast.jsonrpc,
+        fast.method,
+        fast.params,
+        fast.id,
+        fast.result,
+        fast.error,
+        fast.duplicate,
+    ) == (
+        slow.jsonrpc,
+        slow.method,
+        slow.params,
+        slow.id,
+        slow.result,
+        slow.error,
+        slow.duplicate,
+    )
 }
 
 fn parse_envelope(text: &str) -> Result<Envelope<'_>, serde_json::Error> {
@@ -218,7 +272,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
                     continue;
                 }
             };
-            let value = map.next_value::<&'de RawValue>()?;
+            let value = Raw::from(map.next_value::<&'de RawValue>()?);
             // A member given twice is ambiguous (JSON parsers disagree on which wins),
             // so the message is invalid rather than read one way or the other.
             env.duplicate |= slot.replace(value).is_some();
@@ -229,7 +283,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
 
 impl<'a> Envelope<'a> {
     fn classify(self) -> Item<'a> {
-        let readable_id = self.id.filter(|id| is_valid_id(id));
+        let readable_id = self.id.filter(|id| is_valid_id(*id));
         if self.duplicate {
             return invalid(None);
         }
@@ -264,7 +318,7 @@ impl<'a> Envelope<'a> {
         }
     }
 
-    fn classify_response(self, readable_id: Option<&'a RawValue>) -> Item<'a> {
+    fn classify_response(self, readable_id: Option<Raw<'a>>) -> Item<'a> {
         let bad = |reason| Item::BadResponse {
             id: readable_id,
             reason,
@@ -285,17 +339,17 @@ impl<'a> Envelope<'a> {
 }
 
 /// Strings, numbers and null are ids; anything else is not.
-fn is_valid_id(id: &RawValue) -> bool {
+fn is_valid_id(id: Raw<'_>) -> bool {
     matches!(id.get().as_bytes()[0], b'"' | b'-' | b'0'..=b'9') || id.get() == "null"
 }
 
-fn is_version_2(v: &RawValue) -> bool {
+fn is_version_2(v: Raw<'_>) -> bool {
     // The fast path is the form every peer sends; the slow one handles escapes.
     v.get() == "\"2.0\"" || as_str(v).is_some_and(|s| s == "2.0")
 }
 
 /// The string a raw JSON string holds, borrowed when it has no escapes.
-fn as_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+fn as_str(raw: Raw<'_>) -> Option<Cow<'_, str>> {
     let text = raw.get();
     if !text.starts_with('"') {
         return None;

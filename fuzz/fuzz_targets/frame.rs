@@ -9,6 +9,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 fuzz_target!(|frame: &[u8]| {
+    assert!(jsonrpc_peer::fuzzing::fast_path_agrees(frame), "fast and slow paths differ");
     for out in jsonrpc_peer::fuzzing::answer(frame) {
         // Always JSON by the grammar.
         serde_json::from_str::<&RawValue>(&out).expect("answers are JSON");

@@ -26,8 +26,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll, Waker};
 
+use crate::message::Raw;
 use futures_util::FutureExt;
-use serde_json::value::RawValue;
 use tokio::task::JoinSet;
 
 use crate::config::PeerConfig;
@@ -210,9 +210,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 }
                 None
             }
-            Item::Invalid { id, error } => {
-                Some(message::error_response(id.map(RawValue::get), &error))
-            }
+            Item::Invalid { id, error } => Some(message::error_response(id.map(Raw::get), &error)),
         }
     }
 
@@ -224,7 +222,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         cx: Context<S>,
         call: Call,
         frame: &Text,
-        id: &RawValue,
+        id: Raw<'_>,
     ) -> Option<String> {
         let started = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let mut fut = handler(cx, call);
@@ -253,7 +251,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         }
     }
 
-    fn route(&self, id: &RawValue, answer: Answer) {
+    fn route(&self, id: Raw<'_>, answer: Answer) {
         // We only ever send numeric ids, so any other id answers nothing of ours.
         let delivered = id
             .get()

@@ -1,0 +1,245 @@
+//! A fast path for reading a message object in the shape nearly every peer sends.
+//!
+//! serde's derive-free visitor in `message.rs` reads any message; this scanner reads
+//! the common case by hand, about twice as fast: keys without escapes, `jsonrpc` and
+//! `method` as strings without escapes, an `id` that is such a string, an integer or
+//! null. Values that are arrays or objects (`params`, `result`, `error`) are still
+//! skipped by serde_json, which checks their syntax. Anything else (an escape, a
+//! fraction, a syntax error, trailing text) returns `None`, and the serde path decides:
+//! the fast path never answers differently, it only answers sooner. The fuzz target
+//! and the unit tests below compare the two.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::{Envelope, Raw};
+
+/// Reads `text` as one message object, or gives up with `None`.
+pub(super) fn envelope(text: &str) -> Option<Envelope<'_>> {
+    let b = text.as_bytes();
+    let mut i = ws(b, 0);
+    if *b.get(i)? != b'{' {
+        return None;
+    }
+    let mut env = Envelope::default();
+    i = ws(b, i + 1);
+    if *b.get(i)? == b'}' {
+        i += 1;
+    } else {
+        loop {
+            let (key, after_key) = plain_string(b, i)?;
+            i = ws(b, after_key);
+            if *b.get(i)? != b':' {
+                return None;
+            }
+            i = ws(b, i + 1);
+            let end = value_end(text, i)?;
+            let value = Raw(&text[i..end]);
+            let slot = match &text[key.0 + 1..key.1 - 1] {
+                "jsonrpc" => Some(&mut env.jsonrpc),
+                "method" => Some(&mut env.method),
+                "params" => Some(&mut env.params),
+                "id" => Some(&mut env.id),
+                "result" => Some(&mut env.result),
+                "error" => Some(&mut env.error),
+                _ => None,
+            };
+            if let Some(slot) = slot {
+                env.duplicate |= slot.replace(value).is_some();
+            }
+            i = ws(b, end);
+            match *b.get(i)? {
+                b',' => i = ws(b, i + 1),
+                b'}' => {
+                    i += 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+    }
+    (ws(b, i) == b.len()).then_some(env)
+}
+
+/// Skips JSON whitespace from `i`.
+fn ws(b: &[u8], mut i: usize) -> usize {
+    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// A string at `i` with no escapes and no control characters: its span, quotes
+/// included, and the index after it.
+fn plain_string(b: &[u8], i: usize) -> Option<((usize, usize), usize)> {
+    if *b.get(i)? != b'"' {
+        return None;
+    }
+    let mut j = i + 1;
+    loop {
+        match *b.get(j)? {
+            b'"' => return Some(((i, j + 1), j + 1)),
+            b'\\' | 0..=0x1f => return None,
+            _ => j += 1,
+        }
+    }
+}
+
+/// Where the value starting at `i` ends, for the values the fast path takes.
+fn value_end(text: &str, i: usize) -> Option<usize> {
+    let b = text.as_bytes();
+    match *b.get(i)? {
+        b'"' => plain_string(b, i).map(|(_, end)| end),
+        b'-' | b'0'..=b'9' => integer_end(b, i),
+        b'n' => literal(b, i, b"null"),
+        b't' => literal(b, i, b"true"),
+        b'f' => literal(b, i, b"false"),
+        b'[' | b'{' => {
+            // serde_json checks the value's syntax and skips it without recursing.
+            let mut de = serde_json::Deserializer::from_str(&text[i..]);
+            let raw = <&RawValue>::deserialize(&mut de).ok()?;
+            Some(i + raw.get().len())
+        }
+        _ => None,
+    }
+}
+
+/// `-?(0|[1-9][0-9]*)`, not followed by a fraction or an exponent (those go the
+/// slow way).
+fn integer_end(b: &[u8], i: usize) -> Option<usize> {
+    let mut j = i + usize::from(b[i] == b'-');
+    match *b.get(j)? {
+        b'0' => j += 1,
+        b'1'..=b'9' => {
+            while b.get(j).is_some_and(u8::is_ascii_digit) {
+                j += 1;
+            }
+        }
+        _ => return None,
+    }
+    match b.get(j) {
+        Some(b'.' | b'e' | b'E' | b'0'..=b'9') => None,
+        _ => Some(j),
+    }
+}
+
+fn literal(b: &[u8], i: usize, word: &[u8]) -> Option<usize> {
+    b.get(i..i + word.len())
+        .filter(|w| *w == word)
+        .map(|_| i + word.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{parse_envelope, Envelope};
+    use super::envelope;
+    use proptest::prelude::*;
+
+    fn same(a: &Envelope<'_>, b: &Envelope<'_>) -> bool {
+        (
+            a.jsonrpc,
+            a.method,
+            a.params,
+            a.id,
+            a.result,
+            a.error,
+            a.duplicate,
+        ) == (
+            b.jsonrpc,
+            b.method,
+            b.params,
+            b.id,
+            b.result,
+            b.error,
+            b.duplicate,
+        )
+    }
+
+    /// Whenever the fast path reads a text, serde reads it the same way.
+    fn agrees(text: &str) {
+        if let Some(fast) = envelope(text) {
+            let slow = parse_envelope(text)
+                .unwrap_or_else(|e| panic!("fast path took what serde refuses ({e}): {text}"));
+            assert!(same(&fast, &slow), "fast and slow paths differ on {text}");
+        }
+    }
+
+    #[test]
+    fn the_usual_shapes_take_the_fast_path() {
+        for text in [
+            r#"{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":1}"#,
+            r#"{"jsonrpc": "2.0", "method": "update", "params": {"a": [1, {"b": "\"x\""}]}}"#,
+            r#" { "jsonrpc" : "2.0" , "result" : 19 , "id" : "abc" } "#,
+            r#"{"jsonrpc":"2.0","error":{"code":-32601,"message":"Method not found"},"id":null}"#,
+            r#"{"jsonrpc":"2.0","result":false,"id":-7}"#,
+            r#"{}"#,
+            r#"{"foo":"boo"}"#,
+        ] {
+            assert!(envelope(text).is_some(), "{text}");
+            agrees(text);
+        }
+    }
+
+    #[test]
+    fn anything_unusual_goes_the_slow_way() {
+        for text in [
+            r#"{"jsonrpc":"2\u002e0","method":"m","id":1}"#,
+            r#"{"json\u0072pc":"2.0","method":"m","id":1}"#,
+            r#"{"jsonrpc":"2.0","method":"m","id":1.5}"#,
+            r#"{"jsonrpc":"2.0","method":"m","id":01}"#,
+            r#"{"jsonrpc":"2.0","method":"m","id":1e3}"#,
+            r#"{"jsonrpc":"2.0","method":"m","id":1} x"#,
+            r#"{"jsonrpc":"2.0","method":"m","id":1,}"#,
+            r#"{"jsonrpc":"2.0","method":"m","params":[1,],"id":1}"#,
+            "{\"jsonrpc\":\"2.0\",\"method\":\"a\tb\",\"id\":1}",
+            r#"{"jsonrpc":"2.0","method":"m","id":nul}"#,
+            r#"{"jsonrpc":"2.0""#,
+        ] {
+            assert!(envelope(text).is_none(), "{text}");
+            agrees(text);
+        }
+    }
+
+    #[test]
+    fn duplicates_are_seen_by_both() {
+        let text = r#"{"jsonrpc":"2.0","method":"m","id":1,"id":2}"#;
+        assert!(envelope(text).is_some_and(|e| e.duplicate));
+        agrees(text);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+
+        #[test]
+        fn fast_and_slow_paths_agree_on_generated_messages(
+            members in prop::collection::vec(
+                (
+                    prop_oneof![Just("jsonrpc"), Just("method"), Just("params"), Just("id"),
+                                Just("result"), Just("error"), Just("x"), Just("j\\u0073on")],
+                    prop_oneof![
+                        Just("\"2.0\"".to_owned()), Just("null".to_owned()), Just("true".to_owned()),
+                        Just("[1,{\"a\":[]}]".to_owned()), Just("{}".to_owned()), Just("\"m\\n\"".to_owned()),
+                        any::<i64>().prop_map(|n| n.to_string()),
+                        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| f.to_string()),
+                        "[a-z]{0,6}".prop_map(|s| format!("\"{s}\"")),
+                        "[ -~]{0,8}",
+                    ],
+                    prop_oneof![Just(""), Just(" "), Just("\n\t")],
+                ),
+                0..7,
+            )
+        ) {
+            let body: Vec<String> = members
+                .iter()
+                .map(|(k, v, space)| format!("{space}\"{k}\"{space}:{space}{v}{space}"))
+                .collect();
+            agrees(&format!("{{{}}}", body.join(",")));
+        }
+
+        #[test]
+        fn fast_and_slow_paths_agree_on_any_text(text in "\\PC{0,80}") {
+            agrees(&text);
+            agrees(&format!("{{\"jsonrpc\":\"2.0\",{text}"));
+        }
+    }
+}
