@@ -6,6 +6,7 @@
 //! bounded by the frame's size, never stack.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::fmt;
 use std::io::Write as _;
 
@@ -370,31 +371,60 @@ pub(crate) fn response<T: Serialize + ?Sized>(
     id: &str,
     result: &T,
 ) -> Result<String, serde_json::Error> {
-    let mut buf = Vec::with_capacity(64 + id.len());
-    buf.extend_from_slice(VERSION);
-    buf.extend_from_slice(br#""result":"#);
-    serde_json::to_writer(&mut buf, result)?;
-    finish_with_id(buf, id)
+    with_scratch(|buf| {
+        buf.extend_from_slice(VERSION);
+        buf.extend_from_slice(br#""result":"#);
+        serde_json::to_writer(&mut *buf, result)?;
+        finish_with_id(buf, id)
+    })
 }
 
 /// Writes `{"jsonrpc":"2.0","error":ERROR,"id":ID}`; `id` is raw JSON, `None` for null.
 pub(crate) fn error_response(id: Option<&str>, error: &RpcError) -> String {
-    let mut buf = Vec::with_capacity(96);
-    buf.extend_from_slice(VERSION);
-    buf.extend_from_slice(br#""error":"#);
-    // An RpcError is a struct of an integer, a string and a Value: it always serializes.
-    if serde_json::to_writer(&mut buf, error).is_err() {
-        buf.truncate(VERSION.len() + 8);
-        buf.extend_from_slice(br#"{"code":-32603,"message":"Internal error"}"#);
-    }
-    finish_with_id(buf, id.unwrap_or("null")).unwrap_or_default()
+    with_scratch(|buf| {
+        buf.extend_from_slice(VERSION);
+        buf.extend_from_slice(br#""error":"#);
+        // An RpcError is a struct of an integer, a string and a Value: it always
+        // serializes.
+        if serde_json::to_writer(&mut *buf, error).is_err() {
+            buf.truncate(VERSION.len() + 8);
+            buf.extend_from_slice(br#"{"code":-32603,"message":"Internal error"}"#);
+        }
+        finish_with_id(buf, id.unwrap_or("null")).unwrap_or_default()
+    })
 }
 
-fn finish_with_id(mut buf: Vec<u8>, id: &str) -> Result<String, serde_json::Error> {
+fn finish_with_id(buf: &mut Vec<u8>, id: &str) -> Result<String, serde_json::Error> {
     buf.extend_from_slice(br#","id":"#);
     buf.extend_from_slice(id.as_bytes());
     buf.push(b'}');
-    String::from_utf8(buf).map_err(|_| de::Error::custom("serializer wrote invalid UTF-8"))
+    exact_string(buf).ok_or_else(|| de::Error::custom("serializer wrote invalid UTF-8"))
+}
+
+/// A frame is written into a buffer kept by the thread, then copied into a string of
+/// exactly its length: one allocation per frame. (Handing over a grown buffer would
+/// cost two: `Bytes` allocates a header for any buffer with spare capacity.)
+fn with_scratch<R>(write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    thread_local! {
+        static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(512));
+    }
+    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.clear();
+            let result = write(&mut buf);
+            // One huge frame must not keep its memory for the thread's life.
+            if buf.capacity() > 64 * 1024 {
+                *buf = Vec::with_capacity(512);
+            }
+            result
+        }
+        // Only if a Serialize impl writes a frame while we write one.
+        Err(_) => write(&mut Vec::new()),
+    })
+}
+
+fn exact_string(buf: &[u8]) -> Option<String> {
+    std::str::from_utf8(buf).ok().map(str::to_owned)
 }
 
 /// Writes a request (with `id`) or a notification (without), leaving `params` out when
@@ -404,10 +434,11 @@ pub(crate) fn request<P: Serialize + ?Sized>(
     params: &P,
     id: Option<u64>,
 ) -> Result<String, crate::Error> {
-    let mut buf = Vec::with_capacity(64 + method.len());
-    write_request(&mut buf, method, params, id)?;
-    String::from_utf8(buf)
-        .map_err(|_| crate::Error::InvalidResponse("serializer wrote invalid UTF-8".into()))
+    with_scratch(|buf| {
+        write_request(buf, method, params, id)?;
+        exact_string(buf)
+            .ok_or_else(|| crate::Error::InvalidResponse("serializer wrote invalid UTF-8".into()))
+    })
 }
 
 /// Appends one request or notification object to `buf`.

@@ -34,14 +34,14 @@ pub(super) fn envelope(text: &str) -> Option<Envelope<'_>> {
             }
             i = ws(b, i + 1);
             let end = value_end(text, i)?;
-            let value = Raw(&text[i..end]);
-            let slot = match &text[key.0 + 1..key.1 - 1] {
-                "jsonrpc" => Some(&mut env.jsonrpc),
-                "method" => Some(&mut env.method),
-                "params" => Some(&mut env.params),
-                "id" => Some(&mut env.id),
-                "result" => Some(&mut env.result),
-                "error" => Some(&mut env.error),
+            let value = Raw(text.get(i..end)?);
+            let slot = match b.get(key.0 + 1..key.1 - 1)? {
+                b"jsonrpc" => Some(&mut env.jsonrpc),
+                b"method" => Some(&mut env.method),
+                b"params" => Some(&mut env.params),
+                b"id" => Some(&mut env.id),
+                b"result" => Some(&mut env.result),
+                b"error" => Some(&mut env.error),
                 _ => None,
             };
             if let Some(slot) = slot {
@@ -75,14 +75,17 @@ fn plain_string(b: &[u8], i: usize) -> Option<((usize, usize), usize)> {
     if *b.get(i)? != b'"' {
         return None;
     }
-    let mut j = i + 1;
-    loop {
-        match *b.get(j)? {
-            b'"' => return Some(((i, j + 1), j + 1)),
-            b'\\' | 0..=0x1f => return None,
-            _ => j += 1,
-        }
+    let rest = b.get(i + 1..)?;
+    // One pass over the bytes, without a bounds check each: the first byte that ends
+    // or complicates the string.
+    let at = rest
+        .iter()
+        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+    if rest[at] != b'"' {
+        return None;
     }
+    let end = i + 1 + at + 1;
+    Some(((i, end), end))
 }
 
 /// Where the value starting at `i` ends, for the values the fast path takes.
