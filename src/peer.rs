@@ -81,7 +81,9 @@ pub struct ConnectionInfo {
     /// The request path and query of the handshake (server side), e.g. `/rpc?room=1`.
     pub path: Option<String>,
     /// The handshake's headers: the client's request on the server side, the
-    /// server's response on the client side.
+    /// server's response on the client side. On the server side, hooks always see
+    /// them, but the peer keeps them only with
+    /// [`HandshakePolicy::keep_headers`](crate::HandshakePolicy::keep_headers).
     pub headers: HeaderMap,
     /// What the authentication hook attached, if any.
     pub(crate) auth: Option<crate::policy::Attached>,
