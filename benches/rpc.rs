@@ -254,30 +254,15 @@ async fn run(opts: &Opts, server_rt: Handle) -> Vec<Row> {
         rows.push(Row::info("", "CPU per call (µs)", cpu(&ours), cpu(&raw)));
     }
 
-    if opts.runs('b') {
-        eprintln!("(b) 64 calls in flight on one connection");
-        let (ours, raw) = calls_scenario(opts, &servers, 1, 64).await;
+    for (letter, connections, depth) in [('b', 1, 64), ('c', 16, 16)] {
+        if !opts.runs(letter) {
+            continue;
+        }
+        let label = format!("({letter}) {connections} x {depth} in flight");
+        eprintln!("{label}");
+        let (ours, raw) = calls_scenario(opts, &servers, connections, depth).await;
         rows.push(Row::new(
-            "(b) 1 x 64 in flight",
-            "rate (calls/s)",
-            rate(&ours),
-            rate(&raw),
-            Target::AtLeast(0.5),
-        ));
-        rows.push(Row::info(
-            "",
-            "p50 latency (µs)",
-            p(&ours, 0.5),
-            p(&raw, 0.5),
-        ));
-        rows.push(Row::info("", "CPU per call (µs)", cpu(&ours), cpu(&raw)));
-    }
-
-    if opts.runs('c') {
-        eprintln!("(c) 16 connections x 16 calls in flight");
-        let (ours, raw) = calls_scenario(opts, &servers, 16, 16).await;
-        rows.push(Row::new(
-            "(c) 16 x 16 in flight",
+            &label,
             "rate (calls/s)",
             rate(&ours),
             rate(&raw),
