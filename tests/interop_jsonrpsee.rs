@@ -149,6 +149,7 @@ fn expect_call_error(outcome: Result<Value, ClientError>, what: &str) -> RpcErro
 async fn jsonrpsee_client_against_our_server() {
     let notes = Notes::new();
     let (url, server) = common::serve(our_router(notes.clone())).await;
+    let mut gone = common::disconnections(&server);
     let client = jsonrpsee_client(&url).await;
 
     // Positional and named params reach the same handler.
@@ -338,12 +339,10 @@ async fn jsonrpsee_client_against_our_server() {
         "expected jsonrpsee to close the connection, got {reason:?}"
     );
     assert_eq!(peer.pending_calls(), 0);
-    within(async {
-        while server.connection_count() != 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    within(gone.recv())
+        .await
+        .expect("the server forgets the connection");
+    assert_eq!(server.connection_count(), 0);
     assert_eq!(notes.all().len(), 2, "no other notifications arrived");
 }
 

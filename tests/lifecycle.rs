@@ -2,7 +2,6 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,19 +13,35 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-/// Counts handlers that started, and handlers that were stopped before finishing.
-#[derive(Default)]
+/// Tells the test when a `hang` handler starts, and when one is stopped before it
+/// finishes (dropped with its task).
 struct Probe {
-    started: AtomicUsize,
-    stopped: AtomicUsize,
-    start_tx: std::sync::Mutex<Option<mpsc::UnboundedSender<()>>>,
+    started: mpsc::UnboundedSender<()>,
+    stopped: mpsc::UnboundedSender<()>,
 }
 
 struct StopGuard(Arc<Probe>);
 
 impl Drop for StopGuard {
     fn drop(&mut self) {
-        self.0.stopped.fetch_add(1, Ordering::SeqCst);
+        let _ = self.0.stopped.send(());
+    }
+}
+
+/// The probe, and the receivers of its `started` and `stopped` events.
+struct Events {
+    started: mpsc::UnboundedReceiver<()>,
+    stopped: mpsc::UnboundedReceiver<()>,
+}
+
+impl Events {
+    /// Waits (bounded) for `n` handlers to be stopped.
+    async fn stopped(&mut self, n: usize) {
+        for _ in 0..n {
+            within(self.stopped.recv())
+                .await
+                .expect("a handler was stopped");
+        }
     }
 }
 
@@ -36,10 +51,7 @@ fn router(probe: Arc<Probe>) -> Router<Arc<Probe>> {
         .method("hang", |cx: Context<Arc<Probe>>, (): ()| async move {
             let probe = cx.state().clone();
             let _guard = StopGuard(probe.clone());
-            probe.started.fetch_add(1, Ordering::SeqCst);
-            if let Some(tx) = &*probe.start_tx.lock().unwrap() {
-                let _ = tx.send(());
-            }
+            let _ = probe.started.send(());
             std::future::pending::<()>().await;
             Ok::<_, RpcError>(())
         })
@@ -65,11 +77,14 @@ fn router(probe: Arc<Probe>) -> Router<Arc<Probe>> {
         })
 }
 
-fn probe() -> (Arc<Probe>, mpsc::UnboundedReceiver<()>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let probe = Arc::new(Probe::default());
-    *probe.start_tx.lock().unwrap() = Some(tx);
-    (probe, rx)
+fn probe() -> (Arc<Probe>, Events) {
+    let (started, started_rx) = mpsc::unbounded_channel();
+    let (stopped, stopped_rx) = mpsc::unbounded_channel();
+    let events = Events {
+        started: started_rx,
+        stopped: stopped_rx,
+    };
+    (Arc::new(Probe { started, stopped }), events)
 }
 
 /// Starts `n` calls to `hang` from `caller` and waits until all `n` handlers run.
@@ -112,28 +127,18 @@ async fn assert_all_closed_soon(
     }
 }
 
-/// Waits (bounded) until `cond` holds, re-checking whenever the runtime has run.
-async fn eventually(what: &str, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + common::STEP;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_close_frame_ends_every_waiting_call_and_stops_the_other_sides_handlers() {
-    let (server_probe, mut server_started) = probe();
-    let (client_probe, mut client_started) = probe();
-    let (url, server) = serve(router(server_probe.clone())).await;
-    let client = within(connect(&url, router(client_probe.clone())))
-        .await
-        .unwrap();
+    let (server_probe, mut server_events) = probe();
+    let (client_probe, mut client_events) = probe();
+    let (url, server) = serve(router(server_probe)).await;
+    let mut gone = common::disconnections(&server);
+    let client = within(connect(&url, router(client_probe))).await.unwrap();
 
     // The client waits on the server and the server waits on the client.
-    let client_calls = hang_calls(&client, 3, &mut server_started).await;
+    let client_calls = hang_calls(&client, 3, &mut server_events.started).await;
     let server_peer = server.peers().pop().unwrap();
-    let server_calls = hang_calls(&server_peer, 2, &mut client_started).await;
+    let server_calls = hang_calls(&server_peer, 2, &mut client_events.started).await;
 
     let closed_at = Instant::now();
     within(client.close()).await;
@@ -151,18 +156,12 @@ async fn a_close_frame_ends_every_waiting_call_and_stops_the_other_sides_handler
     assert_eq!(client.pending_calls(), 0);
     assert_eq!(server_peer.pending_calls(), 0);
     // Handlers serving the side that went are stopped, on both sides.
-    eventually("the server's 3 handlers are stopped", || {
-        server_probe.stopped.load(Ordering::SeqCst) == 3
-    })
-    .await;
-    eventually("the client's 2 handlers are stopped", || {
-        client_probe.stopped.load(Ordering::SeqCst) == 2
-    })
-    .await;
-    eventually("the server forgets the connection", || {
-        server.connection_count() == 0
-    })
-    .await;
+    server_events.stopped(3).await;
+    client_events.stopped(2).await;
+    within(gone.recv())
+        .await
+        .expect("the server forgets the connection");
+    assert_eq!(server.connection_count(), 0);
     // Calls after the close fail at once.
     let late = within(client.call::<i64>("add", (1, 2))).await;
     assert!(matches!(late, Err(Error::Closed(_))));
@@ -184,15 +183,15 @@ async fn relay(upstream: String) -> (String, tokio::task::JoinHandle<()>) {
 
 #[tokio::test]
 async fn a_dropped_connection_ends_every_waiting_call() {
-    let (server_probe, mut server_started) = probe();
-    let (client_probe, mut client_started) = probe();
-    let (upstream, server) = serve(router(server_probe.clone())).await;
+    let (server_probe, mut server_events) = probe();
+    let (client_probe, mut client_events) = probe();
+    let (upstream, server) = serve(router(server_probe)).await;
     let (url, link) = relay(upstream).await;
     let client = within(connect(&url, router(client_probe))).await.unwrap();
 
-    let client_calls = hang_calls(&client, 4, &mut server_started).await;
+    let client_calls = hang_calls(&client, 4, &mut server_events.started).await;
     let server_peer = server.peers().pop().unwrap();
-    let server_calls = hang_calls(&server_peer, 4, &mut client_started).await;
+    let server_calls = hang_calls(&server_peer, 4, &mut client_events.started).await;
 
     let dropped_at = Instant::now();
     link.abort();
@@ -205,15 +204,12 @@ async fn a_dropped_connection_ends_every_waiting_call() {
     );
     assert_eq!(client.pending_calls(), 0);
     assert_eq!(server_peer.pending_calls(), 0);
-    eventually("the server's handlers are stopped", || {
-        server_probe.stopped.load(Ordering::SeqCst) == 4
-    })
-    .await;
+    server_events.stopped(4).await;
 }
 
 #[tokio::test]
 async fn timeouts_and_dropped_calls_leave_nothing_behind() {
-    let (probe, _started) = probe();
+    let (probe, _events) = probe();
     let (url, _server) = serve(router(probe)).await;
     let config = PeerConfig::default().call_timeout(Duration::from_millis(100));
     let client = within(jsonrpc_peer::connect_with_config(
@@ -260,7 +256,7 @@ async fn timeouts_and_dropped_calls_leave_nothing_behind() {
 
 #[tokio::test]
 async fn a_panicking_handler_answers_internal_error_and_the_connection_goes_on() {
-    let (probe, _started) = probe();
+    let (probe, _events) = probe();
     let (url, _server) = serve(router(probe)).await;
     let client = within(connect(&url, Router::new())).await.unwrap();
 
@@ -347,13 +343,11 @@ async fn params_that_do_not_fit_are_invalid_params_with_serdes_message() {
 #[tokio::test]
 async fn closing_one_side_resolves_closed_on_both_with_the_cause() {
     let (url, server) = serve(Router::new()).await;
+    let mut arrivals = common::connections(&server);
     let client = within(connect(&url, Router::new())).await.unwrap();
-    // Wait for the server side to register (bounded).
-    eventually("the server registers the connection", || {
-        server.connection_count() == 1
-    })
-    .await;
-    let server_peer = server.peers().pop().unwrap();
+    let server_peer = within(arrivals.recv())
+        .await
+        .expect("the server registers the connection");
     within(server_peer.close_with(4000, "bye")).await;
     match within(client.closed()).await {
         CloseReason::Remote { code, reason } => assert_eq!((code, reason.as_str()), (4000, "bye")),

@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{until, within};
+use common::within;
 use jsonrpc_peer::{
     connect, connect_with_config, CloseReason, Context, Error, PeerConfig, Router, RpcError, Server,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{mpsc, watch, Notify, Semaphore};
 
 /// A TCP relay that can be frozen: it then stops forwarding without closing anything,
 /// as a paused process or a dead link does.
@@ -56,13 +56,15 @@ async fn freezable_relay(upstream: String) -> (String, watch::Sender<bool>) {
     (url, frozen)
 }
 
-fn hang_router() -> Router {
-    Router::new()
-        .method("hang", |_cx: Context, (): ()| async move {
+/// `hang` never answers and says on `started` that it runs; `echo` answers at once.
+fn hang_router(started: mpsc::UnboundedSender<()>) -> Router<mpsc::UnboundedSender<()>> {
+    Router::with_state(started)
+        .method("hang", |cx: Context<_>, (): ()| async move {
+            let _ = cx.state().send(());
             std::future::pending::<()>().await;
             Ok::<_, RpcError>(())
         })
-        .method("echo", |_cx: Context, (n,): (u64,)| async move {
+        .method("echo", |_cx: Context<_>, (n,): (u64,)| async move {
             Ok::<_, RpcError>(n)
         })
 }
@@ -78,20 +80,18 @@ async fn a_silent_peer_is_detected_within_3_s_and_its_calls_end() {
         .peer_config(fast.clone());
     let upstream = format!("ws://{}", server.local_addr().unwrap());
     let handle = server.handle();
-    tokio::spawn(server.serve(hang_router()));
+    let (started, mut hangs) = mpsc::unbounded_channel();
+    tokio::spawn(server.serve(hang_router(started.clone())));
     let (url, frozen) = freezable_relay(upstream).await;
-    let client = within(connect_with_config(&url, hang_router(), &fast))
+    let client = within(connect_with_config(&url, hang_router(started), &fast))
         .await
         .unwrap();
 
-    // Healthy for a while: pings are answered, nothing is closed.
+    // Healthy through two keepalive rounds: pings are answered, nothing closes. (The
+    // wait is on the close itself, so a false timeout fails the test when it happens.)
     let _: u64 = within(client.call("echo", (1,))).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert!(
-        !client.is_closed(),
-        "a healthy link was closed: {:?}",
-        client.close_reason()
-    );
+    let early = tokio::time::timeout(Duration::from_millis(2500), client.closed()).await;
+    assert!(early.is_err(), "a healthy link was closed: {early:?}");
     let server_peer = handle.peers().pop().unwrap();
 
     let waiting_client = tokio::spawn({
@@ -102,10 +102,10 @@ async fn a_silent_peer_is_detected_within_3_s_and_its_calls_end() {
         let p = server_peer.clone();
         async move { p.call::<()>("hang", ()).await }
     });
-    until("both calls wait", || {
-        client.pending_calls() + server_peer.pending_calls() == 2
-    })
-    .await;
+    // Both handlers run, so both calls wait.
+    for _ in 0..2 {
+        within(hangs.recv()).await.expect("a hang handler started");
+    }
 
     let froze_at = Instant::now();
     frozen.send_replace(true);
@@ -224,21 +224,27 @@ async fn shutdown_stops_calls_that_outlive_the_grace_period() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_in_flight_limit_the_peer_stops_reading_instead_of_failing() {
-    let release = Arc::new(Notify::new());
+    // Handlers wait for a permit each; the test hands them out.
+    let release = Arc::new(Semaphore::new(0));
     let running = Arc::new(AtomicUsize::new(0));
-    let router = Router::with_state((release.clone(), running.clone()))
-        .method(
-            "wait",
-            |cx: Context<(Arc<Notify>, Arc<AtomicUsize>)>, (): ()| async move {
-                cx.state().1.fetch_add(1, Ordering::SeqCst);
-                cx.state().0.notified().await;
-                cx.state().1.fetch_sub(1, Ordering::SeqCst);
+    let (started, mut starts) = mpsc::unbounded_channel();
+    let router =
+        Router::with_state((release.clone(), running.clone(), started))
+            .method(
+                "wait",
+                |cx: Context<(Arc<Semaphore>, Arc<AtomicUsize>, mpsc::UnboundedSender<()>)>,
+                 (): ()| async move {
+                    let (release, running, started) = cx.state();
+                    running.fetch_add(1, Ordering::SeqCst);
+                    let _ = started.send(());
+                    let _permit = release.acquire().await;
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    Ok::<_, RpcError>(())
+                },
+            )
+            .method("quick", |_cx: Context<_>, (): ()| async {
                 Ok::<_, RpcError>(())
-            },
-        )
-        .method("quick", |_cx: Context<_>, (): ()| async {
-            Ok::<_, RpcError>(())
-        });
+            });
     let config = PeerConfig::default().max_in_flight(4);
     let server = Server::bind("127.0.0.1:0")
         .await
@@ -254,7 +260,9 @@ async fn past_the_in_flight_limit_the_peer_stops_reading_instead_of_failing() {
             tokio::spawn(async move { c.call::<()>("wait", ()).await })
         })
         .collect();
-    until("four calls run", || running.load(Ordering::SeqCst) == 4).await;
+    for _ in 0..4 {
+        within(starts.recv()).await.expect("a call started");
+    }
     // The server reads no further: a quick call sent now is not answered while four run.
     let quick = client
         .call_with_timeout::<()>("quick", (), Duration::from_millis(300))
@@ -267,18 +275,11 @@ async fn past_the_in_flight_limit_the_peer_stops_reading_instead_of_failing() {
     );
 
     // As calls finish, reading resumes; every call is answered, none failed.
-    for _ in 0..6 {
-        release.notify_one();
-        tokio::task::yield_now().await;
-    }
-    until("every call is done", || {
-        release.notify_one();
-        running.load(Ordering::SeqCst) == 0 && waits.iter().all(|w| w.is_finished())
-    })
-    .await;
+    release.add_permits(6);
     for w in waits {
         within(w).await.unwrap().unwrap();
     }
+    assert_eq!(running.load(Ordering::SeqCst), 0);
     within(client.call::<()>("quick", ())).await.unwrap();
 }
 
@@ -293,15 +294,16 @@ async fn churn_leaves_file_descriptors_and_tasks_at_their_baseline() {
     let server = Server::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}", server.local_addr().unwrap());
     let handle = server.handle();
-    tokio::spawn(server.serve(hang_router()));
+    let mut gone = common::disconnections(&handle);
+    let (started, _starts) = mpsc::unbounded_channel();
+    tokio::spawn(server.serve(hang_router(started)));
     let metrics = tokio::runtime::Handle::current().metrics();
     // Warm up once, so lazily made things (the runtime's own) are in the baseline.
     let warm = within(connect(&url, Router::new())).await.unwrap();
     within(warm.close()).await;
-    until("the server forgets the connection", || {
-        handle.connection_count() == 0
-    })
-    .await;
+    within(gone.recv())
+        .await
+        .expect("the server forgets the connection");
     let (fds, tasks) = (open_fds(), metrics.num_alive_tasks());
 
     // 1,000 orderly cycles: connect, call, close.
@@ -333,7 +335,15 @@ async fn churn_leaves_file_descriptors_and_tasks_at_their_baseline() {
         });
         within(futures_util::future::join_all(drops)).await;
     }
-    // Everything the server held for them goes, within a bound.
+    // The server reports each of the 2,000 gone once its tasks and socket are.
+    for _ in 0..2000 {
+        within(gone.recv())
+            .await
+            .expect("the server forgets a connection");
+    }
+    // A connection's last task may still be returning, and a client's socket closing,
+    // as the report arrives: file descriptors and task counts have no event of their
+    // own to wait on, so they are read again until they settle (bounded).
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let (now_fds, now_tasks) = (open_fds(), metrics.num_alive_tasks());

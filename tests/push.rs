@@ -70,6 +70,7 @@ fn forward(method: &str, tx: mpsc::UnboundedSender<(usize, String, u64)>, me: us
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broadcast_reaches_a_thousand_clients_exactly_once_and_is_serialized_once() {
     let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let mut arrivals = common::connections(&server.handle());
     let (url, handle) = start(server, topic_router(Topics::new())).await;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut clients = Vec::new();
@@ -92,10 +93,12 @@ async fn a_broadcast_reaches_a_thousand_clients_exactly_once_and_is_serialized_o
     }
     // A client is connected once it has the server's handshake answer; the server
     // registers it a moment later, on its own task.
-    common::until("the server has all 1,000", || {
-        handle.connection_count() == 1000
-    })
-    .await;
+    for _ in 0..1000 {
+        within(arrivals.recv())
+            .await
+            .expect("the server registers a client");
+    }
+    assert_eq!(handle.connection_count(), 1000);
 
     let serialized = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();

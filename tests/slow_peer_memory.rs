@@ -18,6 +18,7 @@ async fn a_stalled_client_costs_at_most_its_queue_then_is_closed() {
         .peer_config(PeerConfig::default());
     let url = format!("ws://{}", server.local_addr().unwrap());
     let handle = server.handle();
+    let mut arrivals = common::connections(&handle);
     let (closed_tx, mut closed_rx) = mpsc::unbounded_channel();
     handle.on_disconnect(move |peer, _| {
         let _ = closed_tx.send(peer.close_reason());
@@ -28,7 +29,9 @@ async fn a_stalled_client_costs_at_most_its_queue_then_is_closed() {
     let (stalled, _) = within(tokio_tungstenite::connect_async(&url))
         .await
         .unwrap();
-    common::until("the server registers it", || handle.connection_count() == 1).await;
+    within(arrivals.recv())
+        .await
+        .expect("the server registers it");
     // One payload shared by every notification: the broadcast queues the same bytes.
     let payload = "x".repeat(1024);
     let before = rss();

@@ -9,9 +9,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use jsonrpc_peer::{PeerConfig, Router, Server, ServerHandle};
+use jsonrpc_peer::{Peer, PeerConfig, Router, Server, ServerHandle};
 use serde_json::Value;
 use tokio::net::TcpStream;
+use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
@@ -25,16 +26,24 @@ pub async fn within<T>(fut: impl Future<Output = T>) -> T {
         .expect("a test step took longer than 10 s")
 }
 
-/// Waits (at most [`STEP`]) until `cond` holds, checking every few milliseconds.
-pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + STEP;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+/// Every peer the server registers from now on, as it is registered (the server's
+/// `on_connect` hook: a test that uses this sets no hook of its own).
+pub fn connections(server: &ServerHandle) -> mpsc::UnboundedReceiver<Peer> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    server.on_connect(move |peer, _| {
+        let _ = tx.send(peer.clone());
+    });
+    rx
+}
+
+/// Every peer the server forgets from now on, once its tasks are gone (the server's
+/// `on_disconnect` hook).
+pub fn disconnections(server: &ServerHandle) -> mpsc::UnboundedReceiver<Peer> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    server.on_disconnect(move |peer, _| {
+        let _ = tx.send(peer.clone());
+    });
+    rx
 }
 
 /// Starts a server for `router` on 127.0.0.1:0; returns its `ws://` URL and handle.
