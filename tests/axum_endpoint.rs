@@ -2,8 +2,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
-
 use common::within;
 use jsonrpc_peer::axum::Endpoint;
 use jsonrpc_peer::{connect, Context, Router, RpcError};
@@ -19,16 +17,7 @@ async fn app() -> (String, jsonrpc_peer::ServerHandle) {
     let app = axum::Router::new()
         .route("/rpc", endpoint.into_route())
         .route("/", axum::routing::get(|| async { "a page" }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
+    let addr = common::serve_axum(app).await;
     (format!("{addr}"), handle)
 }
 

@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -48,15 +47,7 @@ async fn serve(axum_endpoint: bool, policy: HandshakePolicy, calls: Arc<AtomicUs
                 .handshake_policy(policy)
                 .into_route(),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            axum::serve(
-                listener,
-                app.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .await
-        });
+        let addr = common::serve_axum(app).await;
         format!("ws://{addr}/rpc")
     } else {
         let server = Server::bind("127.0.0.1:0")

@@ -134,28 +134,49 @@ async fn a_broadcast_reaches_a_thousand_clients_exactly_once_and_is_serialized_o
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_stops_reading_does_not_delay_the_others_and_is_closed() {
-    let config = PeerConfig::default().outgoing_queue(8);
+type Ticks = mpsc::UnboundedReceiver<(usize, String, u64)>;
+
+/// A server with `config`, a raw client that reads nothing after its handshake, and
+/// one of ours that forwards every `tick` it gets.
+struct SlowAndFast {
+    handle: ServerHandle,
+    slow: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    fast: jsonrpc_peer::Peer,
+    ticks: Ticks,
+}
+
+async fn slow_and_fast(config: PeerConfig) -> SlowAndFast {
     let server = Server::bind("127.0.0.1:0")
         .await
         .unwrap()
         .peer_config(config);
+    let mut arrivals = common::connections(&server.handle());
     let (url, handle) = start(server, topic_router(Topics::new())).await;
-    let (closed_tx, mut closed_rx) = mpsc::unbounded_channel();
-    handle.on_disconnect(move |peer, _info| {
-        let _ = closed_tx.send(peer.close_reason());
-    });
-
-    // The slow client completes the handshake, then never reads again.
     let (slow, _) = within(tokio_tungstenite::connect_async(&url))
         .await
         .unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, ticks) = mpsc::unbounded_channel();
     let fast = within(connect(&url, forward("tick", tx, 0))).await.unwrap();
-    let _ = within(fast.call::<bool>("unsubscribe", ("x",)))
-        .await
-        .unwrap();
+    for _ in 0..2 {
+        within(arrivals.recv())
+            .await
+            .expect("the server registers both");
+    }
+    SlowAndFast {
+        handle,
+        slow,
+        fast,
+        ticks,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_does_not_delay_the_others_and_is_closed() {
+    let setup = slow_and_fast(PeerConfig::default().outgoing_queue(8)).await;
+    let (handle, slow, fast, mut rx) = (setup.handle, setup.slow, setup.fast, setup.ticks);
+    let mut closed_rx = common::disconnections(&handle);
     assert_eq!(handle.connection_count(), 2);
 
     // 64 KiB notifications: the slow client's socket buffers fill, then its queue.
@@ -172,7 +193,7 @@ async fn a_client_that_stops_reading_does_not_delay_the_others_and_is_closed() {
     // `broadcast` is not async: it cannot wait for a slow peer by its very type. The
     // figure is printed, not asserted: on a loaded machine preemption alone can be long.
     println!("the slowest of 400 broadcasts took {slowest:?}");
-    let reason = within(closed_rx.recv()).await.unwrap();
+    let reason = within(closed_rx.recv()).await.unwrap().close_reason();
     assert!(
         matches!(reason, Some(CloseReason::Local { code: 1008, .. })),
         "the slow client is closed with 1008: {reason:?}"
@@ -187,19 +208,8 @@ async fn with_the_drop_policy_a_slow_client_stays_and_misses_messages() {
     let config = PeerConfig::default()
         .outgoing_queue(8)
         .slow_peer(SlowPeer::Drop);
-    let server = Server::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .peer_config(config);
-    let (url, handle) = start(server, topic_router(Topics::new())).await;
-    let (mut slow, _) = within(tokio_tungstenite::connect_async(&url))
-        .await
-        .unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let fast = within(connect(&url, forward("tick", tx, 0))).await.unwrap();
-    let _ = within(fast.call::<bool>("unsubscribe", ("x",)))
-        .await
-        .unwrap();
+    let setup = slow_and_fast(config).await;
+    let (handle, mut slow, _fast, mut rx) = (setup.handle, setup.slow, setup.fast, setup.ticks);
     let payload = "x".repeat(64 * 1024);
     for n in 0..400u64 {
         handle.broadcast("tick", (n, &payload)).unwrap();

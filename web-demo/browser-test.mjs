@@ -9,12 +9,11 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import { launchChromium } from './chromium.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const BASE = (process.env.DEMO_URL ?? '').replace(/\/+$/, '');
 const SHOTS = path.resolve(process.env.SCREENSHOT_DIR ?? path.join(HERE, '..', 'target', 'screenshots'));
-const EXECUTABLE = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const WAIT_MS = 10000; // every wait below is bounded by this (or less)
 
 const LAPTOP = { viewport: { width: 1366, height: 900 } };
@@ -22,7 +21,6 @@ const PHONE = { viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isM
 
 test('the demo page, as a person would check it', { timeout: 120000 }, async (t) => {
   assert.ok(BASE, 'set DEMO_URL to the demo base URL, e.g. http://127.0.0.1:3000');
-  assert.ok(fs.existsSync(EXECUTABLE), `no browser at ${EXECUTABLE}: apt-get update && apt-get install -y chromium`);
   fs.mkdirSync(SHOTS, { recursive: true });
 
   // Cleanup is registered before anything is launched, so a failure cannot leave a browser behind.
@@ -30,13 +28,7 @@ test('the demo page, as a person would check it', { timeout: 120000 }, async (t)
   t.after(async () => {
     await browser?.close().catch(() => {});
   });
-  browser = await chromium.launch({
-    executablePath: EXECUTABLE,
-    headless: true,
-    timeout: 30000,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
 
   const consoleErrors = [];
   async function openPage(options, label) {

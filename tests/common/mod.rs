@@ -66,6 +66,18 @@ pub async fn serve_with<S: Send + Sync + 'static>(
     (url, handle)
 }
 
+/// Serves an axum app on 127.0.0.1:0, with each connection's remote address known to
+/// it; returns the address.
+pub async fn serve_axum(app: axum::Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local addr");
+    let service = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, service).await });
+    addr
+}
+
 /// A WebSocket client that sends and reads raw text frames.
 pub struct RawClient {
     pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,

@@ -12,23 +12,14 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
-import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const WEB_DEMO = path.resolve(HERE, '..', '..', '..', 'web-demo');
-const WS_URL = process.env.INTEROP_WS ?? '';
-const EXECUTABLE = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const WAIT_MS = 15000; // the page bounds each of its own waits by 5 s
+// playwright-core resolves from web-demo/node_modules, where this module lives.
+import { launchChromium } from '../../../web-demo/chromium.mjs';
 
-function loadPlaywright() {
-  const require = createRequire(path.join(WEB_DEMO, 'package.json'));
-  try {
-    return require('playwright-core');
-  } catch (e) {
-    throw new Error(`playwright-core is not in ${WEB_DEMO}/node_modules: cd web-demo && npm ci (${e.message})`);
-  }
-}
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const WS_URL = process.env.INTEROP_WS ?? '';
+const WAIT_MS = 15000; // the page bounds each of its own waits by 5 s
 
 /// Serves this folder's plain.html (and nothing else) on 127.0.0.1:0.
 function servePage() {
@@ -50,8 +41,6 @@ function servePage() {
 
 test('a plain browser page (WebSocket + JSON only) against our server', { timeout: 60000 }, async (t) => {
   assert.match(WS_URL, /^ws:\/\/127\.0\.0\.1:\d+$/, 'set INTEROP_WS to the interop_server URL, e.g. ws://127.0.0.1:9100');
-  assert.ok(fs.existsSync(EXECUTABLE), `no browser at ${EXECUTABLE}: apt-get update && apt-get install -y chromium`);
-  const { chromium } = loadPlaywright();
 
   // Cleanup is registered before anything is started, so a failure leaves nothing behind.
   let httpServer;
@@ -64,13 +53,7 @@ test('a plain browser page (WebSocket + JSON only) against our server', { timeou
   httpServer = await servePage();
   const pageUrl = `http://127.0.0.1:${httpServer.address().port}/plain.html?ws=${encodeURIComponent(WS_URL)}`;
 
-  browser = await chromium.launch({
-    executablePath: EXECUTABLE,
-    headless: true,
-    timeout: 30000,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
   const page = await browser.newPage();
   page.setDefaultTimeout(WAIT_MS);
   const consoleErrors = [];
