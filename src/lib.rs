@@ -91,6 +91,7 @@
 
 #[cfg(feature = "axum")]
 pub mod axum;
+mod batch;
 mod client;
 mod config;
 mod driver;
@@ -108,12 +109,13 @@ mod server;
 mod topics;
 pub mod transport;
 
+pub use batch::Batch;
 #[cfg(feature = "rustls")]
 pub use client::connect_with_tls;
 pub use client::{connect, connect_with_config};
 pub use config::{PeerConfig, SlowPeer};
 pub use error::{CloseReason, Error, ErrorCode, Result, RpcError};
-pub use peer::{Batch, ConnectionInfo, Peer};
+pub use peer::{ConnectionInfo, Peer};
 pub use pending::Reply;
 pub use policy::{HandshakePolicy, Refusal};
 pub use reconnect::{Backoff, LinkState, Reconnecting, ReconnectingBuilder};

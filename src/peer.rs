@@ -14,6 +14,7 @@ use std::sync::{Mutex, OnceLock};
 use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::http::HeaderMap;
 
+use crate::batch::Batch;
 use crate::config::{PeerConfig, SlowPeer};
 use crate::error::{CloseReason, Error, Result};
 use crate::message;
@@ -257,7 +258,7 @@ impl Peer {
         timeout: Duration,
     ) -> Result<Reply> {
         let shared = &*self.shared;
-        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.next_id();
         let frame = message::request(method, &params, Some(id))?;
         let (mut guard, rx) = shared.pending.register(id, || shared.close_reason())?;
         let answer = tokio::time::timeout(timeout, async {
@@ -295,12 +296,12 @@ impl Peer {
     /// # Ok(()) }
     /// ```
     pub fn batch(&self) -> Batch<'_> {
-        Batch {
-            peer: self,
-            buf: Vec::new(),
-            ids: Vec::new(),
-            len: 0,
-        }
+        Batch::new(self)
+    }
+
+    /// A fresh id for an outgoing call.
+    pub(crate) fn next_id(&self) -> u64 {
+        self.shared.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Asks the connection to close with code 1000 and waits until it has (at most the
@@ -436,99 +437,5 @@ impl std::fmt::Debug for Peer {
             .field("closed", &self.shared.closed.get())
             .field("pending_calls", &self.pending_calls())
             .finish()
-    }
-}
-
-/// Calls and notifications sent as one JSON array; see [`Peer::batch`].
-#[derive(Debug)]
-pub struct Batch<'p> {
-    peer: &'p Peer,
-    buf: Vec<u8>,
-    ids: Vec<u64>,
-    len: usize,
-}
-
-impl Batch<'_> {
-    /// Adds a call. Its outcome comes back from [`send`](Self::send) in the order added.
-    ///
-    /// # Errors
-    ///
-    /// The params errors of [`Peer::call`].
-    pub fn call(&mut self, method: &str, params: impl Serialize) -> Result<&mut Self> {
-        let id = self.peer.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        self.push(method, &params, Some(id))?;
-        self.ids.push(id);
-        Ok(self)
-    }
-
-    /// Adds a notification.
-    ///
-    /// # Errors
-    ///
-    /// The params errors of [`Peer::call`].
-    pub fn notify(&mut self, method: &str, params: impl Serialize) -> Result<&mut Self> {
-        self.push(method, &params, None)?;
-        Ok(self)
-    }
-
-    fn push(&mut self, method: &str, params: &impl Serialize, id: Option<u64>) -> Result<()> {
-        let mark = self.buf.len();
-        self.buf.push(if self.len == 0 { b'[' } else { b',' });
-        if let Err(e) = message::write_request(&mut self.buf, method, params, id) {
-            self.buf.truncate(mark);
-            return Err(e);
-        }
-        self.len += 1;
-        Ok(())
-    }
-
-    /// Sends the batch and waits for every call's outcome, in the order the calls were
-    /// added, each within the connection's call timeout. A batch of notifications only
-    /// returns as soon as it is sent; an empty batch sends nothing.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Closed`] when the batch cannot be sent; each call's own failure is in
-    /// its place in the returned list.
-    pub async fn send(self) -> Result<Vec<Result<Reply>>> {
-        let timeout = self.peer.shared.call_timeout;
-        self.send_with_timeout(timeout).await
-    }
-
-    /// [`send`](Self::send) with its own timeout.
-    ///
-    /// # Errors
-    ///
-    /// As for [`send`](Self::send).
-    pub async fn send_with_timeout(mut self, timeout: Duration) -> Result<Vec<Result<Reply>>> {
-        if self.len == 0 {
-            return Ok(Vec::new());
-        }
-        self.buf.push(b']');
-        let shared = &*self.peer.shared;
-        let frame = String::from_utf8(std::mem::take(&mut self.buf))
-            .map_err(|_| Error::InvalidResponse("serializer wrote invalid UTF-8".into()))?;
-        let mut waiting = Vec::with_capacity(self.ids.len());
-        for &id in &self.ids {
-            waiting.push(shared.pending.register(id, || shared.close_reason())?);
-        }
-        let deadline = tokio::time::Instant::now() + timeout;
-        tokio::time::timeout_at(deadline, shared.send(frame))
-            .await
-            .map_err(|_| Error::Timeout(timeout))??;
-        let mut outcomes = Vec::with_capacity(waiting.len());
-        for (mut guard, rx) in waiting {
-            let outcome = match tokio::time::timeout_at(deadline, rx).await {
-                Err(_) => Err(Error::Timeout(timeout)),
-                Ok(Err(_)) => Err(Error::Closed(shared.close_reason())),
-                Ok(Ok(Err(e))) => Err(e),
-                Ok(Ok(Ok(answer))) => {
-                    guard.disarm();
-                    answer.into_result()
-                }
-            };
-            outcomes.push(outcome);
-        }
-        Ok(outcomes)
     }
 }
