@@ -1,8 +1,8 @@
 //! The wire: classifying one incoming text frame, and writing outgoing ones. No I/O.
 //!
-//! An incoming frame is parsed once. The envelope's members are kept as borrowed raw
-//! JSON (`&RawValue`), so `params` and `result` are read only by the type that wants
-//! them. Skipping a raw value in serde_json is iterative, so nesting depth costs memory
+//! An incoming frame is parsed once. The envelope's members are kept as slices of the
+//! frame's text ([`Raw`]), so `params` and `result` are read only by the type that
+//! wants them. Skipping a raw value in serde_json is iterative, so nesting depth costs memory
 //! bounded by the frame's size, never stack.
 
 use std::borrow::Cow;
