@@ -1,0 +1,62 @@
+//! The bus under a cluster: publish bytes to a channel, subscribe, unsubscribe, and one
+//! stream of events. Nothing here knows JSON-RPC; envelopes, ordering, duplicates and
+//! gaps are the cluster's business, written once above this trait.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+/// A boxed, `Send` future, as the [`Backplane`] methods return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a bus reports, in the order it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BusEvent {
+    /// A message published on a channel this bus is subscribed to.
+    Message {
+        /// The channel it was published on.
+        channel: String,
+        /// The bytes, as published.
+        payload: Bytes,
+    },
+    /// The link to the bus is lost: messages published elsewhere meanwhile are lost to us.
+    Down,
+    /// The link is back and every subscription has been issued again.
+    Up,
+}
+
+/// Why a bus operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackplaneError {
+    /// The bus cannot be reached now (it is down or reconnecting).
+    #[error("backplane unavailable: {0}")]
+    Unavailable(String),
+    /// The backplane was shut down.
+    #[error("backplane closed")]
+    Closed,
+}
+
+/// A publish/subscribe bus shared by the nodes of a cluster (Redis, in-memory, later NATS).
+///
+/// Implementations own their subscription set: after a reconnect they issue it again
+/// before reporting [`BusEvent::Up`]. A subscription made twice is one subscription.
+pub trait Backplane: Send + Sync + 'static {
+    /// Publishes `payload` on `channel`. Resolves once the bus accepted it; publishes
+    /// made one after another from one backplane arrive everywhere in that order.
+    fn publish(&self, channel: &str, payload: Bytes) -> BoxFuture<'_, Result<(), BackplaneError>>;
+
+    /// Subscribes to `channel`. Resolves once the bus acknowledged it: a message
+    /// published anywhere after that is delivered.
+    fn subscribe(&self, channel: &str) -> BoxFuture<'_, Result<(), BackplaneError>>;
+
+    /// Unsubscribes from `channel`.
+    fn unsubscribe(&self, channel: &str) -> BoxFuture<'_, Result<(), BackplaneError>>;
+
+    /// The event stream, taken once (later calls return `None`). Bounded: a consumer
+    /// that stops reading makes the bus drop or disconnect, never grow without bound.
+    fn events(&self) -> Option<mpsc::Receiver<BusEvent>>;
+}
