@@ -1,5 +1,5 @@
-// The demo page: one Peer to ws://<this host>/rpc, five panels, reconnect with backoff.
-import { Peer, RpcError } from './jsonrpc-peer.js';
+// The demo page: one reconnecting peer to ws://<this host>/rpc, five panels.
+import { reconnecting, RpcError } from './jsonrpc-peer.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -8,50 +8,38 @@ const WS_URL =
   new URLSearchParams(location.search).get('ws') ??
   `${location.protocol === 'https:' ? 'wss:' : 'ws:'}//${location.host}/rpc`;
 
-/** @type {Peer | null} */
-let peer = null;
-let retryMs = 500;
-
 // ---- connection ------------------------------------------------------------------
 
 function setStatus(state, text) {
   const el = $('status');
   el.dataset.state = state;
   $('status-text').textContent = text;
-  for (const b of document.querySelectorAll('[data-needs-connection]')) b.disabled = state !== 'open';
+  // While the link is down, calls wait for it (up to their timeout): buttons stay usable.
+  for (const b of document.querySelectorAll('[data-needs-connection]')) b.disabled = state === 'stopped';
 }
 
-function connectPeer() {
-  setStatus('connecting', 'connecting…');
-  let socket;
-  try {
-    socket = new WebSocket(WS_URL);
-  } catch (e) {
-    setStatus('closed', `bad URL ${WS_URL}`);
-    return;
-  }
-  const p = new Peer(socket, { timeoutMs: 10000, onFrame: logFrame });
-  // Handlers go in before the socket opens, so no early push or call finds them missing.
-  p.notification('metrics', onMetrics);
-  p.notification('chat.message', onChatMessage);
-  p.method('ui.describe', describeUi);
-  peer = p;
-  p.opened.then(
-    () => {
-      retryMs = 500;
-      setStatus('open', 'connected');
-    },
-    () => {}, // reported by `closed` below
-  );
-  p.closed.then(({ code, reason }) => {
-    if (peer !== p) return;
-    peer = null;
-    const wait = retryMs;
-    retryMs = Math.min(retryMs * 2, 8000);
-    setStatus('closed', `disconnected (${code}${reason ? ` ${reason}` : ''}), retrying in ${Math.round(wait / 100) / 10} s`);
-    setTimeout(connectPeer, wait);
-  });
-}
+// The module dials again by itself, with exponential backoff and full jitter; handlers
+// registered here serve every connection. The close code of the last drop is shown.
+let lastClose = null;
+const peer = reconnecting(WS_URL, {
+  timeoutMs: 10000,
+  onFrame: logFrame,
+  backoff: { initialMs: 250, maxMs: 8000 },
+  onConnect: (p) => {
+    p.closed.then(({ code, reason }) => (lastClose = `${code}${reason ? ` ${reason}` : ''}`));
+  },
+})
+  .notification('metrics', onMetrics)
+  .notification('chat.message', onChatMessage)
+  .method('ui.describe', describeUi);
+
+peer.addEventListener('statechange', ({ detail: s }) => {
+  if (s.state === 'connected') setStatus('open', 'connected');
+  else if (s.state === 'connecting') setStatus('connecting', s.attempt ? `reconnecting (attempt ${s.attempt + 1})…` : 'connecting…');
+  else if (s.state === 'waiting') {
+    setStatus('closed', `disconnected${lastClose ? ` (${lastClose})` : ''}, retrying in ${(s.retryInMs / 1000).toFixed(1)} s`);
+  } else setStatus('stopped', 'stopped');
+});
 
 function describeError(e) {
   if (e instanceof RpcError) return `error ${e.code}: ${e.message}${e.data !== undefined ? ` ${JSON.stringify(e.data)}` : ''}`;
@@ -409,4 +397,3 @@ $('wire-clear').addEventListener('click', () => $('wire-log').replaceChildren())
 // ---- start -------------------------------------------------------------------------
 
 setStatus('connecting', 'connecting…');
-connectPeer();

@@ -3,9 +3,12 @@
 //   cd web-demo && npm ci && DEMO_URL=http://127.0.0.1:PORT \
 //     timeout 300 node --test --test-timeout=60000 browser-test.mjs
 // Env: DEMO_URL (required), SCREENSHOT_DIR (default ../target/screenshots),
-//      CHROMIUM (default /usr/bin/chromium).
+//      CHROMIUM (default /usr/bin/chromium), DEMO_BIN (the built web_demo example, default
+//      ../target/debug/examples/web_demo: the reconnect test runs a server of its own
+//      and restarts it under the page).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,6 +18,37 @@ const HERE = path.dirname(fileURLToPath(import.meta.url));
 const BASE = (process.env.DEMO_URL ?? '').replace(/\/+$/, '');
 const SHOTS = path.resolve(process.env.SCREENSHOT_DIR ?? path.join(HERE, '..', 'target', 'screenshots'));
 const WAIT_MS = 10000; // every wait below is bounded by this (or less)
+
+const DEMO_BIN = path.resolve(process.env.DEMO_BIN ?? path.join(HERE, '..', 'target', 'debug', 'examples', 'web_demo'));
+
+/**
+ * Starts the demo server on `listen`; resolves with `{ url, stop }` once it prints its
+ * first line (`listening on http://HOST:PORT ...`). `stop()` kills it and resolves when
+ * it has exited.
+ */
+function startDemo(listen) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(DEMO_BIN, ['--listen', listen], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const exited = new Promise((r) => child.once('exit', r));
+    const stop = () => {
+      child.kill('SIGKILL');
+      return exited;
+    };
+    const timer = setTimeout(() => (stop(), reject(new Error(`web_demo did not listen within ${WAIT_MS} ms`))), WAIT_MS);
+    let out = '';
+    child.stdout.on('data', (chunk) => {
+      out += chunk;
+      const line = out.split('\n')[0];
+      const m = /^listening on (http:\/\/\S+)/.exec(line);
+      if (out.includes('\n') && m) {
+        clearTimeout(timer);
+        resolve({ url: m[1], stop });
+      }
+    });
+    child.once('error', (e) => (clearTimeout(timer), reject(e)));
+    exited.then((code) => (clearTimeout(timer), reject(new Error(`web_demo exited (${code}) before listening: ${out}`))));
+  });
+}
 
 const LAPTOP = { viewport: { width: 1366, height: 900 } };
 const PHONE = { viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true };
@@ -171,4 +205,54 @@ test('the demo page, as a person would check it', { timeout: 120000 }, async (t)
   await t.test('the JS console has no errors', () => {
     assert.deepEqual(consoleErrors, []);
   });
+});
+
+test('the page comes back by itself when the server restarts under it', { timeout: 120000 }, async (t) => {
+  assert.ok(fs.existsSync(DEMO_BIN), `build the demo first (cargo build --example web_demo): ${DEMO_BIN}`);
+  fs.mkdirSync(SHOTS, { recursive: true });
+  let browser;
+  let server;
+  t.after(async () => {
+    await browser?.close().catch(() => {});
+    await server?.stop();
+  });
+  server = await startDemo('127.0.0.1:0');
+  const { port } = new URL(server.url);
+  browser = await launchChromium();
+  const page = await (await browser.newContext(LAPTOP)).newPage();
+  page.setDefaultTimeout(WAIT_MS);
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(`${server.url}/`, { timeout: WAIT_MS });
+  const status = page.getByTestId('status');
+  await page.locator('[data-testid="status"][data-state="open"]').waitFor();
+
+  await server.stop();
+  server = null;
+  await page.locator('[data-testid="status"][data-state="closed"]').waitFor();
+  assert.match(await status.textContent(), /disconnected.*retrying in \d+\.\d s/);
+
+  // A call made while the link is down waits for it (its timeout is 10 s).
+  await page.getByTestId('calc-a').fill('50');
+  await page.getByTestId('calc-b').fill('8');
+  await page.getByTestId('btn-positional').click();
+  assert.equal(await page.getByTestId('calc-result-positional').textContent(), '…');
+
+  // The same port again (tokio's listener sets SO_REUSEADDR): the page reconnects alone.
+  server = await startDemo(`127.0.0.1:${port}`);
+  await page.locator('[data-testid="status"][data-state="open"]').waitFor({ timeout: WAIT_MS + 8000 });
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid="calc-result-positional"]').textContent === '42',
+    null,
+    { timeout: WAIT_MS },
+  );
+  // Pushes flow again on the new connection.
+  const before = Number(await page.getByTestId('push-count').textContent());
+  await page.waitForFunction(
+    (n) => Number(document.querySelector('[data-testid="push-count"]').textContent) >= n + 2,
+    before,
+    { timeout: WAIT_MS },
+  );
+  await page.screenshot({ path: path.join(SHOTS, 'reconnected.png') });
+  assert.deepEqual(errors, []);
 });

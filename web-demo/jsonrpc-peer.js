@@ -13,6 +13,9 @@
 // - Ids are echoed as JSON.parse reads them: integers beyond 2^53 lose precision, as in
 //   any JavaScript JSON-RPC library.
 // - Binary frames are ignored (no answer).
+// - A notification for a name that has only a method runs the method and drops its
+//   answer (the specification calls a notification a request without an id); a
+//   notification handler of the same name takes precedence.
 
 /** The error codes the specification defines. */
 export const ErrorCode = Object.freeze({
@@ -104,6 +107,7 @@ export class InvalidResponseError extends Error {
  * Rejects with ClosedError if the socket closes before opening.
  * Register handlers right after it resolves (before any other await), or build the
  * Peer yourself with `new Peer(new WebSocket(url))`, register, then `await peer.opened`.
+ * For a connection that comes back by itself, see `reconnecting`.
  * @param {string} url e.g. `ws://127.0.0.1:8080/rpc`
  * @param {PeerOptions & { WebSocket?: typeof WebSocket }} [options]
  * @returns {Promise<Peer>}
@@ -123,34 +127,49 @@ export async function connect(url, options = {}) {
  *   failures that are not RpcError (the caller only gets -32603); default console.error
  */
 
+// Set in Peer's static block: lets Batch send through the Peer's one private method for
+// it, without making any of the Peer's state reachable from outside the module.
+let sendBatch;
+
 /**
  * A JSON-RPC 2.0 peer over one socket.
  *
  * The socket is anything shaped like the browser's WebSocket: `send(text)`,
- * `close(code, reason)`, `readyState` (0 connecting, 1 open, 2 closing, 3 closed) and the
- * handler properties `onopen`, `onmessage` (event with `data`), `onerror`, `onclose`
- * (event with `code`, `reason`, `wasClean`). The Peer takes those properties over.
- * Binary frames are ignored: JSON-RPC travels in text frames, and answering a binary
- * frame with a Parse error would only invite a loop with a confused peer.
+ * `close(code, reason)`, `readyState` (0 connecting, 1 open, 2 closing, 3 closed) and
+ * `addEventListener` for `open`, `message` (event with `data`), `error` and `close`
+ * (event with `code`, `reason`, `wasClean`). The Peer only adds listeners, so other code
+ * may listen to the same socket. Binary frames are ignored: JSON-RPC travels in text
+ * frames, and answering a binary frame with a Parse error would only invite a loop with a
+ * confused peer.
  */
 export class Peer {
+  #socket;
+  #onFrame;
+  #onHandlerError;
+  #nextId = 1;
+  /** @type {Map<number, {resolve: Function, reject: Function, timer: any}>} */
+  #pending = new Map();
+  #methods = new Map();
+  #notifications = new Map();
+  // Notifications run one after another, in arrival order (as in the Rust peer):
+  // a stream of updates must not be applied out of order by async handlers.
+  #notifyChain = Promise.resolve();
+  #queued = []; // frames sent while the socket was still connecting
+  #closedBy = null; // ClosedError once closed, locally or by the socket
+  #lastError;
+
+  static {
+    sendBatch = (peer, items, timeoutMs) => peer.#sendBatch(items, timeoutMs);
+  }
+
   /** @param {WebSocket} socket @param {PeerOptions} [options] */
   constructor(socket, options = {}) {
-    this.socket = socket;
+    this.#socket = socket;
+    /** Default per-call timeout in ms. */
     this.timeoutMs = options.timeoutMs ?? 30000;
-    this._onFrame = options.onFrame;
-    this._onHandlerError =
+    this.#onFrame = options.onFrame;
+    this.#onHandlerError =
       options.onHandlerError ?? ((e, m) => console.error(`jsonrpc-peer: handler "${m}" failed:`, e));
-    this._nextId = 1;
-    /** @type {Map<number, {resolve: Function, reject: Function, timer: any}>} */
-    this._pending = new Map();
-    this._methods = new Map();
-    this._notifications = new Map();
-    // Notifications run one after another, in arrival order (as in the Rust peer):
-    // a stream of updates must not be applied out of order by async handlers.
-    this._notifyChain = Promise.resolve();
-    this._queued = []; // frames sent while the socket was still connecting
-    this._closedBy = null; // ClosedError once closed, locally or by the socket
 
     let opened, failed, closed;
     /** Resolves when the socket is open; rejects with ClosedError if it closes first. */
@@ -159,29 +178,39 @@ export class Peer {
     /** Resolves with `{ code, reason, wasClean }` when the socket has closed. */
     this.closed = new Promise((res) => (closed = res));
 
-    socket.onopen = () => {
-      const queued = this._queued;
-      this._queued = [];
-      for (const text of queued) this._write(text);
+    socket.addEventListener('open', () => {
+      const queued = this.#queued;
+      this.#queued = [];
+      for (const text of queued) this.#write(text);
       opened();
-    };
-    socket.onmessage = (ev) => this._receive(ev.data);
+    });
+    socket.addEventListener('message', (ev) => this.#receive(ev.data));
     // Keep the error: the close event that follows often says less (1006 and no reason).
-    socket.onerror = (ev) => (this._lastError = ev?.message ?? ev?.error?.message);
-    socket.onclose = (ev) => {
+    socket.addEventListener('error', (ev) => (this.#lastError = ev?.message ?? ev?.error?.message));
+    socket.addEventListener('close', (ev) => {
       const info = { code: ev?.code ?? 1006, reason: ev?.reason ?? '', wasClean: !!ev?.wasClean };
       const why = `code ${info.code}${info.reason ? ` (${info.reason})` : ''}` +
-        (this._lastError && !info.wasClean ? `: ${this._lastError}` : '');
-      this._shutdown(new ClosedError(why, info));
+        (this.#lastError && !info.wasClean ? `: ${this.#lastError}` : '');
+      this.#shutdown(new ClosedError(why, info));
       failed(new ClosedError(`before it opened, ${why}`, info));
       closed(info);
-    };
+    });
     if (socket.readyState === OPEN) opened();
+  }
+
+  /** The socket this peer runs over. */
+  get socket() {
+    return this.#socket;
   }
 
   /** Number of outgoing calls still awaiting their answer. */
   get pendingCount() {
-    return this._pending.size;
+    return this.#pending.size;
+  }
+
+  /** Whether the connection is gone (closed locally or by the socket). */
+  get isClosed() {
+    return this.#closedBy !== null;
   }
 
   /**
@@ -195,13 +224,13 @@ export class Peer {
    *   TimeoutError, ClosedError or InvalidResponseError
    */
   call(method, params, { timeoutMs = this.timeoutMs } = {}) {
-    const id = this._nextId++;
+    const id = this.#nextId++;
     const text = JSON.stringify(request(method, params, id));
-    const answer = this._expect(id, method, timeoutMs);
+    const answer = this.#expect(id, method, timeoutMs);
     try {
-      this._send(text);
+      this.#send(text);
     } catch (e) {
-      this._settle(id, (p) => p.reject(e));
+      this.#settle(id, (p) => p.reject(e));
     }
     return answer;
   }
@@ -213,7 +242,7 @@ export class Peer {
    * @param {Array|object} [params]
    */
   notify(method, params) {
-    this._send(JSON.stringify(request(method, params)));
+    this.#send(JSON.stringify(request(method, params)));
   }
 
   /**
@@ -228,31 +257,32 @@ export class Peer {
    * Serve requests for `name`. The handler gets `(params, peer)` (params `undefined`
    * when absent) and may be async and may call back through `peer`. Its return value is
    * the result (`undefined` is sent as `null`); an RpcError it throws is the answer;
-   * any other throw answers -32603 Internal error. Notifications never reach it: register
-   * those with `notification` (a name may have both).
+   * any other throw answers -32603 Internal error. A notification of `name` runs it too,
+   * and its answer is dropped, unless a `notification` handler of that name exists.
    * @param {string} name not beginning with `rpc.` (reserved by the specification),
    *   not registered yet (registering twice throws)
    * @param {(params: any, peer: Peer) => any} handler
    * @returns {Peer} this, to chain
    */
   method(name, handler) {
-    if (this._methods.has(checkName(name, handler))) throw new Error(`method "${name}" is registered twice`);
-    this._methods.set(name, handler);
+    if (this.#methods.has(checkName(name, handler))) throw new Error(`method "${name}" is registered twice`);
+    this.#methods.set(name, handler);
     return this;
   }
 
   /**
    * Handle notifications for `name`, one at a time in arrival order. Whatever the
-   * handler returns or throws goes nowhere (throws reach `onHandlerError`).
+   * handler returns or throws goes nowhere (throws reach `onHandlerError`). It takes
+   * precedence over a `method` of the same name for notifications.
    * @param {string} name not beginning with `rpc.`, not registered yet
    * @param {(params: any, peer: Peer) => any} handler
    * @returns {Peer} this, to chain
    */
   notification(name, handler) {
-    if (this._notifications.has(checkName(name, handler))) {
+    if (this.#notifications.has(checkName(name, handler))) {
       throw new Error(`notification "${name}" is registered twice`);
     }
-    this._notifications.set(name, handler);
+    this.#notifications.set(name, handler);
     return this;
   }
 
@@ -263,139 +293,172 @@ export class Peer {
    * @param {string} [reason]
    */
   close(code = 1000, reason = '') {
-    this.socket.close(code, reason);
-    this._shutdown(new ClosedError(`closed locally with code ${code}${reason ? ` (${reason})` : ''}`));
+    this.#socket.close(code, reason);
+    this.#shutdown(new ClosedError(`closed locally with code ${code}${reason ? ` (${reason})` : ''}`));
   }
 
   // ---- outgoing ------------------------------------------------------------------
 
-  _expect(id, method, timeoutMs) {
+  #expect(id, method, timeoutMs) {
     return new Promise((resolve, reject) => {
       const entry = { resolve, reject, timer: null };
       if (timeoutMs > 0 && timeoutMs < Infinity) {
         // The entry leaves the map on timeout, so a late answer is simply unmatched.
         entry.timer = setTimeout(
-          () => this._settle(id, (p) => p.reject(new TimeoutError(method, timeoutMs))),
+          () => this.#settle(id, (p) => p.reject(new TimeoutError(method, timeoutMs))),
           timeoutMs,
         );
       }
-      this._pending.set(id, entry);
+      this.#pending.set(id, entry);
     });
   }
 
-  _settle(id, fn) {
-    const entry = this._pending.get(id);
+  #settle(id, fn) {
+    const entry = this.#pending.get(id);
     if (!entry) return false;
-    this._pending.delete(id);
+    this.#pending.delete(id);
     clearTimeout(entry.timer);
     fn(entry);
     return true;
   }
 
-  _send(text) {
-    if (this._closedBy) throw this._closedBy;
-    const state = this.socket.readyState;
-    if (state === CONNECTING) this._queued.push(text);
-    else if (state === OPEN) this._write(text);
+  /** Sends a batch's items (already checked) as one array frame; see `Batch.send`. */
+  #sendBatch(items, timeoutMs) {
+    const msgs = [];
+    const answers = [];
+    for (const it of items) {
+      if (!it.isCall) {
+        msgs.push(request(it.method, it.params));
+        continue;
+      }
+      const id = this.#nextId++;
+      msgs.push(request(it.method, it.params, id));
+      answers.push({ id, promise: this.#expect(id, it.method, timeoutMs) });
+    }
+    try {
+      this.#send(JSON.stringify(msgs));
+    } catch (e) {
+      for (const a of answers) this.#settle(a.id, () => {});
+      throw e;
+    }
+    return answers.map((a) => a.promise);
+  }
+
+  #send(text) {
+    if (this.#closedBy) throw this.#closedBy;
+    const state = this.#socket.readyState;
+    if (state === CONNECTING) this.#queued.push(text);
+    else if (state === OPEN) this.#write(text);
     // A closing browser socket drops sends silently; say so instead.
     else throw new ClosedError(`socket is ${state === 2 ? 'closing' : 'closed'}`);
   }
 
-  _write(text) {
-    this._frame('out', text);
-    this.socket.send(text);
+  #write(text) {
+    this.#frame('out', text);
+    this.#socket.send(text);
   }
 
-  _frame(direction, text) {
-    if (!this._onFrame) return;
+  #frame(direction, text) {
+    if (!this.#onFrame) return;
     try {
-      this._onFrame(direction, text);
+      this.#onFrame(direction, text);
     } catch {
       // A broken log hook must not break the connection.
     }
   }
 
-  _shutdown(error) {
-    if (this._closedBy) return;
-    this._closedBy = error;
-    this._queued = [];
-    for (const id of [...this._pending.keys()]) this._settle(id, (p) => p.reject(error));
+  #shutdown(error) {
+    if (this.#closedBy) return;
+    this.#closedBy = error;
+    this.#queued = [];
+    for (const id of [...this.#pending.keys()]) this.#settle(id, (p) => p.reject(error));
   }
 
   // ---- incoming ------------------------------------------------------------------
 
-  _receive(data) {
+  #receive(data) {
     if (typeof data !== 'string') return; // binary frame: see the class comment
-    this._frame('in', data);
-    if (this._closedBy) return;
+    this.#frame('in', data);
+    if (this.#closedBy) return;
     let msg;
     try {
       msg = JSON.parse(data);
     } catch {
       // Even for a broken batch the answer is ONE object (spec, "Batch Request Invalid JSON").
-      this._answer(errorResponse(null, new RpcError(ErrorCode.PARSE_ERROR)));
+      this.#answer(errorResponse(null, new RpcError(ErrorCode.PARSE_ERROR)));
       return;
     }
     if (!Array.isArray(msg)) {
-      this._handleOne(msg).then((ans) => ans && this._answer(ans));
+      this.#handleOne(msg).then((ans) => ans && this.#answer(ans));
       return;
     }
     if (msg.length === 0) {
-      this._answer(errorResponse(null, new RpcError(ErrorCode.INVALID_REQUEST)));
+      this.#answer(errorResponse(null, new RpcError(ErrorCode.INVALID_REQUEST)));
       return;
     }
-    Promise.all(msg.map((m) => this._handleOne(m))).then((answers) => {
+    Promise.all(msg.map((m) => this.#handleOne(m))).then((answers) => {
       const parts = answers.filter(Boolean);
       // An all-notification (or all-response) batch gets nothing at all.
-      if (parts.length) this._answerText(`[${parts.join(',')}]`);
+      if (parts.length) this.#answer(`[${parts.join(',')}]`);
     });
   }
 
   /** Handle one message; resolves to the answer's JSON text, or null for none. */
-  async _handleOne(m) {
+  async #handleOne(m) {
     if (isResponse(m)) {
-      this._route(m);
+      this.#route(m);
       return null;
     }
     const bad = invalidRequest(m);
     if (bad) return errorResponse(bad.id, new RpcError(ErrorCode.INVALID_REQUEST));
     // Only a valid Request without an `id` member is a notification; `"id": null` is not.
     if (!has(m, 'id')) {
-      this._runNotification(m.method, m.params);
+      this.#runNotification(m.method, m.params);
       return null;
     }
-    const handler = this._methods.get(m.method);
+    const handler = this.#methods.get(m.method);
     if (!handler) return errorResponse(m.id, new RpcError(ErrorCode.METHOD_NOT_FOUND));
     try {
       const result = await handler(m.params, this);
       return resultResponse(m.id, result);
     } catch (e) {
-      return errorResponse(m.id, this._asRpcError(e, m.method));
+      return errorResponse(m.id, this.#asRpcError(e, m.method));
     }
   }
 
-  _runNotification(method, params) {
-    // As in the Rust router, notifications reach notification handlers only; a method
-    // of the same name is not run. Unknown: dropped, never answered, not even an error.
-    const handler = this._notifications.get(method);
-    if (!handler) return;
-    this._notifyChain = this._notifyChain
+  #runNotification(method, params) {
+    const handler = this.#notifications.get(method);
+    if (!handler) {
+      // A notification is a request without an id: a method of that name runs, as a call
+      // would (not in the notifications' order), and its answer is dropped. Unknown:
+      // dropped, never answered, not even an error.
+      const asMethod = this.#methods.get(method);
+      if (asMethod) {
+        Promise.resolve()
+          .then(() => asMethod(params, this))
+          .catch((e) => {
+            if (!(e instanceof RpcError)) this.#onHandlerError(e, method);
+          });
+      }
+      return;
+    }
+    this.#notifyChain = this.#notifyChain
       .then(() => handler(params, this))
       .catch((e) => {
-        if (!(e instanceof RpcError)) this._onHandlerError(e, method);
+        if (!(e instanceof RpcError)) this.#onHandlerError(e, method);
       });
   }
 
-  _asRpcError(e, method) {
+  #asRpcError(e, method) {
     if (e instanceof RpcError) return e;
-    this._onHandlerError(e, method);
+    this.#onHandlerError(e, method);
     return new RpcError(ErrorCode.INTERNAL_ERROR);
   }
 
-  _route(m) {
+  #route(m) {
     // Our ids are numbers; anything else (null included) cannot be one of our calls.
     if (typeof m.id !== 'number') return;
-    this._settle(m.id, (p) => {
+    this.#settle(m.id, (p) => {
       const problem = responseProblem(m);
       if (problem) p.reject(new InvalidResponseError(problem, m));
       else if (has(m, 'error')) p.reject(new RpcError(m.error.code, m.error.message, m.error.data));
@@ -403,13 +466,10 @@ export class Peer {
     });
   }
 
-  _answer(text) {
-    if (text) this._answerText(text);
-  }
-
-  _answerText(text) {
+  #answer(text) {
+    if (!text) return;
     try {
-      this._send(text);
+      this.#send(text);
     } catch {
       // Closed meanwhile: the caller on the other side learns it from its own close.
     }
@@ -420,28 +480,30 @@ export class Peer {
  * A batch under construction; see `Peer.batch()`.
  * `send()` resolves to one outcome per call, in the order added:
  * `{ ok: true, result }` or `{ ok: false, error }` (error: RpcError, TimeoutError,
- * ClosedError or InvalidResponseError). It never rejects for one failed call; it rejects only with ClosedError
- * when nothing could be sent.
+ * ClosedError or InvalidResponseError). It never rejects for one failed call; it rejects
+ * only with ClosedError when nothing could be sent.
  */
 export class Batch {
+  #peer;
+  #items = []; // ids are taken at send time, so a batch never sent uses none
+  #sent = false;
+
   /** @param {Peer} peer */
   constructor(peer) {
-    this._peer = peer;
-    this._items = []; // ids are taken at send time, so a batch never sent uses none
-    this._sent = false;
+    this.#peer = peer;
   }
 
   /** Add a call. @param {string} method @param {Array|object} [params] @returns {Batch} */
   call(method, params) {
     request(method, params); // validate now, where the mistake is
-    this._items.push({ method, params, isCall: true });
+    this.#items.push({ method, params, isCall: true });
     return this;
   }
 
   /** Add a notification. @param {string} method @param {Array|object} [params] @returns {Batch} */
   notify(method, params) {
     request(method, params);
-    this._items.push({ method, params, isCall: false });
+    this.#items.push({ method, params, isCall: false });
     return this;
   }
 
@@ -451,37 +513,268 @@ export class Batch {
    * @param {{ timeoutMs?: number }} [options] timeout for each call in the batch
    * @returns {Promise<Array<{ok: true, result: *} | {ok: false, error: Error}>>}
    */
-  async send({ timeoutMs = this._peer.timeoutMs } = {}) {
-    if (this._sent) throw new Error('batch already sent');
-    this._sent = true;
-    const peer = this._peer;
-    if (this._items.length === 0) return [];
-    const msgs = [];
-    const answers = [];
-    for (const it of this._items) {
-      if (!it.isCall) {
-        msgs.push(request(it.method, it.params));
-        continue;
-      }
-      const id = peer._nextId++;
-      msgs.push(request(it.method, it.params, id));
-      answers.push({ id, promise: peer._expect(id, it.method, timeoutMs) });
-    }
-    try {
-      peer._send(JSON.stringify(msgs));
-    } catch (e) {
-      for (const a of answers) peer._settle(a.id, () => {});
-      throw e;
-    }
+  async send({ timeoutMs = this.#peer.timeoutMs } = {}) {
+    if (this.#sent) throw new Error('batch already sent');
+    this.#sent = true;
+    if (this.#items.length === 0) return [];
+    const answers = sendBatch(this.#peer, this.#items, timeoutMs);
     return Promise.all(
       answers.map((a) =>
-        a.promise.then(
+        a.then(
           (result) => ({ ok: true, result }),
           (error) => ({ ok: false, error }),
         ),
       ),
     );
   }
+}
+
+// ---- reconnecting ---------------------------------------------------------------------
+
+/**
+ * @typedef {object} Backoff
+ * @property {number} [initialMs=100] the cap of the first wait
+ * @property {number} [maxMs=10000] the largest cap
+ * @property {number} [multiplier=2] how much the cap grows per failed attempt
+ */
+
+/**
+ * The wait before attempt `attempt` (counted from 0 since the last success): a random
+ * time between zero and `min(maxMs, initialMs * multiplier ** attempt)` ("full jitter"),
+ * so pages that lost the same server at the same moment do not all come back at once.
+ * The same rule as the Rust `Backoff`.
+ * @param {Backoff} backoff
+ * @param {number} attempt
+ * @param {() => number} [random] a number in [0, 1)
+ * @returns {number} milliseconds
+ */
+export function backoffDelay({ initialMs = 100, maxMs = 10000, multiplier = 2 } = {}, attempt, random = Math.random) {
+  const cap = Math.max(0, Math.min(maxMs, initialMs * multiplier ** Math.min(attempt, 64)));
+  return random() * cap;
+}
+
+/**
+ * @typedef {object} ReconnectOptions
+ * @property {Backoff} [backoff] the wait between attempts
+ * @property {(peer: Peer) => any} [onConnect] runs after every (re)connect, before calls
+ *   made through the ReconnectingPeer go through (subscribe again here); may be async.
+ *   If it throws, the connection is closed (code 4000) and dialed again.
+ * @property {typeof WebSocket} [WebSocket] the WebSocket class (default the global one)
+ * @property {() => number} [random] for the jitter (default Math.random)
+ */
+
+/**
+ * Where a ReconnectingPeer stands: `{ state: 'connecting', attempt }`,
+ * `{ state: 'connected' }` (the onConnect hook has run), `{ state: 'waiting', attempt,
+ * retryInMs }` (before the next attempt), `{ state: 'stopped' }` (after `close()`).
+ * `attempt` counts failures since the last success.
+ * @typedef {{state: 'connecting'|'connected'|'waiting'|'stopped', attempt?: number, retryInMs?: number}} LinkState
+ */
+
+/**
+ * A connection that comes back by itself, like the Rust `Reconnecting`: when the socket
+ * closes it dials again with exponential backoff and full jitter, runs the `onConnect`
+ * hook, and carries on. Handlers registered on it serve every connection.
+ *
+ * Calls in flight when the link drops reject with ClosedError; calls made while it is
+ * down wait for the next connection, up to their timeout. It dispatches a `statechange`
+ * event (an Event with `detail`, the new LinkState) on every change of `state`.
+ *
+ * @param {string} url
+ * @param {PeerOptions & ReconnectOptions} [options]
+ * @returns {ReconnectingPeer}
+ */
+export function reconnecting(url, options = {}) {
+  return new ReconnectingPeer(url, options);
+}
+
+/** See `reconnecting`. */
+export class ReconnectingPeer extends EventTarget {
+  #url;
+  #options;
+  #WS;
+  #random;
+  #methods = [];
+  #notifications = [];
+  /** @type {Peer | null} */
+  #peer = null;
+  /** @type {LinkState} */
+  #state = { state: 'connecting', attempt: 0 };
+  #attempt = 0;
+  #retryTimer = null;
+  #stopped = false;
+  #waiters = new Set(); // resolve functions of calls waiting for the link
+
+  /** @param {string} url @param {PeerOptions & ReconnectOptions} [options] */
+  constructor(url, options = {}) {
+    super();
+    this.#url = url;
+    this.#options = options;
+    this.#WS = options.WebSocket ?? globalThis.WebSocket;
+    this.#random = options.random ?? Math.random;
+    /** Default per-call timeout in ms, covering the wait for the link. */
+    this.timeoutMs = options.timeoutMs ?? 30000;
+    // Dial on the next microtask, so handlers chained right after construction serve the
+    // very first connection.
+    queueMicrotask(() => this.#dial());
+  }
+
+  /** @returns {LinkState} where the link stands now */
+  get state() {
+    return this.#state;
+  }
+
+  /** The current connection once `onConnect` has run on it, or null while the link is down. */
+  get peer() {
+    return this.#state.state === 'connected' ? this.#peer : null;
+  }
+
+  /** Serve calls of `name` on every connection; as `Peer.method`. @returns {ReconnectingPeer} */
+  method(name, handler) {
+    checkName(name, handler);
+    this.#methods.push([name, handler]);
+    this.#peer?.method(name, handler);
+    return this;
+  }
+
+  /** Handle notifications of `name` on every connection; as `Peer.notification`. @returns {ReconnectingPeer} */
+  notification(name, handler) {
+    checkName(name, handler);
+    this.#notifications.push([name, handler]);
+    this.#peer?.notification(name, handler);
+    return this;
+  }
+
+  /**
+   * Resolves with the current Peer once the link is up (at once if it is).
+   * @param {number} [timeoutMs] default `this.timeoutMs`
+   * @returns {Promise<Peer>} rejects with TimeoutError, or ClosedError once stopped
+   */
+  connected(timeoutMs = this.timeoutMs) {
+    const up = this.peer;
+    if (up) return Promise.resolve(up);
+    if (this.#stopped) return Promise.reject(stoppedError());
+    return new Promise((resolve, reject) => {
+      let timer = null;
+      const waiter = (outcome) => {
+        clearTimeout(timer);
+        this.#waiters.delete(waiter);
+        if (outcome instanceof Error) reject(outcome);
+        else resolve(outcome);
+      };
+      if (timeoutMs > 0 && timeoutMs < Infinity) {
+        timer = setTimeout(() => waiter(new TimeoutError('(waiting for the connection)', timeoutMs)), timeoutMs);
+      }
+      this.#waiters.add(waiter);
+    });
+  }
+
+  /**
+   * `Peer.call` on the current connection, waiting for one if the link is down; the
+   * timeout covers the wait.
+   * @param {string} method @param {Array|object} [params] @param {{ timeoutMs?: number }} [options]
+   * @returns {Promise<*>}
+   */
+  async call(method, params, { timeoutMs = this.timeoutMs } = {}) {
+    request(method, params); // a bad argument throws now, not after the wait
+    const start = Date.now();
+    let peer;
+    try {
+      peer = await this.connected(timeoutMs);
+    } catch (e) {
+      if (e instanceof TimeoutError) throw new TimeoutError(method, timeoutMs);
+      throw e;
+    }
+    const left = timeoutMs > 0 && timeoutMs < Infinity ? Math.max(1, timeoutMs - (Date.now() - start)) : timeoutMs;
+    try {
+      return await peer.call(method, params, { timeoutMs: left });
+    } catch (e) {
+      if (e instanceof TimeoutError) throw new TimeoutError(method, timeoutMs);
+      throw e;
+    }
+  }
+
+  /**
+   * `Peer.notify` on the current connection, waiting for one (up to `timeoutMs`) if the
+   * link is down. Resolves once sent.
+   * @param {string} method @param {Array|object} [params] @param {{ timeoutMs?: number }} [options]
+   * @returns {Promise<void>}
+   */
+  async notify(method, params, { timeoutMs = this.timeoutMs } = {}) {
+    request(method, params);
+    (await this.connected(timeoutMs)).notify(method, params);
+  }
+
+  /**
+   * Stop reconnecting and close the current connection. Calls waiting for the link reject
+   * with ClosedError.
+   * @param {number} [code=1000] @param {string} [reason]
+   */
+  close(code = 1000, reason = '') {
+    if (this.#stopped) return;
+    this.#stopped = true;
+    clearTimeout(this.#retryTimer);
+    const peer = this.#peer;
+    this.#peer = null;
+    peer?.close(code, reason);
+    this.#setState({ state: 'stopped' });
+    for (const w of [...this.#waiters]) w(stoppedError());
+  }
+
+  #setState(state) {
+    this.#state = Object.freeze(state);
+    const ev = new Event('statechange');
+    ev.detail = this.#state;
+    this.dispatchEvent(ev);
+  }
+
+  #dial() {
+    if (this.#stopped) return;
+    this.#setState({ state: 'connecting', attempt: this.#attempt });
+    let peer;
+    try {
+      peer = new Peer(new this.#WS(this.#url), this.#options);
+    } catch (e) {
+      // A malformed URL throws at once; it never gets better, but it is retried like any
+      // failure so that a page fixed under it (a proxy coming up) still connects.
+      this.#retry();
+      return;
+    }
+    for (const [n, h] of this.#methods) peer.method(n, h);
+    for (const [n, h] of this.#notifications) peer.notification(n, h);
+    this.#peer = peer;
+    peer.closed.then(() => {
+      if (this.#peer !== peer) return;
+      this.#peer = null;
+      this.#retry();
+    });
+    peer.opened.then(async () => {
+      try {
+        await this.#options.onConnect?.(peer);
+      } catch (e) {
+        (this.#options.onHandlerError ?? console.error)(e, 'onConnect');
+        peer.close(4000, 'onConnect failed');
+        return;
+      }
+      if (this.#peer !== peer || peer.isClosed) return;
+      this.#attempt = 0;
+      this.#setState({ state: 'connected' });
+      for (const w of [...this.#waiters]) w(peer);
+    }, () => {}); // a failed open is handled by `closed` above
+  }
+
+  #retry() {
+    if (this.#stopped) return;
+    // A link that came up starts the count again; one that never did counts a failure.
+    const retryInMs = backoffDelay(this.#options.backoff, this.#attempt, this.#random);
+    this.#attempt += 1;
+    this.#setState({ state: 'waiting', attempt: this.#attempt, retryInMs });
+    this.#retryTimer = setTimeout(() => this.#dial(), retryInMs);
+  }
+}
+
+function stoppedError() {
+  return new ClosedError('the reconnecting peer was stopped');
 }
 
 // ---- wire helpers (pure) --------------------------------------------------------------

@@ -1,8 +1,8 @@
 // Outgoing traffic: call, notify, batch; ids, strictness, timeouts, close.
-import { test, describe } from 'node:test';
+import { test, describe, mock } from 'node:test';
 import assert from 'node:assert/strict';
 import { Peer, RpcError, TimeoutError, ClosedError, InvalidResponseError } from '../jsonrpc-peer.js';
-import { FakeSocket, within, sleep } from './helpers.mjs';
+import { FakeSocket, within } from './helpers.mjs';
 
 function client(options = {}) {
   const socket = new FakeSocket();
@@ -107,9 +107,10 @@ describe('call', () => {
       (id) => ({ jsonrpc: '2.0', error: { code: 1 }, id }),
     ];
     for (const [n, make] of bad.entries()) {
+      const next = socket.sent.length; // the probes of expectSilence take frames too
       const failed = peer.call('x', [], { timeoutMs: 5000 }).catch((e) => e);
-      const { id } = await socket.frame(n);
-      await socket.expectSilence(JSON.stringify(make(id)), 5);
+      const { id } = await socket.frame(next);
+      await socket.expectSilence(JSON.stringify(make(id)));
       const e = await within(failed, 500);
       assert.ok(e instanceof InvalidResponseError, `case ${n}: ${e}`);
       assert.deepEqual(e.response, make(id));
@@ -121,7 +122,7 @@ describe('call', () => {
     const { socket, peer } = client();
     const p = peer.call('x', [], { timeoutMs: 50 });
     const { id } = await socket.frame(0);
-    await socket.expectSilence(JSON.stringify({ jsonrpc: '2.0', result: 1, id: String(id) }), 10);
+    await socket.expectSilence(JSON.stringify({ jsonrpc: '2.0', result: 1, id: String(id) }));
     await assert.rejects(within(p), TimeoutError);
   });
 });
@@ -141,14 +142,21 @@ describe('timeouts', () => {
     const { socket, peer } = client({ timeoutMs: 20 });
     const p = peer.call('slow');
     await assert.rejects(within(p), TimeoutError);
-    await socket.expectSilence(JSON.stringify({ jsonrpc: '2.0', result: 1, id: JSON.parse(socket.sent[0]).id }), 10);
+    await socket.expectSilence(JSON.stringify({ jsonrpc: '2.0', result: 1, id: JSON.parse(socket.sent[0]).id }));
     assert.equal(peer.pendingCount, 0);
   });
 
   test('timeoutMs 0 means no timer', async () => {
     const { socket, peer } = client({ timeoutMs: 0 });
-    const p = peer.call('x');
-    await sleep(30);
+    // Mocked timers: a day passes at once, and no timer of the call's fires.
+    mock.timers.enable({ apis: ['setTimeout'] });
+    let p;
+    try {
+      p = peer.call('x');
+      mock.timers.tick(24 * 3600 * 1000);
+    } finally {
+      mock.timers.reset();
+    }
     assert.equal(peer.pendingCount, 1);
     socket.receive(JSON.stringify({ jsonrpc: '2.0', result: 'late but fine', id: JSON.parse(socket.sent[0]).id }));
     assert.equal(await within(p), 'late but fine');
@@ -280,7 +288,6 @@ describe('close', () => {
     assert.equal(peer.pendingCount, 0);
     assert.deepEqual(await within(peer.closed), { code: 1000, reason: 'bye', wasClean: true });
     assert.equal(socket.readyState, 3);
-    await sleep(40); // the 20 ms timer, were it alive, would fire into an empty map
   });
 
   test('after close: call rejects with ClosedError, notify and batch throw it, incoming is ignored', async () => {

@@ -3,7 +3,7 @@
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { Peer, RpcError } from '../jsonrpc-peer.js';
-import { FakeSocket, byId, within } from './helpers.mjs';
+import { FakeSocket, byId, within, signal } from './helpers.mjs';
 
 /** A peer serving the specification's example methods, over a fake socket. */
 function specServer() {
@@ -237,19 +237,21 @@ describe('notifications are never answered', () => {
   test('notification handlers run one at a time, in arrival order', async () => {
     const { socket, peer } = specServer();
     const log = [];
-    let release;
-    const gate = new Promise((r) => (release = r));
+    const gate = signal();
+    const done = signal();
     peer.notification('step', async (p) => {
       log.push(`start ${p[0]}`);
-      if (p[0] === 1) await gate;
+      if (p[0] === 1) await gate.promise;
       log.push(`end ${p[0]}`);
+      if (p[0] === 2) done.resolve();
     });
     socket.receive('{"jsonrpc": "2.0", "method": "step", "params": [1]}');
     socket.receive('{"jsonrpc": "2.0", "method": "step", "params": [2]}');
-    await new Promise((r) => setTimeout(r, 20));
+    // A call answered after both: the notifications have been read, and 2 still waits.
+    await socket.exchange('{"jsonrpc": "2.0", "method": "sum", "params": [1], "id": "after"}');
     assert.deepEqual(log, ['start 1']);
-    release();
-    await within((async () => { while (log.length < 4) await new Promise((r) => setTimeout(r, 5)); })(), 1000);
+    gate.resolve();
+    await within(done.promise, 1000, 'notification 2');
     assert.deepEqual(log, ['start 1', 'end 1', 'start 2', 'end 2']);
   });
 });

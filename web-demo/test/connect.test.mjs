@@ -12,7 +12,7 @@ function fakeWebSocketClass({ fail = false } = {}) {
       super({ open: false });
       this.url = url;
       made.push(this);
-      setImmediate(() => (fail ? (this.onerror?.({ message: 'ECONNREFUSED' }), this.closedByServer(1006, '', false)) : this.open()));
+      setImmediate(() => (fail ? (this.emit('error', { message: 'ECONNREFUSED' }), this.closedByServer(1006, '', false)) : this.open()));
     }
   }
   return { FakeWS, made };

@@ -3,7 +3,7 @@
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { Peer, RpcError, ErrorCode } from '../jsonrpc-peer.js';
-import { FakeSocket, socketPair, within } from './helpers.mjs';
+import { FakeSocket, socketPair, within, signal } from './helpers.mjs';
 
 function server(options = {}) {
   const socket = new FakeSocket();
@@ -81,16 +81,27 @@ describe('handler outcomes', () => {
     assert.deepEqual(await socket.frame(1), { jsonrpc: '2.0', result: 'slow', id: 'slow' });
   });
 
-  test('a notification does not run a method of the same name (as in the Rust router)', async () => {
+  test('a notification runs a method of the same name and drops its answer; a notification handler comes first', async () => {
     const { socket, peer } = server();
     const ran = [];
-    peer.method('log', (p) => { ran.push(['method', p]); return 'ignored'; });
+    const first = signal();
+    peer.method('log', (p) => { ran.push(['method', p]); first.resolve(); return 'dropped'; });
     await socket.expectSilence('{"jsonrpc": "2.0", "method": "log", "params": ["hi"]}');
-    assert.deepEqual(ran, []);
+    await within(first.promise, 1000, 'the method run by a notification');
+    assert.deepEqual(ran, [['method', ['hi']]]);
     peer.notification('log', (p) => ran.push(['notification', p]));
     await socket.expectSilence('{"jsonrpc": "2.0", "method": "log", "params": ["again"]}');
-    assert.deepEqual(await socket.exchange(req('log', ['call'])), { jsonrpc: '2.0', result: 'ignored', id: 1 });
-    assert.deepEqual(ran, [['notification', ['again']], ['method', ['call']]]);
+    assert.deepEqual(await socket.exchange(req('log', ['call'])), { jsonrpc: '2.0', result: 'dropped', id: 1 });
+    assert.deepEqual(ran, [['method', ['hi']], ['notification', ['again']], ['method', ['call']]]);
+  });
+
+  test('a method run by a notification that throws reaches onHandlerError, and nothing is sent', async () => {
+    const failed = signal();
+    const socket = new FakeSocket();
+    const peer = new Peer(socket, { onHandlerError: (e, m) => failed.resolve([e.message, m]) });
+    peer.method('save', () => { throw new Error('disk full'); });
+    await socket.expectSilence('{"jsonrpc": "2.0", "method": "save", "params": [1]}');
+    assert.deepEqual(await within(failed.promise), ['disk full', 'save']);
   });
 });
 
@@ -139,12 +150,13 @@ describe('two peers wired to each other', () => {
     a.method('subtract', ([x, y]) => x - y);
     b.method('sum', (p) => p.reduce((s, n) => s + n, 0));
     const got = [];
-    a.notification('hello', (p) => got.push(p));
+    const hello = signal();
+    a.notification('hello', (p) => { got.push(p); hello.resolve(); });
     assert.equal(await within(b.call('subtract', [42, 23])), 19);
     assert.equal(await within(a.call('sum', [1, 2, 4])), 7);
     await assert.rejects(within(a.call('nope')), (e) => e instanceof RpcError && e.code === -32601);
     b.notify('hello', { n: 1 });
-    await within((async () => { while (!got.length) await new Promise((r) => setTimeout(r, 2)); })());
+    await within(hello.promise);
     assert.deepEqual(got, [{ n: 1 }]);
     assert.equal(a.pendingCount + b.pendingCount, 0);
   });
@@ -188,9 +200,10 @@ describe('two peers wired to each other', () => {
 
   test('closing one side rejects the other side\'s pending calls, nested or not', async () => {
     const { a, b } = wired();
-    a.method('hang', () => new Promise(() => {}));
+    const entered = signal();
+    a.method('hang', () => { entered.resolve(); return new Promise(() => {}); });
     const pending = b.call('hang');
-    await new Promise((r) => setTimeout(r, 10));
+    await within(entered.promise);
     assert.equal(b.pendingCount, 1);
     a.close(1001, 'page hidden');
     await assert.rejects(within(pending), /closed.*1001.*page hidden/);

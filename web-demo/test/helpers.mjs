@@ -10,7 +10,15 @@ export function within(promise, ms = 2000, what = 'operation') {
   return Promise.race([promise, limit]).finally(() => clearTimeout(timer));
 }
 
-export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+/** Resolve on the next macrotask: every frame delivered before it has been handled. */
+export const nextTurn = () => new Promise((r) => setImmediate(r));
+
+/** A promise and the function that resolves it, to wait on an event in a handler. */
+export function signal() {
+  let resolve;
+  const promise = new Promise((r) => (resolve = r));
+  return { promise, resolve };
+}
 
 /**
  * A socket with the browser WebSocket's surface. Frames the peer sends are recorded in
@@ -23,7 +31,21 @@ export class FakeSocket {
     this.sent = [];
     this.remote = null;
     this._waiters = [];
-    this.onopen = this.onmessage = this.onerror = this.onclose = null;
+    this._listeners = { open: [], message: [], error: [], close: [] };
+  }
+
+  addEventListener(type, fn) {
+    this._listeners[type]?.push(fn);
+  }
+
+  removeEventListener(type, fn) {
+    const list = this._listeners[type];
+    if (list?.includes(fn)) list.splice(list.indexOf(fn), 1);
+  }
+
+  /** Play an event of `type` to every listener. */
+  emit(type, ev) {
+    for (const fn of [...(this._listeners[type] ?? [])]) fn(ev);
   }
 
   send(text) {
@@ -32,7 +54,7 @@ export class FakeSocket {
     for (const w of this._waiters.splice(0)) w();
     if (this.remote) {
       const remote = this.remote;
-      setImmediate(() => remote.readyState === 1 && remote.onmessage?.({ data: text }));
+      setImmediate(() => remote.readyState === 1 && remote.emit('message', { data: text }));
     }
   }
 
@@ -49,19 +71,19 @@ export class FakeSocket {
   /** Play the socket opening. */
   open() {
     this.readyState = 1;
-    this.onopen?.({});
+    this.emit('open', {});
   }
 
   /** Play the close event (the remote end went away, or the close handshake finished). */
   closedByServer(code = 1006, reason = '', wasClean = false) {
     if (this.readyState === 3) return;
     this.readyState = 3;
-    this.onclose?.({ code, reason, wasClean });
+    this.emit('close', { code, reason, wasClean });
   }
 
   /** Play an incoming frame (text, or anything else for a binary frame). */
   receive(data) {
-    this.onmessage({ data });
+    this.emit('message', { data });
   }
 
   /** Resolve with the parsed `n`-th frame sent (0-based), waiting up to `ms`. */
@@ -82,12 +104,30 @@ export class FakeSocket {
     return this.frame(n, ms);
   }
 
-  /** Play `text` in and assert that nothing at all is sent back within `ms`. */
-  async expectSilence(text, ms = 50) {
+  /**
+   * Play `text` in and assert that nothing at all is sent back. Waits on an event, not a
+   * clock: once the frame is handled (a macrotask later), a probe call the peer must
+   * answer (-32601) goes in, and answers leave in the order they were made, so when the
+   * probe's answer is out, any answer to `text` would be out before it. A closed socket
+   * cannot send at all, so there the macrotask is enough.
+   */
+  async expectSilence(text) {
     const n = this.sent.length;
     if (text !== undefined) this.receive(text);
-    await sleep(ms);
-    assert.deepEqual(this.sent.slice(n), [], 'expected no answer');
+    await nextTurn();
+    let extra = this.sent.slice(n);
+    if (this.readyState === 1) {
+      const probeId = 'probe:' + Math.random();
+      this.receive(JSON.stringify({ jsonrpc: '2.0', method: 'rpc.no-such-probe', id: probeId }));
+      let at = n;
+      for (;;) {
+        const frame = await this.frame(at);
+        if (frame.id === probeId) break;
+        at += 1;
+      }
+      extra = this.sent.slice(n, at);
+    }
+    assert.deepEqual(extra, [], 'expected no answer');
   }
 }
 

@@ -1,0 +1,227 @@
+// reconnecting(): backoff with full jitter, the onConnect hook, link state, calls that
+// wait for the link. Over fake sockets whose "server" each test scripts.
+import { test, describe } from 'node:test';
+import assert from 'node:assert/strict';
+import { reconnecting, backoffDelay, ClosedError, TimeoutError, RpcError } from '../jsonrpc-peer.js';
+import { FakeSocket, within, signal } from './helpers.mjs';
+
+/**
+ * A WebSocket class whose sockets open or fail (on the next macrotask) as `plan` says,
+ * one entry per socket made ('open' or 'fail'; past its end: 'open'). `made` holds them.
+ */
+function server(plan = []) {
+  const made = [];
+  const s = { made, sockets: [] }; // sockets[n]: resolved with the n-th socket once made
+  s.WebSocket = class extends FakeSocket {
+    constructor(url) {
+      super({ open: false });
+      this.url = url;
+      const n = made.length;
+      made.push(this);
+      const outcome = plan[n] ?? 'open';
+      setImmediate(() => {
+        if (outcome === 'fail') {
+          this.emit('error', { message: 'ECONNREFUSED' });
+          this.closedByServer(1006, '', false);
+        } else this.open();
+      });
+      (s.sockets[n] ??= signal()).resolve(this);
+    }
+  };
+  /** The `n`-th socket made (0-based), once it is. */
+  s.socket = (n) => within((s.sockets[n] ??= signal()).promise, 2000, `socket #${n}`);
+  return s;
+}
+
+/** Every state the link passes through, and a way to wait for one. */
+function states(link) {
+  const seen = [];
+  const waiters = [];
+  link.addEventListener('statechange', (ev) => {
+    seen.push(ev.detail);
+    for (const w of [...waiters]) if (w.pred(ev.detail)) waiters.splice(waiters.indexOf(w), 1), w.resolve();
+  });
+  const until = (pred, what = 'state') => {
+    if (pred(link.state)) return Promise.resolve();
+    const w = signal();
+    waiters.push({ pred, resolve: w.resolve });
+    return within(w.promise, 2000, what);
+  };
+  return { seen, until };
+}
+
+const isState = (name) => (s) => s.state === name;
+
+/** Answers every call that arrives on `socket` with `result(method, params)`. */
+function answer(socket, result) {
+  socket.addEventListener('message', () => {});
+  const orig = socket.send.bind(socket);
+  socket.send = (text) => {
+    orig(text);
+    const m = JSON.parse(text);
+    if (m.id !== undefined && m.method) {
+      setImmediate(() => socket.receive(JSON.stringify({ jsonrpc: '2.0', result: result(m.method, m.params), id: m.id })));
+    }
+  };
+}
+
+describe('backoffDelay', () => {
+  test('caps grow by the multiplier up to the maximum; the wait is a random part of the cap', () => {
+    const b = { initialMs: 100, maxMs: 1000, multiplier: 2 };
+    const top = () => 1 - Number.EPSILON;
+    assert.deepEqual([0, 1, 2, 3, 4, 10, 1000].map((n) => Math.round(backoffDelay(b, n, top))), [100, 200, 400, 800, 1000, 1000, 1000]);
+    assert.equal(backoffDelay(b, 3, () => 0), 0);
+    assert.equal(backoffDelay(b, 2, () => 0.5), 200);
+    for (let n = 0; n < 200; n++) {
+      const d = backoffDelay(b, n % 8);
+      assert.ok(d >= 0 && d <= Math.min(1000, 100 * 2 ** (n % 8)), `attempt ${n % 8}: ${d}`);
+    }
+  });
+
+  test('defaults are the Rust Backoff\'s: 100 ms, x2, 10 s', () => {
+    const top = () => 1 - Number.EPSILON;
+    assert.equal(Math.round(backoffDelay(undefined, 0, top)), 100);
+    assert.equal(Math.round(backoffDelay({}, 3, top)), 800);
+    assert.equal(Math.round(backoffDelay({}, 30, top)), 10000);
+  });
+});
+
+describe('reconnecting', () => {
+  test('connects, runs onConnect before calls go through, and reports each state', async () => {
+    const s = server();
+    const hooked = [];
+    const link = reconnecting('ws://x/rpc', {
+      WebSocket: s.WebSocket,
+      onConnect: async (peer) => {
+        hooked.push(peer.socket.url);
+        peer.notify('subscribe', ['ticker']);
+      },
+    });
+    const st = states(link);
+    assert.deepEqual(link.state, { state: 'connecting', attempt: 0 });
+    assert.equal(link.peer, null);
+    const call = link.call('subtract', [42, 23]);
+    const sock = await s.socket(0);
+    answer(sock, (m, [a, b]) => a - b);
+    assert.equal(await within(call), 19);
+    assert.deepEqual(hooked, ['ws://x/rpc']);
+    // The hook's notification went out first, then the call that waited for the link.
+    assert.deepEqual(sock.sent.map((t) => JSON.parse(t).method), ['subscribe', 'subtract']);
+    assert.deepEqual(st.seen, [{ state: 'connecting', attempt: 0 }, { state: 'connected' }]);
+    assert.equal(link.peer.socket, sock);
+    link.close();
+  });
+
+  test('comes back after the connection drops, with backoff, and onConnect runs again', async () => {
+    const s = server(['open', 'fail', 'fail', 'open']);
+    let hooks = 0;
+    const link = reconnecting('ws://x/rpc', {
+      WebSocket: s.WebSocket,
+      backoff: { initialMs: 4, maxMs: 10, multiplier: 2 },
+      random: () => 0.5,
+      onConnect: () => void (hooks += 1),
+    });
+    const st = states(link);
+    await st.until(isState('connected'), 'first connection');
+    const inFlight = link.call('hang', [], { timeoutMs: 5000 });
+    (await s.socket(0)).closedByServer(1006, '', false);
+    const e = await within(inFlight.catch((e) => e));
+    assert.ok(e instanceof ClosedError, `a call in flight when the link drops ends: ${e}`);
+    // Made while the link is down: waits for the next connection.
+    const waiting = link.call('subtract', [5, 3], { timeoutMs: 5000 });
+    const fourth = await s.socket(3);
+    answer(fourth, (m, [a, b]) => a - b);
+    assert.equal(await within(waiting), 2);
+    assert.equal(hooks, 2);
+    assert.deepEqual(st.seen.map((x) => x.state), [
+      'connecting', 'connected',
+      'waiting', 'connecting', // the drop: attempt 0's wait
+      'waiting', 'connecting', // socket 1 failed
+      'waiting', 'connecting', // socket 2 failed
+      'connected',
+    ]);
+    // Full jitter with random() = 0.5: half the cap, the cap doubling per failure (4, 8, 10).
+    assert.deepEqual(st.seen.filter(isState('waiting')), [
+      { state: 'waiting', attempt: 1, retryInMs: 2 },
+      { state: 'waiting', attempt: 2, retryInMs: 4 },
+      { state: 'waiting', attempt: 3, retryInMs: 5 },
+    ]);
+    link.close();
+  });
+
+  test('a call made while the link stays down rejects with TimeoutError after its timeout', async () => {
+    const s = server(Array(1000).fill('fail'));
+    const link = reconnecting('ws://x/rpc', { WebSocket: s.WebSocket, backoff: { initialMs: 5, maxMs: 5 } });
+    const t0 = Date.now();
+    const e = await within(link.call('sum', [1], { timeoutMs: 40 }).catch((e) => e));
+    assert.ok(e instanceof TimeoutError, String(e));
+    assert.match(e.message, /"sum".*40 ms/);
+    assert.ok(Date.now() - t0 >= 35);
+    assert.ok(link.state.state === 'waiting' || link.state.state === 'connecting');
+    link.close();
+  });
+
+  test('close() stops: state stopped, waiting calls reject with ClosedError, no more dialing', async () => {
+    const s = server(Array(1000).fill('fail'));
+    const link = reconnecting('ws://x/rpc', { WebSocket: s.WebSocket, backoff: { initialMs: 1000, maxMs: 1000 } });
+    const st = states(link);
+    const waiting = link.call('sum', [1]);
+    await st.until(isState('waiting'), 'the first failure');
+    link.close();
+    const e = await within(waiting.catch((e) => e));
+    assert.ok(e instanceof ClosedError, String(e));
+    assert.deepEqual(link.state, { state: 'stopped' });
+    await assert.rejects(within(link.call('sum', [1])), ClosedError);
+    assert.equal(s.made.length, 1, 'no socket after close');
+  });
+
+  test('close() closes the live connection', async () => {
+    const s = server();
+    const link = reconnecting('ws://x/rpc', { WebSocket: s.WebSocket });
+    const st = states(link);
+    await st.until(isState('connected'));
+    const sock = await s.socket(0);
+    link.close(1000, 'bye');
+    assert.equal(sock.readyState >= 2, true);
+    assert.deepEqual(link.state, { state: 'stopped' });
+    assert.equal(s.made.length, 1);
+  });
+
+  test('handlers serve every connection, and an onConnect that throws closes and dials again', async () => {
+    const s = server();
+    let tries = 0;
+    const errors = [];
+    const link = reconnecting('ws://x/rpc', {
+      WebSocket: s.WebSocket,
+      backoff: { initialMs: 1, maxMs: 1 },
+      onHandlerError: (e, where) => errors.push([e.message, where]),
+      onConnect: () => {
+        tries += 1;
+        if (tries === 1) throw new Error('not yet');
+      },
+    });
+    link.method('ping', () => 'pong').notification('n', () => {});
+    const st = states(link);
+    await st.until(isState('connected'));
+    assert.equal(tries, 2);
+    assert.deepEqual(errors, [['not yet', 'onConnect']]);
+    assert.equal((await s.socket(0)).readyState, 3, 'the first connection was closed');
+    const sock = await s.socket(1);
+    assert.deepEqual(await sock.exchange('{"jsonrpc":"2.0","method":"ping","id":1}'), { jsonrpc: '2.0', result: 'pong', id: 1 });
+    assert.throws(() => link.method('rpc.x', () => 1), /reserved/);
+    await assert.rejects(link.call('m', 5), TypeError);
+    link.close();
+  });
+
+  test('an error answer is the call\'s RpcError, as with Peer', async () => {
+    const s = server();
+    const link = reconnecting('ws://x/rpc', { WebSocket: s.WebSocket });
+    const call = link.call('nope');
+    const sock = await s.socket(0);
+    const req = await sock.frame(0);
+    sock.receive(JSON.stringify({ jsonrpc: '2.0', error: { code: -32601, message: 'Method not found' }, id: req.id }));
+    const e = await within(call.catch((e) => e));
+    assert.ok(e instanceof RpcError && e.code === -32601, String(e));
+    link.close();
+  });
+});
