@@ -39,8 +39,8 @@ use tokio_tungstenite::WebSocketStream;
 use crate::config::PeerConfig;
 use crate::peer::ConnectionInfo as PeerInfo;
 use crate::policy::{HandshakePolicy, Refusal, Slots};
+use crate::registry::ServerHandle;
 use crate::router::Router;
-use crate::server::ServerHandle;
 use crate::transport::WebSocket;
 
 /// A JSON-RPC endpoint to mount on an axum route: each WebSocket connection to it gets

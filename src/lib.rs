@@ -93,6 +93,7 @@
 pub mod axum;
 mod batch;
 mod client;
+pub mod cluster;
 mod config;
 mod driver;
 mod error;
@@ -104,6 +105,7 @@ mod peer;
 mod pending;
 mod policy;
 mod reconnect;
+mod registry;
 mod router;
 mod server;
 mod topics;
@@ -119,8 +121,9 @@ pub use peer::{ConnectionInfo, Peer};
 pub use pending::Reply;
 pub use policy::{HandshakePolicy, Refusal};
 pub use reconnect::{Backoff, LinkState, Reconnecting, ReconnectingBuilder};
+pub use registry::ServerHandle;
 pub use router::{Context, Router};
-pub use server::{Server, ServerHandle};
+pub use server::Server;
 /// The `http` crate's types, as the handshake uses them (headers in [`ConnectionInfo`]).
 pub use tokio_tungstenite::tungstenite::http;
 pub use topics::Topics;

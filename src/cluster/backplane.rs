@@ -49,6 +49,22 @@ pub trait Backplane: Send + Sync + 'static {
     /// made one after another from one backplane arrive everywhere in that order.
     fn publish(&self, channel: &str, payload: Bytes) -> BoxFuture<'_, Result<(), BackplaneError>>;
 
+    /// Publishes several messages, in order, as [`publish`](Self::publish) would one
+    /// after another. A bus that can pipeline (Redis) overrides this to send them in one
+    /// round trip; on an error, any prefix of them may have been published (the cluster
+    /// sends them again after the next [`BusEvent::Up`] and receivers drop duplicates).
+    fn publish_many(
+        &self,
+        messages: Vec<(String, Bytes)>,
+    ) -> BoxFuture<'_, Result<(), BackplaneError>> {
+        Box::pin(async move {
+            for (channel, payload) in messages {
+                self.publish(&channel, payload).await?;
+            }
+            Ok(())
+        })
+    }
+
     /// Subscribes to `channel`. Resolves once the bus acknowledged it: a message
     /// published anywhere after that is delivered.
     fn subscribe(&self, channel: &str) -> BoxFuture<'_, Result<(), BackplaneError>>;

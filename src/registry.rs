@@ -1,0 +1,222 @@
+//! The registry of live connections: count them, broadcast to them, hooks, shutdown.
+//! A [`Server`](crate::Server) and the `axum` endpoint each keep their peers here.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::config::PeerConfig;
+use crate::error::Result;
+use crate::message;
+use crate::peer::{ConnectionInfo, Peer};
+use crate::router::Router;
+use crate::transport::Text;
+
+/// The live connections of a [`Server`](crate::Server): count them, broadcast to them, shut down.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct ServerHandle {
+    inner: Arc<Registry>,
+}
+
+type Hook = Arc<dyn Fn(&Peer, &ConnectionInfo) + Send + Sync>;
+
+struct Registry {
+    peers: DashMap<u64, Peer>,
+    /// Set, with the grace period, once shutdown starts.
+    shutdown: watch::Sender<Option<Duration>>,
+    on_connect: RwLock<Option<Hook>>,
+    on_disconnect: RwLock<Option<Hook>>,
+    /// Ticks each time a connection is gone, for `shutdown` to wait on.
+    gone: watch::Sender<()>,
+}
+
+impl Default for ServerHandle {
+    fn default() -> Self {
+        ServerHandle::new()
+    }
+}
+
+impl ServerHandle {
+    /// A registry with no connections yet. [`Server::handle`](crate::Server::handle) gives the one a server
+    /// uses; make one first when the router's state needs it before the server exists
+    /// (as with the `axum` feature's `Endpoint::with_handle`).
+    pub fn new() -> Self {
+        ServerHandle {
+            inner: Arc::new(Registry {
+                peers: DashMap::new(),
+                shutdown: watch::Sender::new(None),
+                on_connect: RwLock::new(None),
+                on_disconnect: RwLock::new(None),
+                gone: watch::Sender::new(()),
+            }),
+        }
+    }
+
+    /// Runs a peer for a new connection and keeps it in the registry while it lives.
+    pub(crate) fn start<T: crate::transport::Transport, S: Send + Sync + 'static>(
+        &self,
+        transport: T,
+        router: Arc<Router<S>>,
+        config: &PeerConfig,
+        info: ConnectionInfo,
+        slot: Option<OwnedSemaphorePermit>,
+        keep_headers: bool,
+    ) -> Peer {
+        // The hook sees the whole handshake; the peer keeps its headers only when
+        // asked, as they cost memory on every connection for as long as it lives.
+        let stored = if keep_headers {
+            info.clone()
+        } else {
+            ConnectionInfo {
+                headers: Default::default(),
+                ..info.clone()
+            }
+        };
+        // Registered before the first frame is read, so a peer that has answered
+        // anything is already in the registry, and the application's hook has run;
+        // unregistered once its tasks are gone.
+        let on_start = {
+            let registry = self.clone();
+            let info = info;
+            Box::new(move |peer: &Peer| {
+                registry.inner.peers.insert(peer.id(), peer.clone());
+                let hook = registry
+                    .inner
+                    .on_connect
+                    .read()
+                    .ok()
+                    .and_then(|h| h.clone());
+                if let Some(hook) = hook {
+                    hook(peer, &info);
+                }
+            })
+        };
+        let registry = self.clone();
+        let on_end = Box::new(move |peer: &Peer| {
+            // The connection's slot is free again once its tasks are gone.
+            drop(slot);
+            let removed = registry.inner.peers.remove(&peer.id());
+            registry.inner.gone.send_replace(());
+            if let Some((_, peer)) = removed {
+                let hook = registry
+                    .inner
+                    .on_disconnect
+                    .read()
+                    .ok()
+                    .and_then(|h| h.clone());
+                if let Some(hook) = hook {
+                    hook(&peer, peer.info());
+                }
+            }
+        });
+        let hooks = crate::driver::Hooks {
+            on_start: Some(on_start),
+            on_end: Some(on_end),
+        };
+        crate::driver::spawn(transport, router, config, stored, hooks)
+    }
+
+    /// Runs `hook` for every new connection, before its first frame is read: start
+    /// per-connection push tasks here, or subscribe the peer to topics.
+    pub fn on_connect(&self, hook: impl Fn(&Peer, &ConnectionInfo) + Send + Sync + 'static) {
+        if let Ok(mut slot) = self.inner.on_connect.write() {
+            *slot = Some(Arc::new(hook));
+        }
+    }
+
+    /// Runs `hook` once a connection has ended and its tasks are gone.
+    /// [`Peer::close_reason`] says why it ended.
+    pub fn on_disconnect(&self, hook: impl Fn(&Peer, &ConnectionInfo) + Send + Sync + 'static) {
+        if let Ok(mut slot) = self.inner.on_disconnect.write() {
+            *slot = Some(Arc::new(hook));
+        }
+    }
+
+    /// Resolves to `Some(grace)` once shutdown starts, for the accept loop.
+    pub(crate) fn shutdown_signal(&self) -> watch::Receiver<Option<Duration>> {
+        self.inner.shutdown.subscribe()
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) was called.
+    pub fn is_shutting_down(&self) -> bool {
+        self.inner.shutdown.borrow().is_some()
+    }
+
+    /// The live peers, in no particular order.
+    pub fn peers(&self) -> Vec<Peer> {
+        self.inner.peers.iter().map(|e| e.value().clone()).collect()
+    }
+
+    /// How many connections are live.
+    pub fn connection_count(&self) -> usize {
+        self.inner.peers.len()
+    }
+
+    /// Notifies every live peer. The notification is serialized once and the same
+    /// bytes are queued for each connection; it never waits on a slow peer: a peer
+    /// whose outgoing queue is full is closed with 1008. Returns how many peers it was
+    /// queued for.
+    ///
+    /// # Errors
+    ///
+    /// The params errors of [`Peer::call`].
+    pub fn broadcast(&self, method: &str, params: impl Serialize) -> Result<usize> {
+        let frame = Text::from(message::request(method, &params, None)?);
+        let mut queued = 0;
+        for entry in self.inner.peers.iter() {
+            if entry.value().push(frame.clone()) {
+                queued += 1;
+            }
+        }
+        Ok(queued)
+    }
+
+    /// Shuts down gracefully with a grace period of 10 s; see
+    /// [`shutdown_within`](Self::shutdown_within).
+    pub async fn shutdown(&self) {
+        self.shutdown_within(Duration::from_secs(10)).await;
+    }
+
+    /// Stops accepting; lets the calls already running on every connection finish and
+    /// send their answers, for at most `grace` (new calls are refused with `-32000`);
+    /// closes every connection with 1001 ("going away"); and returns once they are all
+    /// gone, their tasks included. [`Server::serve`](crate::Server::serve) then returns too.
+    pub async fn shutdown_within(&self, grace: Duration) {
+        self.inner.shutdown.send_if_modified(|slot| {
+            let first = slot.is_none();
+            slot.get_or_insert(grace);
+            first
+        });
+        let peers = self.peers();
+        futures_util::future::join_all(
+            peers
+                .iter()
+                .map(|p| p.drain_and_close(1001, "server shutting down", grace)),
+        )
+        .await;
+        // closed() resolves before a connection's tasks are gone; wait for those too.
+        self.wait_gone(grace + Duration::from_secs(5)).await;
+    }
+
+    /// Waits until no connection is left (at most `limit`); false if some still are.
+    pub(crate) async fn wait_gone(&self, limit: Duration) -> bool {
+        let mut gone = self.inner.gone.subscribe();
+        let empty = async move {
+            let _ = gone.wait_for(|_| self.inner.peers.is_empty()).await;
+        };
+        tokio::time::timeout(limit, empty).await.is_ok()
+    }
+}
+
+impl std::fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerHandle")
+            .field("connections", &self.connection_count())
+            .finish()
+    }
+}
