@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
+use crate::cancel::CancelStyle;
+
 /// Settings of one connection, for clients and servers alike.
 ///
 /// ```
@@ -29,6 +31,8 @@ pub struct PeerConfig {
     pub(crate) read_buffer_size: usize,
     pub(crate) slow_peer: SlowPeer,
     pub(crate) connect_timeout: Duration,
+    pub(crate) cancel_on_drop: bool,
+    pub(crate) cancel_style: CancelStyle,
 }
 
 /// What a notification pushed without waiting (a broadcast, a topic) does when the
@@ -59,6 +63,8 @@ impl Default for PeerConfig {
             read_buffer_size: 2 * 1024,
             slow_peer: SlowPeer::Close,
             connect_timeout: Duration::from_secs(10),
+            cancel_on_drop: true,
+            cancel_style: CancelStyle::Lsp,
         }
     }
 }
@@ -141,6 +147,20 @@ impl PeerConfig {
         /// How long a client may take to connect: TCP, TLS and the WebSocket handshake
         /// together (default 10 s).
         connect_timeout, get_connect_timeout: Duration
+    );
+
+    setting!(
+        /// Whether a call given up after its request was sent (its future dropped, or
+        /// its timeout passed) tells the other side with a cancel notification
+        /// (default on). The cancel never waits: when the outgoing queue is full it is
+        /// skipped and counted in [`Peer::cancels_skipped`](crate::Peer::cancels_skipped).
+        cancel_on_drop, get_cancel_on_drop: bool
+    );
+
+    setting!(
+        /// Which cancel notification is sent (default [`CancelStyle::Lsp`]). Incoming
+        /// cancels are understood in either form.
+        cancel_style, get_cancel_style: CancelStyle
     );
 
     /// The tungstenite settings these limits translate to.

@@ -31,6 +31,7 @@
 //! - A full queue is the slow-peer signal: senders wait for room, pushes apply the
 //!   [`SlowPeer`](crate::SlowPeer) policy.
 
+mod cancel;
 mod dispatch;
 mod ordered;
 mod writer;
@@ -49,6 +50,7 @@ use crate::error::CloseReason;
 use crate::peer::{CloseRequest, Outgoing, Peer, Shared};
 use crate::router::Router;
 use crate::transport::{Frame, Transport, TransportError};
+pub(crate) use cancel::Running;
 use dispatch::Dispatch;
 
 /// Starts the connection's task and returns its handle.

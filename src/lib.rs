@@ -92,6 +92,7 @@
 #[cfg(feature = "axum")]
 pub mod axum;
 mod batch;
+mod cancel;
 mod client;
 pub mod cluster;
 mod config;
@@ -100,6 +101,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod lanes;
 mod message;
 mod peer;
 mod pending;
@@ -112,11 +114,13 @@ mod topics;
 pub mod transport;
 
 pub use batch::Batch;
+pub use cancel::CancelStyle;
 #[cfg(feature = "rustls")]
 pub use client::connect_with_tls;
 pub use client::{connect, connect_with_config};
 pub use config::{PeerConfig, SlowPeer};
 pub use error::{CloseReason, Error, ErrorCode, Result, RpcError};
+pub use lanes::MethodOptions;
 pub use peer::{ConnectionInfo, Peer};
 pub use pending::Reply;
 pub use policy::{HandshakePolicy, Refusal};

@@ -15,7 +15,9 @@ use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::http::HeaderMap;
 
 use crate::batch::Batch;
+use crate::cancel::{CancelOnDrop, CancelStyle};
 use crate::config::{PeerConfig, SlowPeer};
+use crate::driver::Running;
 use crate::error::{CloseReason, Error, Result};
 use crate::message;
 use crate::pending::{Pending, Reply};
@@ -69,6 +71,11 @@ pub(crate) struct Shared {
     pub(crate) slow_peer: SlowPeer,
     /// Run once when the connection ends; `None` once they have run.
     on_close: Mutex<Option<Vec<OnClose>>>,
+    /// The cancel sent for a call given up; `None` sends none.
+    pub(crate) cancel_style: Option<CancelStyle>,
+    pub(crate) cancels_skipped: AtomicU64,
+    /// Incoming calls a cancel can still stop.
+    pub(crate) running: Running,
 }
 
 type OnClose = Box<dyn FnOnce() + Send + 'static>;
@@ -121,7 +128,18 @@ impl Shared {
             id: NEXT_PEER_ID.fetch_add(1, Ordering::Relaxed),
             slow_peer: config.slow_peer,
             on_close: Mutex::new(Some(Vec::new())),
+            cancel_style: config.cancel_on_drop.then_some(config.cancel_style),
+            cancels_skipped: AtomicU64::new(0),
+            running: Running::default(),
         }
+    }
+
+    /// Queues a frame if there is room now. False only when the queue is full.
+    pub(crate) fn try_send_now(&self, frame: String) -> bool {
+        !matches!(
+            self.out.try_send(Outgoing::Frame(Text::from(frame))),
+            Err(mpsc::error::TrySendError::Full(_))
+        )
     }
 
     /// Runs the `on_close` callbacks, once.
@@ -261,10 +279,17 @@ impl Peer {
         let id = self.next_id();
         let frame = message::request(method, &params, Some(id))?;
         let (mut guard, rx) = shared.pending.register(id, || shared.close_reason())?;
+        // Declared after the guard, so dropped before it: the cancel is queued while
+        // the entry is still there, and a late answer still finds no one waiting.
+        let cancel = CancelOnDrop::new(shared, id);
         let answer = tokio::time::timeout(timeout, async {
             shared.send(frame).await?;
-            rx.await
-                .unwrap_or_else(|_| Err(Error::Closed(shared.close_reason())))
+            cancel.queued();
+            let answer = rx
+                .await
+                .unwrap_or_else(|_| Err(Error::Closed(shared.close_reason())));
+            cancel.answered();
+            answer
         })
         .await
         .map_err(|_| Error::Timeout(timeout))?;

@@ -26,11 +26,20 @@ pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>
 pub struct Context<S = ()> {
     peer: Peer,
     state: Arc<S>,
+    /// Set for a cooperative handler's call: its caller's cancel sets it.
+    pub(crate) cancel: Option<Arc<crate::cancel::CancelToken>>,
+    /// The caller's progress token, as raw JSON, when it asked for progress.
+    pub(crate) progress: Option<Box<str>>,
 }
 
 impl<S> Context<S> {
     pub(crate) fn new(peer: Peer, state: Arc<S>) -> Self {
-        Context { peer, state }
+        Context {
+            peer,
+            state,
+            cancel: None,
+            progress: None,
+        }
     }
 
     /// The connection the call or notification came from.
@@ -49,6 +58,8 @@ impl<S> Clone for Context<S> {
         Context {
             peer: self.peer.clone(),
             state: self.state.clone(),
+            cancel: self.cancel.clone(),
+            progress: self.progress.clone(),
         }
     }
 }
@@ -182,6 +193,9 @@ pub struct Router<S = ()> {
     pub(crate) state: Arc<S>,
     pub(crate) methods: FxHashMap<Box<str>, Arc<MethodFn<S>>>,
     pub(crate) notifications: FxHashMap<Box<str>, Arc<NotificationFn<S>>>,
+    /// How the methods registered with options run (see `lanes.rs`); the others run
+    /// concurrently and are stopped when cancelled.
+    pub(crate) options: FxHashMap<Box<str>, crate::lanes::Registration>,
 }
 
 impl Router<()> {
@@ -204,6 +218,7 @@ impl<S: Send + Sync + 'static> Router<S> {
             state: Arc::new(state),
             methods: FxHashMap::default(),
             notifications: FxHashMap::default(),
+            options: FxHashMap::default(),
         }
     }
 

@@ -30,14 +30,16 @@ use crate::message::Raw;
 use futures_util::FutureExt;
 use tokio::task::JoinSet;
 
+use crate::cancel::CancelStyle;
 use crate::config::PeerConfig;
 use crate::error::RpcError;
 use crate::message::{self, Incoming, Item, Outcome};
 use crate::peer::{Outgoing, Peer};
 use crate::pending::{Answer, Reply};
-use crate::router::{BoxFuture, Call, Context, MethodFn, Router};
+use crate::router::{Call, Context, MethodFn, Router};
 use crate::transport::Text;
 
+use super::cancel;
 use super::ordered::Ordered;
 
 /// The connection's dispatcher: what it has started and what waits to start.
@@ -104,6 +106,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     /// Stops everything this connection started: handlers, the notification task.
     pub(super) fn stop(&mut self) {
         self.handlers.abort_all();
+        self.peer.shared.running.clear();
         self.notifications.stop();
     }
 
@@ -160,7 +163,14 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                         &RpcError::method_not_found(),
                     ));
                 };
-                let cx = Context::new(self.peer.clone(), self.router.state.clone());
+                let mut cx = Context::new(self.peer.clone(), self.router.state.clone());
+                if !self.router.options.is_empty() {
+                    if let Some(options) = self.router.options.get(&*method) {
+                        if options.cooperative {
+                            cx.cancel = Some(Default::default());
+                        }
+                    }
+                }
                 let call = Call {
                     frame: frame.clone(),
                     id: span(frame, id.get()),
@@ -179,6 +189,11 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 }
             }
             Item::Notification { method, params } => {
+                // Cancels are handled here, before any queue: a cancel must reach its
+                // call even while ordered work runs.
+                if let Some(style) = CancelStyle::of_method(&method) {
+                    return cancel::on_cancel(&self.peer, style, params.map(Raw::get));
+                }
                 match self.router.notifications.get(&*method) {
                     Some(handler) => {
                         let handler = handler.clone();
@@ -224,6 +239,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         frame: &Text,
         id: Raw<'_>,
     ) -> Option<String> {
+        let token = cx.cancel.clone();
         let started = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let mut fut = handler(cx, call);
             match fut
@@ -238,13 +254,11 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             Ok(Ok(answer)) => Some(answer),
             Ok(Err(fut)) => {
                 // The task polls it again at once, with its own waker: what the first poll
-                // registered with the no-op waker is registered anew.
+                // registered with the no-op waker is registered anew. From here on a
+                // cancel can stop it.
                 let (id_frame, id) = (frame.clone(), span(frame, id.get()));
-                let out = self.peer.shared.out.clone();
-                self.handlers.spawn(async move {
-                    let answer = finish_call(fut, &id_frame[id]).await;
-                    let _ = out.send(Outgoing::Frame(answer.into())).await;
-                });
+                let rest = cancel::stoppable_call(&self.peer, fut, id_frame, id, token);
+                self.handlers.spawn(rest);
                 None
             }
             Err(_) => Some(panicked(id.get())),
@@ -275,7 +289,7 @@ fn log_join(done: Result<(), tokio::task::JoinError>) {
 }
 
 /// The -32603 answer of a call whose handler panicked.
-fn panicked(id: &str) -> String {
+pub(super) fn panicked(id: &str) -> String {
     tracing::error!(id, "a method handler panicked");
     message::error_response(Some(id), &RpcError::internal_error())
 }
@@ -297,14 +311,6 @@ async fn run_call<S: Send + Sync + 'static>(handle: MethodHandle<S>, call: Call)
     {
         Ok(answer) => answer,
         Err(_) => panicked(&id_frame[id]),
-    }
-}
-
-/// Runs a started call to its answer frame. A panic in the handler answers -32603.
-async fn finish_call(fut: BoxFuture<String>, id: &str) -> String {
-    match AssertUnwindSafe(fut).catch_unwind().await {
-        Ok(answer) => answer,
-        Err(_) => panicked(id),
     }
 }
 

@@ -1,0 +1,193 @@
+//! Incoming cancels: the calls that can still be stopped, and stopping one.
+//!
+//! A call is in the map from the moment it waits (on its own task, or queued in a
+//! lane) until it has an answer. Whoever takes its entry out decides what is sent:
+//! the call's task when it finishes (its answer), or a cancel (`-32800`, or nothing in
+//! the MCP form). So a cancel racing the call's end gives one answer, never two. A call
+//! that finished in its first poll on the connection's task was answered there and was
+//! never in the map: a cancel for it, or for any id not in the map, changes nothing
+//! and is not answered.
+//!
+//! The map is bounded by what bounds running and queued calls (`max_in_flight`, the
+//! notification queue), and keyed by the id's raw text, as the other side wrote it in
+//! the request and writes it again in the cancel.
+
+use std::future::Future;
+use std::ops::Range;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use futures_util::future::{AbortHandle, Abortable};
+use futures_util::FutureExt;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::cancel::{CancelStyle, CancelToken};
+use crate::error::RpcError;
+use crate::message;
+use crate::peer::{Outgoing, Peer};
+use crate::router::{BoxFuture, FxHashMap};
+use crate::transport::Text;
+
+struct Entry {
+    serial: u64,
+    abort: AbortHandle,
+    /// Set for cooperative handlers: they are told, not stopped.
+    token: Option<Arc<CancelToken>>,
+}
+
+/// The incoming calls of one connection that a cancel can still reach.
+#[derive(Default)]
+pub(crate) struct Running {
+    map: Mutex<FxHashMap<Box<str>, Entry>>,
+    next: AtomicU64,
+}
+
+/// A registered call: what its task needs to claim its answer.
+pub(super) struct Ticket {
+    id: Box<str>,
+    /// `None` when another call with the same id was already registered: this one
+    /// cannot be cancelled, and always sends its answer.
+    serial: Option<u64>,
+}
+
+impl Running {
+    fn map(&self) -> MutexGuard<'_, FxHashMap<Box<str>, Entry>> {
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many incoming calls wait or run where a cancel can reach them.
+    pub(crate) fn len(&self) -> usize {
+        self.map().len()
+    }
+
+    /// Forgets every call: the connection has ended.
+    pub(crate) fn clear(&self) {
+        self.map().clear();
+    }
+
+    /// Makes `fut` stoppable by a cancel for `id`.
+    pub(super) fn register<F: Future>(
+        &self,
+        id: &str,
+        fut: F,
+        token: Option<Arc<CancelToken>>,
+    ) -> (Abortable<F>, Ticket) {
+        let (abort, registration) = AbortHandle::new_pair();
+        let serial = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut map = self.map();
+        let serial = (!map.contains_key(id)).then(|| {
+            map.insert(
+                id.into(),
+                Entry {
+                    serial,
+                    abort,
+                    token,
+                },
+            );
+            serial
+        });
+        drop(map);
+        let ticket = Ticket {
+            id: id.into(),
+            serial,
+        };
+        (Abortable::new(fut, registration), ticket)
+    }
+
+    /// The call's end: true when its answer is still to be sent (no cancel took it).
+    pub(super) fn finish(&self, ticket: &Ticket) -> bool {
+        let Some(serial) = ticket.serial else {
+            return true;
+        };
+        let mut map = self.map();
+        match map.get(&*ticket.id) {
+            Some(entry) if entry.serial == serial => {
+                map.remove(&*ticket.id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Handles a cancel for the call whose raw id is `id`. Returns the answer to send
+    /// for it, if any.
+    fn cancel(&self, id: &str, style: CancelStyle) -> Option<String> {
+        let mut map = self.map();
+        let entry = map.get(id)?;
+        if let Some(token) = &entry.token {
+            token.cancel();
+            // LSP: the cooperative handler's own answer is the answer. MCP: none is
+            // sent, so its answer is no longer wanted.
+            if style == CancelStyle::Mcp {
+                map.remove(id);
+            }
+            return None;
+        }
+        let entry = map.remove(id)?;
+        drop(map);
+        entry.abort.abort();
+        (style == CancelStyle::Lsp)
+            .then(|| message::error_response(Some(id), &RpcError::request_cancelled()))
+    }
+}
+
+#[derive(Deserialize)]
+struct LspParams<'a> {
+    #[serde(borrow)]
+    id: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct McpParams<'a> {
+    #[serde(borrow)]
+    request_id: &'a RawValue,
+}
+
+/// Handles an incoming cancel notification of `style` whose params are `params`.
+/// Returns the answer to write for the cancelled call, if any.
+pub(super) fn on_cancel(peer: &Peer, style: CancelStyle, params: Option<&str>) -> Option<String> {
+    let params = params?;
+    let id = match style {
+        CancelStyle::Lsp => serde_json::from_str::<LspParams<'_>>(params).map(|p| p.id),
+        CancelStyle::Mcp => serde_json::from_str::<McpParams<'_>>(params).map(|p| p.request_id),
+    };
+    let Ok(id) = id else {
+        tracing::debug!(params, "cancel without a readable id; ignored");
+        return None;
+    };
+    let answer = peer.shared.running.cancel(id.get(), style);
+    if answer.is_none() {
+        tracing::debug!(id = id.get(), "cancel handled without an answer");
+    }
+    answer
+}
+
+/// The rest of a call that did not finish in its first poll, made stoppable: it runs
+/// to its answer and sends it, unless a cancel took it first. A panic answers -32603.
+pub(super) fn stoppable_call(
+    peer: &Peer,
+    fut: BoxFuture<String>,
+    id_frame: Text,
+    id: Range<usize>,
+    token: Option<Arc<CancelToken>>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let (fut, ticket) = peer
+        .shared
+        .running
+        .register(&id_frame[id.clone()], fut, token);
+    let peer = peer.clone();
+    async move {
+        let answer = match AssertUnwindSafe(fut).catch_unwind().await {
+            Ok(Ok(answer)) => answer,
+            // Cancelled: the cancel answered (or, MCP, chose not to).
+            Ok(Err(_aborted)) => return,
+            Err(_) => super::dispatch::panicked(&id_frame[id]),
+        };
+        if peer.shared.running.finish(&ticket) {
+            let _ = peer.shared.out.send(Outgoing::Frame(answer.into())).await;
+        }
+    }
+}

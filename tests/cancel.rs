@@ -1,0 +1,371 @@
+//! Cancellation both ways: a call given up on one side stops its handler on the other.
+//!
+//! Every test runs two ends of a real unix socket pair, speaking WebSocket frames: a
+//! `Peer` on one end, and on the other a `Peer` or a raw WebSocket that writes and reads
+//! the exact JSON. Where timing is the point, time is paused: the clock only moves when
+//! every task waits, so "within 50 ms" is exact and never flaky.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use jsonrpc_peer::transport::WebSocket;
+use jsonrpc_peer::{
+    CancelStyle, Context, Error, MethodOptions, Peer, PeerConfig, Router, RpcError,
+};
+use serde_json::{json, Value};
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+use common::within;
+
+/// What the server's handlers report, in order.
+struct Probe {
+    events: mpsc::UnboundedSender<String>,
+    /// Holds the `hold` notification until the test releases it.
+    hold: Arc<Notify>,
+}
+
+/// Sends `dropped NAME` when the handler that owns it goes, finished or stopped.
+struct OnDrop(mpsc::UnboundedSender<String>, &'static str);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.send(format!("dropped {}", self.1));
+    }
+}
+
+fn server_router() -> (Router<Probe>, mpsc::UnboundedReceiver<String>, Arc<Notify>) {
+    let (events, rx) = mpsc::unbounded_channel();
+    let hold = Arc::new(Notify::new());
+    let router = Router::with_state(Probe {
+        events,
+        hold: hold.clone(),
+    })
+    .method("slow", |cx: Context<Probe>, (): ()| async move {
+        let _guard = OnDrop(cx.state().events.clone(), "slow");
+        let _ = cx.state().events.send("started slow".into());
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok::<_, RpcError>("finished")
+    })
+    .method("quick", |_cx: Context<Probe>, (): ()| async move {
+        // Not done in its first poll: it runs on its own task, where a cancel can meet it.
+        tokio::task::yield_now().await;
+        Ok::<_, RpcError>("quick")
+    })
+    .method_with(
+        "count",
+        MethodOptions::new().cooperative(),
+        |cx: Context<Probe>, (): ()| async move {
+            let mut ticks = 0u32;
+            loop {
+                tokio::select! {
+                    _ = cx.cancelled() => break,
+                    _ = tokio::time::sleep(Duration::from_millis(10)) => {
+                        ticks += 1;
+                        let _ = cx.state().events.send(format!("tick {ticks}"));
+                    }
+                }
+            }
+            let _ = cx
+                .state()
+                .events
+                .send(format!("cancelled seen: {}", cx.is_cancelled()));
+            Ok::<_, RpcError>(json!({ "partial": ticks }))
+        },
+    )
+    .notification("hold", |cx: Context<Probe>, (): ()| async move {
+        let _ = cx.state().events.send("holding".into());
+        cx.state().hold.notified().await;
+        let _ = cx.state().events.send("released".into());
+    });
+    (router, rx, hold)
+}
+
+fn config() -> PeerConfig {
+    PeerConfig::default().ping_interval(None)
+}
+
+/// The two ends of a unix socket pair as WebSockets (client end, server end).
+async fn ws_pair() -> (WebSocketStream<UnixStream>, WebSocketStream<UnixStream>) {
+    let (a, b) = UnixStream::pair().expect("a unix socket pair");
+    let a = WebSocketStream::from_raw_socket(a, Role::Client, None).await;
+    let b = WebSocketStream::from_raw_socket(b, Role::Server, None).await;
+    (a, b)
+}
+
+fn start<S: Send + Sync + 'static>(
+    ws: WebSocketStream<UnixStream>,
+    router: Router<S>,
+    config: &PeerConfig,
+) -> Peer {
+    Peer::start(WebSocket::new(ws), Arc::new(router), config)
+}
+
+/// A raw WebSocket end: exact JSON in and out.
+struct Raw(WebSocketStream<UnixStream>);
+
+impl Raw {
+    async fn send(&mut self, text: &str) {
+        within(self.0.send(Message::text(text)))
+            .await
+            .expect("send a frame");
+    }
+
+    async fn recv(&mut self) -> Value {
+        loop {
+            match within(self.0.next()).await {
+                Some(Ok(Message::Text(t))) => {
+                    return serde_json::from_str(&t).expect("frames are JSON")
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                other => panic!("expected a text frame, got {other:?}"),
+            }
+        }
+    }
+
+    /// Proves nothing was answered before: a marker call's answer comes next.
+    async fn nothing_before_marker(&mut self) {
+        self.send(r#"{"jsonrpc":"2.0","method":"no.such","id":"marker"}"#)
+            .await;
+        let next = self.recv().await;
+        assert_eq!(next["id"], "marker", "answered before the marker: {next}");
+    }
+}
+
+/// Waits for the next event of the server's handlers.
+async fn next(events: &mut mpsc::UnboundedReceiver<String>) -> String {
+    within(events.recv()).await.expect("the server is alive")
+}
+
+fn cancel_lsp(id: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","method":"$/cancelRequest","params":{{"id":{id}}}}}"#)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_given_up_by_its_timeout_stops_the_handler_on_the_other_side_at_once() {
+    let (router, mut events, _hold) = server_router();
+    let (a, b) = ws_pair().await;
+    let client = start(a, Router::new(), &config());
+    let server = start(b, router, &config());
+
+    let begun = Instant::now();
+    let outcome = client
+        .call_with_timeout::<String>("slow", (), Duration::from_millis(10))
+        .await;
+    assert!(matches!(outcome, Err(Error::Timeout(_))), "{outcome:?}");
+    assert_eq!(next(&mut events).await, "started slow");
+    let dropped = tokio::time::timeout(Duration::from_millis(50), events.recv()).await;
+    assert_eq!(
+        dropped.ok().flatten().as_deref(),
+        Some("dropped slow"),
+        "the handler was still running 50 ms after the call gave up"
+    );
+    assert!(begun.elapsed() <= Duration::from_millis(50));
+    assert_eq!(client.pending_calls(), 0);
+    assert_eq!(server.pending_calls(), 0);
+    assert_eq!(server.calls_running(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_cancels_off_the_handler_runs_on() {
+    let (router, mut events, _hold) = server_router();
+    let (a, b) = ws_pair().await;
+    let client = start(a, Router::new(), &config().cancel_on_drop(false));
+    let server = start(b, router, &config());
+
+    let outcome = client
+        .call_with_timeout::<String>("slow", (), Duration::from_millis(10))
+        .await;
+    assert!(matches!(outcome, Err(Error::Timeout(_))), "{outcome:?}");
+    assert_eq!(next(&mut events).await, "started slow");
+    let early = tokio::time::timeout(Duration::from_millis(50), events.recv()).await;
+    assert!(
+        early.is_err(),
+        "the handler stopped without a cancel: {early:?}"
+    );
+    assert_eq!(server.calls_running(), 1);
+    assert_eq!(client.pending_calls(), 0);
+}
+
+/// A call on a task the test aborts (its future dropped), with the raw frames it sent.
+async fn dropped_call(config: PeerConfig) -> (Value, Value, Peer) {
+    let (a, b) = ws_pair().await;
+    let client = start(a, Router::new(), &config);
+    let mut raw = Raw(b);
+    let caller = client.clone();
+    let call = tokio::spawn(async move { caller.call::<Value>("slow", [1]).await });
+    let request = raw.recv().await;
+    call.abort();
+    assert!(within(call).await.is_err_and(|e| e.is_cancelled()));
+    client
+        .notify("after", ())
+        .await
+        .expect("the connection is open");
+    let next = raw.recv().await;
+    (request, next, client)
+}
+
+#[tokio::test]
+async fn a_dropped_call_sends_the_lsp_cancel_with_its_id() {
+    let (request, next, client) = dropped_call(config()).await;
+    assert_eq!(
+        next,
+        json!({"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id": request["id"]}})
+    );
+    assert_eq!(client.pending_calls(), 0);
+    assert_eq!(client.cancels_skipped(), 0);
+}
+
+#[tokio::test]
+async fn the_mcp_form_is_a_setting() {
+    let (request, next, _client) = dropped_call(config().cancel_style(CancelStyle::Mcp)).await;
+    assert_eq!(
+        next,
+        json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId": request["id"]}})
+    );
+}
+
+#[tokio::test]
+async fn with_cancels_off_nothing_is_sent() {
+    let (_request, next, _client) = dropped_call(config().cancel_on_drop(false)).await;
+    assert_eq!(next["method"], "after", "{next}");
+}
+
+/// A server `Peer` on one end, a raw WebSocket client on the other.
+async fn raw_client() -> (Raw, Peer, mpsc::UnboundedReceiver<String>) {
+    let (raw, server, events, _hold) = raw_client_holding().await;
+    (raw, server, events)
+}
+
+async fn raw_client_holding() -> (Raw, Peer, mpsc::UnboundedReceiver<String>, Arc<Notify>) {
+    let (router, events, hold) = server_router();
+    let (a, b) = ws_pair().await;
+    let server = start(b, router, &config());
+    (Raw(a), server, events, hold)
+}
+
+#[tokio::test]
+async fn an_lsp_cancel_stops_the_handler_and_answers_32800_once() {
+    let (mut raw, server, mut events) = raw_client().await;
+    raw.send(r#"{"jsonrpc":"2.0","method":"slow","id":"a"}"#)
+        .await;
+    assert_eq!(next(&mut events).await, "started slow");
+    raw.send(&cancel_lsp(r#""a""#)).await;
+    assert_eq!(
+        raw.recv().await,
+        json!({"jsonrpc":"2.0","error":{"code":-32800,"message":"Request cancelled"},"id":"a"})
+    );
+    assert_eq!(next(&mut events).await, "dropped slow");
+    assert_eq!(server.calls_running(), 0);
+    // A cancel for a finished call, or for an id never seen, changes nothing.
+    raw.send(&cancel_lsp(r#""a""#)).await;
+    raw.send(&cancel_lsp("42")).await;
+    raw.send(r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":[1]}"#)
+        .await;
+    raw.nothing_before_marker().await;
+}
+
+#[tokio::test]
+async fn an_mcp_cancel_stops_the_handler_and_sends_no_answer() {
+    let (mut raw, server, mut events) = raw_client().await;
+    raw.send(r#"{"jsonrpc":"2.0","method":"slow","id":7}"#)
+        .await;
+    assert_eq!(next(&mut events).await, "started slow");
+    raw.send(
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"user"}}"#,
+    )
+    .await;
+    assert_eq!(next(&mut events).await, "dropped slow");
+    raw.nothing_before_marker().await;
+    assert_eq!(server.calls_running(), 0);
+}
+
+#[tokio::test]
+async fn a_cancel_is_handled_at_once_while_an_ordered_notification_runs() {
+    let (mut raw, _server, mut events, hold) = raw_client_holding().await;
+    raw.send(r#"{"jsonrpc":"2.0","method":"hold"}"#).await;
+    assert_eq!(next(&mut events).await, "holding");
+    raw.send(r#"{"jsonrpc":"2.0","method":"slow","id":1}"#)
+        .await;
+    assert_eq!(next(&mut events).await, "started slow");
+    raw.send(&cancel_lsp("1")).await;
+    assert_eq!(raw.recv().await["error"]["code"], -32800);
+    assert_eq!(next(&mut events).await, "dropped slow");
+    // The notification was still holding all along.
+    hold.notify_one();
+    assert_eq!(next(&mut events).await, "released");
+}
+
+#[tokio::test]
+async fn a_cancel_racing_the_answer_gives_exactly_one_answer() {
+    let (mut raw, _server, _events) = raw_client().await;
+    const N: usize = 200;
+    for i in 0..N {
+        raw.send(&format!(r#"{{"jsonrpc":"2.0","method":"quick","id":{i}}}"#))
+            .await;
+        raw.send(&cancel_lsp(&i.to_string())).await;
+    }
+    raw.send(r#"{"jsonrpc":"2.0","method":"no.such","id":"marker"}"#)
+        .await;
+    let mut answers = vec![0usize; N];
+    let (mut results, mut cancelled) = (0, 0);
+    for _ in 0..=N + 1 {
+        let answer = raw.recv().await;
+        if answer["id"] == "marker" {
+            break;
+        }
+        let id = answer["id"].as_u64().expect("a numeric id") as usize;
+        answers[id] += 1;
+        if answer["result"] == "quick" {
+            results += 1;
+        } else {
+            assert_eq!(answer["error"]["code"], -32800, "{answer}");
+            cancelled += 1;
+        }
+    }
+    assert!(
+        answers.iter().all(|&n| n == 1),
+        "answers per id: {answers:?}"
+    );
+    assert_eq!(results + cancelled, N);
+    raw.nothing_before_marker().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cooperative_handler_returns_a_partial_result() {
+    let (mut raw, server, mut events) = raw_client().await;
+    raw.send(r#"{"jsonrpc":"2.0","method":"count","id":3}"#)
+        .await;
+    for tick in 1..=3 {
+        assert_eq!(next(&mut events).await, format!("tick {tick}"));
+    }
+    raw.send(&cancel_lsp("3")).await;
+    assert_eq!(next(&mut events).await, "cancelled seen: true");
+    let answer = raw.recv().await;
+    assert_eq!(
+        answer,
+        json!({"jsonrpc":"2.0","result":{"partial":3},"id":3})
+    );
+    assert_eq!(server.calls_running(), 0);
+    raw.nothing_before_marker().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cooperative_handler_cancelled_in_the_mcp_form_is_not_answered() {
+    let (mut raw, server, mut events) = raw_client().await;
+    raw.send(r#"{"jsonrpc":"2.0","method":"count","id":3}"#)
+        .await;
+    assert_eq!(next(&mut events).await, "tick 1");
+    raw.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#)
+        .await;
+    assert_eq!(next(&mut events).await, "cancelled seen: true");
+    raw.nothing_before_marker().await;
+    assert_eq!(server.calls_running(), 0);
+}
