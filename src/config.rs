@@ -33,6 +33,7 @@ pub struct PeerConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) cancel_on_drop: bool,
     pub(crate) cancel_style: CancelStyle,
+    pub(crate) progress_queue: usize,
 }
 
 /// What a notification pushed without waiting (a broadcast, a topic) does when the
@@ -65,6 +66,7 @@ impl Default for PeerConfig {
             connect_timeout: Duration::from_secs(10),
             cancel_on_drop: true,
             cancel_style: CancelStyle::Lsp,
+            progress_queue: 64,
         }
     }
 }
@@ -161,6 +163,13 @@ impl PeerConfig {
         /// Which cancel notification is sent (default [`CancelStyle::Lsp`]). Incoming
         /// cancels are understood in either form.
         cancel_style, get_cancel_style: CancelStyle
+    );
+
+    setting!(
+        /// How many progress values of one call may wait unread by its caller
+        /// (default 64). The connection never waits for them: past this, values are
+        /// dropped.
+        progress_queue, get_progress_queue: usize
     );
 
     /// The tungstenite settings these limits translate to.

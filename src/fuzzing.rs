@@ -39,7 +39,9 @@ pub fn answer(frame: &[u8]) -> Vec<String> {
 
 fn answer_item(item: Item<'_>) -> Option<String> {
     match item {
-        Item::Request { id, method, params } => Some(match &*method {
+        Item::Request {
+            id, method, params, ..
+        } => Some(match &*method {
             // The params as received, unparsed, as a handler's raw result would be.
             "echo" => format!(
                 r#"{{"jsonrpc":"2.0","result":{},"id":{}}}"#,

@@ -52,10 +52,12 @@ pub(crate) enum Incoming<'a> {
 #[derive(Debug)]
 pub(crate) enum Item<'a> {
     /// A call that expects an answer. `id` is the raw id, echoed back as received.
+    /// `progress` is the caller's `progressToken`, when it asked for progress.
     Request {
         id: Raw<'a>,
         method: Cow<'a, str>,
         params: Option<Raw<'a>>,
+        progress: Option<Raw<'a>>,
     },
     /// A call without an `id` member: never answered.
     Notification {
@@ -189,6 +191,8 @@ struct Envelope<'a> {
     id: Option<Raw<'a>>,
     result: Option<Raw<'a>>,
     error: Option<Raw<'a>>,
+    /// Not a JSON-RPC member: this crate's way for a caller to ask for progress.
+    progress_token: Option<Raw<'a>>,
     duplicate: bool,
 }
 
@@ -217,6 +221,7 @@ pub(crate) fn fast_path_agrees(text: &str) -> bool {
         fast.id,
         fast.result,
         fast.error,
+        fast.progress_token,
         fast.duplicate,
     ) == (
         slow.jsonrpc,
@@ -225,6 +230,7 @@ pub(crate) fn fast_path_agrees(text: &str) -> bool {
         slow.id,
         slow.result,
         slow.error,
+        slow.progress_token,
         slow.duplicate,
     )
 }
@@ -245,6 +251,8 @@ enum Field {
     Id,
     Result,
     Error,
+    #[serde(rename = "progressToken")]
+    ProgressToken,
     #[serde(other)]
     Other,
 }
@@ -268,6 +276,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
                 Field::Id => &mut env.id,
                 Field::Result => &mut env.result,
                 Field::Error => &mut env.error,
+                Field::ProgressToken => &mut env.progress_token,
                 Field::Other => {
                     map.next_value::<IgnoredAny>()?;
                     continue;
@@ -314,6 +323,7 @@ impl<'a> Envelope<'a> {
                 id,
                 method,
                 params: self.params,
+                progress: self.progress_token,
             },
             Some(_) => invalid(None),
         }

@@ -21,6 +21,7 @@ use crate::driver::Running;
 use crate::error::{CloseReason, Error, Result};
 use crate::message;
 use crate::pending::{Pending, Reply};
+use crate::progress::Sinks;
 use crate::router::Router;
 use crate::transport::{Text, Transport};
 
@@ -76,6 +77,9 @@ pub(crate) struct Shared {
     pub(crate) cancels_skipped: AtomicU64,
     /// Incoming calls a cancel can still stop.
     pub(crate) running: Running,
+    /// Where the progress of our calls that asked for it goes.
+    pub(crate) progress: Sinks,
+    pub(crate) progress_queue: usize,
 }
 
 type OnClose = Box<dyn FnOnce() + Send + 'static>;
@@ -131,6 +135,8 @@ impl Shared {
             cancel_style: config.cancel_on_drop.then_some(config.cancel_style),
             cancels_skipped: AtomicU64::new(0),
             running: Running::default(),
+            progress: Sinks::default(),
+            progress_queue: config.progress_queue,
         }
     }
 
@@ -275,9 +281,27 @@ impl Peer {
         params: impl Serialize,
         timeout: Duration,
     ) -> Result<Reply> {
+        self.call_inner(method, params, timeout, None).await
+    }
+
+    /// A call, with its progress values going to `progress` if given.
+    pub(crate) async fn call_inner(
+        &self,
+        method: &str,
+        params: impl Serialize,
+        timeout: Duration,
+        progress: Option<mpsc::Sender<Reply>>,
+    ) -> Result<Reply> {
         let shared = &*self.shared;
         let id = self.next_id();
-        let frame = message::request(method, &params, Some(id))?;
+        let mut frame = message::request(method, &params, Some(id))?;
+        let _sink = match progress {
+            Some(tx) => {
+                frame = crate::progress::with_token(frame, id);
+                Some(shared.progress.register(id, tx))
+            }
+            None => None,
+        };
         let (mut guard, rx) = shared.pending.register(id, || shared.close_reason())?;
         // Declared after the guard, so dropped before it: the cancel is queued while
         // the entry is still there, and a late answer still finds no one waiting.

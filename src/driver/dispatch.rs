@@ -150,7 +150,12 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         batch: Option<&mut Vec<(MethodHandle<S>, Call)>>,
     ) -> Option<String> {
         match item {
-            Item::Request { id, method, params } => {
+            Item::Request {
+                id,
+                method,
+                params,
+                progress,
+            } => {
                 if self.draining {
                     return Some(message::error_response(
                         Some(id.get()),
@@ -171,6 +176,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                         }
                     }
                 }
+                cx.progress = progress.map(|token| token.get().into());
                 let call = Call {
                     frame: frame.clone(),
                     id: span(frame, id.get()),
@@ -193,6 +199,16 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 // call even while ordered work runs.
                 if let Some(style) = CancelStyle::of_method(&method) {
                     return cancel::on_cancel(&self.peer, style, params.map(Raw::get));
+                }
+                // Progress of our own calls goes to their callers, before any queue.
+                if method == crate::progress::METHOD
+                    && self
+                        .peer
+                        .shared
+                        .progress
+                        .deliver(frame, params.map(Raw::get))
+                {
+                    return None;
                 }
                 match self.router.notifications.get(&*method) {
                     Some(handler) => {

@@ -42,6 +42,7 @@ pub(super) fn envelope(text: &str) -> Option<Envelope<'_>> {
                 b"id" => Some(&mut env.id),
                 b"result" => Some(&mut env.result),
                 b"error" => Some(&mut env.error),
+                b"progressToken" => Some(&mut env.progress_token),
                 _ => None,
             };
             if let Some(slot) = slot {
@@ -146,6 +147,7 @@ mod tests {
             a.id,
             a.result,
             a.error,
+            a.progress_token,
             a.duplicate,
         ) == (
             b.jsonrpc,
@@ -154,6 +156,7 @@ mod tests {
             b.id,
             b.result,
             b.error,
+            b.progress_token,
             b.duplicate,
         )
     }
