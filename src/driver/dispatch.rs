@@ -76,10 +76,17 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     /// close waits for them), waits for one. Ready when something changed.
     pub(super) fn poll_progress(&mut self, cx: &mut TaskContext<'_>) -> Poll<()> {
         // `try_join_next` takes the set's lock even when it is empty.
+        let mut reaped = false;
         if !self.handlers.is_empty() {
             while let Some(done) = self.handlers.try_join_next() {
                 log_join(done);
+                reaped = true;
             }
+        }
+        // A graceful close ends when the last call does: say so, or it would wait for
+        // the end of its grace.
+        if self.draining && reaped {
+            return Poll::Ready(());
         }
         if self.draining || self.handlers.len() >= self.max_in_flight {
             if let Poll::Ready(Some(done)) = self.handlers.poll_join_next(cx) {
