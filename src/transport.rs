@@ -2,7 +2,8 @@
 //!
 //! The engine never sees a WebSocket type. [`WebSocket`] adapts a tokio-tungstenite
 //! stream; any other transport that yields and takes frames works the same way
-//! (see [`Peer::start`](crate::Peer::start)).
+//! (see [`Peer::start`](crate::Peer::start)). [`pair`] joins two in memory, to run two
+//! peers (or a peer and a test) without a socket.
 
 use std::fmt;
 use std::ops::Deref;
@@ -16,6 +17,9 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
+
+mod memory;
+pub use memory::{pair, pair_with_capacity, Memory, DEFAULT_CAPACITY};
 
 /// The text of one frame: UTF-8, cheap to clone (a reference-counted buffer), so one
 /// serialized broadcast is shared by every connection.

@@ -92,14 +92,11 @@ async fn hang_calls(
     caller: &Peer,
     n: usize,
     started: &mut mpsc::UnboundedReceiver<()>,
-) -> Vec<tokio::task::JoinHandle<(Result<(), Error>, Instant)>> {
+) -> Vec<tokio::task::JoinHandle<Result<(), Error>>> {
     let calls: Vec<_> = (0..n)
         .map(|_| {
             let caller = caller.clone();
-            tokio::spawn(async move {
-                let result = caller.call::<()>("hang", ()).await;
-                (result, Instant::now())
-            })
+            tokio::spawn(async move { caller.call::<()>("hang", ()).await })
         })
         .collect();
     for _ in 0..n {
@@ -109,20 +106,16 @@ async fn hang_calls(
     calls
 }
 
-async fn assert_all_closed_soon(
-    calls: Vec<tokio::task::JoinHandle<(Result<(), Error>, Instant)>>,
-    since: Instant,
-) {
+/// Each call ends with `Error::Closed` (not its 30 s timeout: `within` allows 10 s).
+/// That they end at the very instant of the close is timing, checked under paused
+/// time in tests/engine.rs (`a_close_ends_waiting_calls_at_once...`,
+/// `every_way_a_call_leaves_the_pending_map`), where a busy machine cannot flake it.
+async fn assert_all_closed(calls: Vec<tokio::task::JoinHandle<Result<(), Error>>>) {
     for call in calls {
-        let (result, ended) = within(call).await.unwrap();
+        let result = within(call).await.unwrap();
         assert!(
             matches!(result, Err(Error::Closed(_))),
             "expected Closed, got {result:?}"
-        );
-        let took = ended - since;
-        assert!(
-            took < Duration::from_millis(100),
-            "the call ended {took:?} after the close"
         );
     }
 }
@@ -140,10 +133,9 @@ async fn a_close_frame_ends_every_waiting_call_and_stops_the_other_sides_handler
     let server_peer = server.peers().pop().unwrap();
     let server_calls = hang_calls(&server_peer, 2, &mut client_events.started).await;
 
-    let closed_at = Instant::now();
     within(client.close()).await;
-    assert_all_closed_soon(client_calls, closed_at).await;
-    assert_all_closed_soon(server_calls, closed_at).await;
+    assert_all_closed(client_calls).await;
+    assert_all_closed(server_calls).await;
 
     assert!(matches!(
         within(client.closed()).await,
@@ -193,10 +185,9 @@ async fn a_dropped_connection_ends_every_waiting_call() {
     let server_peer = server.peers().pop().unwrap();
     let server_calls = hang_calls(&server_peer, 4, &mut client_events.started).await;
 
-    let dropped_at = Instant::now();
     link.abort();
-    assert_all_closed_soon(client_calls, dropped_at).await;
-    assert_all_closed_soon(server_calls, dropped_at).await;
+    assert_all_closed(client_calls).await;
+    assert_all_closed(server_calls).await;
     let reason = within(client.closed()).await;
     assert!(
         matches!(reason, CloseReason::Transport(_) | CloseReason::Eof),

@@ -70,7 +70,7 @@ fn hang_router(started: mpsc::UnboundedSender<()>) -> Router<mpsc::UnboundedSend
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_silent_peer_is_detected_within_3_s_and_its_calls_end() {
+async fn a_silent_peer_is_detected_and_its_calls_end() {
     let fast = PeerConfig::default()
         .ping_interval(Some(Duration::from_secs(1)))
         .keepalive_timeout(Duration::from_secs(1));
@@ -87,11 +87,11 @@ async fn a_silent_peer_is_detected_within_3_s_and_its_calls_end() {
         .await
         .unwrap();
 
-    // Healthy through two keepalive rounds: pings are answered, nothing closes. (The
-    // wait is on the close itself, so a false timeout fails the test when it happens.)
+    // Over a real socket: pings are answered and calls go through. How long a healthy
+    // link stays open (sixty rounds) and how soon a frozen one is noticed (within
+    // interval + timeout) is timing, checked under paused time in tests/engine.rs
+    // (`a_responsive_peer_stays_open_and_a_frozen_one_is_closed_within_...`).
     let _: u64 = within(client.call("echo", (1,))).await.unwrap();
-    let early = tokio::time::timeout(Duration::from_millis(2500), client.closed()).await;
-    assert!(early.is_err(), "a healthy link was closed: {early:?}");
     let server_peer = handle.peers().pop().unwrap();
 
     let waiting_client = tokio::spawn({
@@ -107,18 +107,13 @@ async fn a_silent_peer_is_detected_within_3_s_and_its_calls_end() {
         within(hangs.recv()).await.expect("a hang handler started");
     }
 
-    let froze_at = Instant::now();
     frozen.send_replace(true);
+    // Both notice (well before `within`'s 10 s, as the calls' own timeout is 30 s).
     for (side, waiting) in [("client", waiting_client), ("server", waiting_server)] {
         let result = within(waiting).await.unwrap();
-        let took = froze_at.elapsed();
         assert!(
             matches!(result, Err(Error::Closed(CloseReason::KeepaliveTimeout))),
             "{side}: expected a keepalive timeout, got {result:?}"
-        );
-        assert!(
-            took < Duration::from_secs(3),
-            "{side} noticed after {took:?}"
         );
     }
     assert_eq!(client.pending_calls(), 0);

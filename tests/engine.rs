@@ -1,0 +1,548 @@
+//! The engine over the in-memory transport, under paused time: back-pressure in both
+//! directions, graceful close, keepalive, and every way a call leaves the pending map.
+//!
+//! One side is a `Peer`; the other is the raw end of the pair, driven by the test. The
+//! raw end's queue toward the peer is what the peer reads, and the peer's sink is full
+//! whenever the test stops reading the raw end. Time is paused: timers fire exactly on
+//! their deadlines, and a test that waits on something that never comes fails at once
+//! (the clock jumps to its timeout) instead of hanging.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::within;
+
+/// How long the test waits on the raw end. Time is paused, so a long wait costs
+/// nothing, and a wait that never ends fails at once.
+const WAIT: Duration = Duration::from_secs(600);
+use futures_util::{SinkExt, StreamExt};
+use jsonrpc_peer::transport::{pair_with_capacity, Frame, Memory};
+use jsonrpc_peer::{CloseReason, Context, Error, Peer, PeerConfig, Router, RpcError};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio::time::Instant;
+
+/// The end of the pair the test drives.
+struct Raw {
+    end: Memory,
+}
+
+impl Raw {
+    async fn send(&mut self, text: String) {
+        tokio::time::timeout(WAIT, self.end.send(Frame::Text(text.into())))
+            .await
+            .expect("the peer reads")
+            .expect("the in-memory link is open");
+    }
+
+    /// Sends a frame unless the peer has stopped reading for `wait`.
+    async fn try_send(&mut self, text: String, wait: Duration) -> bool {
+        tokio::time::timeout(wait, self.end.send(Frame::Text(text.into())))
+            .await
+            .is_ok()
+    }
+
+    /// The next frame, whatever it is; `None` once the peer's side is closed.
+    async fn next(&mut self) -> Option<Frame> {
+        tokio::time::timeout(WAIT, self.end.next())
+            .await
+            .expect("the peer writes")
+            .map(|f| f.expect("the in-memory link does not fail"))
+    }
+
+    /// The next text frame, parsed; pings and pongs are skipped (reading a ping answers
+    /// it, as a WebSocket client does).
+    async fn recv(&mut self) -> Value {
+        loop {
+            match self.next().await {
+                Some(Frame::Text(t)) => {
+                    return serde_json::from_str(&t).expect("the peer writes JSON")
+                }
+                Some(Frame::Ping(_) | Frame::Pong(_)) => continue,
+                other => panic!("expected a text frame, got {other:?}"),
+            }
+        }
+    }
+
+    /// The close frame the peer sent, skipping what comes before it.
+    async fn close_frame(&mut self) -> Option<(u16, String)> {
+        loop {
+            match self.next().await {
+                Some(Frame::Close(frame)) => return frame,
+                Some(_) => continue,
+                None => panic!("the peer closed without a close frame"),
+            }
+        }
+    }
+}
+
+fn call(method: &str, params: Value, id: u64) -> String {
+    json!({"jsonrpc": "2.0", "method": method, "params": params, "id": id}).to_string()
+}
+
+fn notification(method: &str, params: Value) -> String {
+    json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string()
+}
+
+/// A peer serving `router` on one end of a pair whose directions hold `capacity`
+/// frames each; the other end is the test's.
+fn start<S: Send + Sync + 'static>(
+    router: Router<S>,
+    config: &PeerConfig,
+    capacity: usize,
+) -> (Peer, Raw) {
+    let (raw, end) = pair_with_capacity(capacity);
+    (Peer::start(end, Arc::new(router), config), Raw { end: raw })
+}
+
+fn echo() -> Router {
+    Router::new().method("echo", |_cx: Context, (n,): (u64,)| async move {
+        Ok::<_, RpcError>(n)
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_sink_does_not_stop_reading_and_answers_keep_their_order() {
+    // The peer's sink takes 2 frames and its queue 4; nobody reads them. Of 40 answers,
+    // 2 go into the sink, 4 into the queue, and 34 must wait on tasks of their own
+    // while the connection goes on reading.
+    let config = PeerConfig::default().outgoing_queue(4);
+    let (peer, mut raw) = start(echo(), &config, 2);
+    let metrics = tokio::runtime::Handle::current().metrics();
+    for id in 0..40 {
+        // Each send waits for the peer to read: it completes only if reading goes on.
+        raw.send(call("echo", json!([id]), id)).await;
+    }
+    // Let the connection handle the last frames it read.
+    tokio::task::yield_now().await;
+    assert!(
+        metrics.num_alive_tasks() > 30,
+        "answers that found sink and queue full wait on tasks of their own (send_later): {} tasks",
+        metrics.num_alive_tasks()
+    );
+    for id in 0..40 {
+        let answer = raw.recv().await;
+        assert_eq!(answer["id"], id, "answers come in the order of the calls");
+        assert_eq!(answer["result"], id);
+    }
+    assert!(!peer.is_closed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_notification_backlog_pauses_reading_until_the_handler_catches_up() {
+    let gate = Arc::new(Semaphore::new(0));
+    let (seen_tx, mut seen) = mpsc::unbounded_channel();
+    let router = Router::with_state((gate.clone(), seen_tx)).notification(
+        "step",
+        |cx: Context<(Arc<Semaphore>, mpsc::UnboundedSender<u64>)>, (n,): (u64,)| async move {
+            let (gate, seen) = cx.state();
+            if let Ok(permit) = gate.acquire().await {
+                permit.forget();
+            }
+            let _ = seen.send(n);
+        },
+    );
+    let config = PeerConfig::default().notification_queue(2);
+    let (peer, mut raw) = start(router, &config, 1);
+
+    // The handler is stuck on the gate: notifications fill its queue, then a backlog,
+    // and the peer stops reading, so a send finally finds no room.
+    let mut sent = 0;
+    let mut paused = false;
+    for n in 0..20 {
+        if !raw
+            .try_send(notification("step", json!([n])), Duration::from_secs(1))
+            .await
+        {
+            paused = true;
+            break;
+        }
+        sent += 1;
+    }
+    assert!(paused, "the peer kept reading {sent} notifications");
+    // At most: one running, the queue (2), one in the backlog, one in the link (1).
+    assert!(sent <= 5, "reading paused only after {sent} notifications");
+    assert!(seen.try_recv().is_err(), "no handler finished yet");
+    assert!(!peer.is_closed());
+
+    // The handler catches up: reading resumes, and every notification ran, in order.
+    gate.add_permits(100);
+    raw.send(notification("step", json!([sent]))).await;
+    for n in 0..=sent {
+        assert_eq!(within(seen.recv()).await, Some(n));
+    }
+}
+
+/// `wait` runs until the test notifies `release`, saying on `started` that it runs;
+/// it answers "done". Dropping it (the connection stopped it) says so on `stopped`.
+#[derive(Clone)]
+struct Gate {
+    release: Arc<Notify>,
+    started: mpsc::UnboundedSender<()>,
+    stopped: mpsc::UnboundedSender<()>,
+}
+
+struct SaysStopped(mpsc::UnboundedSender<()>, bool);
+
+impl Drop for SaysStopped {
+    fn drop(&mut self) {
+        if !self.1 {
+            let _ = self.0.send(());
+        }
+    }
+}
+
+type Events = (
+    Arc<Notify>,
+    mpsc::UnboundedReceiver<()>,
+    mpsc::UnboundedReceiver<()>,
+);
+
+fn gated() -> (Router<Gate>, Events) {
+    let (started, started_rx) = mpsc::unbounded_channel();
+    let (stopped, stopped_rx) = mpsc::unbounded_channel();
+    let release = Arc::new(Notify::new());
+    let gate = Gate {
+        release: release.clone(),
+        started,
+        stopped,
+    };
+    let router = Router::with_state(gate)
+        .method("wait", |cx: Context<Gate>, (): ()| async move {
+            let gate = cx.state().clone();
+            let mut guard = SaysStopped(gate.stopped.clone(), false);
+            let _ = gate.started.send(());
+            gate.release.notified().await;
+            guard.1 = true;
+            Ok::<_, RpcError>("done")
+        })
+        .method("echo", |_cx: Context<Gate>, (n,): (u64,)| async move {
+            Ok::<_, RpcError>(n)
+        });
+    (router, (release, started_rx, stopped_rx))
+}
+
+#[tokio::test(start_paused = true)]
+async fn drain_lets_a_running_call_answer_refuses_new_ones_then_closes() {
+    let (router, (release, mut started, _stopped)) = gated();
+    let (peer, mut raw) = start(router, &PeerConfig::default(), 8);
+    raw.send(call("wait", json!([]), 1)).await;
+    within(started.recv()).await.expect("the call runs");
+
+    let began = Instant::now();
+    let mut drain = Box::pin(peer.drain_and_close(4000, "bye", Duration::from_secs(5)));
+    // One poll asks for the close; the connection sees it before the next frame.
+    assert!(futures_util::FutureExt::now_or_never(&mut drain).is_none());
+    raw.send(call("echo", json!([2]), 2)).await;
+    let refused = raw.recv().await;
+    assert_eq!(refused["id"], 2);
+    assert_eq!(refused["error"]["code"], -32000, "{refused}");
+
+    release.notify_one();
+    let answered = raw.recv().await;
+    assert_eq!(
+        answered,
+        json!({"jsonrpc": "2.0", "result": "done", "id": 1})
+    );
+    assert_eq!(raw.close_frame().await, Some((4000, "bye".to_owned())));
+    drop(raw);
+    within(drain).await;
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "closed once the call was done, not at the end of the grace"
+    );
+    assert!(matches!(
+        peer.close_reason(),
+        Some(CloseReason::Local { code: 4000, .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn drain_stops_a_call_that_outlives_the_grace_and_closes_on_time() {
+    let (router, (_release, mut started, mut stopped)) = gated();
+    let (peer, mut raw) = start(router, &PeerConfig::default(), 8);
+    raw.send(call("wait", json!([]), 1)).await;
+    within(started.recv()).await.expect("the call runs");
+
+    let grace = Duration::from_millis(300);
+    let began = Instant::now();
+    let drain = tokio::spawn({
+        let peer = peer.clone();
+        async move { peer.drain_and_close(1001, "going away", grace).await }
+    });
+    assert_eq!(
+        raw.close_frame().await,
+        Some((1001, "going away".to_owned())),
+        "no answer comes before the close: the call was stopped"
+    );
+    assert_eq!(
+        began.elapsed(),
+        grace,
+        "the close comes when the grace ends"
+    );
+    within(stopped.recv())
+        .await
+        .expect("the handler was stopped");
+    drop(raw);
+    within(drain).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn keepalive_pings_on_time_and_closes_a_silent_peer() {
+    // The defaults: a ping every 30 s, closed when one goes 30 s unanswered.
+    let (peer, mut raw) = start(echo(), &PeerConfig::default(), 8);
+    let began = Instant::now();
+    match raw.next().await {
+        // Reading it answers it (the transport sends the pong).
+        Some(Frame::Ping(_)) => {}
+        other => panic!("expected a ping, got {other:?}"),
+    }
+    assert_eq!(began.elapsed(), Duration::from_secs(30), "the first ping");
+
+    // From now on the test reads nothing, so the next ping goes unanswered.
+    let reason = tokio::time::timeout(Duration::from_secs(300), peer.closed())
+        .await
+        .expect("a silent peer is closed");
+    assert!(
+        matches!(reason, CloseReason::KeepaliveTimeout),
+        "{reason:?}"
+    );
+    assert_eq!(
+        began.elapsed(),
+        Duration::from_secs(90),
+        "pinged at 60 s, given up 30 s later"
+    );
+    match raw.next().await {
+        Some(Frame::Ping(_)) => {}
+        other => panic!("expected the second ping, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_responsive_peer_stays_open_and_a_frozen_one_is_closed_within_interval_plus_timeout() {
+    let second = Duration::from_secs(1);
+    let config = PeerConfig::default()
+        .ping_interval(Some(second))
+        .keepalive_timeout(second);
+    let (peer, mut raw) = start(Router::new(), &config, 8);
+
+    // A responsive client: it reads (and so answers every ping) until frozen.
+    let (freeze, mut frozen) = tokio::sync::oneshot::channel::<()>();
+    let reader = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = &mut frozen => return raw,
+                frame = raw.end.next() => assert!(frame.is_some(), "the peer closed"),
+            }
+        }
+    });
+    // A call from the peer waits on the client, which never answers it.
+    let waiting = tokio::spawn({
+        let peer = peer.clone();
+        async move {
+            peer.call_with_timeout::<()>("never", (), Duration::from_secs(600))
+                .await
+        }
+    });
+    // Sixty keepalive rounds: the link is healthy, nothing closes.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(!peer.is_closed(), "{:?}", peer.close_reason());
+    assert_eq!(peer.pending_calls(), 1);
+
+    let _ = freeze.send(());
+    let _raw = within(reader).await.unwrap();
+    let froze_at = Instant::now();
+    let result = within(waiting).await.unwrap();
+    assert!(
+        matches!(result, Err(Error::Closed(CloseReason::KeepaliveTimeout))),
+        "{result:?}"
+    );
+    assert!(
+        froze_at.elapsed() <= 2 * second,
+        "noticed {:?} after the freeze",
+        froze_at.elapsed()
+    );
+    assert_eq!(peer.pending_calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn keepalive_does_not_close_while_reading_is_paused_by_the_peer_itself() {
+    let second = Duration::from_secs(1);
+    let config = PeerConfig::default()
+        .max_in_flight(1)
+        .ping_interval(Some(second))
+        .keepalive_timeout(second);
+    let (router, (release, mut started, _stopped)) = gated();
+    let (peer, mut raw) = start(router, &config, 8);
+    // One call runs and fills the in-flight bound: the next stays unread.
+    raw.send(call("wait", json!([]), 1)).await;
+    within(started.recv()).await.expect("the call runs");
+    raw.send(call("echo", json!([2]), 2)).await;
+
+    // The test reads nothing (so it answers no ping) for ten keepalive periods; the
+    // silence is the peer's own doing, as it does not read, so it does not count.
+    tokio::time::sleep(10 * second).await;
+    assert!(!peer.is_closed(), "{:?}", peer.close_reason());
+
+    // Reading resumes; from then on the silence counts.
+    let resumed = Instant::now();
+    release.notify_one();
+    let reason = within(peer.closed()).await;
+    assert!(
+        matches!(reason, CloseReason::KeepaliveTimeout),
+        "{reason:?}"
+    );
+    assert!(
+        resumed.elapsed() <= 2 * second,
+        "closed {:?} after reading resumed",
+        resumed.elapsed()
+    );
+    // Both calls were answered before the close.
+    assert_eq!(raw.recv().await["id"], 1);
+    assert_eq!(raw.recv().await["id"], 2);
+}
+
+/// The id of the next call the peer sent.
+async fn next_call_id(raw: &mut Raw) -> u64 {
+    let request = raw.recv().await;
+    request["id"].as_u64().expect("a call with a numeric id")
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_way_a_call_leaves_the_pending_map() {
+    let (peer, mut raw) = start(Router::new(), &PeerConfig::default(), 8);
+
+    // 1. Its answer arrives (a result, then an error).
+    let answered = tokio::spawn({
+        let peer = peer.clone();
+        async move { peer.call::<u64>("one", ()).await }
+    });
+    let id = next_call_id(&mut raw).await;
+    assert_eq!(peer.pending_calls(), 1);
+    raw.send(json!({"jsonrpc": "2.0", "result": 7, "id": id}).to_string())
+        .await;
+    assert_eq!(within(answered).await.unwrap().unwrap(), 7);
+    assert_eq!(peer.pending_calls(), 0);
+
+    let failed = tokio::spawn({
+        let peer = peer.clone();
+        async move { peer.call::<u64>("two", ()).await }
+    });
+    let id = next_call_id(&mut raw).await;
+    let error = json!({"code": -32601, "message": "Method not found"});
+    raw.send(json!({"jsonrpc": "2.0", "error": error, "id": id}).to_string())
+        .await;
+    let err = within(failed).await.unwrap().unwrap_err();
+    assert_eq!(
+        err.rpc().map(|e| e.message.as_str()),
+        Some("Method not found")
+    );
+    assert_eq!(peer.pending_calls(), 0);
+
+    // 2. Its caller gives up: the timeout, exactly on time; a late answer is ignored.
+    let began = Instant::now();
+    let timed_out = peer
+        .call_with_timeout::<u64>("three", (), Duration::from_secs(3))
+        .await;
+    assert!(matches!(timed_out, Err(Error::Timeout(_))), "{timed_out:?}");
+    assert_eq!(began.elapsed(), Duration::from_secs(3));
+    assert_eq!(peer.pending_calls(), 0);
+    let late = next_call_id(&mut raw).await;
+    raw.send(json!({"jsonrpc": "2.0", "result": 3, "id": late}).to_string())
+        .await;
+
+    // 3. Its caller gives up: the call's future is dropped.
+    let dropped = tokio::spawn({
+        let peer = peer.clone();
+        async move { peer.call::<u64>("four", ()).await }
+    });
+    let _ = next_call_id(&mut raw).await;
+    assert_eq!(peer.pending_calls(), 1);
+    dropped.abort();
+    assert!(dropped.await.unwrap_err().is_cancelled());
+    assert_eq!(peer.pending_calls(), 0);
+
+    // A batch: one call answered, the other given up at its deadline.
+    let batch = tokio::spawn({
+        let peer = peer.clone();
+        async move {
+            let mut batch = peer.batch();
+            batch.call("five", ())?.call("six", ())?;
+            batch.send_with_timeout(Duration::from_secs(2)).await
+        }
+    });
+    let sent = raw.recv().await;
+    let first = sent[0]["id"].clone();
+    raw.send(json!([{"jsonrpc": "2.0", "result": 5, "id": first}]).to_string())
+        .await;
+    let outcomes = within(batch).await.unwrap().unwrap();
+    assert_eq!(outcomes[0].as_ref().unwrap().decode::<u64>().unwrap(), 5);
+    assert!(matches!(outcomes[1], Err(Error::Timeout(_))));
+    assert_eq!(peer.pending_calls(), 0);
+    assert!(!peer.is_closed(), "a late answer does not upset the peer");
+
+    // 4. The connection ends: every waiting call ends with it, at that instant.
+    let waiting: Vec<_> = (0..3)
+        .map(|_| {
+            let peer = peer.clone();
+            tokio::spawn(async move { peer.call::<u64>("seven", ()).await })
+        })
+        .collect();
+    for _ in 0..3 {
+        let _ = next_call_id(&mut raw).await;
+    }
+    assert_eq!(peer.pending_calls(), 3);
+    let ended_at = Instant::now();
+    drop(raw);
+    for call in waiting {
+        let result = within(call).await.unwrap();
+        assert!(matches!(result, Err(Error::Closed(_))), "{result:?}");
+    }
+    assert_eq!(
+        ended_at.elapsed(),
+        Duration::ZERO,
+        "calls end when the connection does"
+    );
+    assert_eq!(peer.pending_calls(), 0);
+
+    // 5. After the end, a call fails at once and registers nothing.
+    let after = within(peer.call::<u64>("eight", ())).await;
+    assert!(matches!(after, Err(Error::Closed(_))), "{after:?}");
+    assert_eq!(peer.pending_calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_close_ends_waiting_calls_at_once_and_stops_running_handlers() {
+    let (router, (_release, mut started, mut stopped)) = gated();
+    let (peer, mut raw) = start(router, &PeerConfig::default(), 8);
+    // The peer waits on the test's side, and the test's side waits on the peer.
+    raw.send(call("wait", json!([]), 1)).await;
+    within(started.recv()).await.expect("the handler runs");
+    let waiting = tokio::spawn({
+        let peer = peer.clone();
+        async move { peer.call::<u64>("never", ()).await }
+    });
+    let _ = next_call_id(&mut raw).await;
+
+    let closed_at = Instant::now();
+    raw.end
+        .send(Frame::Close(Some((1000, String::new()))))
+        .await
+        .unwrap();
+    let result = within(waiting).await.unwrap();
+    assert!(matches!(result, Err(Error::Closed(_))), "{result:?}");
+    within(stopped.recv())
+        .await
+        .expect("the handler was stopped");
+    assert_eq!(
+        closed_at.elapsed(),
+        Duration::ZERO,
+        "the call ended and the handler stopped when the close frame came"
+    );
+    assert!(matches!(
+        within(peer.closed()).await,
+        CloseReason::Remote { code: 1000, .. }
+    ));
+}
