@@ -33,6 +33,7 @@
 
 mod cancel;
 mod dispatch;
+mod lanes;
 mod ordered;
 mod writer;
 

@@ -83,7 +83,7 @@ impl Call {
 
 /// Reads params as `P`. Absent params read as `null` (for `()` and `Option`), then as
 /// `[]` (for sequences), then as `{}` (for structs whose fields are all optional).
-fn decode_params<P: DeserializeOwned>(
+pub(crate) fn decode_params<P: DeserializeOwned>(
     frame: &str,
     params: Option<Range<usize>>,
 ) -> Result<P, serde_json::Error> {

@@ -40,7 +40,9 @@ use crate::router::{Call, Context, MethodFn, Router};
 use crate::transport::Text;
 
 use super::cancel;
+use super::lanes::Keyed;
 use super::ordered::Ordered;
+use crate::lanes::Lane;
 
 /// The connection's dispatcher: what it has started and what waits to start.
 pub(super) struct Dispatch<S> {
@@ -48,6 +50,8 @@ pub(super) struct Dispatch<S> {
     pub(super) peer: Peer,
     pub(super) handlers: JoinSet<()>,
     notifications: Ordered<S>,
+    /// The keyed lanes, from the first keyed call on.
+    keyed: Option<Keyed>,
     max_batch: usize,
     max_in_flight: usize,
     /// Closing gracefully: new calls are refused.
@@ -61,6 +65,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             peer,
             handlers: JoinSet::new(),
             notifications: Ordered::new(config.notification_queue.max(1)),
+            keyed: None,
             max_batch: config.max_batch_len,
             max_in_flight: config.max_in_flight.max(1),
             draining: false,
@@ -176,11 +181,13 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                     ));
                 };
                 let mut cx = Context::new(self.peer.clone(), self.router.state.clone());
+                let mut lane = &Lane::Concurrent;
                 if !self.router.options.is_empty() {
                     if let Some(options) = self.router.options.get(&*method) {
                         if options.cooperative {
                             cx.cancel = Some(Default::default());
                         }
+                        lane = &options.lane;
                     }
                 }
                 cx.progress = progress.map(|token| token.get().into());
@@ -198,7 +205,32 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                         batch.push((handle, call));
                         None
                     }
-                    None => self.start_call(handler.clone(), cx, call, frame, id),
+                    None => match lane {
+                        Lane::Concurrent => self.start_call(handler.clone(), cx, call, frame, id),
+                        Lane::Ordered => {
+                            let token = cx.cancel.clone();
+                            let (id_frame, id) = (frame.clone(), call.id.clone());
+                            let fut = handler(cx, call);
+                            let job = cancel::stoppable_call(&self.peer, fut, id_frame, id, token);
+                            let (peer, state) = (&self.peer, &self.router.state);
+                            self.notifications.push_call(Box::pin(job), peer, state);
+                            None
+                        }
+                        Lane::Keyed(key) => match key(frame, call.params.clone()) {
+                            Some(key) => {
+                                let token = cx.cancel.clone();
+                                let (id_frame, id) = (frame.clone(), call.id.clone());
+                                let fut = handler(cx, call);
+                                let job =
+                                    cancel::stoppable_call(&self.peer, fut, id_frame, id, token);
+                                let queued = self.keyed.get_or_insert_with(Default::default);
+                                self.handlers.spawn(queued.queue(key, job));
+                                None
+                            }
+                            // Params that do not fit: the handler answers -32602 at once.
+                            None => self.start_call(handler.clone(), cx, call, frame, id),
+                        },
+                    },
                 }
             }
             Item::Notification { method, params } => {

@@ -29,7 +29,8 @@ enum NotificationJob<S> {
         frame: Text,
         params: Option<Range<usize>>,
     },
-    /// Started on the connection's task and not finished by its first poll.
+    /// Started on the connection's task and not finished by its first poll; or an
+    /// ordered call, made ready to run to its answer.
     Resume(BoxFuture<()>),
 }
 
@@ -148,6 +149,24 @@ impl<S: Send + Sync + 'static> Ordered<S> {
                 params,
             }
         };
+        self.enqueue(job, peer, state);
+    }
+
+    /// Runs an ordered call after every notification and ordered call before it. `job`
+    /// runs the call to its answer and sends it; it is never polled here, so the
+    /// answer always goes out from the notification task.
+    pub(super) fn push_call(&mut self, job: BoxFuture<()>, peer: &Peer, state: &Arc<S>) {
+        let job = NotificationJob::Resume(job);
+        if !self.backlog.is_empty() {
+            self.backlog.push_back(job);
+            return;
+        }
+        self.enqueue(job, peer, state);
+    }
+
+    /// Sends `job` to the notification task (made if needed), or to the backlog when
+    /// its queue is full.
+    fn enqueue(&mut self, job: NotificationJob<S>, peer: &Peer, state: &Arc<S>) {
         let queue = self.queue;
         let n = self.task.get_or_insert_with(|| {
             let (tx, rx) = mpsc::channel(queue);
