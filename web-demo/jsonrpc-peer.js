@@ -16,6 +16,13 @@
 // - A notification for a name that has only a method runs the method and drops its
 //   answer (the specification calls a notification a request without an id); a
 //   notification handler of the same name takes precedence.
+// - Cancellation and progress have the Rust peer's wire forms: a call given up (its
+//   AbortSignal aborted, or its timeout passed) sends
+//   `{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":ID}}` (or MCP's
+//   `notifications/cancelled` with `requestId`); a caller asks for progress with a
+//   top-level `"progressToken"` member and gets
+//   `{"method":"$/progress","params":{"token":T,"value":V}}` notifications. Incoming
+//   cancels and progress are handled as they arrive, before the ordered notifications.
 
 /** The error codes the specification defines. */
 export const ErrorCode = Object.freeze({
@@ -24,7 +31,13 @@ export const ErrorCode = Object.freeze({
   METHOD_NOT_FOUND: -32601,
   INVALID_PARAMS: -32602,
   INTERNAL_ERROR: -32603,
+  /** The caller cancelled the call (the Language Server Protocol's RequestCancelled). */
+  REQUEST_CANCELLED: -32800,
 });
+
+const CANCEL_LSP = '$/cancelRequest';
+const CANCEL_MCP = 'notifications/cancelled';
+const PROGRESS = '$/progress';
 
 const MESSAGES = {
   [ErrorCode.PARSE_ERROR]: 'Parse error',
@@ -32,6 +45,7 @@ const MESSAGES = {
   [ErrorCode.METHOD_NOT_FOUND]: 'Method not found',
   [ErrorCode.INVALID_PARAMS]: 'Invalid params',
   [ErrorCode.INTERNAL_ERROR]: 'Internal error',
+  [ErrorCode.REQUEST_CANCELLED]: 'Request cancelled',
 };
 
 // WebSocket readyState values; the socket may be a fake without the static constants.
@@ -125,6 +139,20 @@ export async function connect(url, options = {}) {
  * @property {(direction: 'in'|'out', text: string) => void} [onFrame] sees every text frame
  * @property {(error: unknown, method: string) => void} [onHandlerError] sees handler
  *   failures that are not RpcError (the caller only gets -32603); default console.error
+ * @property {'lsp'|'mcp'|null} [cancelStyle='lsp'] the cancel a given-up call sends:
+ *   `$/cancelRequest` (`'lsp'`), `notifications/cancelled` (`'mcp'`), or none (`null`).
+ *   Incoming cancels are understood in either form.
+ */
+
+/**
+ * What a method handler gets as its third argument.
+ * @typedef {object} HandlerContext
+ * @property {AbortSignal} signal aborts when the caller cancels the call. A handler that
+ *   throws after it aborted answers -32800 Request cancelled; one that returns answers
+ *   with what it returned (a partial result, say). In the MCP form no answer is sent.
+ * @property {boolean} wantsProgress whether the caller asked for progress
+ * @property {(value: any) => void} progress sends a progress value to the caller, if
+ *   it asked (else does nothing); values arrive in order, before the answer
  */
 
 // Set in Peer's static block: lets Batch send through the Peer's one private method for
@@ -147,8 +175,12 @@ export class Peer {
   #onFrame;
   #onHandlerError;
   #nextId = 1;
-  /** @type {Map<number, {resolve: Function, reject: Function, timer: any}>} */
+  /** @type {Map<number, {resolve: Function, reject: Function, timer: any, sent: boolean, onProgress?: Function, unlisten?: Function}>} */
   #pending = new Map();
+  // Incoming calls still running, by their id's JSON text: what a cancel reaches.
+  /** @type {Map<string, {controller: AbortController, style: null|'lsp'|'mcp'}>} */
+  #running = new Map();
+  #cancelStyle;
   #methods = new Map();
   #notifications = new Map();
   // Notifications run one after another, in arrival order (as in the Rust peer):
@@ -168,6 +200,7 @@ export class Peer {
     /** Default per-call timeout in ms. */
     this.timeoutMs = options.timeoutMs ?? 30000;
     this.#onFrame = options.onFrame;
+    this.#cancelStyle = options.cancelStyle === undefined ? 'lsp' : options.cancelStyle;
     this.#onHandlerError =
       options.onHandlerError ?? ((e, m) => console.error(`jsonrpc-peer: handler "${m}" failed:`, e));
 
@@ -208,6 +241,11 @@ export class Peer {
     return this.#pending.size;
   }
 
+  /** Number of incoming calls whose handlers are still running. */
+  get runningCount() {
+    return this.#running.size;
+  }
+
   /** Whether the connection is gone (closed locally or by the socket). */
   get isClosed() {
     return this.#closedBy !== null;
@@ -217,18 +255,35 @@ export class Peer {
    * Call `method` on the other side.
    * Throws TypeError at once for a non-string method or params that are neither an
    * array nor an object (`undefined` leaves `params` out).
+   *
+   * With `signal`, aborting it gives the call up: the other side is sent a cancel (see
+   * `cancelStyle`) and the call rejects at once with `signal.reason`; a signal already
+   * aborted sends nothing. A timeout sends the cancel too. With `onProgress`, the call
+   * asks the other side for progress and `onProgress(value)` sees each value, in order,
+   * before the call resolves; without it, no progress is asked for or delivered.
    * @param {string} method
    * @param {Array|object} [params]
-   * @param {{ timeoutMs?: number }} [options]
+   * @param {{ timeoutMs?: number, signal?: AbortSignal, onProgress?: (value: any) => void }} [options]
    * @returns {Promise<*>} the result; rejects with RpcError (the answer was an error),
-   *   TimeoutError, ClosedError or InvalidResponseError
+   *   TimeoutError, ClosedError, InvalidResponseError, or the signal's reason
    */
-  call(method, params, { timeoutMs = this.timeoutMs } = {}) {
+  call(method, params, { timeoutMs = this.timeoutMs, signal, onProgress } = {}) {
+    const msg = request(method, params, this.#nextId);
+    if (signal?.aborted) return Promise.reject(signal.reason);
     const id = this.#nextId++;
-    const text = JSON.stringify(request(method, params, id));
+    if (onProgress) msg.progressToken = id;
+    const text = JSON.stringify(msg);
     const answer = this.#expect(id, method, timeoutMs);
+    const entry = this.#pending.get(id);
+    entry.onProgress = onProgress;
+    if (signal) {
+      const onAbort = () => this.#giveUp(id, signal.reason);
+      signal.addEventListener('abort', onAbort, { once: true });
+      entry.unlisten = () => signal.removeEventListener('abort', onAbort);
+    }
     try {
       this.#send(text);
+      entry.sent = true;
     } catch (e) {
       this.#settle(id, (p) => p.reject(e));
     }
@@ -254,14 +309,15 @@ export class Peer {
   }
 
   /**
-   * Serve requests for `name`. The handler gets `(params, peer)` (params `undefined`
-   * when absent) and may be async and may call back through `peer`. Its return value is
+   * Serve requests for `name`. The handler gets `(params, peer, cx)` (params `undefined`
+   * when absent; `cx` a HandlerContext: the cancel `signal`, `progress`) and may be
+   * async and may call back through `peer`. Its return value is
    * the result (`undefined` is sent as `null`); an RpcError it throws is the answer;
    * any other throw answers -32603 Internal error. A notification of `name` runs it too,
    * and its answer is dropped, unless a `notification` handler of that name exists.
    * @param {string} name not beginning with `rpc.` (reserved by the specification),
    *   not registered yet (registering twice throws)
-   * @param {(params: any, peer: Peer) => any} handler
+   * @param {(params: any, peer: Peer, cx: HandlerContext) => any} handler
    * @returns {Peer} this, to chain
    */
   method(name, handler) {
@@ -301,13 +357,10 @@ export class Peer {
 
   #expect(id, method, timeoutMs) {
     return new Promise((resolve, reject) => {
-      const entry = { resolve, reject, timer: null };
+      const entry = { resolve, reject, timer: null, sent: false };
       if (timeoutMs > 0 && timeoutMs < Infinity) {
         // The entry leaves the map on timeout, so a late answer is simply unmatched.
-        entry.timer = setTimeout(
-          () => this.#settle(id, (p) => p.reject(new TimeoutError(method, timeoutMs))),
-          timeoutMs,
-        );
+        entry.timer = setTimeout(() => this.#giveUp(id, new TimeoutError(method, timeoutMs)), timeoutMs);
       }
       this.#pending.set(id, entry);
     });
@@ -318,8 +371,22 @@ export class Peer {
     if (!entry) return false;
     this.#pending.delete(id);
     clearTimeout(entry.timer);
+    entry.unlisten?.();
     fn(entry);
     return true;
+  }
+
+  /** Ends our call `id` with `error` and tells the other side, if it was sent. */
+  #giveUp(id, error) {
+    const entry = this.#pending.get(id);
+    if (!entry) return;
+    this.#settle(id, (p) => p.reject(error));
+    if (!entry.sent || !this.#cancelStyle || this.#closedBy) return;
+    const cancel =
+      this.#cancelStyle === 'mcp'
+        ? { jsonrpc: '2.0', method: CANCEL_MCP, params: { requestId: id } }
+        : { jsonrpc: '2.0', method: CANCEL_LSP, params: { id } };
+    this.#answer(JSON.stringify(cancel));
   }
 
   /** Sends a batch's items (already checked) as one array frame; see `Batch.send`. */
@@ -413,17 +480,68 @@ export class Peer {
     if (bad) return errorResponse(bad.id, new RpcError(ErrorCode.INVALID_REQUEST));
     // Only a valid Request without an `id` member is a notification; `"id": null` is not.
     if (!has(m, 'id')) {
+      // Cancels and progress are handled as they arrive, not behind the ordered chain.
+      if (m.method === CANCEL_LSP || m.method === CANCEL_MCP) {
+        this.#onCancel(m.method === CANCEL_MCP ? 'mcp' : 'lsp', m.params);
+        return null;
+      }
+      if (m.method === PROGRESS && this.#onProgress(m.params)) return null;
       this.#runNotification(m.method, m.params);
       return null;
     }
     const handler = this.#methods.get(m.method);
     if (!handler) return errorResponse(m.id, new RpcError(ErrorCode.METHOD_NOT_FOUND));
+    const key = JSON.stringify(m.id);
+    // A second call with the id of one still running cannot be told apart by a cancel:
+    // it runs, but only the first is cancellable.
+    const own = !this.#running.has(key);
+    const running = { controller: new AbortController(), style: null };
+    if (own) this.#running.set(key, running);
+    const token = has(m, 'progressToken') ? m.progressToken : undefined;
+    const cx = {
+      signal: running.controller.signal,
+      wantsProgress: token !== undefined,
+      progress: (value) => {
+        if (token === undefined || running.style) return;
+        this.#answer(JSON.stringify({ jsonrpc: '2.0', method: PROGRESS, params: { token, value } }));
+      },
+    };
+    let answer;
     try {
-      const result = await handler(m.params, this);
-      return resultResponse(m.id, result);
+      const result = await handler(m.params, this, cx);
+      answer = resultResponse(m.id, result);
     } catch (e) {
-      return errorResponse(m.id, this.#asRpcError(e, m.method));
+      answer = cx.signal.aborted
+        ? errorResponse(m.id, new RpcError(ErrorCode.REQUEST_CANCELLED))
+        : errorResponse(m.id, this.#asRpcError(e, m.method));
+    } finally {
+      if (own) this.#running.delete(key);
     }
+    // The MCP form of cancel asks for no answer at all.
+    return running.style === 'mcp' ? null : answer;
+  }
+
+  /** An incoming cancel: aborts the handler of the call it names, if it still runs. */
+  #onCancel(style, params) {
+    const id = style === 'mcp' ? params?.requestId : params?.id;
+    if (!isValidId(id)) return;
+    const running = this.#running.get(JSON.stringify(id));
+    // Finished or unknown: nothing changes, and a cancel is never answered.
+    if (!running || running.style) return;
+    running.style = style;
+    running.controller.abort(new RpcError(ErrorCode.REQUEST_CANCELLED));
+  }
+
+  /** A `$/progress` for one of our calls goes to its `onProgress`; false when not ours. */
+  #onProgress(params) {
+    const entry = typeof params?.token === 'number' ? this.#pending.get(params.token) : undefined;
+    if (!entry?.onProgress) return false;
+    try {
+      entry.onProgress(params.value);
+    } catch (e) {
+      this.#onHandlerError(e, PROGRESS);
+    }
+    return true;
   }
 
   #runNotification(method, params) {
@@ -672,22 +790,25 @@ export class ReconnectingPeer extends EventTarget {
   /**
    * `Peer.call` on the current connection, waiting for one if the link is down; the
    * timeout covers the wait.
-   * @param {string} method @param {Array|object} [params] @param {{ timeoutMs?: number }} [options]
+   * @param {string} method @param {Array|object} [params]
+   * @param {{ timeoutMs?: number, signal?: AbortSignal, onProgress?: (value: any) => void }} [options]
+   *   as for `Peer.call`; an abort while waiting for the link rejects at once
    * @returns {Promise<*>}
    */
-  async call(method, params, { timeoutMs = this.timeoutMs } = {}) {
+  async call(method, params, { timeoutMs = this.timeoutMs, signal, onProgress } = {}) {
     request(method, params); // a bad argument throws now, not after the wait
+    if (signal?.aborted) throw signal.reason;
     const start = Date.now();
     let peer;
     try {
-      peer = await this.connected(timeoutMs);
+      peer = await abortable(this.connected(timeoutMs), signal);
     } catch (e) {
       if (e instanceof TimeoutError) throw new TimeoutError(method, timeoutMs);
       throw e;
     }
     const left = timeoutMs > 0 && timeoutMs < Infinity ? Math.max(1, timeoutMs - (Date.now() - start)) : timeoutMs;
     try {
-      return await peer.call(method, params, { timeoutMs: left });
+      return await peer.call(method, params, { timeoutMs: left, signal, onProgress });
     } catch (e) {
       if (e instanceof TimeoutError) throw new TimeoutError(method, timeoutMs);
       throw e;
@@ -771,6 +892,16 @@ export class ReconnectingPeer extends EventTarget {
     this.#setState({ state: 'waiting', attempt: this.#attempt, retryInMs });
     this.#retryTimer = setTimeout(() => this.#dial(), retryInMs);
   }
+}
+
+/** `promise`, or a rejection with the signal's reason as soon as it aborts. */
+function abortable(promise, signal) {
+  if (!signal) return promise;
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
 }
 
 function stoppedError() {

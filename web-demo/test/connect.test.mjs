@@ -46,6 +46,8 @@ test('connect passes options through: timeoutMs and onFrame', async () => {
   await made[0].exchange('{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":"k"}');
   assert.deepEqual(frames, [
     ['out', '{"jsonrpc":"2.0","method":"slow","id":1}'],
+    // The call that timed out tells the other side.
+    ['out', '{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1}}'],
     ['in', '{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":"k"}'],
     ['out', '{"jsonrpc":"2.0","result":3,"id":"k"}'],
   ]);
