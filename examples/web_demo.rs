@@ -6,7 +6,9 @@
 //! browser calls the server (`subtract`, `sum`, `get_data`, `chat.send`), the server
 //! pushes `metrics` to every page four times a second and broadcasts `chat.message`,
 //! and `demo.ask_browser` makes the server call the page's own `ui.describe` before it
-//! answers: a nested round trip.
+//! answers: a nested round trip. `demo.long_task {"seconds": S}` runs S seconds,
+//! reporting progress to a caller that asks for it, and answers `"done"` (or `-32800`
+//! when its caller cancels it); `demo.tasks_running []` says how many run now.
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -16,6 +18,8 @@ mod spec_methods;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use jsonrpc_peer::axum::Endpoint;
@@ -27,6 +31,30 @@ use tower_http::services::ServeDir;
 /// What the demo's handlers share: the registry of connected pages.
 struct Demo {
     pages: ServerHandle,
+    /// How many `demo.long_task` calls run now, on every connection.
+    tasks: Arc<AtomicUsize>,
+}
+
+#[derive(Deserialize)]
+struct LongTask {
+    seconds: f64,
+}
+
+/// Counts one running long task for as long as it lives: finished or cancelled (its
+/// future dropped), the count goes down.
+struct TaskCount(Arc<AtomicUsize>);
+
+impl TaskCount {
+    fn new(tasks: &Arc<AtomicUsize>) -> Self {
+        tasks.fetch_add(1, Ordering::SeqCst);
+        TaskCount(tasks.clone())
+    }
+}
+
+impl Drop for TaskCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 #[derive(Deserialize)]
@@ -47,7 +75,44 @@ fn invalid(reason: &str) -> RpcError {
 }
 
 fn router(pages: ServerHandle) -> Router<Demo> {
-    spec_methods::with_spec_methods(Router::with_state(Demo { pages }))
+    let tasks = Arc::new(AtomicUsize::new(0));
+    spec_methods::with_spec_methods(Router::with_state(Demo { pages, tasks }))
+        // A long call: progress ten times a second to a caller that asked; stopped
+        // (and answered -32800 by the engine) when its caller cancels it.
+        .method(
+            "demo.long_task",
+            |cx: Context<Demo>, task: LongTask| async move {
+                if !(task.seconds > 0.0 && task.seconds <= 600.0) {
+                    return Err(invalid("seconds must be more than 0 and at most 600"));
+                }
+                let _counted = TaskCount::new(&cx.state().tasks);
+                let total = Duration::from_secs_f64(task.seconds);
+                let started = tokio::time::Instant::now();
+                let mut tick = tokio::time::interval(Duration::from_millis(100));
+                loop {
+                    tick.tick().await;
+                    let done = started.elapsed().min(total);
+                    let fraction = done.as_secs_f64() / total.as_secs_f64();
+                    let progress = json!({
+                        "fraction": (fraction * 1000.0).round() / 1000.0,
+                        "elapsed_ms": done.as_millis() as u64,
+                    });
+                    if cx.progress(progress).await.is_err() {
+                        break;
+                    }
+                    if done >= total {
+                        break;
+                    }
+                }
+                Ok("done")
+            },
+        )
+        .method(
+            "demo.tasks_running",
+            |cx: Context<Demo>, (): ()| async move {
+                Ok::<_, RpcError>(cx.state().tasks.load(Ordering::SeqCst))
+            },
+        )
         // The server needs the browser's answer before it can answer: it calls the
         // page that called it, while that page's own call is still waiting.
         .method("demo.ask_browser", |cx: Context<Demo>, (): ()| async move {

@@ -1,4 +1,4 @@
-// The demo page: one reconnecting peer to ws://<this host>/rpc, five panels.
+// The demo page: one reconnecting peer to ws://<this host>/rpc, six panels.
 import { reconnecting, RpcError } from './jsonrpc-peer.js';
 
 const $ = (id) => document.getElementById(id);
@@ -297,7 +297,64 @@ $('btn-ask').addEventListener('click', async () => {
   }
 });
 
-// ---- 4. chat -------------------------------------------------------------------
+// ---- 4. long task ----------------------------------------------------------------
+
+/** The running task's AbortController, while one runs. */
+let task = null;
+const CANCELLED = 'cancelled by you';
+
+async function showTasksRunning() {
+  try {
+    $('tasks-running').textContent = String(await peer.call('demo.tasks_running', []));
+  } catch (e) {
+    $('tasks-running').textContent = describeError(e);
+  }
+}
+
+$('task-form').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  if (task) return;
+  const seconds = Number($('task-seconds').value);
+  const controller = new AbortController();
+  task = controller;
+  const bar = $('task-progress');
+  const status = $('task-status');
+  bar.value = 0;
+  status.classList.remove('error');
+  status.textContent = 'running…';
+  $('btn-task-start').disabled = true;
+  $('btn-task-cancel').disabled = false;
+  let shownCount = false;
+  try {
+    const result = await peer.call('demo.long_task', { seconds }, {
+      signal: controller.signal,
+      timeoutMs: seconds * 1000 + 10000,
+      onProgress: (p) => {
+        if (typeof p?.fraction === 'number') bar.value = p.fraction;
+        status.textContent = `running… ${Math.round((p?.fraction ?? 0) * 100)} %`;
+        // Once the task is known to run, show the server's count.
+        if (!shownCount) {
+          shownCount = true;
+          showTasksRunning();
+        }
+      },
+    });
+    bar.value = 1;
+    status.textContent = JSON.stringify(result);
+  } catch (err) {
+    status.classList.add('error');
+    status.textContent = err?.message === CANCELLED ? 'cancelled' : describeError(err);
+  } finally {
+    task = null;
+    $('btn-task-start').disabled = false;
+    $('btn-task-cancel').disabled = true;
+    showTasksRunning();
+  }
+});
+
+$('btn-task-cancel').addEventListener('click', () => task?.abort(new Error(CANCELLED)));
+
+// ---- 5. chat -------------------------------------------------------------------
 
 const nameInput = $('chat-name');
 nameInput.value = localStorage.getItem('jsonrpc-peer-demo.name') || `guest-${Math.floor(1000 + Math.random() * 9000)}`;
@@ -342,7 +399,7 @@ $('chat-form').addEventListener('submit', async (e) => {
   }
 });
 
-// ---- 5. wire log ----------------------------------------------------------------
+// ---- 6. wire log ----------------------------------------------------------------
 
 const WIRE_KEEP = 200;
 const counts = { in: 0, out: 0 };
@@ -358,7 +415,7 @@ function summarize(text) {
   const one = (x) => {
     if (!x || typeof x !== 'object') return 'invalid';
     if (typeof x.method === 'string') return 'id' in x ? `call ${x.method}` : `notify ${x.method}`;
-    if ('error' in x) return `error #${JSON.stringify(x.id)}`;
+    if ('error' in x) return `error #${JSON.stringify(x.id)} ${x.error?.code ?? ''}`.trim();
     if ('result' in x) return `result #${JSON.stringify(x.id)}`;
     return 'invalid';
   };

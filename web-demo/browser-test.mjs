@@ -163,6 +163,88 @@ test('the demo page, as a person would check it', { timeout: 120000 }, async (t)
     await other.context().close();
   });
 
+  /** `demo.tasks_running`, asked over a connection of its own from the page. */
+  const tasksRunning = (p) =>
+    p.evaluate(async () => {
+      const { connect } = await import('./jsonrpc-peer.js');
+      const own = await connect(`ws://${location.host}/rpc`);
+      try {
+        return await own.call('demo.tasks_running', []);
+      } finally {
+        own.close();
+      }
+    });
+  /** Waits (bounded) until the server runs no long task: a cancelled one is dropped
+   * just after its -32800 answer leaves. */
+  async function noTasksRunning(p) {
+    let n;
+    for (let i = 0; i < 50; i++) {
+      n = await tasksRunning(p);
+      if (n === 0) return;
+      await p.waitForTimeout(100);
+    }
+    assert.fail(`the server still runs ${n} long task(s)`);
+  }
+
+  await t.test('long task: the bar moves, Cancel stops it on the server, the wire shows the cancel and -32800', async () => {
+    await page.getByTestId('task-seconds').fill('30');
+    await page.getByTestId('btn-task-start').click();
+    await page.waitForFunction(() => document.querySelector('[data-testid="task-progress"]').value > 0, null, { timeout: WAIT_MS });
+    await waitText(page, 'tasks-running', /^[1-9]\d*$/);
+    await page.getByTestId('panel-task').screenshot({ path: path.join(SHOTS, 'panel-task-running.png') });
+    await page.getByTestId('btn-task-cancel').click();
+    await waitText(page, 'task-status', /^cancelled$/);
+    const row = (dir, hasText) => page.locator(`[data-testid="wire-row"][data-direction="${dir}"]`, { hasText }).first();
+    await row('out', 'notify $/cancelRequest').waitFor({ timeout: WAIT_MS });
+    await row('in', '-32800').waitFor({ timeout: WAIT_MS });
+    assert.match(await row('in', '-32800').textContent(), /Request cancelled/);
+    await noTasksRunning(page);
+    // A short one runs to its end: the bar fills and the answer is "done".
+    await page.getByTestId('task-seconds').fill('0.5');
+    await page.getByTestId('btn-task-start').click();
+    await waitText(page, 'task-status', /^"done"$/);
+    assert.equal(await page.getByTestId('task-progress').evaluate((b) => b.value), 1);
+    await waitText(page, 'tasks-running', /^0$/);
+  });
+
+  await t.test('AbortSignal: abort rejects with its reason, the server answers -32800 and stops', async () => {
+    const outcome = await page.evaluate(async () => {
+      const { connect, ErrorCode } = await import('./jsonrpc-peer.js');
+      let sawCancelled;
+      const cancelledAnswer = new Promise((r) => (sawCancelled = r));
+      const own = await connect(`ws://${location.host}/rpc`, {
+        onFrame: (dir, text) => {
+          if (dir === 'in' && JSON.parse(text)?.error?.code === ErrorCode.REQUEST_CANCELLED) sawCancelled(text);
+        },
+      });
+      const controller = new AbortController();
+      const values = [];
+      let message;
+      try {
+        await own.call('demo.long_task', [30], {
+          signal: controller.signal,
+          onProgress: (v) => {
+            values.push(v.fraction);
+            if (values.length === 3) controller.abort(new Error('enough'));
+          },
+        });
+      } catch (e) {
+        message = e.message;
+      }
+      const pending = own.pendingCount;
+      const answer = await Promise.race([cancelledAnswer, new Promise((r) => setTimeout(() => r(null), 5000))]);
+      own.close();
+      return { message, values, pending, answer };
+    });
+    assert.equal(outcome.message, 'enough');
+    assert.equal(outcome.values.length, 3);
+    assert.ok(outcome.values[0] <= outcome.values[1] && outcome.values[1] <= outcome.values[2], `${outcome.values}`);
+    assert.equal(outcome.pending, 0);
+    assert.ok(outcome.answer, 'no -32800 answer within 5 s');
+    assert.deepEqual(JSON.parse(outcome.answer).error, { code: -32800, message: 'Request cancelled' });
+    await noTasksRunning(page);
+  });
+
   await t.test('wire log lists frames in both directions', async () => {
     const rows = page.getByTestId('wire-row');
     assert.ok((await rows.count()) >= 8, `only ${await rows.count()} rows`);
@@ -175,7 +257,7 @@ test('the demo page, as a person would check it', { timeout: 120000 }, async (t)
   });
 
   await t.test('screenshots: each panel and the whole page at laptop width', async () => {
-    for (const panel of ['calc', 'live', 'ask', 'chat', 'wire']) {
+    for (const panel of ['calc', 'live', 'ask', 'task', 'chat', 'wire']) {
       await page.getByTestId(`panel-${panel}`).screenshot({ path: path.join(SHOTS, `panel-${panel}.png`) });
     }
     await page.screenshot({ path: path.join(SHOTS, 'laptop.png'), fullPage: true });
