@@ -179,6 +179,9 @@ pub enum Error {
     /// The other side's answer was not a valid response object.
     #[error("invalid response: {0}")]
     InvalidResponse(String),
+    /// Between the nodes of a cluster: a peer or node that is not there, the bus down.
+    #[error("cluster: {0}")]
+    Cluster(crate::cluster::ClusterError),
     /// Connecting, binding or accepting failed.
     #[error("transport: {0}")]
     Transport(#[source] Box<dyn std::error::Error + Send + Sync>),

@@ -1,7 +1,7 @@
 //! The registry of live connections: count them, broadcast to them, hooks, shutdown.
 //! A [`Server`](crate::Server) and the `axum` endpoint each keep their peers here.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -33,6 +33,9 @@ struct Registry {
     on_disconnect: RwLock<Option<Hook>>,
     /// Ticks each time a connection is gone, for `shutdown` to wait on.
     gone: watch::Sender<()>,
+    /// Set once when a cluster node serves these peers; unset, broadcast stays local
+    /// at the cost of one load.
+    cluster: OnceLock<crate::cluster::Hook>,
 }
 
 impl Default for ServerHandle {
@@ -53,6 +56,7 @@ impl ServerHandle {
                 on_connect: RwLock::new(None),
                 on_disconnect: RwLock::new(None),
                 gone: watch::Sender::new(()),
+                cluster: OnceLock::new(),
             }),
         }
     }
@@ -157,23 +161,43 @@ impl ServerHandle {
         self.inner.peers.len()
     }
 
-    /// Notifies every live peer. The notification is serialized once and the same
-    /// bytes are queued for each connection; it never waits on a slow peer: a peer
-    /// whose outgoing queue is full is closed with 1008. Returns how many peers it was
-    /// queued for.
+    /// Notifies every live peer, and, when a [`Cluster`](crate::cluster::Cluster) is
+    /// attached, every peer of every other node. The notification is serialized once
+    /// and the same bytes are queued for each connection; it never waits on a slow peer: a peer
+    /// whose outgoing queue is full is closed with 1008. Returns how many of this node's
+    /// peers it was queued for.
     ///
     /// # Errors
     ///
     /// The params errors of [`Peer::call`].
     pub fn broadcast(&self, method: &str, params: impl Serialize) -> Result<usize> {
         let frame = Text::from(message::request(method, &params, None)?);
+        let queued = self.push_all(&frame);
+        if let Some(cluster) = self.inner.cluster.get() {
+            cluster.broadcast(&frame);
+        }
+        Ok(queued)
+    }
+
+    /// Queues `frame` for every live peer; how many took it.
+    pub(crate) fn push_all(&self, frame: &Text) -> usize {
         let mut queued = 0;
         for entry in self.inner.peers.iter() {
             if entry.value().push(frame.clone()) {
                 queued += 1;
             }
         }
-        Ok(queued)
+        queued
+    }
+
+    /// The live peer with this [`Peer::id`], if any.
+    pub fn peer(&self, id: u64) -> Option<Peer> {
+        self.inner.peers.get(&id).map(|p| p.value().clone())
+    }
+
+    /// Makes broadcasts cluster-wide; false if a cluster already was attached.
+    pub(crate) fn attach(&self, hook: crate::cluster::Hook) -> bool {
+        self.inner.cluster.set(hook).is_ok()
     }
 
     /// Shuts down gracefully with a grace period of 10 s; see

@@ -5,8 +5,9 @@
 //! application's choice (see [`Topics`]); a peer that disconnects leaves every topic.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use serde::Serialize;
 
@@ -45,6 +46,9 @@ struct Inner {
     topics: DashMap<Box<str>, DashMap<u64, Peer>>,
     /// Peer id to the topics it is in, so a disconnect leaves them all.
     by_peer: DashMap<u64, HashSet<Box<str>>>,
+    /// Set once when these topics are cluster-wide; unset, publish stays local at the
+    /// cost of one load.
+    cluster: OnceLock<crate::cluster::Hook>,
 }
 
 impl Topics {
@@ -66,11 +70,21 @@ impl Topics {
         if !added {
             return false;
         }
-        self.inner
-            .topics
-            .entry(topic.into())
-            .or_default()
-            .insert(id, peer.clone());
+        let created = match self.inner.topics.entry(topic.into()) {
+            Entry::Occupied(subscribers) => {
+                subscribers.get().insert(id, peer.clone());
+                false
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(DashMap::new()).insert(id, peer.clone());
+                true
+            }
+        };
+        if created {
+            if let Some(cluster) = self.inner.cluster.get() {
+                cluster.changed(topic);
+            }
+        }
         if first_topic {
             // When the connection ends, the peer leaves every topic (at once, if it
             // has already ended).
@@ -81,6 +95,24 @@ impl Topics {
             self.forget(id);
         }
         true
+    }
+
+    /// [`subscribe`](Self::subscribe), and with a cluster, waits until this node
+    /// listens to the topic on the bus: a publish on any node after this returns reaches
+    /// `peer`. Returns false if it already was subscribed.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Unavailable`](crate::cluster::ClusterError::Unavailable) while
+    /// the bus is down (the local subscription stays; the node listens once the bus is
+    /// back), [`Error::Timeout`](crate::Error::Timeout) if the bus does not answer within
+    /// the cluster's call timeout.
+    pub async fn subscribe_ready(&self, peer: &Peer, topic: &str) -> Result<bool> {
+        let added = self.subscribe(peer, topic);
+        if let Some(cluster) = self.inner.cluster.get() {
+            cluster.ready(topic).await?;
+        }
+        Ok(added)
     }
 
     /// Unsubscribes `peer` from `topic`. Returns false if it was not subscribed.
@@ -97,22 +129,55 @@ impl Topics {
         removed
     }
 
-    /// Notifies every subscriber of `topic` once, with `topic` as the method. The
-    /// notification is serialized once; a subscriber that does not keep up gets its
-    /// [`SlowPeer`](crate::SlowPeer) policy. Returns how many it was queued for.
+    /// Notifies every subscriber of `topic` once, with `topic` as the method; with a
+    /// cluster, on every node. The notification is serialized once; a subscriber that does not keep up gets its
+    /// [`SlowPeer`](crate::SlowPeer) policy. Returns how many of this node's subscribers
+    /// it was queued for.
     ///
     /// # Errors
     ///
     /// The params errors of [`Peer::call`].
     pub fn publish(&self, topic: &str, params: impl Serialize) -> Result<usize> {
-        let Some(subscribers) = self.inner.topics.get(topic) else {
+        let cluster = self.inner.cluster.get();
+        let subscribers = self.inner.topics.get(topic);
+        if subscribers.is_none() && cluster.is_none() {
             return Ok(0);
-        };
+        }
         let frame = Text::from(message::request(topic, &params, None)?);
-        Ok(subscribers
+        let queued = subscribers.map_or(0, |subscribers| {
+            subscribers
+                .iter()
+                .filter(|entry| entry.value().push(frame.clone()))
+                .count()
+        });
+        if let Some(cluster) = cluster {
+            cluster.publish(topic, &frame);
+        }
+        Ok(queued)
+    }
+
+    /// Queues `frame` for every local subscriber of `topic` (a publish from another node).
+    pub(crate) fn deliver(&self, topic: &str, frame: Text) -> usize {
+        self.inner.topics.get(topic).map_or(0, |subscribers| {
+            subscribers
+                .iter()
+                .filter(|entry| entry.value().push(frame.clone()))
+                .count()
+        })
+    }
+
+    /// The topics with local subscribers.
+    pub(crate) fn topic_names(&self) -> Vec<String> {
+        self.inner
+            .topics
             .iter()
-            .filter(|entry| entry.value().push(frame.clone()))
-            .count())
+            .map(|e| e.key().to_string())
+            .collect()
+    }
+
+    /// Makes publishing cluster-wide; false if a cluster already was attached.
+    pub(crate) fn attach(&self, hook: crate::cluster::Hook) -> bool {
+        self.inner.cluster.set(hook).is_ok()
     }
 
     /// How many peers are subscribed to `topic`.
@@ -143,9 +208,17 @@ impl Topics {
             subscribers.remove(&id);
             subscribers.is_empty()
         });
-        if now_empty {
-            // Only if no one subscribed in between.
-            self.inner.topics.remove_if(topic, |_, s| s.is_empty());
+        // Only if no one subscribed in between.
+        if now_empty
+            && self
+                .inner
+                .topics
+                .remove_if(topic, |_, s| s.is_empty())
+                .is_some()
+        {
+            if let Some(cluster) = self.inner.cluster.get() {
+                cluster.changed(topic);
+            }
         }
     }
 }

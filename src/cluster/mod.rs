@@ -1,6 +1,529 @@
 //! Scaling out: broadcast, topics and calls to a peer by address across server nodes,
-//! over a shared bus (a [`Backplane`]).
+//! over a shared bus (a [`Backplane`]: Redis, or [`MemoryHub`] in one process).
+//!
+//! Each node is a [`Cluster`] attached to its server's [`ServerHandle`]. Once attached,
+//! [`ServerHandle::broadcast`] and the cluster's [`Topics`] deliver to the node's own
+//! peers at once, as without a cluster, and send one envelope to the other nodes;
+//! [`Cluster::call`] and [`Cluster::notify`] reach a peer by its [`PeerAddr`] on any node.
+//!
+//! # Guarantees
+//!
+//! - **At most once, never twice.** Every envelope carries a sequence number per
+//!   (origin node, incarnation, channel); a receiver drops what it has already seen, so
+//!   a message re-sent after a bus failure is not delivered again.
+//! - **Gaps are reported, not silent.** A missing sequence number, or a bus outage
+//!   (messages published elsewhere meanwhile are lost to this node), calls the
+//!   [`on_gap`](ClusterBuilder::on_gap) hook and, if enabled, notifies the topic's
+//!   local subscribers so the application can refetch.
+//! - **Order per publisher and topic.** Publishes made one after another on one node
+//!   arrive everywhere in that order. There is no total order across publishers.
+//!
+//! # Failure behaviour
+//!
+//! - Bus down: local delivery goes on; envelopes wait in an outbox bounded in bytes
+//!   ([`outbox_limit`](ClusterBuilder::outbox_limit)), the oldest dropped and counted
+//!   past it; calls and notifies to other nodes fail at once with
+//!   [`ClusterError::Unavailable`], and calls waiting on an answer fail too.
+//! - Bus back: subscriptions are issued again, the outbox is flushed (receivers drop
+//!   duplicates), and one gap is reported per topic with local subscribers.
+//! - A node that stops heartbeating is dropped after
+//!   [`missed_heartbeats`](ClusterBuilder::missed_heartbeats) intervals; calls waiting on
+//!   it fail then with [`ClusterError::NodeDown`]. A node that shuts down says goodbye
+//!   and is dropped at once.
 
 mod backplane;
+mod calls;
+mod envelope;
+mod memory;
+mod node;
+mod subscriptions;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::watch;
 
 pub use backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+pub use memory::{MemoryBackplane, MemoryHub};
+
+use crate::error::{Error, Result};
+use crate::peer::Peer;
+use crate::pending::Reply;
+use crate::registry::ServerHandle;
+use crate::topics::Topics;
+use node::{Node, Options};
+
+/// The address of a peer anywhere in a cluster: its node's name and its local
+/// [`Peer::id`]. Written `node/42` ([`Display`](fmt::Display), [`FromStr`], and serde
+/// as that string).
+///
+/// ```
+/// use jsonrpc_peer::cluster::PeerAddr;
+///
+/// let addr: PeerAddr = "eu-1/42".parse().unwrap();
+/// assert_eq!((addr.node.as_str(), addr.peer), ("eu-1", 42));
+/// assert_eq!(addr.to_string(), "eu-1/42");
+/// assert!("no-slash".parse::<PeerAddr>().is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PeerAddr {
+    /// The node's name.
+    pub node: String,
+    /// The peer's id on that node.
+    pub peer: u64,
+}
+
+impl fmt::Display for PeerAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.node, self.peer)
+    }
+}
+
+/// Why a string is not a [`PeerAddr`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a peer address (node/id): {0:?}")]
+pub struct ParsePeerAddrError(String);
+
+impl FromStr for PeerAddr {
+    type Err = ParsePeerAddrError;
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        let bad = || ParsePeerAddrError(s.chars().take(80).collect());
+        let (node, peer) = s.rsplit_once('/').ok_or_else(bad)?;
+        let peer = peer.parse().map_err(|_| bad())?;
+        if !valid_node_id(node) {
+            return Err(bad());
+        }
+        Ok(PeerAddr {
+            node: node.to_owned(),
+            peer,
+        })
+    }
+}
+
+impl Serialize for PeerAddr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for PeerAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A node name: 1 to 64 characters of `A-Z a-z 0-9 . _ : -` (it becomes part of bus
+/// channel names and of every [`PeerAddr`]).
+fn valid_node_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// Whether this node can reach the bus.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClusterState {
+    /// The bus is reachable.
+    Up,
+    /// The bus is unreachable: local delivery only, the outbox fills.
+    Down,
+    /// [`Cluster::shutdown`] ran (or every handle was dropped).
+    Stopped,
+}
+
+/// Messages this node may have missed: the application refetches what it shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Gap {
+    /// The topic, or `None` for broadcasts.
+    pub topic: Option<String>,
+    /// The node whose messages went missing, when known (a sequence number jumped);
+    /// `None` after a bus outage, when any node's may have.
+    pub origin: Option<String>,
+    /// How many went missing, when known.
+    pub missed: Option<u64>,
+}
+
+/// What went wrong between nodes.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// The node answered that it has no peer with that id.
+    #[error("no peer {0}")]
+    NoSuchPeer(PeerAddr),
+    /// The node is not live (never seen, gone silent, or said goodbye).
+    #[error("node {0:?} is not live")]
+    NodeDown(String),
+    /// The bus is unreachable.
+    #[error("the bus is unavailable: {0}")]
+    Unavailable(String),
+    /// The other node could not make the call.
+    #[error("the other node failed the call: {0}")]
+    Remote(String),
+    /// This node's cluster is stopped.
+    #[error("the cluster is stopped")]
+    Stopped,
+    /// Bad configuration (node name, a handle already attached).
+    #[error("cluster configuration: {0}")]
+    Config(String),
+}
+
+/// Counters, for logs and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterStats {
+    /// Envelopes waiting for the bus, and their bytes.
+    pub outbox_len: usize,
+    /// Bytes waiting for the bus.
+    pub outbox_bytes: usize,
+    /// Envelopes dropped because the outbox was full.
+    pub outbox_dropped: u64,
+    /// Envelopes received twice and dropped.
+    pub duplicates: u64,
+    /// Gaps reported.
+    pub gaps: u64,
+    /// Times another node with this node's name was seen.
+    pub duplicate_node_seen: u64,
+}
+
+type GapHook = Arc<dyn Fn(&Gap) + Send + Sync>;
+
+/// Settings for a [`Cluster`] node; [`start`](Self::start) runs it.
+pub struct ClusterBuilder {
+    bus: Box<dyn Backplane>,
+    handle: ServerHandle,
+    topics: Option<Topics>,
+    node_id: Option<String>,
+    options: Options,
+}
+
+impl ClusterBuilder {
+    /// This node's name (default: 16 random hex digits). Names must be unique in the
+    /// cluster: another node seen with this name is logged as an error.
+    pub fn node_id(mut self, id: impl Into<String>) -> Self {
+        self.node_id = Some(id.into());
+        self
+    }
+
+    /// The topics to make cluster-wide (default: new ones; see [`Cluster::topics`]).
+    pub fn topics(mut self, topics: Topics) -> Self {
+        self.topics = Some(topics);
+        self
+    }
+
+    /// The prefix of every bus channel (default `jp`), to share one bus between clusters.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.options.prefix = prefix.into();
+        self
+    }
+
+    /// How often this node announces itself and its connection count (default 2 s).
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.options.heartbeat = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// After how many silent intervals another node is dropped (default 3).
+    pub fn missed_heartbeats(mut self, n: u32) -> Self {
+        self.options.missed = n.max(1);
+        self
+    }
+
+    /// The most bytes of envelopes held while the bus is unreachable or slow
+    /// (default 8 MiB); past it the oldest are dropped and counted.
+    pub fn outbox_limit(mut self, bytes: usize) -> Self {
+        self.options.outbox_limit = bytes;
+        self
+    }
+
+    /// The timeout of [`Cluster::call`] (default 30 s).
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.options.call_timeout = timeout;
+        self
+    }
+
+    /// How many calls from other nodes this node runs at once (default 1024); more are
+    /// answered at once with [`ClusterError::Remote`].
+    pub fn max_remote_calls(mut self, n: usize) -> Self {
+        self.options.max_remote_calls = n.max(1);
+        self
+    }
+
+    /// Runs `hook` for every [`Gap`].
+    pub fn on_gap(mut self, hook: impl Fn(&Gap) + Send + Sync + 'static) -> Self {
+        self.options.on_gap = Some(Arc::new(hook));
+        self
+    }
+
+    /// Also notifies a topic's local subscribers of a gap, with `method` and params
+    /// `{"topic": name}` (for example `"$/gap"`; off by default).
+    pub fn gap_notification(mut self, method: impl Into<String>) -> Self {
+        self.options.gap_method = Some(method.into());
+        self
+    }
+
+    /// Subscribes the node's own channels, attaches to the handle and topics, says
+    /// hello, and runs the node until [`Cluster::shutdown`] or the last handle's drop.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Config`] for a bad node name, a bus whose events were taken,
+    /// or a handle or topics already attached to a cluster; [`ClusterError::Unavailable`]
+    /// when the bus refuses the subscriptions.
+    pub async fn start(self) -> Result<Cluster> {
+        let id = match self.node_id {
+            Some(id) => id,
+            None => format!("{:016x}", fastrand::u64(..)),
+        };
+        if !valid_node_id(&id) {
+            return Err(config(format!(
+                "node name {id:?}: use 1 to 64 of A-Z a-z 0-9 . _ : -"
+            )));
+        }
+        let topics = self.topics.unwrap_or_default();
+        let node = Node::start(self.bus, id, self.handle, topics, self.options).await?;
+        Ok(Cluster {
+            owner: Arc::new(Owner(node.clone())),
+            node,
+        })
+    }
+}
+
+fn config(message: String) -> Error {
+    Error::Cluster(ClusterError::Config(message))
+}
+
+/// One node of a cluster. Cheap to clone; the node runs until
+/// [`shutdown`](Self::shutdown) or until every clone is dropped (then without a goodbye:
+/// the others notice after the heartbeat window).
+///
+/// ```
+/// use jsonrpc_peer::cluster::{Cluster, MemoryHub};
+/// use jsonrpc_peer::ServerHandle;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> jsonrpc_peer::Result<()> {
+/// let hub = MemoryHub::new(); // Redis in production: RedisBackplane (feature `redis`)
+/// let a = Cluster::builder(hub.backplane(), ServerHandle::new()).node_id("a").start().await?;
+/// let b = Cluster::builder(hub.backplane(), ServerHandle::new()).node_id("b").start().await?;
+/// let mut nodes = a.watch_nodes();
+/// let _ = tokio::time::timeout(
+///     std::time::Duration::from_secs(5),
+///     nodes.wait_for(|n| n.len() == 2),
+/// ).await;
+/// assert_eq!(a.nodes(), ["a", "b"]);
+/// b.shutdown().await; // goodbye: a drops b at once
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Cluster {
+    node: Arc<Node>,
+    owner: Arc<Owner>,
+}
+
+/// Stops the node's tasks when the last [`Cluster`] clone goes.
+struct Owner(Arc<Node>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
+impl Cluster {
+    /// Starts building a node on `bus` that serves the peers of `handle`
+    /// ([`Server::handle`](crate::Server::handle), or an axum endpoint's).
+    pub fn builder(bus: impl Backplane, handle: ServerHandle) -> ClusterBuilder {
+        ClusterBuilder {
+            bus: Box::new(bus),
+            handle,
+            topics: None,
+            node_id: None,
+            options: Options::default(),
+        }
+    }
+
+    /// This node's name.
+    pub fn node_id(&self) -> &str {
+        &self.node.id
+    }
+
+    /// A random value of this run of the node, so a restarted node is told apart from
+    /// its earlier self.
+    pub fn incarnation(&self) -> &str {
+        &self.node.incarnation
+    }
+
+    /// The cluster's topics: publishing reaches subscribers on every node, and this
+    /// node listens to a topic's channel only while it has local subscribers.
+    pub fn topics(&self) -> Topics {
+        self.node.topics.clone()
+    }
+
+    /// The handle of this node's connections ([`ServerHandle::broadcast`] is
+    /// cluster-wide).
+    pub fn handle(&self) -> ServerHandle {
+        self.node.handle.clone()
+    }
+
+    /// The address of one of this node's peers.
+    pub fn addr(&self, peer: &Peer) -> PeerAddr {
+        PeerAddr {
+            node: self.node.id.clone(),
+            peer: peer.id(),
+        }
+    }
+
+    /// Calls the peer at `to`, wherever it is connected, with the cluster's call timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`Peer::call`] ([`Error::Rpc`] with the peer's error object, [`Error::Timeout`],
+    /// [`Error::Closed`]), plus [`Error::Cluster`]: [`ClusterError::NoSuchPeer`],
+    /// [`ClusterError::NodeDown`] (at once for a node not live, or when it goes silent
+    /// mid-call), [`ClusterError::Unavailable`] (at once while the bus is down).
+    pub async fn call<R: DeserializeOwned>(
+        &self,
+        to: &PeerAddr,
+        method: &str,
+        params: impl Serialize,
+    ) -> Result<R> {
+        self.call_raw(to, method, params, self.node.options.call_timeout)
+            .await?
+            .decode()
+    }
+
+    /// [`call`](Self::call) with its own timeout, returning the raw result.
+    ///
+    /// # Errors
+    ///
+    /// As for [`call`](Self::call).
+    pub async fn call_raw(
+        &self,
+        to: &PeerAddr,
+        method: &str,
+        params: impl Serialize,
+        timeout: Duration,
+    ) -> Result<Reply> {
+        if to.node == self.node.id {
+            let peer = self.local_peer(to)?;
+            return peer.call_raw(method, params, timeout).await;
+        }
+        self.node.call_remote(to, method, &params, timeout).await
+    }
+
+    /// Notifies the peer at `to`, wherever it is connected. Returns once the
+    /// notification is queued; nothing says whether it arrived.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::NoSuchPeer`] for a local address with no peer,
+    /// [`ClusterError::NodeDown`], [`ClusterError::Unavailable`], or the params errors
+    /// of [`Peer::call`].
+    pub fn notify(&self, to: &PeerAddr, method: &str, params: impl Serialize) -> Result<()> {
+        let frame = crate::message::request(method, &params, None)?;
+        if to.node == self.node.id {
+            self.local_peer(to)?.push(frame.into());
+            return Ok(());
+        }
+        self.node.notify_remote(to, frame.as_bytes())
+    }
+
+    fn local_peer(&self, to: &PeerAddr) -> Result<Peer> {
+        self.node
+            .handle
+            .peer(to.peer)
+            .ok_or_else(|| Error::Cluster(ClusterError::NoSuchPeer(to.clone())))
+    }
+
+    /// Connections on every live node: this node's now, the others' from their last
+    /// heartbeat.
+    pub fn connection_count(&self) -> usize {
+        self.node.connection_count()
+    }
+
+    /// The live nodes' names (this one included), sorted.
+    pub fn nodes(&self) -> Vec<String> {
+        self.node.nodes_watch.borrow().clone()
+    }
+
+    /// Watches the live nodes' names.
+    pub fn watch_nodes(&self) -> watch::Receiver<Vec<String>> {
+        self.node.nodes_watch.subscribe()
+    }
+
+    /// Whether the bus is reachable.
+    pub fn state(&self) -> ClusterState {
+        *self.node.state.borrow()
+    }
+
+    /// Watches [`state`](Self::state).
+    pub fn watch_state(&self) -> watch::Receiver<ClusterState> {
+        self.node.state.subscribe()
+    }
+
+    /// The node's counters.
+    pub fn stats(&self) -> ClusterStats {
+        self.node.stats()
+    }
+
+    /// Sends what the outbox holds (for at most 2 s), says goodbye so the other nodes
+    /// drop this one at once, and stops. Local delivery goes on without the cluster.
+    pub async fn shutdown(&self) {
+        self.node.shutdown().await;
+        let _ = &self.owner;
+    }
+}
+
+impl fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cluster")
+            .field("node", &self.node.id)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+/// What a [`ServerHandle`] or [`Topics`] attached to a cluster calls. It holds the node
+/// weakly: the registry and topics never keep a stopped node alive.
+#[derive(Clone)]
+pub(crate) struct Hook(Weak<Node>);
+
+impl Hook {
+    /// A broadcast delivered locally; `frame` goes to the other nodes.
+    pub(crate) fn broadcast(&self, frame: &str) {
+        if let Some(node) = self.0.upgrade() {
+            node.send_broadcast(frame);
+        }
+    }
+
+    /// A publish on `topic` delivered locally; `frame` goes to the other nodes.
+    pub(crate) fn publish(&self, topic: &str, frame: &str) {
+        if let Some(node) = self.0.upgrade() {
+            node.send_topic(topic, frame);
+        }
+    }
+
+    /// The local subscribers of `topic` went from none to some, or back.
+    pub(crate) fn changed(&self, topic: &str) {
+        if let Some(node) = self.0.upgrade() {
+            node.subscriptions.changed(topic);
+        }
+    }
+
+    /// Resolves once the bus listens to `topic` for this node.
+    pub(crate) async fn ready(&self, topic: &str) -> Result<()> {
+        match self.0.upgrade() {
+            Some(node) => node.ready(topic).await,
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! Calls and notifies to one peer on another node, over that node's own channel; the
+//! answer comes back on the asking node's channel only.
+//!
+//! A waiting call leaves the pending map in exactly one way each: its answer arrives,
+//! its caller gives up (the guard's drop, on timeout or cancellation), the target node
+//! goes (goodbye or silence), or the bus goes down.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use tokio::sync::oneshot;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
+
+use super::envelope::{Closed, Header, Kind, Outcome};
+use super::node::{lock, Node};
+use super::{ClusterError, PeerAddr};
+use crate::error::{CloseReason, Error, Result, RpcError};
+use crate::pending::Reply;
+use crate::transport::Text;
+
+type Slot = oneshot::Sender<Result<Reply>>;
+
+#[derive(Default)]
+pub(crate) struct Calls {
+    pending: Mutex<HashMap<u64, (PeerAddr, Slot)>>,
+    next: AtomicU64,
+}
+
+/// Removes a call's entry when its caller stops waiting.
+struct Guard<'a> {
+    calls: &'a Calls,
+    corr: u64,
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        lock(&self.calls.pending).remove(&self.corr);
+    }
+}
+
+impl Calls {
+    /// Delivers a reply to the call waiting for it (if it still is).
+    pub(crate) fn answer(&self, header: &Header<'_>, body: Bytes) {
+        let Some(corr) = header.c else { return };
+        let Some((to, slot)) = lock(&self.pending).remove(&corr) else {
+            return; // the caller gave up
+        };
+        let _ = slot.send(outcome(header, to, body));
+    }
+
+    /// Fails every call waiting on `node`.
+    pub(crate) fn fail_node(&self, node: &str, error: &ClusterError) {
+        let failed: Vec<Slot> = {
+            let mut pending = lock(&self.pending);
+            let corrs: Vec<u64> = pending
+                .iter()
+                .filter(|(_, (to, _))| to.node == node)
+                .map(|(c, _)| *c)
+                .collect();
+            corrs
+                .iter()
+                .filter_map(|c| pending.remove(c))
+                .map(|(_, s)| s)
+                .collect()
+        };
+        for slot in failed {
+            let _ = slot.send(Err(Error::Cluster(error.clone())));
+        }
+    }
+
+    /// Fails every waiting call.
+    pub(crate) fn fail_all(&self, error: &ClusterError) {
+        let failed: Vec<_> = lock(&self.pending).drain().collect();
+        for (_, (_, slot)) in failed {
+            let _ = slot.send(Err(Error::Cluster(error.clone())));
+        }
+    }
+}
+
+/// What a reply says, as the caller's result.
+fn outcome(header: &Header<'_>, to: PeerAddr, body: Bytes) -> Result<Reply> {
+    let text = || {
+        Utf8Bytes::try_from(body.clone())
+            .map(Text::from)
+            .map_err(|_| Error::InvalidResponse("a reply that is not UTF-8".into()))
+    };
+    match header.e {
+        None => {
+            let text = text()?;
+            let len = text.len();
+            Ok(Reply::new(text, 0..len))
+        }
+        Some(Outcome::Rpc) => match serde_json::from_slice::<RpcError>(&body) {
+            Ok(e) => Err(Error::Rpc(e)),
+            Err(e) => Err(Error::InvalidResponse(format!(
+                "malformed error object: {e}"
+            ))),
+        },
+        Some(Outcome::Timeout) => Err(Error::Timeout(Duration::from_millis(header.t.unwrap_or(0)))),
+        Some(Outcome::Closed) => {
+            let closed: Closed = serde_json::from_slice(&body)
+                .map_err(|e| Error::InvalidResponse(format!("malformed close reason: {e}")))?;
+            Err(Error::Closed(close_reason(closed)))
+        }
+        Some(Outcome::NoPeer) => Err(Error::Cluster(ClusterError::NoSuchPeer(to))),
+        Some(Outcome::Failed) => Err(Error::Cluster(ClusterError::Remote(
+            String::from_utf8_lossy(&body).into_owned(),
+        ))),
+    }
+}
+
+fn close_reason(c: Closed) -> CloseReason {
+    match c.kind.as_str() {
+        "local" => CloseReason::Local {
+            code: c.code,
+            reason: c.reason,
+        },
+        "remote" => CloseReason::Remote {
+            code: c.code,
+            reason: c.reason,
+        },
+        "eof" => CloseReason::Eof,
+        "keepalive" => CloseReason::KeepaliveTimeout,
+        _ => CloseReason::Transport(Arc::new(std::io::Error::other(c.reason))),
+    }
+}
+
+fn closed(reason: &CloseReason) -> Closed {
+    let (kind, code, text) = match reason {
+        CloseReason::Local { code, reason } => ("local", *code, reason.clone()),
+        CloseReason::Remote { code, reason } => ("remote", *code, reason.clone()),
+        CloseReason::Eof => ("eof", 0, String::new()),
+        CloseReason::KeepaliveTimeout => ("keepalive", 0, String::new()),
+        other => ("transport", 0, other.to_string()),
+    };
+    Closed {
+        kind: kind.into(),
+        code,
+        reason: text,
+    }
+}
+
+fn unavailable() -> Error {
+    Error::Cluster(ClusterError::Unavailable("the bus is down".into()))
+}
+
+impl Node {
+    /// Checks that a call or notify to `to` can go out now: fails at once, rather than
+    /// waiting out a timeout, when it cannot.
+    fn reachable(&self, to: &PeerAddr) -> Result<()> {
+        if !self.is_up() {
+            return Err(unavailable());
+        }
+        if !self.is_live(&to.node) {
+            return Err(Error::Cluster(ClusterError::NodeDown(to.node.clone())));
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn call_remote(
+        &self,
+        to: &PeerAddr,
+        method: &str,
+        params: &impl Serialize,
+        timeout: Duration,
+    ) -> Result<Reply> {
+        // Written as a notification: the target node adds its own id.
+        let frame = crate::message::request(method, params, None)?;
+        self.reachable(to)?;
+        let corr = self.calls.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&self.calls.pending).insert(corr, (to.clone(), tx));
+        let _guard = Guard {
+            calls: &self.calls,
+            corr,
+        };
+        let mut header = Header::new(Kind::Call, &self.id, &self.incarnation);
+        header.c = Some(corr);
+        header.p = Some(to.peer);
+        header.t = Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        if !self.enqueue(
+            &self.channels.node(&to.node),
+            header,
+            frame.as_bytes(),
+            false,
+        ) {
+            return Err(unavailable());
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(Error::Cluster(ClusterError::Stopped)),
+            Err(_) => Err(Error::Timeout(timeout)),
+        }
+    }
+
+    pub(crate) fn notify_remote(&self, to: &PeerAddr, frame: &[u8]) -> Result<()> {
+        self.reachable(to)?;
+        let mut header = Header::new(Kind::Notify, &self.id, &self.incarnation);
+        header.p = Some(to.peer);
+        if !self.enqueue(&self.channels.node(&to.node), header, frame, false) {
+            return Err(unavailable());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+struct CallBody<'a> {
+    #[serde(borrow)]
+    method: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+}
+
+/// Runs a call from another node on the local peer, and answers it.
+pub(crate) fn serve(node: &Arc<Node>, header: &Header<'_>, body: Bytes) {
+    let (Some(corr), Some(peer_id)) = (header.c, header.p) else {
+        return;
+    };
+    let origin = header.o.to_string();
+    let timeout = header
+        .t
+        .map_or(node.options.call_timeout, Duration::from_millis);
+    let reply = move |node: &Node, outcome: Option<Outcome>, t: Option<u64>, body: &[u8]| {
+        let mut header = Header::new(Kind::Reply, &node.id, &node.incarnation);
+        header.c = Some(corr);
+        header.e = outcome;
+        header.t = t;
+        node.enqueue(&node.channels.node(&origin), header, body, false);
+    };
+    let Some(peer) = node.handle.peer(peer_id) else {
+        reply(node, Some(Outcome::NoPeer), None, b"");
+        return;
+    };
+    let Ok(permit) = node.remote_calls.clone().try_acquire_owned() else {
+        reply(
+            node,
+            Some(Outcome::Failed),
+            None,
+            b"too many calls from other nodes in flight",
+        );
+        return;
+    };
+    let node = node.clone();
+    tokio::spawn(async move {
+        let _permit = permit;
+        let call = match serde_json::from_slice::<CallBody<'_>>(&body) {
+            Ok(call) => call,
+            Err(e) => {
+                reply(
+                    &node,
+                    Some(Outcome::Failed),
+                    None,
+                    format!("malformed call: {e}").as_bytes(),
+                );
+                return;
+            }
+        };
+        match peer.call_raw(&call.method, call.params, timeout).await {
+            Ok(result) => reply(&node, None, None, result.get().as_bytes()),
+            Err(Error::Rpc(e)) => {
+                let body = serde_json::to_vec(&e).unwrap_or_default();
+                reply(&node, Some(Outcome::Rpc), None, &body);
+            }
+            Err(Error::Timeout(d)) => {
+                let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+                reply(&node, Some(Outcome::Timeout), Some(ms), b"");
+            }
+            Err(Error::Closed(reason)) => {
+                let body = serde_json::to_vec(&closed(&reason)).unwrap_or_default();
+                reply(&node, Some(Outcome::Closed), None, &body);
+            }
+            Err(other) => reply(
+                &node,
+                Some(Outcome::Failed),
+                None,
+                other.to_string().as_bytes(),
+            ),
+        }
+    });
+}

@@ -1,0 +1,270 @@
+//! A bus inside one process, shared by several nodes, with faults on demand: the whole
+//! cluster logic runs and is tested on it without any server.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use super::backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+
+/// The hub: every [`MemoryBackplane`] made from it (or from a clone of it) sees the
+/// others' publishes, like clients of one Redis.
+///
+/// ```
+/// use jsonrpc_peer::cluster::MemoryHub;
+///
+/// let hub = MemoryHub::new();
+/// let (a, b) = (hub.backplane(), hub.backplane());
+/// b.cut(); // b loses the bus: its publishes fail, it receives nothing, it gets `Down`
+/// b.restore(); // and `Up`, with its subscriptions as they were
+/// # drop(a);
+/// ```
+#[derive(Clone, Default)]
+pub struct MemoryHub {
+    links: Arc<Mutex<Vec<Weak<Link>>>>,
+}
+
+/// One node's link to a [`MemoryHub`].
+#[derive(Clone)]
+pub struct MemoryBackplane {
+    link: Arc<Link>,
+    hub: MemoryHub,
+}
+
+struct Link {
+    subscriptions: Mutex<HashSet<String>>,
+    tx: mpsc::Sender<BusEvent>,
+    rx: Mutex<Option<mpsc::Receiver<BusEvent>>>,
+    cut: AtomicBool,
+    /// Messages to this link lost silently, from the next one on.
+    drop_next: AtomicU64,
+    /// Publishes from this link delivered but answered with an error (a lost ack).
+    lose_acks: AtomicU64,
+    delay_ms: AtomicU64,
+    /// Messages lost because the consumer did not keep up.
+    overflowed: AtomicU64,
+}
+
+/// Events a link holds for a consumer that has not read them (default of
+/// [`MemoryHub::backplane`]).
+const EVENT_CAPACITY: usize = 65_536;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl MemoryHub {
+    /// A hub with no links.
+    pub fn new() -> Self {
+        MemoryHub::default()
+    }
+
+    /// A new link, for one node.
+    pub fn backplane(&self) -> MemoryBackplane {
+        self.backplane_with_capacity(EVENT_CAPACITY)
+    }
+
+    /// A new link that holds at most `capacity` unread events; past that, messages to it
+    /// are lost (and counted), as Redis drops a subscriber that falls too far behind.
+    pub fn backplane_with_capacity(&self, capacity: usize) -> MemoryBackplane {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let link = Arc::new(Link {
+            subscriptions: Mutex::new(HashSet::new()),
+            tx,
+            rx: Mutex::new(Some(rx)),
+            cut: AtomicBool::new(false),
+            drop_next: AtomicU64::new(0),
+            lose_acks: AtomicU64::new(0),
+            delay_ms: AtomicU64::new(0),
+            overflowed: AtomicU64::new(0),
+        });
+        let mut links = lock(&self.links);
+        links.retain(|l| l.strong_count() > 0);
+        links.push(Arc::downgrade(&link));
+        MemoryBackplane {
+            link,
+            hub: self.clone(),
+        }
+    }
+
+    /// How many live links are subscribed to `channel` (Redis's `PUBSUB NUMSUB`).
+    pub fn subscribers(&self, channel: &str) -> usize {
+        self.live()
+            .iter()
+            .filter(|l| lock(&l.subscriptions).contains(channel))
+            .count()
+    }
+
+    /// Cuts every link (the bus goes away).
+    pub fn cut_all(&self) {
+        self.set_all(true);
+    }
+
+    /// Restores every link. All links are back before any is told so.
+    pub fn restore_all(&self) {
+        self.set_all(false);
+    }
+
+    fn set_all(&self, cut: bool) {
+        let links = self.live();
+        let changed: Vec<_> = links
+            .iter()
+            .filter(|l| l.cut.swap(cut, Ordering::SeqCst) != cut)
+            .collect();
+        for link in changed {
+            link.announce(cut);
+        }
+    }
+
+    fn live(&self) -> Vec<Arc<Link>> {
+        lock(&self.links).iter().filter_map(Weak::upgrade).collect()
+    }
+}
+
+impl Link {
+    fn set_cut(&self, cut: bool) {
+        if self.cut.swap(cut, Ordering::SeqCst) != cut {
+            self.announce(cut);
+        }
+    }
+
+    fn announce(&self, cut: bool) {
+        // Subscriptions survive a cut: the link issues them again on its own.
+        let _ = self
+            .tx
+            .try_send(if cut { BusEvent::Down } else { BusEvent::Up });
+    }
+
+    fn deliver(&self, channel: &str, payload: &Bytes) {
+        if self.cut.load(Ordering::SeqCst) || !lock(&self.subscriptions).contains(channel) {
+            return;
+        }
+        let lost = self
+            .drop_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if lost.is_ok() {
+            return;
+        }
+        let event = BusEvent::Message {
+            channel: channel.to_owned(),
+            payload: payload.clone(),
+        };
+        if self.tx.try_send(event).is_err() {
+            self.overflowed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn check(&self) -> Result<(), BackplaneError> {
+        if self.cut.load(Ordering::SeqCst) {
+            Err(BackplaneError::Unavailable("link cut".into()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl MemoryBackplane {
+    /// Cuts this link: publishes and subscribes fail, nothing is received, and the
+    /// consumer gets [`BusEvent::Down`].
+    pub fn cut(&self) {
+        self.link.set_cut(true);
+    }
+
+    /// Restores this link: the consumer gets [`BusEvent::Up`]; subscriptions are as
+    /// they were before the cut.
+    pub fn restore(&self) {
+        self.link.set_cut(false);
+    }
+
+    /// The next `n` messages for this link are lost without a word (a lossy bus).
+    pub fn drop_next(&self, n: u64) {
+        self.link.drop_next.store(n, Ordering::SeqCst);
+    }
+
+    /// The next `n` publishes from this link are delivered but fail (the bus took them
+    /// and the answer was lost): the publisher sends them again, and receivers must
+    /// drop the copies.
+    pub fn lose_acks(&self, n: u64) {
+        self.link.lose_acks.store(n, Ordering::SeqCst);
+    }
+
+    /// Every publish from this link waits `delay` before it is delivered (a slow bus;
+    /// order is kept).
+    pub fn set_delay(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.link.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Messages lost because this link's consumer did not keep up.
+    pub fn overflowed(&self) -> u64 {
+        self.link.overflowed.load(Ordering::Relaxed)
+    }
+}
+
+impl Backplane for MemoryBackplane {
+    fn publish(&self, channel: &str, payload: Bytes) -> BoxFuture<'_, Result<(), BackplaneError>> {
+        let channel = channel.to_owned();
+        Box::pin(async move {
+            self.link.check()?;
+            let delay = self.link.delay_ms.load(Ordering::SeqCst);
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                self.link.check()?;
+            }
+            for link in self.hub.live() {
+                link.deliver(&channel, &payload);
+            }
+            let lost = self
+                .link
+                .lose_acks
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+            if lost.is_ok() {
+                return Err(BackplaneError::Unavailable("answer lost".into()));
+            }
+            Ok(())
+        })
+    }
+
+    fn subscribe(&self, channel: &str) -> BoxFuture<'_, Result<(), BackplaneError>> {
+        let channel = channel.to_owned();
+        Box::pin(async move {
+            self.link.check()?;
+            lock(&self.link.subscriptions).insert(channel);
+            Ok(())
+        })
+    }
+
+    fn unsubscribe(&self, channel: &str) -> BoxFuture<'_, Result<(), BackplaneError>> {
+        let channel = channel.to_owned();
+        Box::pin(async move {
+            self.link.check()?;
+            lock(&self.link.subscriptions).remove(&channel);
+            Ok(())
+        })
+    }
+
+    fn events(&self) -> Option<mpsc::Receiver<BusEvent>> {
+        lock(&self.link.rx).take()
+    }
+}
+
+impl std::fmt::Debug for MemoryBackplane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryBackplane")
+            .field("cut", &self.link.cut.load(Ordering::Relaxed))
+            .field("subscriptions", &lock(&self.link.subscriptions).len())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for MemoryHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryHub")
+            .field("links", &self.live().len())
+            .finish()
+    }
+}

@@ -1,0 +1,636 @@
+//! A cluster of three nodes in one process on the in-memory bus: real servers on
+//! 127.0.0.1:0, real clients, faults injected into the bus.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::within;
+use jsonrpc_peer::cluster::{
+    Cluster, ClusterError, ClusterState, Gap, MemoryBackplane, MemoryHub, PeerAddr,
+};
+use jsonrpc_peer::{connect, Context, Error, ErrorCode, Peer, Router, RpcError, Server};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+/// What a client received: (client, method, params).
+type Seen = (usize, String, Value);
+
+struct Node {
+    cluster: Cluster,
+    bus: MemoryBackplane,
+    url: String,
+    gaps: Arc<Mutex<Vec<Gap>>>,
+}
+
+struct Setup {
+    heartbeat: Duration,
+    outbox_limit: usize,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            heartbeat: Duration::from_millis(100),
+            outbox_limit: 8 << 20,
+        }
+    }
+}
+
+async fn node(hub: &MemoryHub, name: &str, setup: &Setup) -> Node {
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    let bus = hub.backplane();
+    let gaps = Arc::new(Mutex::new(Vec::new()));
+    let cluster = within(
+        Cluster::builder(bus.clone(), server.handle())
+            .node_id(name)
+            .heartbeat_interval(setup.heartbeat)
+            .outbox_limit(setup.outbox_limit)
+            .gap_notification("$/gap")
+            .on_gap({
+                let gaps = gaps.clone();
+                move |gap| gaps.lock().unwrap().push(gap.clone())
+            })
+            .start(),
+    )
+    .await
+    .unwrap();
+    let router = Router::with_state(cluster.clone())
+        .method("whoami", |cx: Context<Cluster>, (): ()| async move {
+            Ok::<_, RpcError>(cx.state().addr(cx.peer()).to_string())
+        })
+        .method(
+            "subscribe",
+            |cx: Context<Cluster>, (topic,): (String,)| async move {
+                let topics = cx.state().topics();
+                topics
+                    .subscribe_ready(cx.peer(), &topic)
+                    .await
+                    .map_err(|e| RpcError::new(-32000, e.to_string()))
+            },
+        )
+        .method(
+            "unsubscribe",
+            |cx: Context<Cluster>, (topic,): (String,)| async move {
+                Ok::<_, RpcError>(cx.state().topics().unsubscribe(cx.peer(), &topic))
+            },
+        );
+    tokio::spawn(server.serve(router));
+    Node {
+        cluster,
+        bus,
+        url,
+        gaps,
+    }
+}
+
+/// Three nodes a, b, c that all see each other.
+async fn three(hub: &MemoryHub, setup: &Setup) -> [Node; 3] {
+    let nodes = [
+        node(hub, "a", setup).await,
+        node(hub, "b", setup).await,
+        node(hub, "c", setup).await,
+    ];
+    for n in &nodes {
+        all_live(n, 3).await;
+    }
+    nodes
+}
+
+async fn all_live(node: &Node, count: usize) {
+    let mut nodes = node.cluster.watch_nodes();
+    within(nodes.wait_for(|n| n.len() == count)).await.unwrap();
+}
+
+/// A client that forwards every notification it knows to `tx`, and serves a few
+/// methods for calls from the server side.
+async fn client(url: &str, me: usize, tx: &mpsc::UnboundedSender<Seen>) -> (Peer, PeerAddr) {
+    let mut router = Router::new()
+        .method("describe", move |_cx: Context, (): ()| async move {
+            Ok::<_, RpcError>(json!({ "client": me }))
+        })
+        .method("double", |_cx: Context, (n,): (i64,)| async move {
+            Ok::<_, RpcError>(n * 2)
+        })
+        .method("hang", {
+            let tx = tx.clone();
+            move |_cx: Context, (): ()| {
+                let _ = tx.send((me, "hanging".into(), Value::Null));
+                async move {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    Ok::<_, RpcError>(0)
+                }
+            }
+        });
+    for method in ["tick", "news", "feed", "prices", "$/gap", "done", "toast"] {
+        let tx = tx.clone();
+        router = router.notification(method, move |_cx: Context, params: Value| {
+            let _ = tx.send((me, method.to_owned(), params));
+            async {}
+        });
+    }
+    let peer = within(connect(url, router)).await.unwrap();
+    // Answered by a handler, so the server has registered this peer.
+    let addr: String = within(peer.call("whoami", ())).await.unwrap();
+    (peer, addr.parse().unwrap())
+}
+
+/// Receives until every one of `clients` got `done`; returns what each got before it.
+async fn until_done(
+    rx: &mut mpsc::UnboundedReceiver<Seen>,
+    clients: &[usize],
+) -> HashMap<usize, Vec<(String, Value)>> {
+    let mut got: HashMap<usize, Vec<(String, Value)>> = HashMap::new();
+    let mut done = 0;
+    while done < clients.len() {
+        let (who, method, params) = within(rx.recv()).await.unwrap();
+        if method == "done" {
+            done += 1;
+        } else {
+            got.entry(who).or_default().push((method, params));
+        }
+    }
+    got
+}
+
+fn numbers(seen: &[(String, Value)], method: &str) -> Vec<u64> {
+    seen.iter()
+        .filter(|(m, _)| m == method)
+        .map(|(_, p)| p[0].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_broadcasts_reach_every_client_on_every_node_once_in_order() {
+    let hub = MemoryHub::new();
+    let nodes = three(&hub, &Setup::default()).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut clients = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        for j in 0..2 {
+            clients.push(client(&n.url, i * 10 + j, &tx).await);
+        }
+    }
+    let a = nodes[0].cluster.handle();
+    for i in 0..1000u64 {
+        assert_eq!(a.broadcast("tick", [i]).unwrap(), 2, "a's own two clients");
+    }
+    a.broadcast("done", ()).unwrap();
+    let ids = [0, 1, 10, 11, 20, 21];
+    let got = until_done(&mut rx, &ids).await;
+    for id in ids {
+        let ticks = numbers(&got[&id], "tick");
+        assert_eq!(ticks, (0..1000).collect::<Vec<_>>(), "client {id}");
+    }
+    for n in &nodes {
+        assert_eq!(n.cluster.stats().gaps, 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_goes_only_to_the_nodes_with_subscribers() {
+    let hub = MemoryHub::new();
+    let [a, b, c] = three(&hub, &Setup::default()).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (_on_a, _) = client(&a.url, 0, &tx).await;
+    let (on_b, _) = client(&b.url, 1, &tx).await;
+    let (on_c, _) = client(&c.url, 2, &tx).await;
+    for p in [&on_b, &on_c] {
+        let added: bool = within(p.call("subscribe", ["prices"])).await.unwrap();
+        assert!(added);
+    }
+    assert_eq!(
+        hub.subscribers("jp:t:prices"),
+        2,
+        "b and c listen, a does not"
+    );
+    let topics = a.cluster.topics();
+    for i in 0..20u64 {
+        assert_eq!(
+            topics.publish("prices", [i]).unwrap(),
+            0,
+            "no subscriber on a"
+        );
+    }
+    a.cluster.handle().broadcast("done", ()).unwrap();
+    let got = until_done(&mut rx, &[0, 1, 2]).await;
+    assert!(
+        !got.contains_key(&0),
+        "a's client is not subscribed: {got:?}"
+    );
+    for id in [1, 2] {
+        assert_eq!(numbers(&got[&id], "prices"), (0..20).collect::<Vec<_>>());
+    }
+
+    // The last subscriber on c leaves: c stops listening, b keeps on.
+    let removed: bool = within(on_c.call("unsubscribe", ["prices"])).await.unwrap();
+    assert!(removed);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while hub.subscribers("jp:t:prices") != 1 {
+        assert!(Instant::now() < deadline, "c still listens to the topic");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    topics.publish("prices", [99]).unwrap();
+    a.cluster.handle().broadcast("done", ()).unwrap();
+    let got = until_done(&mut rx, &[0, 1, 2]).await;
+    assert_eq!(numbers(&got[&1], "prices"), [99]);
+    assert!(!got.contains_key(&2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_publishers_on_one_topic_each_keep_their_order() {
+    let hub = MemoryHub::new();
+    let [a, b, c] = three(&hub, &Setup::default()).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut subscribers = Vec::new();
+    for (i, n) in [&a, &b, &c].iter().enumerate() {
+        let (p, _) = client(&n.url, i, &tx).await;
+        let _: bool = within(p.call("subscribe", ["feed"])).await.unwrap();
+        subscribers.push(p);
+    }
+    let publish = |n: &Node, origin: u64| {
+        let topics = n.cluster.topics();
+        tokio::spawn(async move {
+            for i in 0..500u64 {
+                topics.publish("feed", [origin, i]).unwrap();
+                if i % 50 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        })
+    };
+    let (pa, pb) = (publish(&a, 0), publish(&b, 1));
+    within(pa).await.unwrap();
+    within(pb).await.unwrap();
+    let mut got: HashMap<usize, [Vec<u64>; 2]> = HashMap::new();
+    for _ in 0..3 * 1000 {
+        let (who, method, p) = within(rx.recv()).await.unwrap();
+        assert_eq!(method, "feed");
+        let origin = p[0].as_u64().unwrap() as usize;
+        got.entry(who).or_default()[origin].push(p[1].as_u64().unwrap());
+    }
+    for who in 0..3 {
+        for (origin, seen) in got[&who].iter().enumerate() {
+            assert_eq!(
+                *seen,
+                (0..500).collect::<Vec<_>>(),
+                "client {who}, publisher {origin}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_on_another_node_is_called_and_notified_by_address() {
+    let hub = MemoryHub::new();
+    let [a, _b, c] = three(&hub, &Setup::default()).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (_peer, addr) = client(&c.url, 7, &tx).await;
+    assert_eq!(addr.node, "c");
+
+    let described: Value = within(a.cluster.call(&addr, "describe", ())).await.unwrap();
+    assert_eq!(described, json!({ "client": 7 }));
+    let doubled: i64 = within(a.cluster.call(&addr, "double", [21])).await.unwrap();
+    assert_eq!(doubled, 42);
+
+    // The peer's own error comes back as it would from a local call.
+    let err = within(a.cluster.call::<i64>(&addr, "double", ["x"]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.rpc().map(|e| e.code), Some(ErrorCode::INVALID_PARAMS));
+    let local = within(c.cluster.call::<i64>(&addr, "double", ["x"]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.rpc(), local.rpc(), "remote and local errors agree");
+    let err = within(a.cluster.call::<i64>(&addr, "nope", ()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.rpc().map(|e| e.code), Some(ErrorCode::METHOD_NOT_FOUND));
+
+    // A peer the node does not have.
+    let unknown = PeerAddr {
+        node: "c".into(),
+        peer: 999_999,
+    };
+    let started = Instant::now();
+    let err = within(a.cluster.call::<Value>(&unknown, "describe", ()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Cluster(ClusterError::NoSuchPeer(ref p)) if *p == unknown),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        started.elapsed()
+    );
+    // A node that does not exist fails at once.
+    let nowhere: PeerAddr = "zz/1".parse().unwrap();
+    let err = a
+        .cluster
+        .call::<Value>(&nowhere, "describe", ())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Cluster(ClusterError::NodeDown(_))),
+        "{err:?}"
+    );
+
+    // The call's own timeout holds across nodes.
+    let err = within(
+        a.cluster
+            .call_raw(&addr, "hang", (), Duration::from_millis(200)),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::Timeout(_)), "{err:?}");
+
+    let (_, method, _) = within(rx.recv()).await.unwrap();
+    assert_eq!(method, "hanging", "the timed-out call did reach the client");
+    a.cluster.notify(&addr, "toast", ["hi"]).unwrap();
+    let (who, method, params) = within(rx.recv()).await.unwrap();
+    assert_eq!((who, method.as_str(), params), (7, "toast", json!(["hi"])));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_dies_mid_call_fails_the_call_within_its_heartbeat_window() {
+    let hub = MemoryHub::new();
+    let setup = Setup::default(); // 100 ms heartbeats, dead after 3 silent ones
+    let [a, _b, c] = three(&hub, &setup).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (_peer, addr) = client(&c.url, 0, &tx).await;
+    let call = {
+        let cluster = a.cluster.clone();
+        let addr = addr.clone();
+        tokio::spawn(async move {
+            cluster
+                .call_raw(&addr, "hang", (), Duration::from_secs(30))
+                .await
+        })
+    };
+    // The call is running on c's client before c dies.
+    let (_, method, _) = within(rx.recv()).await.unwrap();
+    assert_eq!(method, "hanging");
+    let died = Instant::now();
+    c.bus.cut(); // c vanishes from the bus without a goodbye
+    let err = within(call).await.unwrap().unwrap_err();
+    let took = died.elapsed();
+    assert!(
+        matches!(err, Error::Cluster(ClusterError::NodeDown(ref n)) if n == "c"),
+        "{err:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(200),
+        "not before c went silent: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "within the window, not the 30 s timeout: {took:?}"
+    );
+    assert_eq!(a.cluster.nodes(), ["a", "b"]);
+    // Calls to it now fail at once.
+    let err = a
+        .cluster
+        .call::<Value>(&addr, "describe", ())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Cluster(ClusterError::NodeDown(_))),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_counts_converge_and_drop_by_goodbye_or_silence() {
+    let hub = MemoryHub::new();
+    let [a, b, c] = three(&hub, &Setup::default()).await;
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let mut clients = Vec::new();
+    for (n, count) in [(&a, 2), (&b, 1), (&c, 3)] {
+        for i in 0..count {
+            clients.push(client(&n.url, i, &tx).await);
+        }
+    }
+    for n in [&a, &b, &c] {
+        wait_count(&n.cluster, 6).await;
+    }
+    // A goodbye drops b's count at once, well before its heartbeat window.
+    let mut nodes = a.cluster.watch_nodes();
+    b.cluster.shutdown().await;
+    within(nodes.wait_for(|n| n.len() == 2)).await.unwrap();
+    assert_eq!(a.cluster.connection_count(), 5);
+    assert_eq!(b.cluster.state(), ClusterState::Stopped);
+    // Silence drops c after a few intervals.
+    let cut = Instant::now();
+    c.bus.cut();
+    within(nodes.wait_for(|n| n.len() == 1)).await.unwrap();
+    assert!(
+        cut.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        cut.elapsed()
+    );
+    assert_eq!(a.cluster.connection_count(), 2);
+}
+
+/// Waits until `cluster` counts `n` connections in all (they come with heartbeats).
+async fn wait_count(cluster: &Cluster, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while cluster.connection_count() != n {
+        assert!(
+            Instant::now() < deadline,
+            "{} counts {}, not {n}",
+            cluster.node_id(),
+            cluster.connection_count()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bus_outage_keeps_local_delivery_flushes_without_duplicates_and_reports_one_gap() {
+    let hub = MemoryHub::new();
+    let [a, b, c] = three(&hub, &Setup::default()).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut subscribers = Vec::new();
+    for (i, n) in [&a, &b, &c].iter().enumerate() {
+        let (p, addr) = client(&n.url, i, &tx).await;
+        let _: bool = within(p.call("subscribe", ["news"])).await.unwrap();
+        subscribers.push((p, addr));
+    }
+    let topics = a.cluster.topics();
+    topics.publish("news", [0]).unwrap();
+    for _ in 0..3 {
+        let (_, method, p) = within(rx.recv()).await.unwrap();
+        assert_eq!((method.as_str(), p), ("news", json!([0])));
+    }
+
+    hub.cut_all();
+    for n in [&a, &b, &c] {
+        let mut state = n.cluster.watch_state();
+        within(state.wait_for(|s| *s == ClusterState::Down))
+            .await
+            .unwrap();
+    }
+    // Local delivery goes on; the rest waits in a's outbox.
+    for i in 1..50u64 {
+        assert_eq!(topics.publish("news", [i]).unwrap(), 1);
+    }
+    assert!(
+        a.cluster.stats().outbox_len >= 49,
+        "{:?}",
+        a.cluster.stats()
+    );
+    // Calls to other nodes fail at once.
+    let started = Instant::now();
+    let err = a
+        .cluster
+        .call::<Value>(&subscribers[1].1, "describe", ())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Cluster(ClusterError::Unavailable(_))),
+        "{err:?}"
+    );
+    assert!(started.elapsed() < Duration::from_millis(100));
+    let mut local = Vec::new();
+    while local.len() < 49 {
+        let (who, method, p) = within(rx.recv()).await.unwrap();
+        assert_eq!(
+            (who, method.as_str()),
+            (0, "news"),
+            "only a's client, during the cut"
+        );
+        local.push(p[0].as_u64().unwrap());
+    }
+    assert_eq!(local, (1..50).collect::<Vec<_>>());
+
+    // The answers to a's first publishes after the outage get lost: it sends them
+    // again, and the others must drop the copies.
+    a.bus.lose_acks(3);
+    hub.restore_all();
+    for n in [&a, &b, &c] {
+        let mut state = n.cluster.watch_state();
+        within(state.wait_for(|s| *s == ClusterState::Up))
+            .await
+            .unwrap();
+        all_live(n, 3).await;
+    }
+    for i in 50..60u64 {
+        topics.publish("news", [i]).unwrap();
+    }
+    a.cluster.handle().broadcast("done", ()).unwrap();
+    let got = until_done(&mut rx, &[0, 1, 2]).await;
+    for who in [1, 2] {
+        let news = numbers(&got[&who], "news");
+        assert_eq!(
+            news,
+            (1..60).collect::<Vec<_>>(),
+            "client {who}: once each, in order"
+        );
+    }
+    assert!(
+        b.cluster.stats().duplicates + c.cluster.stats().duplicates > 0,
+        "copies were sent and dropped"
+    );
+    for (i, n) in [&a, &b, &c].iter().enumerate() {
+        let gaps = n.gaps.lock().unwrap().clone();
+        let news: Vec<_> = gaps
+            .iter()
+            .filter(|g| g.topic.as_deref() == Some("news"))
+            .collect();
+        assert_eq!(news.len(), 1, "node {i}: one gap for the topic: {gaps:?}");
+        // Its subscriber was told too, so it can refetch.
+        let told: Vec<_> = got
+            .get(&i)
+            .map(|seen| seen.iter().filter(|(m, _)| m == "$/gap").collect())
+            .unwrap_or_default();
+        assert_eq!(told.len(), 1, "node {i}: {told:?}");
+        assert_eq!(told[0].1, json!({ "topic": "news" }));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_outbox_drops_the_oldest_and_a_lossy_bus_is_reported_as_a_gap() {
+    let hub = MemoryHub::new();
+    let setup = Setup {
+        outbox_limit: 4096,
+        ..Setup::default()
+    };
+    let [a, b, _c] = three(&hub, &setup).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (p, _) = client(&b.url, 1, &tx).await;
+    let _: bool = within(p.call("subscribe", ["news"])).await.unwrap();
+    let topics = a.cluster.topics();
+    topics.publish("news", [0]).unwrap();
+    let (_, method, _) = within(rx.recv()).await.unwrap();
+    assert_eq!(method, "news");
+
+    // Only a loses the bus: b sees a's sequence jump over what a's outbox dropped.
+    a.bus.cut();
+    let mut state = a.cluster.watch_state();
+    within(state.wait_for(|s| *s == ClusterState::Down))
+        .await
+        .unwrap();
+    let filler = "x".repeat(100);
+    for i in 1..=200u64 {
+        topics.publish("news", json!([i, filler])).unwrap();
+    }
+    let stats = a.cluster.stats();
+    assert!(stats.outbox_bytes <= 4096, "{stats:?}");
+    assert!(stats.outbox_dropped > 150, "{stats:?}");
+    a.bus.restore();
+    within(state.wait_for(|s| *s == ClusterState::Up))
+        .await
+        .unwrap();
+    all_live(&b, 3).await;
+    a.cluster.handle().broadcast("done", ()).unwrap();
+    let got = until_done(&mut rx, &[1]).await;
+    let news = numbers(&got[&1], "news");
+    assert_eq!(news.last(), Some(&200), "the newest survive");
+    assert!(
+        news.windows(2).all(|w| w[0] + 1 == w[1]),
+        "in order, no holes: {news:?}"
+    );
+    let gaps = b.gaps.lock().unwrap().clone();
+    let expect = Gap::clone(&gaps[0]);
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert_eq!(expect.topic.as_deref(), Some("news"));
+    assert_eq!(expect.origin.as_deref(), Some("a"));
+    assert_eq!(
+        expect.missed,
+        Some(news[0] - 1),
+        "everything before the first survivor"
+    );
+
+    // A bus that loses messages for b: reported as a gap with the count.
+    b.bus.drop_next(3);
+    for i in 200..210u64 {
+        topics.publish("news", json!([i])).unwrap();
+    }
+    a.cluster.handle().broadcast("done", ()).unwrap();
+    let got = until_done(&mut rx, &[1]).await;
+    let news = numbers(&got[&1], "news");
+    let gaps = b.gaps.lock().unwrap().clone();
+    assert_eq!(gaps.len(), 2, "{gaps:?}");
+    assert_eq!(gaps[1].missed, Some(10 - news.len() as u64), "{news:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_with_one_name_are_noticed() {
+    let hub = MemoryHub::new();
+    let setup = Setup::default();
+    let first = node(&hub, "same", &setup).await;
+    let second = node(&hub, "same", &setup).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while first.cluster.stats().duplicate_node_seen == 0
+        || second.cluster.stats().duplicate_node_seen == 0
+    {
+        assert!(Instant::now() < deadline, "the twin goes unnoticed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_ne!(first.cluster.incarnation(), second.cluster.incarnation());
+}
