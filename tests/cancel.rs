@@ -369,3 +369,39 @@ async fn a_cooperative_handler_cancelled_in_the_mcp_form_is_not_answered() {
     raw.nothing_before_marker().await;
     assert_eq!(server.calls_running(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_that_finds_the_outgoing_queue_full_is_skipped_and_counted() {
+    use jsonrpc_peer::transport::{pair_with_capacity, Frame};
+    // The link holds one frame and the other end does not read yet; the queue holds one.
+    let (near, mut far) = pair_with_capacity(1);
+    let client = Peer::start(near, Arc::new(Router::new()), &config().outgoing_queue(1));
+    let caller = client.clone();
+    let call = tokio::spawn(async move { caller.call::<Value>("slow", ()).await });
+    // Idle time only passes once every task waits: the request is in the link by now.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(client.pending_calls(), 1);
+    client.notify("fills_the_queue", ()).await.expect("queued");
+    call.abort();
+    assert!(within(call).await.is_err_and(|e| e.is_cancelled()));
+    assert_eq!(client.cancels_skipped(), 1);
+    assert_eq!(client.pending_calls(), 0);
+    // What the other end reads: the request, the notification, and no cancel.
+    let mut read = Vec::new();
+    for _ in 0..2 {
+        match within(far.next()).await {
+            Some(Ok(Frame::Text(t))) => read.push(serde_json::from_str::<Value>(&t).expect("JSON")),
+            other => panic!("expected a text frame, got {other:?}"),
+        }
+    }
+    client.notify("after", ()).await.expect("sent");
+    match within(far.next()).await {
+        Some(Ok(Frame::Text(t))) => read.push(serde_json::from_str::<Value>(&t).expect("JSON")),
+        other => panic!("expected a text frame, got {other:?}"),
+    }
+    let methods: Vec<_> = read.iter().map(|m| m["method"].clone()).collect();
+    assert_eq!(
+        methods,
+        [json!("slow"), json!("fills_the_queue"), json!("after")]
+    );
+}

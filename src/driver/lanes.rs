@@ -70,3 +70,36 @@ impl Keyed {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex as StdMutex;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_keys_queue_is_gone_once_its_last_call_ends() {
+        let mut keyed = Keyed::default();
+        let order = Arc::new(StdMutex::new(Vec::new()));
+        let job = |n: u32, ms: u64| {
+            let order = order.clone();
+            async move {
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                order.lock().unwrap().push(n);
+            }
+        };
+        // The first is the slowest: the others of its key still wait for it.
+        let a = tokio::spawn(keyed.queue(1, job(1, 30)));
+        let b = tokio::spawn(keyed.queue(1, job(2, 10)));
+        let c = tokio::spawn(keyed.queue(2, job(3, 20)));
+        assert_eq!(lock(&keyed.tails).len(), 2);
+        for task in [a, b, c] {
+            task.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), [3, 1, 2]);
+        assert_eq!(
+            lock(&keyed.tails).len(),
+            0,
+            "no queue is kept for an idle key"
+        );
+    }
+}
