@@ -36,6 +36,8 @@ mod calls;
 mod envelope;
 mod memory;
 mod node;
+#[cfg(feature = "redis")]
+mod redis;
 mod subscriptions;
 
 use std::fmt;
@@ -49,6 +51,8 @@ use tokio::sync::watch;
 
 pub use backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
 pub use memory::{MemoryBackplane, MemoryHub};
+#[cfg(feature = "redis")]
+pub use redis::{RedisBackplane, RedisOptions};
 
 use crate::error::{Error, Result};
 use crate::peer::Peer;

@@ -2,6 +2,8 @@
 //! client that speaks text frames, and a timeout on every wait.
 #![allow(dead_code)]
 
+pub mod redis_server;
+
 #[path = "../../examples/common/spec_methods.rs"]
 pub mod spec_methods;
 

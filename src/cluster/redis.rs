@@ -1,0 +1,597 @@
+//! A [`Backplane`] on Redis pub/sub (feature `redis`), on the `redis` crate with RESP3.
+//!
+//! Two connections per backplane:
+//! - a publishing one (the crate's `ConnectionManager`, which redials by itself), fed by
+//!   one writer task from a queue filled at call time: publishes keep their call order
+//!   and go out as pipelines;
+//! - a subscribing one that this module owns and redials itself, with [`Backoff`]. It
+//!   keeps the subscription set and issues all of it again on every new connection
+//!   before reporting [`BusEvent::Up`], instead of trusting a client's automatic
+//!   resubscription: Redis adapters that did have lost every message after a restart
+//!   while looking healthy.
+//!
+//! Liveness: the subscribing connection publishes a probe on a channel of its own every
+//! [`RedisOptions::probe_interval`] and expects it back. A link that stays silent for
+//! [`RedisOptions::probe_misses`] intervals (a frozen Redis, a half-open socket) is
+//! dropped and dialed again, with `Down` and `Up` reported like any other loss.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::{
+    AsyncConnectionConfig, Client, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, Value,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+use crate::reconnect::Backoff;
+
+/// Settings of a [`RedisBackplane`]; every one has a default.
+#[derive(Clone, Debug)]
+pub struct RedisOptions {
+    prefix: String,
+    probe_interval: Duration,
+    probe_misses: u32,
+    event_capacity: usize,
+    publish_queue: usize,
+    batch_max: usize,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    backoff: Backoff,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            prefix: "jp".to_owned(),
+            probe_interval: Duration::from_secs(1),
+            probe_misses: 2,
+            event_capacity: 4096,
+            publish_queue: 4096,
+            batch_max: 256,
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+            backoff: Backoff {
+                initial: Duration::from_millis(50),
+                max: Duration::from_secs(2),
+                multiplier: 2.0,
+            },
+        }
+    }
+}
+
+impl RedisOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The prefix of this backplane's own keys: its probe channel is
+    /// `{prefix}:probe:{random}` (default `"jp"`). Channels given to
+    /// [`Backplane::publish`] and [`Backplane::subscribe`] are used as they are.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How often the subscribing connection sends itself a probe (default 1 s).
+    pub fn probe_interval(mut self, interval: Duration) -> Self {
+        self.probe_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How many probe intervals without the probe coming back make the subscribing
+    /// connection count as dead and be dialed again (default 2, at least 1).
+    pub fn probe_misses(mut self, misses: u32) -> Self {
+        self.probe_misses = misses.max(1);
+        self
+    }
+
+    /// The bound of the event stream (default 4096 events). A consumer that falls that
+    /// far behind loses messages (counted by [`RedisBackplane::dropped`]); `Down` and
+    /// `Up` are never dropped.
+    pub fn event_capacity(mut self, capacity: usize) -> Self {
+        self.event_capacity = capacity.max(1);
+        self
+    }
+
+    /// How many publishes may wait for the writer (default 4096); past that `publish`
+    /// waits for room.
+    pub fn publish_queue(mut self, len: usize) -> Self {
+        self.publish_queue = len.max(1);
+        self
+    }
+
+    /// The most `publish` calls sent as one pipeline (default 256; a `publish_many`
+    /// counts as one).
+    pub fn batch_max(mut self, len: usize) -> Self {
+        self.batch_max = len.max(1);
+        self
+    }
+
+    /// How long one dial may take (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long Redis may take to answer one command or pipeline (default 2 s).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// The waits between dials of the subscribing connection (default 50 ms growing to
+    /// 2 s, full jitter).
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+}
+
+/// A [`Backplane`] on a Redis server (standalone), through RESP3 pub/sub.
+///
+/// `url` is `redis://HOST:PORT[/DB]` or `redis+unix:///path/to/socket`; RESP3 is
+/// chosen whatever the URL says. Messages published while the link is down are lost to
+/// this node (Redis pub/sub keeps nothing): the stream says [`BusEvent::Down`] then
+/// [`BusEvent::Up`] so the layer above can report the gap.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), jsonrpc_peer::cluster::BackplaneError> {
+/// use jsonrpc_peer::cluster::{Backplane, RedisBackplane, RedisOptions};
+///
+/// let bus = RedisBackplane::connect("redis+unix:///tmp/r.sock", RedisOptions::default()).await?;
+/// let mut events = bus.events().expect("taken once");
+/// bus.subscribe("jp:all").await?;
+/// bus.publish("jp:all", "hello".into()).await?;
+/// let first = events.recv().await; // Message { channel: "jp:all", payload: "hello" }
+/// # Ok(()) }
+/// ```
+pub struct RedisBackplane {
+    publish_tx: mpsc::Sender<Publish>,
+    control_tx: mpsc::Sender<Control>,
+    events: Mutex<Option<mpsc::Receiver<BusEvent>>>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    up: AtomicBool,
+    dropped: AtomicU64,
+    reconnects: AtomicU64,
+}
+
+/// One `publish` or `publish_many` call, in the writer's queue.
+struct Publish {
+    messages: Vec<(String, Bytes)>,
+    done: oneshot::Sender<Result<(), BackplaneError>>,
+}
+
+enum Control {
+    Subscribe(String, oneshot::Sender<Result<(), BackplaneError>>),
+    Unsubscribe(String, oneshot::Sender<Result<(), BackplaneError>>),
+}
+
+impl RedisBackplane {
+    /// Dials Redis (both connections) and starts the backplane's tasks. Fails if Redis
+    /// cannot be reached now; once started it redials by itself, for as long as the
+    /// backplane lives. Must be called within a tokio runtime.
+    pub async fn connect(url: &str, options: RedisOptions) -> Result<Self, BackplaneError> {
+        let mut info = url.into_connection_info().map_err(unavailable)?;
+        info.redis.protocol = ProtocolVersion::RESP3;
+        let client = Client::open(info).map_err(unavailable)?;
+        let shared = Arc::new(Shared {
+            up: AtomicBool::new(false),
+            dropped: AtomicU64::new(0),
+            reconnects: AtomicU64::new(0),
+        });
+
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(options.connect_timeout)
+            .set_response_timeout(options.response_timeout)
+            .set_number_of_retries(1)
+            .set_max_delay(
+                options
+                    .backoff
+                    .max
+                    .as_millis()
+                    .try_into()
+                    .unwrap_or(u64::MAX),
+            );
+        let publisher = ConnectionManager::new_with_config(client.clone(), manager_config)
+            .await
+            .map_err(unavailable)?;
+
+        let probe = format!("{}:probe:{:016x}", options.prefix, fastrand::u64(..));
+        let (events_tx, events_rx) = mpsc::channel(options.event_capacity);
+        let subscriber = Subscriber {
+            client,
+            options: options.clone(),
+            probe,
+            channels: BTreeSet::new(),
+            events: events_tx,
+            shared: shared.clone(),
+        };
+        let link = subscriber.dial().await.map_err(unavailable)?;
+        shared.up.store(true, Ordering::Release);
+
+        let (publish_tx, publish_rx) = mpsc::channel(options.publish_queue);
+        let (control_tx, control_rx) = mpsc::channel(64);
+        tokio::spawn(write_loop(publisher, publish_rx, options.batch_max));
+        tokio::spawn(subscriber.run(link, control_rx));
+        Ok(RedisBackplane {
+            publish_tx,
+            control_tx,
+            events: Mutex::new(Some(events_rx)),
+            shared,
+        })
+    }
+
+    /// Whether the subscribing connection is up now (every subscription issued).
+    pub fn is_up(&self) -> bool {
+        self.shared.up.load(Ordering::Acquire)
+    }
+
+    /// Messages dropped because the event stream was full.
+    pub fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// How many times the subscribing connection was dialed again after a loss.
+    pub fn reconnects(&self) -> u64 {
+        self.shared.reconnects.load(Ordering::Relaxed)
+    }
+
+    fn control(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<(), BackplaneError>>) -> Control,
+    ) -> BoxFuture<'_, Result<(), BackplaneError>> {
+        let (done, answer) = oneshot::channel();
+        let control_tx = self.control_tx.clone();
+        let cmd = make(done);
+        Box::pin(async move {
+            control_tx
+                .send(cmd)
+                .await
+                .map_err(|_| BackplaneError::Closed)?;
+            answer.await.map_err(|_| BackplaneError::Closed)?
+        })
+    }
+}
+
+impl std::fmt::Debug for RedisBackplane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackplane")
+            .field("up", &self.is_up())
+            .field("dropped", &self.dropped())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBackplane {
+    fn enqueue(&self, messages: Vec<(String, Bytes)>) -> BoxFuture<'_, Result<(), BackplaneError>> {
+        if !self.is_up() {
+            return Box::pin(async {
+                Err(BackplaneError::Unavailable("redis link is down".into()))
+            });
+        }
+        let (done, answer) = oneshot::channel();
+        let item = Publish { messages, done };
+        // Queued now, not when the future is first polled: call order is send order.
+        let queued = match self.publish_tx.try_send(item) {
+            Ok(()) => None,
+            Err(mpsc::error::TrySendError::Full(item)) => Some(item),
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                return Box::pin(async { Err(BackplaneError::Closed) })
+            }
+        };
+        let publish_tx = self.publish_tx.clone();
+        Box::pin(async move {
+            if let Some(item) = queued {
+                publish_tx
+                    .send(item)
+                    .await
+                    .map_err(|_| BackplaneError::Closed)?;
+            }
+            answer.await.map_err(|_| BackplaneError::Closed)?
+        })
+    }
+}
+
+impl Backplane for RedisBackplane {
+    fn publish(&self, channel: &str, payload: Bytes) -> BoxFuture<'_, Result<(), BackplaneError>> {
+        self.enqueue(vec![(channel.to_owned(), payload)])
+    }
+
+    /// One queue entry, sent in one pipeline (with whatever else is waiting).
+    fn publish_many(
+        &self,
+        messages: Vec<(String, Bytes)>,
+    ) -> BoxFuture<'_, Result<(), BackplaneError>> {
+        if messages.is_empty() {
+            return Box::pin(async { Ok(()) });
+        }
+        self.enqueue(messages)
+    }
+
+    fn subscribe(&self, channel: &str) -> BoxFuture<'_, Result<(), BackplaneError>> {
+        let channel = channel.to_owned();
+        self.control(move |done| Control::Subscribe(channel, done))
+    }
+
+    fn unsubscribe(&self, channel: &str) -> BoxFuture<'_, Result<(), BackplaneError>> {
+        let channel = channel.to_owned();
+        self.control(move |done| Control::Unsubscribe(channel, done))
+    }
+
+    fn events(&self) -> Option<mpsc::Receiver<BusEvent>> {
+        self.events.lock().ok()?.take()
+    }
+}
+
+fn unavailable(e: redis::RedisError) -> BackplaneError {
+    BackplaneError::Unavailable(e.to_string())
+}
+
+/// Sends the queue in order: whatever is waiting (up to `batch_max` calls) goes out as one
+/// pipeline on the one publishing connection, so Redis sees the publishes in call order.
+async fn write_loop(
+    mut conn: ConnectionManager,
+    mut queue: mpsc::Receiver<Publish>,
+    batch_max: usize,
+) {
+    let mut batch = Vec::with_capacity(batch_max);
+    while queue.recv_many(&mut batch, batch_max).await > 0 {
+        let mut pipe = redis::pipe();
+        for (channel, payload) in batch.iter().flat_map(|item| &item.messages) {
+            pipe.cmd("PUBLISH")
+                .arg(channel)
+                .arg(payload.as_ref())
+                .ignore();
+        }
+        let mut result = pipe.exec_async(&mut conn).await;
+        if result.as_ref().is_err_and(|e| e.is_unrecoverable_error()) {
+            // The manager dials again on this error; a batch that found the old
+            // connection dead (after a Redis restart, say) goes out once more on the new
+            // one. Receivers drop duplicates by sequence number should one get through.
+            result = pipe.exec_async(&mut conn).await;
+        }
+        let result = result.map_err(unavailable);
+        for item in batch.drain(..) {
+            let _ = item
+                .done
+                .send(result.as_ref().map(|_| ()).map_err(clone_error));
+        }
+    }
+}
+
+fn clone_error(e: &BackplaneError) -> BackplaneError {
+    match e {
+        BackplaneError::Closed => BackplaneError::Closed,
+        other => BackplaneError::Unavailable(other.to_string()),
+    }
+}
+
+/// One live subscribing connection and the pushes it delivers.
+struct Link {
+    conn: MultiplexedConnection,
+    pushes: mpsc::Receiver<PushInfo>,
+}
+
+/// The subscribing side: owns the channel set and the connection, redials on loss.
+struct Subscriber {
+    client: Client,
+    options: RedisOptions,
+    probe: String,
+    channels: BTreeSet<String>,
+    events: mpsc::Sender<BusEvent>,
+    shared: Arc<Shared>,
+}
+
+/// Why a connected session ended.
+enum End {
+    /// The backplane was dropped.
+    Shutdown,
+    /// The link is gone (or silent): dial again.
+    Lost(String),
+}
+
+impl Subscriber {
+    /// Dials and issues the probe channel and the whole subscription set.
+    async fn dial(&self) -> redis::RedisResult<Link> {
+        let (tx, pushes) = mpsc::channel(self.options.event_capacity);
+        let shared = self.shared.clone();
+        // Called by the connection's reader, which must not wait: a full queue drops
+        // (counted) rather than letting Redis' output buffer for us grow here instead.
+        let sender = move |info: PushInfo| -> Result<(), ()> {
+            let disconnect = info.kind == PushKind::Disconnection;
+            match tx.try_send(info) {
+                Ok(()) => Ok(()),
+                Err(mpsc::error::TrySendError::Full(_)) if !disconnect => {
+                    shared.dropped.fetch_add(1, Ordering::Relaxed);
+                    Err(())
+                }
+                Err(_) => Err(()),
+            }
+        };
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(self.options.connect_timeout)
+            .set_response_timeout(self.options.response_timeout)
+            .set_push_sender(sender);
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let all: Vec<&String> = std::iter::once(&self.probe)
+            .chain(self.channels.iter())
+            .collect();
+        // One channel per SUBSCRIBE: each command then has exactly one reply.
+        for chunk in all.chunks(100) {
+            let mut pipe = redis::pipe();
+            for channel in chunk {
+                pipe.cmd("SUBSCRIBE").arg(channel.as_str());
+            }
+            pipe.exec_async(&mut conn).await?;
+        }
+        Ok(Link { conn, pushes })
+    }
+
+    async fn run(mut self, mut link: Link, mut control: mpsc::Receiver<Control>) {
+        loop {
+            let why = match self.session(&mut link, &mut control).await {
+                End::Shutdown => return,
+                End::Lost(why) => why,
+            };
+            tracing::warn!(reason = %why, "redis backplane: subscription link lost, dialing again");
+            self.shared.up.store(false, Ordering::Release);
+            // Dropping the connection closes it (its reader task is aborted with it).
+            drop(link);
+            if self.events.send(BusEvent::Down).await.is_err() {
+                tracing::debug!("redis backplane: nobody reads the events");
+            }
+            link = match self.redial(&mut control).await {
+                Some(link) => link,
+                None => return,
+            };
+            self.shared.reconnects.fetch_add(1, Ordering::Relaxed);
+            self.shared.up.store(true, Ordering::Release);
+            let _ = self.events.send(BusEvent::Up).await;
+        }
+    }
+
+    /// Dials with backoff until it works; meanwhile subscribe calls join the set and
+    /// fail as unavailable. `None` when the backplane was dropped.
+    async fn redial(&mut self, control: &mut mpsc::Receiver<Control>) -> Option<Link> {
+        let mut attempt = 0u32;
+        loop {
+            let wait = tokio::time::sleep(self.options.backoff.delay(attempt));
+            tokio::pin!(wait);
+            loop {
+                tokio::select! {
+                    () = &mut wait => break,
+                    cmd = control.recv() => match cmd? {
+                        Control::Subscribe(channel, done) => {
+                            self.channels.insert(channel);
+                            let _ = done.send(Err(BackplaneError::Unavailable(
+                                "redis link is down; subscribed again once it is back".into(),
+                            )));
+                        }
+                        Control::Unsubscribe(channel, done) => {
+                            self.channels.remove(&channel);
+                            let _ = done.send(Ok(()));
+                        }
+                    },
+                }
+            }
+            match self.dial().await {
+                Ok(link) => return Some(link),
+                Err(e) => {
+                    tracing::debug!(error = %e, attempt, "redis backplane: dial failed");
+                    attempt = attempt.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    async fn session(&mut self, link: &mut Link, control: &mut mpsc::Receiver<Control>) -> End {
+        let interval = self.options.probe_interval;
+        let deadline = interval * self.options.probe_misses;
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_probe = Instant::now();
+        loop {
+            tokio::select! {
+                push = link.pushes.recv() => {
+                    let Some(push) = push else { return End::Lost("push stream ended".into()) };
+                    match push.kind {
+                        PushKind::Disconnection => return End::Lost("connection closed".into()),
+                        PushKind::Message => {
+                            let Some((channel, payload)) = message_parts(push.data) else { continue };
+                            if channel == self.probe {
+                                last_probe = Instant::now();
+                            } else if self.events.try_send(BusEvent::Message { channel, payload }).is_err() {
+                                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                cmd = control.recv() => {
+                    let Some(cmd) = cmd else { return End::Shutdown };
+                    if let Err(why) = self.apply(&mut link.conn, cmd).await {
+                        return End::Lost(why);
+                    }
+                }
+                _ = ticks.tick() => {
+                    if last_probe.elapsed() > deadline {
+                        return End::Lost(format!("no probe back for {deadline:?}"));
+                    }
+                    let mut conn = link.conn.clone();
+                    let probe = self.probe.clone();
+                    // Not awaited here: a frozen Redis must not stop this loop from
+                    // noticing the silence.
+                    tokio::spawn(async move {
+                        let _ = redis::cmd("PUBLISH").arg(&probe).arg("p").exec_async(&mut conn).await;
+                    });
+                }
+            }
+        }
+    }
+
+    /// Runs one subscribe or unsubscribe on the live connection. An error that means
+    /// the link is gone ends the session (the set already holds the change).
+    async fn apply(
+        &mut self,
+        conn: &mut MultiplexedConnection,
+        cmd: Control,
+    ) -> Result<(), String> {
+        let (result, done, unsubscribing) = match cmd {
+            Control::Subscribe(channel, done) => {
+                self.channels.insert(channel.clone());
+                (conn.subscribe(&channel).await, done, false)
+            }
+            Control::Unsubscribe(channel, done) => {
+                self.channels.remove(&channel);
+                (conn.unsubscribe(&channel).await, done, true)
+            }
+        };
+        match result {
+            Ok(()) => {
+                let _ = done.send(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                let why = e.to_string();
+                // The session ends and the link is dialed again from the set: a
+                // subscribe is issued then (the caller retries after `Up`), an
+                // unsubscribe has taken effect.
+                let _ = done.send(if unsubscribing {
+                    Ok(())
+                } else {
+                    Err(BackplaneError::Unavailable(why.clone()))
+                });
+                Err(why)
+            }
+        }
+    }
+}
+
+/// `[channel, payload]` of a RESP3 `message` push.
+fn message_parts(data: Vec<Value>) -> Option<(String, Bytes)> {
+    let mut parts = data.into_iter();
+    let channel = match parts.next()? {
+        Value::BulkString(b) => String::from_utf8(b).ok()?,
+        Value::SimpleString(s) => s,
+        _ => return None,
+    };
+    let payload = match parts.next()? {
+        Value::BulkString(b) => Bytes::from(b),
+        Value::SimpleString(s) => Bytes::from(s),
+        _ => return None,
+    };
+    Some((channel, payload))
+}

@@ -1,0 +1,290 @@
+//! `RedisBackplane` against a real Redis started by each test on a unix socket: acks,
+//! order, a Redis killed and restarted, a frozen Redis found by the probe.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::redis_server::RedisServer;
+use common::within;
+use jsonrpc_peer::cluster::{Backplane, BackplaneError, BusEvent, RedisBackplane, RedisOptions};
+use tokio::sync::mpsc;
+
+/// Fast probes so a silent link is found in a fraction of a second.
+fn options() -> RedisOptions {
+    RedisOptions::default()
+        .probe_interval(Duration::from_millis(100))
+        .probe_misses(2)
+        .response_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_millis(500))
+}
+
+async fn backplane(redis: &RedisServer) -> (RedisBackplane, mpsc::Receiver<BusEvent>) {
+    let bus = within(RedisBackplane::connect(&redis.url(), options()))
+        .await
+        .expect("connect to the test redis");
+    let events = bus.events().expect("events are taken once");
+    (bus, events)
+}
+
+/// The next message event, skipping nothing: any other event fails the test.
+async fn next_message(events: &mut mpsc::Receiver<BusEvent>) -> (String, Bytes) {
+    match within(events.recv()).await {
+        Some(BusEvent::Message { channel, payload }) => (channel, payload),
+        other => panic!("expected a message, got {other:?}"),
+    }
+}
+
+/// Waits for `want` (Down or Up); messages seen on the way are returned.
+async fn wait_for(events: &mut mpsc::Receiver<BusEvent>, want: BusEvent) -> Vec<(String, Bytes)> {
+    let mut seen = Vec::new();
+    loop {
+        match within(events.recv()).await {
+            Some(BusEvent::Message { channel, payload }) => seen.push((channel, payload)),
+            Some(event) if event == want => return seen,
+            other => panic!("waiting for {want:?}, got {other:?}"),
+        }
+    }
+}
+
+fn numsub(redis: &RedisServer, channel: &str) -> String {
+    // redis-cli prints "channel\ncount".
+    redis
+        .cli(&["PUBSUB", "NUMSUB", channel])
+        .lines()
+        .nth(1)
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_publish_right_after_the_subscribe_ack_arrives() {
+    let redis = RedisServer::start();
+    let (a, mut a_events) = backplane(&redis).await;
+    let (b, mut b_events) = backplane(&redis).await;
+
+    within(b.subscribe("jp:t:x"))
+        .await
+        .expect("subscribe acked");
+    within(a.publish("jp:t:x", Bytes::from_static(b"one")))
+        .await
+        .expect("published");
+    assert_eq!(
+        next_message(&mut b_events).await,
+        ("jp:t:x".to_owned(), Bytes::from_static(b"one"))
+    );
+
+    // A publisher subscribed to its own channel gets its publish back (the layer above
+    // filters its echoes); a channel nobody subscribed reaches nobody.
+    within(a.subscribe("jp:all"))
+        .await
+        .expect("subscribe acked");
+    within(a.publish("jp:nobody", Bytes::from_static(b"lost")))
+        .await
+        .expect("published");
+    within(a.publish("jp:all", Bytes::from_static(b"echo")))
+        .await
+        .expect("published");
+    assert_eq!(
+        next_message(&mut a_events).await,
+        ("jp:all".to_owned(), Bytes::from_static(b"echo"))
+    );
+    assert!(
+        b_events.try_recv().is_err(),
+        "B got something it did not subscribe to"
+    );
+
+    // Subscribing twice is one subscription; unsubscribing stops delivery.
+    within(b.subscribe("jp:t:x"))
+        .await
+        .expect("second subscribe acked");
+    assert_eq!(numsub(&redis, "jp:t:x"), "1");
+    within(b.unsubscribe("jp:t:x"))
+        .await
+        .expect("unsubscribe acked");
+    assert_eq!(numsub(&redis, "jp:t:x"), "0");
+    within(a.publish("jp:t:x", Bytes::from_static(b"after")))
+        .await
+        .expect("published");
+    within(a.publish("jp:all", Bytes::from_static(b"marker")))
+        .await
+        .expect("published");
+    assert_eq!(
+        next_message(&mut a_events).await.1,
+        Bytes::from_static(b"marker")
+    );
+    assert!(
+        b_events.try_recv().is_err(),
+        "B still got a channel it left"
+    );
+    assert!(a.is_up() && b.is_up());
+}
+
+#[tokio::test]
+async fn publishes_arrive_in_call_order_even_when_not_awaited_one_by_one() {
+    let redis = RedisServer::start();
+    let (a, _a_events) = backplane(&redis).await;
+    let (b, mut b_events) = backplane(&redis).await;
+    within(b.subscribe("jp:t:order"))
+        .await
+        .expect("subscribe acked");
+
+    // Called one after another without awaiting in between: they go out as pipelines.
+    let pending: Vec<_> = (0..2000)
+        .map(|i| a.publish("jp:t:order", Bytes::from(i.to_string())))
+        .collect();
+    for (i, publish) in pending.into_iter().enumerate() {
+        within(publish)
+            .await
+            .unwrap_or_else(|e| panic!("publish {i}: {e}"));
+    }
+    // And awaited one by one.
+    for i in 2000..2100 {
+        within(a.publish("jp:t:order", Bytes::from(i.to_string())))
+            .await
+            .expect("published");
+    }
+    // And in batches, one pipeline each, interleaved with single publishes.
+    let mut pending = Vec::new();
+    for chunk in 0..10 {
+        let base = 2100 + chunk * 11;
+        let batch = (base..base + 10)
+            .map(|i| ("jp:t:order".to_owned(), Bytes::from(i.to_string())))
+            .collect();
+        pending.push(a.publish_many(batch));
+        pending.push(a.publish("jp:t:order", Bytes::from((base + 10).to_string())));
+    }
+    for publish in pending {
+        within(publish).await.expect("published");
+    }
+    for i in 0..2210 {
+        let (_, payload) = next_message(&mut b_events).await;
+        assert_eq!(
+            payload,
+            Bytes::from(i.to_string()),
+            "message {i} out of order"
+        );
+    }
+    assert_eq!(b.dropped(), 0);
+}
+
+#[tokio::test]
+async fn redis_killed_and_restarted_gives_down_then_up_and_every_subscription_again() {
+    let mut redis = RedisServer::start();
+    let (a, mut a_events) = backplane(&redis).await;
+    let (b, mut b_events) = backplane(&redis).await;
+    for channel in ["jp:all", "jp:t:x", "jp:t:y"] {
+        within(b.subscribe(channel)).await.expect("subscribe acked");
+    }
+    within(a.publish("jp:t:x", Bytes::from_static(b"before")))
+        .await
+        .expect("published");
+    assert_eq!(
+        next_message(&mut b_events).await.1,
+        Bytes::from_static(b"before")
+    );
+
+    redis.kill();
+    assert!(wait_for(&mut b_events, BusEvent::Down).await.is_empty());
+    wait_for(&mut a_events, BusEvent::Down).await;
+    assert!(!b.is_up());
+    // Down: a publish fails at once, a subscribe fails but is kept for later.
+    let err = within(a.publish("jp:t:x", Bytes::from_static(b"lost")))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BackplaneError::Unavailable(_)), "{err:?}");
+    let err = within(b.subscribe("jp:t:z")).await.unwrap_err();
+    assert!(matches!(err, BackplaneError::Unavailable(_)), "{err:?}");
+    within(b.unsubscribe("jp:t:y"))
+        .await
+        .expect("unsubscribe while down");
+
+    tokio::time::sleep(Duration::from_millis(300)).await; // let a few dials fail
+    redis.restart();
+    wait_for(&mut b_events, BusEvent::Up).await;
+    wait_for(&mut a_events, BusEvent::Up).await;
+    assert!(b.is_up() && b.reconnects() >= 1);
+
+    // The fresh Redis knows nothing of the old subscriptions: B issued its set again,
+    // with the change made while down.
+    for (channel, subscribers) in [
+        ("jp:all", "1"),
+        ("jp:t:x", "1"),
+        ("jp:t:y", "0"),
+        ("jp:t:z", "1"),
+    ] {
+        assert_eq!(
+            numsub(&redis, channel),
+            subscribers,
+            "PUBSUB NUMSUB {channel}"
+        );
+    }
+    for (i, channel) in ["jp:t:x", "jp:t:z", "jp:all"].into_iter().enumerate() {
+        within(a.publish(channel, Bytes::from(format!("after {i}"))))
+            .await
+            .expect("published");
+    }
+    for (i, channel) in ["jp:t:x", "jp:t:z", "jp:all"].into_iter().enumerate() {
+        assert_eq!(
+            next_message(&mut b_events).await,
+            (channel.to_owned(), Bytes::from(format!("after {i}")))
+        );
+    }
+    assert!(
+        b_events.try_recv().is_err(),
+        "a duplicate or a message from before the restart"
+    );
+}
+
+#[tokio::test]
+async fn a_frozen_redis_is_found_by_the_probe_and_the_link_comes_back() {
+    let redis = RedisServer::start();
+    let (a, _a_events) = backplane(&redis).await;
+    let (b, mut b_events) = backplane(&redis).await;
+    within(b.subscribe("jp:t:x"))
+        .await
+        .expect("subscribe acked");
+
+    // SIGSTOP: sockets stay open, nothing is answered, no disconnect is ever seen.
+    redis.signal("STOP");
+    let frozen = tokio::time::Instant::now();
+    assert!(wait_for(&mut b_events, BusEvent::Down).await.is_empty());
+    let found_in = frozen.elapsed();
+    // Two 100 ms probe intervals, plus a tick of slack; far below any TCP timeout.
+    assert!(
+        found_in < Duration::from_secs(2),
+        "silence noticed only after {found_in:?}"
+    );
+    assert!(!b.is_up());
+
+    redis.signal("CONT");
+    wait_for(&mut b_events, BusEvent::Up).await;
+    assert_eq!(numsub(&redis, "jp:t:x"), "1");
+    // A's own link may or may not have noticed the freeze; a fresh backplane publishes.
+    drop(a);
+    let (a, _a_events) = backplane(&redis).await;
+    within(a.publish("jp:t:x", Bytes::from_static(b"thawed")))
+        .await
+        .expect("published");
+    let seen = next_message(&mut b_events).await;
+    assert_eq!(seen, ("jp:t:x".to_owned(), Bytes::from_static(b"thawed")));
+}
+
+#[tokio::test]
+async fn a_bad_url_or_no_server_is_a_clear_error() {
+    let err = RedisBackplane::connect("http://nope", options())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BackplaneError::Unavailable(_)), "{err:?}");
+
+    let redis = RedisServer::start();
+    let mut gone = RedisServer::start();
+    let url = gone.url();
+    gone.kill();
+    let err = within(RedisBackplane::connect(&url, options()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BackplaneError::Unavailable(_)), "{err:?}");
+    drop(redis);
+}
