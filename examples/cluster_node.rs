@@ -1,0 +1,150 @@
+//! Run with `cargo run --example cluster_node --features redis -- --listen 127.0.0.1:0
+//! --redis redis+unix:///tmp/r.sock --node a` (or `--redis redis://127.0.0.1:6379`).
+//! The first line on stdout is `listening on ws://HOST:PORT node NAME`.
+//!
+//! One node of a cluster over Redis. Start several against one Redis: broadcasts,
+//! topics and calls to a peer by address reach clients on every node. Methods, with
+//! positional params:
+//! - `whoami []` -> the caller's address, `"NAME/ID"`;
+//! - `subscribe [topic]` -> `true` once the subscription is live across the cluster;
+//!   `unsubscribe [topic]` -> `true`;
+//! - `publish [topic, payload]` -> how many of this node's subscribers it reached; every
+//!   subscriber on every node gets `{"method": topic, "params": payload}`;
+//! - `broadcast [payload]` -> every client on every node gets `{"method": "broadcast",
+//!   "params": payload}`; answers this node's count;
+//! - `call_peer [addr, method, params]` -> the peer's result, or its error as the error;
+//! - `notify_peer [addr, method, params]` -> `true` once sent;
+//! - `cluster_count []` -> connections across all live nodes.
+//!
+//! Errors between nodes (no such peer, node down, bus down, timeout) answer -32000 with
+//! the reason as the message. `--heartbeat-ms N` (default 2000) sets the heartbeat; a
+//! node is dropped after three missed ones. Ctrl-C (SIGINT) or SIGTERM says goodbye.
+//! Subscribers of a topic that may have missed messages (Redis was down, say) get the
+//! notification `$/gap` with `{"topic": topic}`.
+
+#[path = "common/cli.rs"]
+mod cli;
+
+use std::io::Write;
+use std::time::Duration;
+
+use jsonrpc_peer::cluster::{Cluster, PeerAddr, RedisBackplane, RedisOptions};
+use jsonrpc_peer::{Context, Error, Router, RpcError, Server};
+use serde_json::Value;
+
+/// Local errors of a cross-node call, as the answer's error.
+fn answer_error(e: Error) -> RpcError {
+    match e {
+        Error::Rpc(e) => e,
+        other => RpcError::new(-32000, other.to_string()),
+    }
+}
+
+fn payload_ok(payload: &Value) -> Result<(), RpcError> {
+    if payload.is_array() || payload.is_object() {
+        Ok(())
+    } else {
+        Err(RpcError::new(-32602, "Invalid params")
+            .with_data("payload must be an array or an object"))
+    }
+}
+
+fn router(cluster: Cluster) -> Router<Cluster> {
+    Router::with_state(cluster)
+        .method("whoami", |cx: Context<Cluster>, (): ()| async move {
+            Ok::<_, RpcError>(cx.state().addr(cx.peer()).to_string())
+        })
+        .method(
+            "subscribe",
+            |cx: Context<Cluster>, (topic,): (String,)| async move {
+                let topics = cx.state().topics();
+                topics
+                    .subscribe_ready(cx.peer(), &topic)
+                    .await
+                    .map_err(answer_error)?;
+                Ok::<_, RpcError>(true)
+            },
+        )
+        .method(
+            "unsubscribe",
+            |cx: Context<Cluster>, (topic,): (String,)| async move {
+                cx.state().topics().unsubscribe(cx.peer(), &topic);
+                Ok::<_, RpcError>(true)
+            },
+        )
+        .method(
+            "publish",
+            |cx: Context<Cluster>, (topic, payload): (String, Value)| async move {
+                payload_ok(&payload)?;
+                cx.state()
+                    .topics()
+                    .publish(&topic, payload)
+                    .map_err(answer_error)
+            },
+        )
+        .method(
+            "broadcast",
+            |cx: Context<Cluster>, (payload,): (Value,)| async move {
+                payload_ok(&payload)?;
+                cx.state()
+                    .handle()
+                    .broadcast("broadcast", payload)
+                    .map_err(answer_error)
+            },
+        )
+        .method(
+            "call_peer",
+            |cx: Context<Cluster>, (addr, method, params): (PeerAddr, String, Value)| async move {
+                cx.state()
+                    .call::<Value>(&addr, &method, params)
+                    .await
+                    .map_err(answer_error)
+            },
+        )
+        .method(
+            "notify_peer",
+            |cx: Context<Cluster>, (addr, method, params): (PeerAddr, String, Value)| async move {
+                cx.state()
+                    .notify(&addr, &method, params)
+                    .map_err(answer_error)?;
+                Ok::<_, RpcError>(true)
+            },
+        )
+        .method("cluster_count", |cx: Context<Cluster>, (): ()| async move {
+            Ok::<_, RpcError>(cx.state().connection_count())
+        })
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = cli::Args::parse("127.0.0.1:9000", &["redis", "node", "heartbeat-ms"])?;
+    let url = args.text("redis", "redis://127.0.0.1:6379");
+    let heartbeat = Duration::from_millis(args.number("heartbeat-ms", 2000)?.max(10));
+    let server = Server::bind(args.listen.as_str()).await?;
+    let bus = RedisBackplane::connect(&url, RedisOptions::default()).await?;
+    let mut builder = Cluster::builder(bus, server.handle())
+        .heartbeat_interval(heartbeat)
+        .gap_notification("$/gap");
+    let name = args.text("node", "");
+    if !name.is_empty() {
+        builder = builder.node_id(name);
+    }
+    let cluster = builder.start().await?;
+    println!(
+        "listening on ws://{} node {}",
+        server.local_addr()?,
+        cluster.node_id()
+    );
+    std::io::stdout().flush()?;
+
+    let serving = tokio::spawn(server.serve(router(cluster.clone())));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+        done = serving => { done??; }
+    }
+    // Goodbye: the other nodes drop this one's connections from their counts at once.
+    cluster.shutdown().await;
+    Ok(())
+}

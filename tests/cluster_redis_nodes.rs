@@ -1,0 +1,395 @@
+//! Three `cluster_node` example processes against one real Redis (started by the test
+//! on a unix socket), with WebSocket clients on each: broadcast, topics, calls across
+//! nodes, counts, and a Redis outage. Build the example first:
+//! `cargo build --features redis --example cluster_node`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::redis_server::RedisServer;
+use common::within;
+use jsonrpc_peer::{connect, Context, Peer, Router, RpcError};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// The example binary, next to this test's own `deps/` folder.
+fn example_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>");
+    let bin = dir.join("examples").join("cluster_node");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --features redis --example cluster_node` first",
+        bin.display()
+    );
+    bin
+}
+
+/// One `cluster_node` process; killed (SIGKILL) when dropped.
+struct Node {
+    child: Child,
+    url: String,
+}
+
+impl Node {
+    async fn start(redis: &RedisServer, name: &str, heartbeat_ms: u64) -> Node {
+        let mut child = Command::new(example_binary())
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--redis",
+                &redis.url(),
+                "--node",
+                name,
+            ])
+            .args(["--heartbeat-ms", &heartbeat_ms.to_string()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start cluster_node");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let first = within(lines.next_line())
+            .await
+            .expect("read stdout")
+            .expect("a first line");
+        let rest = first
+            .strip_prefix("listening on ")
+            .expect("`listening on ...` first");
+        let (url, node) = rest.split_once(" node ").expect("`... node NAME`");
+        assert_eq!(node, name);
+        Node {
+            child,
+            url: url.to_owned(),
+        }
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self.child.id().expect("running");
+        let ok = std::process::Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok);
+    }
+
+    async fn wait_exit(&mut self) {
+        within(self.child.wait()).await.expect("wait for the node");
+    }
+}
+
+/// A client: answers `add [a, b]` and `hang []` (never), records notifications.
+struct Client {
+    peer: Peer,
+    notes: mpsc::UnboundedReceiver<(String, Value)>,
+}
+
+type Notes = mpsc::UnboundedSender<(String, Value)>;
+
+fn note(method: &'static str) -> impl Fn(Context<Notes>, Value) -> std::future::Ready<()> + Clone {
+    move |cx: Context<Notes>, params: Value| {
+        let _ = cx.state().send((method.to_owned(), params));
+        std::future::ready(())
+    }
+}
+
+impl Client {
+    async fn connect(node: &Node) -> Client {
+        let (tx, notes) = mpsc::unbounded_channel();
+        let router = Router::with_state(tx)
+            .method(
+                "add",
+                |_cx: Context<Notes>, (a, b): (i64, i64)| async move { Ok::<_, RpcError>(a + b) },
+            )
+            .method("hang", |_cx: Context<Notes>, (): ()| async move {
+                std::future::pending::<()>().await;
+                Ok::<_, RpcError>(())
+            })
+            .notification("broadcast", note("broadcast"))
+            .notification("news", note("news"))
+            .notification("toast", note("toast"))
+            .notification("$/gap", note("$/gap"));
+        let peer = within(connect(&node.url, router))
+            .await
+            .expect("connect to the node");
+        Client { peer, notes }
+    }
+
+    async fn call(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        match within(self.peer.call::<Value>(method, params)).await {
+            Ok(v) => Ok(v),
+            Err(e) => Err(e.rpc().cloned().unwrap_or_else(|| panic!("{method}: {e}"))),
+        }
+    }
+
+    async fn ok(&self, method: &str, params: Value) -> Value {
+        self.call(method, params)
+            .await
+            .unwrap_or_else(|e| panic!("{method}: {e:?}"))
+    }
+
+    async fn next_note(&mut self) -> (String, Value) {
+        within(self.notes.recv())
+            .await
+            .expect("the client is alive")
+    }
+
+    /// Broadcasts a marker from `via` and checks it is the next thing this client
+    /// gets: nothing else (no duplicate, no stray topic message) came before it.
+    async fn expect_only_marker(&mut self, marker: &Value) {
+        assert_eq!(
+            self.next_note().await,
+            ("broadcast".to_owned(), marker.clone())
+        );
+    }
+}
+
+/// Polls `cluster_count` on `client` until it is `want` (at most 10 s); returns how long.
+async fn count_becomes(client: &Client, want: u64) -> Duration {
+    let start = Instant::now();
+    for _ in 0..1000 {
+        if client.ok("cluster_count", json!([])).await == json!(want) {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "count never became {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("count never became {want}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_share_broadcasts_topics_calls_and_counts() {
+    let redis = RedisServer::start();
+    let a = Node::start(&redis, "a", 500).await;
+    let mut b = Node::start(&redis, "b", 500).await;
+    let c = Node::start(&redis, "c", 500).await;
+    let mut ca = Client::connect(&a).await;
+    let mut cb = Client::connect(&b).await;
+    let mut cc = Client::connect(&c).await;
+    for client in [&ca, &cb, &cc] {
+        count_becomes(client, 3).await;
+    }
+
+    // 1,000 broadcasts from A reach every client on A, B and C once each, in order.
+    for i in 0..1000 {
+        assert_eq!(ca.ok("broadcast", json!([[i]])).await, json!(1));
+    }
+    for client in [&mut ca, &mut cb, &mut cc] {
+        for i in 0..1000 {
+            assert_eq!(
+                client.next_note().await,
+                ("broadcast".to_owned(), json!([i]))
+            );
+        }
+    }
+
+    // A topic with subscribers on B and C only: A's channel is not subscribed.
+    assert_eq!(cb.ok("subscribe", json!(["news"])).await, json!(true));
+    assert_eq!(cc.ok("subscribe", json!(["news"])).await, json!(true));
+    let numsub = redis.cli(&["PUBSUB", "NUMSUB", "jp:t:news"]);
+    assert_eq!(numsub.lines().nth(1), Some("2"), "{numsub}");
+    assert_eq!(ca.ok("publish", json!(["news", {"n": 1}])).await, json!(0));
+    assert_eq!(cb.ok("publish", json!(["news", {"n": 2}])).await, json!(1));
+    for client in [&mut cb, &mut cc] {
+        assert_eq!(
+            client.next_note().await,
+            ("news".to_owned(), json!({"n": 1}))
+        );
+        assert_eq!(
+            client.next_note().await,
+            ("news".to_owned(), json!({"n": 2}))
+        );
+    }
+    let marker = json!(["marker 1"]);
+    ca.ok("broadcast", json!([marker])).await;
+    for client in [&mut ca, &mut cb, &mut cc] {
+        client.expect_only_marker(&marker).await;
+    }
+    assert_eq!(cc.ok("unsubscribe", json!(["news"])).await, json!(true));
+
+    // Calls by address across nodes.
+    let addr_c = cc.ok("whoami", json!([])).await;
+    let addr_b = cb.ok("whoami", json!([])).await;
+    assert!(
+        addr_c.as_str().is_some_and(|s| s.starts_with("c/")),
+        "{addr_c}"
+    );
+    assert_eq!(
+        ca.ok("call_peer", json!([addr_c, "add", [2, 3]])).await,
+        json!(5)
+    );
+    let err = ca
+        .call("call_peer", json!([addr_c, "add", ["x"]]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, -32602, "{err:?}");
+    let asked = Instant::now();
+    let err = ca
+        .call("call_peer", json!(["c/999999", "add", [1, 2]]))
+        .await
+        .unwrap_err();
+    let unknown_in = asked.elapsed();
+    assert_eq!(err.code, -32000, "{err:?}");
+    assert!(err.message.contains("no peer"), "{err:?}");
+    assert!(
+        unknown_in < Duration::from_millis(500),
+        "unknown peer took {unknown_in:?}"
+    );
+    assert_eq!(
+        ca.ok("notify_peer", json!([addr_b, "toast", ["hi"]])).await,
+        json!(true)
+    );
+    assert_eq!(cb.next_note().await, ("toast".to_owned(), json!(["hi"])));
+
+    // B says goodbye (SIGINT): the others drop its connection at once, well inside
+    // the three-heartbeat window (1.5 s).
+    b.signal("INT");
+    b.wait_exit().await;
+    let dropped_in = count_becomes(&ca, 2).await;
+    assert!(
+        dropped_in < Duration::from_millis(1000),
+        "goodbye took {dropped_in:?}"
+    );
+
+    // C killed mid-call: the call fails within C's heartbeat window, not a fixed timeout.
+    let hanging = {
+        let peer = ca.peer.clone();
+        let addr_c = addr_c.clone();
+        tokio::spawn(async move {
+            peer.call::<Value>("call_peer", json!([addr_c, "hang", []]))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await; // the call reaches C
+    let killed = Instant::now();
+    drop(c); // SIGKILL, no goodbye
+    let result = within(hanging).await.expect("the call task");
+    let failed_in = killed.elapsed();
+    let err = result.expect_err("the call to a dead node fails");
+    let rpc = err.rpc().expect("an error answer");
+    assert_eq!(rpc.code, -32000, "{rpc:?}");
+    assert!(rpc.message.contains("not live"), "{rpc:?}");
+    assert!(failed_in < Duration::from_secs(4), "took {failed_in:?}");
+    assert_eq!(ca.ok("cluster_count", json!([])).await, json!(1));
+    let err = ca
+        .call("call_peer", json!([addr_c, "add", [1, 2]]))
+        .await
+        .unwrap_err();
+    assert!(err.message.contains("not live"), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_for_two_seconds_local_goes_on_then_resubscribe_flush_and_one_gap() {
+    let mut redis = RedisServer::start();
+    let a = Node::start(&redis, "a", 500).await;
+    let b = Node::start(&redis, "b", 500).await;
+    let c = Node::start(&redis, "c", 500).await;
+    let mut ca = Client::connect(&a).await;
+    let mut cb = Client::connect(&b).await;
+    let mut cc = Client::connect(&c).await;
+    for client in [&ca, &cb, &cc] {
+        count_becomes(client, 3).await;
+        assert_eq!(client.ok("subscribe", json!(["news"])).await, json!(true));
+    }
+
+    redis.kill();
+    let down = Instant::now();
+    // Local delivery goes on while the bus is down.
+    for i in 0..5 {
+        assert_eq!(
+            ca.ok("publish", json!(["news", {"during": i}])).await,
+            json!(1)
+        );
+    }
+    for i in 0..5 {
+        assert_eq!(
+            ca.next_note().await,
+            ("news".to_owned(), json!({"during": i}))
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(2).saturating_sub(down.elapsed())).await;
+    redis.restart();
+
+    // Every node resubscribes: a subscribe answered after the restart works across nodes,
+    // and the topic channel is subscribed by all three again.
+    let start = Instant::now();
+    loop {
+        let numsub = redis.cli(&["PUBSUB", "NUMSUB", "jp:t:news"]);
+        if numsub.lines().nth(1) == Some("3") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "not resubscribed: {numsub}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // After the restart B publishes and A broadcasts a marker. Every client gets: A's
+    // outage messages at most once each and in order (the outbox flush; a node that came
+    // back after A's flush has lost them, and says so with the gap), exactly one gap for
+    // the topic, B's new message once, the marker once. A gets none of its own again.
+    assert_eq!(
+        cb.ok("publish", json!(["news", {"after": 1}])).await,
+        json!(1)
+    );
+    let marker = json!(["marker"]);
+    ca.ok("broadcast", json!([marker])).await;
+    for (name, client) in [("a", &mut ca), ("b", &mut cb), ("c", &mut cc)] {
+        let (mut during, mut gaps, mut after, mut markers) = (Vec::new(), 0, 0, 0);
+        while after < 1 || markers < 1 || gaps < 1 {
+            match client.next_note().await {
+                (m, p) if m == "news" && p.get("during").is_some() => {
+                    during.push(p["during"].clone())
+                }
+                (m, p) if m == "news" && p == json!({"after": 1}) => after += 1,
+                (m, p) if m == "$/gap" && p == json!({"topic": "news"}) => gaps += 1,
+                (m, p) if m == "broadcast" && p == marker => markers += 1,
+                other => panic!("{name}: unexpected {other:?}"),
+            }
+        }
+        if name == "a" {
+            assert!(
+                during.is_empty(),
+                "a got its own publishes twice: {during:?}"
+            );
+        }
+        let mut sorted = during.clone();
+        sorted.sort_by_key(|v| v.as_i64());
+        sorted.dedup();
+        assert_eq!(
+            during, sorted,
+            "{name}: outage messages duplicated or out of order"
+        );
+        eprintln!(
+            "{name}: {} of 5 outage messages after the flush",
+            during.len()
+        );
+    }
+    // Nothing else follows: no duplicate, no second gap.
+    assert_eq!(
+        cb.ok("publish", json!(["news", {"after": 2}])).await,
+        json!(1)
+    );
+    for client in [&mut ca, &mut cb, &mut cc] {
+        assert_eq!(
+            client.next_note().await,
+            ("news".to_owned(), json!({"after": 2}))
+        );
+    }
+    assert_eq!(cc.ok("cluster_count", json!([])).await, json!(3));
+}
