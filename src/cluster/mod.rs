@@ -31,17 +31,21 @@
 //!   it fail then with [`ClusterError::NodeDown`]. A node that shuts down says goodbye
 //!   and is dropped at once.
 
+mod addr;
 mod backplane;
+mod builder;
 mod calls;
 mod envelope;
 mod memory;
 mod node;
+mod outbox;
+mod presence;
+mod sequence;
 #[cfg(feature = "redis")]
 mod redis;
 mod subscriptions;
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -49,7 +53,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::watch;
 
+pub use addr::{ParsePeerAddrError, PeerAddr};
 pub use backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+pub use builder::ClusterBuilder;
 pub use memory::{MemoryBackplane, MemoryHub};
 #[cfg(feature = "redis")]
 pub use redis::{RedisBackplane, RedisOptions};
@@ -60,75 +66,6 @@ use crate::pending::Reply;
 use crate::registry::ServerHandle;
 use crate::topics::Topics;
 use node::{Node, Options};
-
-/// The address of a peer anywhere in a cluster: its node's name and its local
-/// [`Peer::id`]. Written `node/42` ([`Display`](fmt::Display), [`FromStr`], and serde
-/// as that string).
-///
-/// ```
-/// use jsonrpc_peer::cluster::PeerAddr;
-///
-/// let addr: PeerAddr = "eu-1/42".parse().unwrap();
-/// assert_eq!((addr.node.as_str(), addr.peer), ("eu-1", 42));
-/// assert_eq!(addr.to_string(), "eu-1/42");
-/// assert!("no-slash".parse::<PeerAddr>().is_err());
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct PeerAddr {
-    /// The node's name.
-    pub node: String,
-    /// The peer's id on that node.
-    pub peer: u64,
-}
-
-impl fmt::Display for PeerAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.node, self.peer)
-    }
-}
-
-/// Why a string is not a [`PeerAddr`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("not a peer address (node/id): {0:?}")]
-pub struct ParsePeerAddrError(String);
-
-impl FromStr for PeerAddr {
-    type Err = ParsePeerAddrError;
-    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
-        let bad = || ParsePeerAddrError(s.chars().take(80).collect());
-        let (node, peer) = s.rsplit_once('/').ok_or_else(bad)?;
-        let peer = peer.parse().map_err(|_| bad())?;
-        if !valid_node_id(node) {
-            return Err(bad());
-        }
-        Ok(PeerAddr {
-            node: node.to_owned(),
-            peer,
-        })
-    }
-}
-
-impl Serialize for PeerAddr {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for PeerAddr {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let s = std::borrow::Cow::<'de, str>::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
-
-/// A node name: 1 to 64 characters of `A-Z a-z 0-9 . _ : -` (it becomes part of bus
-/// channel names and of every [`PeerAddr`]).
-fn valid_node_id(id: &str) -> bool {
-    (1..=64).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
-}
 
 /// Whether this node can reach the bus.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,107 +135,6 @@ pub struct ClusterStats {
 }
 
 type GapHook = Arc<dyn Fn(&Gap) + Send + Sync>;
-
-/// Settings for a [`Cluster`] node; [`start`](Self::start) runs it.
-pub struct ClusterBuilder {
-    bus: Box<dyn Backplane>,
-    handle: ServerHandle,
-    topics: Option<Topics>,
-    node_id: Option<String>,
-    options: Options,
-}
-
-impl ClusterBuilder {
-    /// This node's name (default: 16 random hex digits). Names must be unique in the
-    /// cluster: another node seen with this name is logged as an error.
-    pub fn node_id(mut self, id: impl Into<String>) -> Self {
-        self.node_id = Some(id.into());
-        self
-    }
-
-    /// The topics to make cluster-wide (default: new ones; see [`Cluster::topics`]).
-    pub fn topics(mut self, topics: Topics) -> Self {
-        self.topics = Some(topics);
-        self
-    }
-
-    /// The prefix of every bus channel (default `jp`), to share one bus between clusters.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.options.prefix = prefix.into();
-        self
-    }
-
-    /// How often this node announces itself and its connection count (default 2 s).
-    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
-        self.options.heartbeat = interval.max(Duration::from_millis(1));
-        self
-    }
-
-    /// After how many silent intervals another node is dropped (default 3).
-    pub fn missed_heartbeats(mut self, n: u32) -> Self {
-        self.options.missed = n.max(1);
-        self
-    }
-
-    /// The most bytes of envelopes held while the bus is unreachable or slow
-    /// (default 8 MiB); past it the oldest are dropped and counted.
-    pub fn outbox_limit(mut self, bytes: usize) -> Self {
-        self.options.outbox_limit = bytes;
-        self
-    }
-
-    /// The timeout of [`Cluster::call`] (default 30 s).
-    pub fn call_timeout(mut self, timeout: Duration) -> Self {
-        self.options.call_timeout = timeout;
-        self
-    }
-
-    /// How many calls from other nodes this node runs at once (default 1024); more are
-    /// answered at once with [`ClusterError::Remote`].
-    pub fn max_remote_calls(mut self, n: usize) -> Self {
-        self.options.max_remote_calls = n.max(1);
-        self
-    }
-
-    /// Runs `hook` for every [`Gap`].
-    pub fn on_gap(mut self, hook: impl Fn(&Gap) + Send + Sync + 'static) -> Self {
-        self.options.on_gap = Some(Arc::new(hook));
-        self
-    }
-
-    /// Also notifies a topic's local subscribers of a gap, with `method` and params
-    /// `{"topic": name}` (for example `"$/gap"`; off by default).
-    pub fn gap_notification(mut self, method: impl Into<String>) -> Self {
-        self.options.gap_method = Some(method.into());
-        self
-    }
-
-    /// Subscribes the node's own channels, attaches to the handle and topics, says
-    /// hello, and runs the node until [`Cluster::shutdown`] or the last handle's drop.
-    ///
-    /// # Errors
-    ///
-    /// [`ClusterError::Config`] for a bad node name, a bus whose events were taken,
-    /// or a handle or topics already attached to a cluster; [`ClusterError::Unavailable`]
-    /// when the bus refuses the subscriptions.
-    pub async fn start(self) -> Result<Cluster> {
-        let id = match self.node_id {
-            Some(id) => id,
-            None => format!("{:016x}", fastrand::u64(..)),
-        };
-        if !valid_node_id(&id) {
-            return Err(config(format!(
-                "node name {id:?}: use 1 to 64 of A-Z a-z 0-9 . _ : -"
-            )));
-        }
-        let topics = self.topics.unwrap_or_default();
-        let node = Node::start(self.bus, id, self.handle, topics, self.options).await?;
-        Ok(Cluster {
-            owner: Arc::new(Owner(node.clone())),
-            node,
-        })
-    }
-}
 
 fn config(message: String) -> Error {
     Error::Cluster(ClusterError::Config(message))

@@ -1,11 +1,12 @@
-//! A running node: the receive loop, the outbox and its sender, heartbeats.
+//! A running node: its state, its start and stop, and the receive loop.
 //!
 //! Four tasks per node, each owning one job: `receive` reads the bus's events in order
-//! (dedupe, gaps, dispatch), `send` drains the outbox into the bus in order, `beat`
+//! (dedupe, gaps, dispatch), `send` (outbox.rs) drains the outbox into the bus in
+//! order, `beat` (presence.rs)
 //! announces this node and expires silent ones, and the subscriptions task keeps the
 //! bus's topic channels in step with local subscribers.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -16,6 +17,9 @@ use tokio::time::Instant;
 
 use super::calls::Calls;
 use super::envelope::{self, Channels, Header, Kind};
+use super::outbox::Outbox;
+use super::presence::Remote;
+use super::sequence::{Mark, Seen};
 use super::subscriptions::Subscriptions;
 use super::{Backplane, BusEvent, ClusterError, ClusterState, ClusterStats, Gap, GapHook, Hook};
 use crate::error::{Error, Result};
@@ -55,12 +59,6 @@ impl Default for Options {
     }
 }
 
-/// Envelopes sent at most per bus round trip.
-const BATCH: usize = 64;
-
-/// Heartbeat intervals after which a gone node's sequence numbers are forgotten.
-const FORGET_AFTER: u32 = 100;
-
 pub(crate) struct Node {
     pub bus: Box<dyn Backplane>,
     pub id: String,
@@ -77,58 +75,21 @@ pub(crate) struct Node {
     pub subscriptions: Subscriptions,
     pub calls: Calls,
     pub remote_calls: Arc<Semaphore>,
-    outbox: Mutex<Outbox>,
-    outbox_wake: Notify,
+    pub(super) outbox: Mutex<Outbox>,
+    pub(super) outbox_wake: Notify,
     /// Ticks after each batch the bus accepted, for shutdown to wait on.
-    sent: watch::Sender<()>,
+    pub(super) sent: watch::Sender<()>,
     /// Per channel, per origin: the last sequence number seen.
-    marks: Mutex<HashMap<String, HashMap<String, Mark>>>,
+    pub(super) marks: Mutex<HashMap<String, HashMap<String, Mark>>>,
     /// Other live nodes, by name.
-    nodes: Mutex<HashMap<String, Remote>>,
+    pub(super) nodes: Mutex<HashMap<String, Remote>>,
     /// Nodes gone, with their incarnation and when: their sequence numbers are
     /// forgotten [`FORGET_AFTER`] heartbeat intervals later.
-    departed: Mutex<Vec<(String, String, Instant)>>,
-    duplicates: AtomicU64,
-    gaps: AtomicU64,
-    twins: AtomicU64,
+    pub(super) departed: Mutex<Vec<(String, String, Instant)>>,
+    pub(super) duplicates: AtomicU64,
+    pub(super) gaps: AtomicU64,
+    pub(super) twins: AtomicU64,
     stop: watch::Sender<bool>,
-}
-
-#[derive(Default)]
-struct Outbox {
-    items: VecDeque<Item>,
-    bytes: usize,
-    next_item: u64,
-    dropped: u64,
-    /// The last sequence number per channel this node sent on.
-    sequences: HashMap<String, u64>,
-}
-
-struct Item {
-    id: u64,
-    channel: String,
-    payload: Bytes,
-}
-
-struct Mark {
-    incarnation: String,
-    last: u64,
-    /// After a bus outage the gap is already reported: the next number sets a new
-    /// baseline (anything at or below the old one is still a duplicate).
-    resync: bool,
-}
-
-struct Remote {
-    incarnation: String,
-    connections: u64,
-    last_seen: Instant,
-}
-
-/// What the receive loop makes of a sequence number.
-enum Seen {
-    Fresh,
-    Duplicate,
-    Gap(u64),
 }
 
 impl Node {
@@ -185,8 +146,8 @@ impl Node {
             return Err(super::config("these Topics already have a cluster".into()));
         }
         tokio::spawn(receive(node.clone(), events));
-        tokio::spawn(send(node.clone()));
-        tokio::spawn(beat(node.clone()));
+        tokio::spawn(super::outbox::send(node.clone()));
+        tokio::spawn(super::presence::beat(node.clone()));
         tokio::spawn(super::subscriptions::run(node.clone()));
         node.heartbeat(true);
         Ok(node)
@@ -222,57 +183,6 @@ impl Node {
         self.stop();
     }
 
-    /// Queues one envelope for the bus. Returns false (and queues nothing) when the bus
-    /// is down and `keep_when_down` is false, or the node is stopped.
-    pub(crate) fn enqueue(
-        &self,
-        channel: &str,
-        mut header: Header<'_>,
-        body: &[u8],
-        keep_when_down: bool,
-    ) -> bool {
-        match *self.state.borrow() {
-            ClusterState::Up => {}
-            ClusterState::Down if keep_when_down => {}
-            _ => return false,
-        }
-        let mut outbox = lock(&self.outbox);
-        let seq = match outbox.sequences.get_mut(channel) {
-            Some(seq) => seq,
-            None => outbox.sequences.entry(channel.to_owned()).or_insert(0),
-        };
-        *seq += 1;
-        header.s = *seq;
-        let payload = envelope::write(&header, body);
-        let limit = self.options.outbox_limit;
-        // Oldest first: the freshest state is what subscribers want; receivers see the
-        // hole as a gap.
-        while outbox.bytes + payload.len() > limit {
-            match outbox.items.pop_front() {
-                Some(old) => {
-                    outbox.bytes -= old.payload.len();
-                    outbox.dropped += 1;
-                }
-                None => break,
-            }
-        }
-        if payload.len() > limit {
-            outbox.dropped += 1;
-            return true;
-        }
-        outbox.bytes += payload.len();
-        let id = outbox.next_item;
-        outbox.next_item += 1;
-        outbox.items.push_back(Item {
-            id,
-            channel: channel.to_owned(),
-            payload,
-        });
-        drop(outbox);
-        self.outbox_wake.notify_one();
-        true
-    }
-
     pub(crate) fn send_broadcast(&self, frame: &str) {
         let header = Header::new(Kind::Broadcast, &self.id, &self.incarnation);
         self.enqueue(&self.ch_all, header, frame.as_bytes(), true);
@@ -281,23 +191,6 @@ impl Node {
     pub(crate) fn send_topic(&self, topic: &str, frame: &str) {
         let header = Header::new(Kind::Topic, &self.id, &self.incarnation);
         self.enqueue(&self.channels.topic(topic), header, frame.as_bytes(), true);
-    }
-
-    fn heartbeat(&self, hello: bool) {
-        let mut header = Header::new(Kind::Heartbeat, &self.id, &self.incarnation);
-        header.n = Some(self.handle.connection_count() as u64);
-        header.hello = hello;
-        self.enqueue(&self.ch_control, header, b"", false);
-    }
-
-    pub(crate) fn connection_count(&self) -> usize {
-        let remote: u64 = lock(&self.nodes).values().map(|r| r.connections).sum();
-        self.handle.connection_count() + usize::try_from(remote).unwrap_or(usize::MAX)
-    }
-
-    /// Whether `node` is live (this node included).
-    pub(crate) fn is_live(&self, node: &str) -> bool {
-        node == self.id || lock(&self.nodes).contains_key(node)
     }
 
     pub(crate) fn stats(&self) -> ClusterStats {
@@ -327,12 +220,6 @@ impl Node {
         }
     }
 
-    /// Forgets the sequence numbers of a channel this node no longer listens to, so a
-    /// later subscription starts a new baseline rather than seeing a false gap.
-    pub(crate) fn forget_channel(&self, channel: &str) {
-        lock(&self.marks).remove(channel);
-    }
-
     pub(crate) fn report_gap(&self, gap: Gap) {
         self.gaps.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(node = %self.id, ?gap, "gap");
@@ -343,42 +230,6 @@ impl Node {
             let params = serde_json::json!({ "topic": topic });
             if let Ok(frame) = crate::message::request(method, &params, None) {
                 self.topics.deliver(topic, Text::from(frame));
-            }
-        }
-    }
-
-    fn check_sequence(&self, channel: &str, origin: &str, incarnation: &str, s: u64) -> Seen {
-        let mut marks = lock(&self.marks);
-        let per_origin = match marks.get_mut(channel) {
-            Some(m) => m,
-            None => marks.entry(channel.to_owned()).or_default(),
-        };
-        let fresh = || Mark {
-            incarnation: incarnation.to_owned(),
-            last: s,
-            resync: false,
-        };
-        match per_origin.get_mut(origin) {
-            Some(mark) if mark.incarnation == incarnation => {
-                if s <= mark.last {
-                    return Seen::Duplicate;
-                }
-                let missed = s - mark.last - 1;
-                mark.last = s;
-                if std::mem::take(&mut mark.resync) || missed == 0 {
-                    Seen::Fresh
-                } else {
-                    Seen::Gap(missed)
-                }
-            }
-            // A restarted origin: a new baseline.
-            Some(mark) => {
-                *mark = fresh();
-                Seen::Fresh
-            }
-            None => {
-                per_origin.insert(origin.to_owned(), fresh());
-                Seen::Fresh
             }
         }
     }
@@ -443,89 +294,6 @@ impl Node {
         }
     }
 
-    fn on_heartbeat(&self, header: &Header<'_>) {
-        let restarted = {
-            let mut nodes = lock(&self.nodes);
-            let now = Instant::now();
-            let connections = header.n.unwrap_or(0);
-            match nodes.get_mut(&*header.o) {
-                Some(r) if r.incarnation == header.i => {
-                    r.last_seen = now;
-                    r.connections = connections;
-                    false
-                }
-                other => {
-                    let restarted = other.is_some();
-                    nodes.insert(
-                        header.o.to_string(),
-                        Remote {
-                            incarnation: header.i.to_string(),
-                            connections,
-                            last_seen: now,
-                        },
-                    );
-                    self.publish_nodes(&nodes);
-                    restarted
-                }
-            }
-        };
-        if restarted {
-            // Calls to its earlier run will never be answered.
-            self.calls
-                .fail_node(&header.o, &ClusterError::NodeDown(header.o.to_string()));
-        }
-        if header.hello {
-            self.heartbeat(false);
-        }
-    }
-
-    fn forget_node(&self, node: &str, why: &str) {
-        let removed = {
-            let mut nodes = lock(&self.nodes);
-            let removed = nodes.remove(node);
-            if removed.is_some() {
-                self.publish_nodes(&nodes);
-            }
-            removed
-        };
-        if let Some(remote) = removed {
-            tracing::info!(node = %self.id, other = node, why, "node left the cluster");
-            self.calls
-                .fail_node(node, &ClusterError::NodeDown(node.to_owned()));
-            // A silent node may be cut off rather than gone: its sequence numbers stay
-            // a while, so that copies it re-sends when it is back are still dropped.
-            lock(&self.departed).push((node.to_owned(), remote.incarnation, Instant::now()));
-        }
-    }
-
-    fn forget_departed(&self, now: Instant, after: Duration) {
-        let old: Vec<(String, String, Instant)> = {
-            let mut departed = lock(&self.departed);
-            let (old, keep) = departed
-                .drain(..)
-                .partition(|(_, _, when)| now.duration_since(*when) > after);
-            *departed = keep;
-            old
-        };
-        if old.is_empty() {
-            return;
-        }
-        let mut marks = lock(&self.marks);
-        for per_origin in marks.values_mut() {
-            for (node, incarnation, _) in &old {
-                per_origin.remove_if_incarnation(node, incarnation);
-            }
-        }
-        marks.retain(|_, per_origin| !per_origin.is_empty());
-    }
-
-    fn publish_nodes(&self, nodes: &HashMap<String, Remote>) {
-        let mut names: Vec<String> = nodes.keys().cloned().collect();
-        names.push(self.id.clone());
-        names.sort();
-        self.nodes_watch.send_replace(names);
-    }
-
     fn on_down(&self) {
         if self.state.send_if_modified(|s| {
             let was_up = *s == ClusterState::Up;
@@ -552,11 +320,7 @@ impl Node {
             return;
         }
         tracing::info!(node = %self.id, "bus back");
-        for per_origin in lock(&self.marks).values_mut() {
-            for mark in per_origin.values_mut() {
-                mark.resync = true;
-            }
-        }
+        self.resync_all();
         // Whatever was published elsewhere while we were away is lost to us.
         self.report_gap(Gap {
             topic: None,
@@ -573,21 +337,6 @@ impl Node {
         self.subscriptions.all_changed(self.topics.topic_names());
         self.outbox_wake.notify_one();
         self.heartbeat(true);
-    }
-}
-
-trait RemoveIfIncarnation {
-    fn remove_if_incarnation(&mut self, origin: &str, incarnation: &str);
-}
-
-impl RemoveIfIncarnation for HashMap<String, Mark> {
-    fn remove_if_incarnation(&mut self, origin: &str, incarnation: &str) {
-        if self
-            .get(origin)
-            .is_some_and(|m| m.incarnation == incarnation)
-        {
-            self.remove(origin);
-        }
     }
 }
 
@@ -609,84 +358,5 @@ async fn receive(node: Arc<Node>, mut events: mpsc::Receiver<BusEvent>) {
                 break;
             }
         }
-    }
-}
-
-async fn send(node: Arc<Node>) {
-    let mut stop = node.stopping();
-    let mut state = node.state.subscribe();
-    let mut retry = Duration::from_millis(20);
-    loop {
-        let batch: Vec<(u64, String, Bytes)> = {
-            let outbox = lock(&node.outbox);
-            outbox
-                .items
-                .iter()
-                .take(BATCH)
-                .map(|i| (i.id, i.channel.clone(), i.payload.clone()))
-                .collect()
-        };
-        let Some(&(last, _, _)) = batch.last() else {
-            tokio::select! {
-                _ = stop.wait_for(|s| *s) => return,
-                _ = node.outbox_wake.notified() => continue,
-            }
-        };
-        if !node.is_up() {
-            tokio::select! {
-                _ = stop.wait_for(|s| *s) => return,
-                _ = state.wait_for(|s| *s != ClusterState::Down) => continue,
-            }
-        }
-        let messages = batch.into_iter().map(|(_, c, p)| (c, p)).collect();
-        match node.bus.publish_many(messages).await {
-            Ok(()) => {
-                retry = Duration::from_millis(20);
-                let mut outbox = lock(&node.outbox);
-                // Items the overflow dropped meanwhile are already gone from the front.
-                while outbox.items.front().is_some_and(|i| i.id <= last) {
-                    if let Some(item) = outbox.items.pop_front() {
-                        outbox.bytes -= item.payload.len();
-                    }
-                }
-                drop(outbox);
-                node.sent.send_replace(());
-            }
-            Err(e) => {
-                tracing::debug!(node = %node.id, error = %e, "publish failed; will retry");
-                tokio::select! {
-                    _ = stop.wait_for(|s| *s) => return,
-                    _ = state.changed() => {}
-                    _ = tokio::time::sleep(retry) => {}
-                }
-                retry = (retry * 2).min(Duration::from_secs(1));
-            }
-        }
-    }
-}
-
-async fn beat(node: Arc<Node>) {
-    let mut stop = node.stopping();
-    let interval = node.options.heartbeat;
-    let window = interval * node.options.missed;
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
-            _ = tick.tick() => {}
-        }
-        node.heartbeat(false);
-        let now = Instant::now();
-        let silent: Vec<String> = lock(&node.nodes)
-            .iter()
-            .filter(|(_, r)| now.duration_since(r.last_seen) > window)
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in silent {
-            node.forget_node(&name, "silent for the heartbeat window");
-        }
-        node.forget_departed(now, interval * FORGET_AFTER);
     }
 }

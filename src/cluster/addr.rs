@@ -1,0 +1,75 @@
+//! Where a peer is: its node's name and its local id.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+/// The address of a peer anywhere in a cluster: its node's name and its local
+/// [`Peer::id`](crate::Peer::id). Written `node/42` ([`Display`](fmt::Display), [`FromStr`], and serde
+/// as that string).
+///
+/// ```
+/// use jsonrpc_peer::cluster::PeerAddr;
+///
+/// let addr: PeerAddr = "eu-1/42".parse().unwrap();
+/// assert_eq!((addr.node.as_str(), addr.peer), ("eu-1", 42));
+/// assert_eq!(addr.to_string(), "eu-1/42");
+/// assert!("no-slash".parse::<PeerAddr>().is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PeerAddr {
+    /// The node's name.
+    pub node: String,
+    /// The peer's id on that node.
+    pub peer: u64,
+}
+
+impl fmt::Display for PeerAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.node, self.peer)
+    }
+}
+
+/// Why a string is not a [`PeerAddr`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a peer address (node/id): {0:?}")]
+pub struct ParsePeerAddrError(String);
+
+impl FromStr for PeerAddr {
+    type Err = ParsePeerAddrError;
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        let bad = || ParsePeerAddrError(s.chars().take(80).collect());
+        let (node, peer) = s.rsplit_once('/').ok_or_else(bad)?;
+        let peer = peer.parse().map_err(|_| bad())?;
+        if !valid_node_id(node) {
+            return Err(bad());
+        }
+        Ok(PeerAddr {
+            node: node.to_owned(),
+            peer,
+        })
+    }
+}
+
+impl Serialize for PeerAddr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for PeerAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A node name: 1 to 64 characters of `A-Z a-z 0-9 . _ : -` (it becomes part of bus
+/// channel names and of every [`PeerAddr`]).
+pub(crate) fn valid_node_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}

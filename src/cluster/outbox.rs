@@ -1,0 +1,141 @@
+//! The outbox: envelopes waiting for the bus, bounded in bytes, sent in order by one
+//! task in batches (one bus round trip each when the bus can pipeline).
+//!
+//! An envelope leaves the outbox only once the bus accepted it; a failed batch is sent
+//! again (after the bus is back, or a short backoff), and receivers drop the copies
+//! of any part of it that had gone through.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::envelope::{self, Header};
+use super::node::{lock, Node};
+use super::ClusterState;
+
+/// Envelopes sent at most per bus round trip.
+const BATCH: usize = 64;
+
+#[derive(Default)]
+pub(super) struct Outbox {
+    pub(super) items: VecDeque<Item>,
+    pub(super) bytes: usize,
+    pub(super) next_item: u64,
+    pub(super) dropped: u64,
+    /// The last sequence number per channel this node sent on.
+    pub(super) sequences: HashMap<String, u64>,
+}
+
+pub(super) struct Item {
+    pub(super) id: u64,
+    pub(super) channel: String,
+    pub(super) payload: Bytes,
+}
+
+impl Node {
+    /// Queues one envelope for the bus. Returns false (and queues nothing) when the bus
+    /// is down and `keep_when_down` is false, or the node is stopped.
+    pub(crate) fn enqueue(
+        &self,
+        channel: &str,
+        mut header: Header<'_>,
+        body: &[u8],
+        keep_when_down: bool,
+    ) -> bool {
+        match *self.state.borrow() {
+            ClusterState::Up => {}
+            ClusterState::Down if keep_when_down => {}
+            _ => return false,
+        }
+        let mut outbox = lock(&self.outbox);
+        let seq = match outbox.sequences.get_mut(channel) {
+            Some(seq) => seq,
+            None => outbox.sequences.entry(channel.to_owned()).or_insert(0),
+        };
+        *seq += 1;
+        header.s = *seq;
+        let payload = envelope::write(&header, body);
+        let limit = self.options.outbox_limit;
+        // Oldest first: the freshest state is what subscribers want; receivers see the
+        // hole as a gap.
+        while outbox.bytes + payload.len() > limit {
+            match outbox.items.pop_front() {
+                Some(old) => {
+                    outbox.bytes -= old.payload.len();
+                    outbox.dropped += 1;
+                }
+                None => break,
+            }
+        }
+        if payload.len() > limit {
+            outbox.dropped += 1;
+            return true;
+        }
+        outbox.bytes += payload.len();
+        let id = outbox.next_item;
+        outbox.next_item += 1;
+        outbox.items.push_back(Item {
+            id,
+            channel: channel.to_owned(),
+            payload,
+        });
+        drop(outbox);
+        self.outbox_wake.notify_one();
+        true
+    }
+}
+
+pub(super) async fn send(node: Arc<Node>) {
+    let mut stop = node.stopping();
+    let mut state = node.state.subscribe();
+    let mut retry = Duration::from_millis(20);
+    loop {
+        let batch: Vec<(u64, String, Bytes)> = {
+            let outbox = lock(&node.outbox);
+            outbox
+                .items
+                .iter()
+                .take(BATCH)
+                .map(|i| (i.id, i.channel.clone(), i.payload.clone()))
+                .collect()
+        };
+        let Some(&(last, _, _)) = batch.last() else {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = node.outbox_wake.notified() => continue,
+            }
+        };
+        if !node.is_up() {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = state.wait_for(|s| *s != ClusterState::Down) => continue,
+            }
+        }
+        let messages = batch.into_iter().map(|(_, c, p)| (c, p)).collect();
+        match node.bus.publish_many(messages).await {
+            Ok(()) => {
+                retry = Duration::from_millis(20);
+                let mut outbox = lock(&node.outbox);
+                // Items the overflow dropped meanwhile are already gone from the front.
+                while outbox.items.front().is_some_and(|i| i.id <= last) {
+                    if let Some(item) = outbox.items.pop_front() {
+                        outbox.bytes -= item.payload.len();
+                    }
+                }
+                drop(outbox);
+                node.sent.send_replace(());
+            }
+            Err(e) => {
+                tracing::debug!(node = %node.id, error = %e, "publish failed; will retry");
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return,
+                    _ = state.changed() => {}
+                    _ = tokio::time::sleep(retry) => {}
+                }
+                retry = (retry * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
