@@ -33,26 +33,28 @@
 
 mod cancel;
 mod dispatch;
+mod keepalive;
 mod lanes;
 mod ordered;
 mod writer;
 
-use std::future::Future;
-use std::pin::{pin, Pin};
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 use crate::config::PeerConfig;
 use crate::error::CloseReason;
-use crate::peer::{CloseRequest, Outgoing, Peer, Shared};
-use crate::router::Router;
+use crate::peer::{Outgoing, Peer, Shared};
+use crate::router::{BoxFuture, Router};
 use crate::transport::{Frame, Transport, TransportError};
 pub(crate) use cancel::Running;
 use dispatch::Dispatch;
+use keepalive::{Keepalive, Tick};
 
 /// Starts the connection's task and returns its handle.
 pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
@@ -70,19 +72,16 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
         on_start(&peer);
     }
     let on_end = hooks.on_end;
+    // Only what the loop needs of the config: its task lives as long as the
+    // connection, so every byte here is paid by every idle connection.
     let connection = Connection {
         transport,
         out: out_rx,
         dispatch: Dispatch::new(router, peer.clone(), config),
         unflushed: 0,
         write_error: None,
-        // Only what the loop needs of the config: its task lives as long as the
-        // connection, so every byte here is paid by every idle connection.
-        timing: Timing {
-            ping_interval: config.ping_interval,
-            keepalive_timeout: config.keepalive_timeout,
-            close_timeout: config.close_timeout,
-        },
+        keepalive: Keepalive::new(config.ping_interval, config.keepalive_timeout),
+        close_timeout: config.close_timeout,
     };
     tokio::spawn(async move {
         let peer = connection.run().await;
@@ -104,13 +103,6 @@ pub(crate) struct Hooks {
     pub(crate) on_end: Option<OnStart>,
 }
 
-/// The connection's share of the config.
-struct Timing {
-    ping_interval: Option<Duration>,
-    keepalive_timeout: Duration,
-    close_timeout: Duration,
-}
-
 struct Connection<T, S> {
     transport: T,
     /// Frames from other tasks: calls, notifications, answers of handlers that run on
@@ -119,18 +111,21 @@ struct Connection<T, S> {
     dispatch: Dispatch<S>,
     /// Frames fed to the sink since it was last flushed.
     unflushed: usize,
-    /// A write that failed while reading; the loop ends with it.
+    /// A write that failed; the loop ends with it, and `end` makes it the cause.
     write_error: Option<TransportError>,
-    timing: Timing,
+    /// `None` when no pings are sent.
+    keepalive: Option<Keepalive>,
+    close_timeout: Duration,
 }
 
 /// What ended a pass, when the loop itself has to act on it.
 enum Event {
-    Close(CloseRequest),
-    GraceOver,
-    WriteFailed(TransportError),
-    /// The end of the stream, an error, or a close frame.
-    Frame(Option<Result<Frame, TransportError>>),
+    /// This side asked to close (at once, or after the running calls).
+    Close(crate::peer::CloseRequest),
+    /// The connection is over: the other side closed, the transport ended or failed, a
+    /// write failed, or a graceful close is done.
+    End(CloseReason),
+    /// The keepalive timer fired.
     KeepaliveTick(Instant),
     /// State changed (a handler ended, reading paused): look again.
     Again,
@@ -139,163 +134,97 @@ enum Event {
 impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
     /// Runs the connection to its end; returns its handle for the `on_end` hook.
     async fn run(mut self) -> Peer {
-        let shared = self.dispatch.peer.shared.clone();
-        // A close is asked for at most once: once seen, it is not looked at again.
-        let mut close_seen = false;
-        // Keepalive: a ping every interval; a ping unanswered past the timeout (nothing at
-        // all heard since it was sent) means the other side is gone. Checked on one timer
-        // of the shorter of the two, so a silence is caught within interval + timeout.
-        let timeout = self.timing.keepalive_timeout;
-        let interval = self.timing.ping_interval;
-        let period = interval.map(|i| i.min(timeout).max(Duration::from_millis(1)));
-        let mut keepalive = pin!(tokio::time::sleep(period.unwrap_or(Duration::ZERO)));
-        let mut last_ping = Instant::now();
-        // When the oldest ping still without an answer was sent.
-        let mut unanswered: Option<Instant> = None;
-        // A graceful close waiting for running calls, and its grace period.
-        let mut draining: Option<(CloseRequest, Pin<Box<Sleep>>)> = None;
-
         let reason = loop {
-            if let Some((request, _)) = &draining {
-                if self.dispatch.handlers.is_empty() {
-                    break CloseReason::Local {
-                        code: request.code,
-                        reason: request.reason.clone(),
-                    };
-                }
-            }
-            // One pass over every source, in priority order. Written by hand rather than
-            // with `select!` so that no future is re-created per pass: the loop makes a
-            // pass for nearly every frame, so this is on every call's path.
-            let event = std::future::poll_fn(|cx| {
-                if !close_seen {
-                    if let Poll::Ready(request) = shared.poll_close_request(cx) {
-                        close_seen = true;
-                        return Poll::Ready(Event::Close(request));
-                    }
-                }
-                if let Some((_, grace)) = &mut draining {
-                    if grace.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Event::GraceOver);
-                    }
-                }
-                if self.dispatch.poll_progress(cx).is_ready() {
-                    return Poll::Ready(Event::Again);
-                }
-                // Every frame already there is handled in this pass.
-                while self.dispatch.reading() {
-                    match Pin::new(&mut self.transport).poll_next(cx) {
-                        Poll::Pending => break,
-                        Poll::Ready(Some(Ok(frame))) => {
-                            unanswered = None;
-                            match frame {
-                                Frame::Text(text) => {
-                                    if let Some(answer) = self.dispatch.on_text(text) {
-                                        self.answer(cx, answer);
-                                    }
-                                }
-                                Frame::Binary(_) => {
-                                    tracing::debug!("binary frame ignored: JSON-RPC is text");
-                                }
-                                Frame::Ping(_) | Frame::Pong(_) => {}
-                                Frame::Close(frame) => {
-                                    return Poll::Ready(Event::Frame(Some(Ok(Frame::Close(
-                                        frame,
-                                    )))));
-                                }
-                            }
-                            if let Some(e) = self.write_error.take() {
-                                return Poll::Ready(Event::WriteFailed(e));
-                            }
-                        }
-                        Poll::Ready(other) => return Poll::Ready(Event::Frame(other)),
-                    }
-                    if !self.dispatch.reading() {
-                        // Reading paused: the waits that resume it are set up next pass.
-                        return Poll::Ready(Event::Again);
-                    }
-                }
-                // After reading, so the answers to everything just read go out in one
-                // flush.
-                if let Err(e) = self.poll_write(cx) {
-                    return Poll::Ready(Event::WriteFailed(e));
-                }
-                if period.is_some() && keepalive.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Event::KeepaliveTick(keepalive.deadline()));
-                }
-                Poll::Pending
-            })
-            .await;
+            let event = std::future::poll_fn(|cx| self.poll_event(cx)).await;
             match event {
                 Event::Again => {}
-                Event::Close(request) => match request.drain_until {
-                    Some(until) if !self.dispatch.handlers.is_empty() => {
-                        self.dispatch.draining = true;
-                        draining = Some((request, Box::pin(tokio::time::sleep_until(until))));
+                Event::End(reason) => break reason,
+                Event::Close(request) => {
+                    if let Some(reason) = self.dispatch.close(request) {
+                        break reason;
                     }
-                    _ => {
-                        break CloseReason::Local {
-                            code: request.code,
-                            reason: request.reason,
-                        }
-                    }
-                },
-                Event::GraceOver => {
-                    if let Some((request, _)) = draining.take() {
-                        tracing::debug!("grace period over; stopping the calls still running");
-                        break CloseReason::Local {
-                            code: request.code,
-                            reason: request.reason,
-                        };
-                    }
-                }
-                Event::WriteFailed(e) => {
-                    // `end` makes it the cause, and knows not to write any more.
-                    self.write_error = Some(e);
-                    break CloseReason::Eof;
                 }
                 Event::KeepaliveTick(now) => {
-                    let (Some(period), Some(interval)) = (period, interval) else {
+                    let reading = self.dispatch.may_read();
+                    let Some(keepalive) = &mut self.keepalive else {
                         continue;
                     };
-                    keepalive.as_mut().reset(now + period);
-                    // Silence only counts while we read: paused reading is our own doing.
-                    if !self.dispatch.reading() {
-                        unanswered = None;
-                        continue;
-                    }
-                    if unanswered.is_some_and(|sent| now - sent >= timeout) {
-                        break CloseReason::KeepaliveTimeout;
-                    }
-                    if unanswered.is_none() && now - last_ping >= interval {
+                    match keepalive.tick(now, reading) {
+                        Tick::Wait => {}
                         // A full queue means the link is busy: the silence is timed anyway.
-                        let _ = shared.out.try_send(Outgoing::Ping);
-                        last_ping = now;
-                        unanswered = Some(now);
+                        Tick::Ping => {
+                            let _ = self.dispatch.peer().shared.out.try_send(Outgoing::Ping);
+                        }
+                        Tick::TimedOut => break CloseReason::KeepaliveTimeout,
                     }
                 }
-                Event::Frame(frame) => match frame {
-                    Some(Ok(Frame::Close(frame))) => {
-                        let (code, reason) = frame.unwrap_or((1005, String::new()));
-                        break CloseReason::Remote { code, reason };
-                    }
-                    Some(Ok(_)) => {}
-                    Some(Err(TransportError::MessageTooBig { size, max })) => {
-                        tracing::debug!(size, max, "message too big; closing with 1009");
-                        break CloseReason::Local {
-                            code: 1009,
-                            reason: format!("message exceeds {max} bytes"),
-                        };
-                    }
-                    Some(Err(TransportError::Other(e))) => {
-                        break CloseReason::Transport(Arc::from(e))
-                    }
-                    None => break CloseReason::Eof,
-                },
             }
         };
         self.end(reason).await;
-        self.dispatch.peer
+        self.dispatch.peer().clone()
+    }
+
+    /// One pass over every source, in priority order. Written by hand rather than with
+    /// `select!` so that no future is re-created per pass: the loop makes a pass for
+    /// nearly every frame, so this is on every call's path.
+    fn poll_event(&mut self, cx: &mut TaskContext<'_>) -> Poll<Event> {
+        // A close is asked for at most once: once draining, it is not looked at again.
+        if !self.dispatch.draining() {
+            if let Poll::Ready(request) = self.dispatch.peer().shared.poll_close_request(cx) {
+                return Poll::Ready(Event::Close(request));
+            }
+        }
+        if let Poll::Ready(reason) = self.dispatch.poll_drained(cx) {
+            return Poll::Ready(Event::End(reason));
+        }
+        if self.dispatch.poll_progress(cx).is_ready() {
+            return Poll::Ready(Event::Again);
+        }
+        // Every frame already there is handled in this pass.
+        while self.dispatch.may_read() {
+            let frame = match Pin::new(&mut self.transport).poll_next(cx) {
+                Poll::Pending => break,
+                Poll::Ready(Some(Ok(frame))) => frame,
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Event::End(failed(e))),
+                Poll::Ready(None) => return Poll::Ready(Event::End(CloseReason::Eof)),
+            };
+            if let Some(keepalive) = &mut self.keepalive {
+                keepalive.heard();
+            }
+            match frame {
+                Frame::Text(text) => {
+                    if let Some(answer) = self.dispatch.on_text(text) {
+                        self.answer(cx, answer);
+                    }
+                }
+                Frame::Binary(_) => {
+                    tracing::debug!("binary frame ignored: JSON-RPC is text");
+                }
+                Frame::Ping(_) | Frame::Pong(_) => {}
+                Frame::Close(frame) => {
+                    let (code, reason) = frame.unwrap_or((1005, String::new()));
+                    return Poll::Ready(Event::End(CloseReason::Remote { code, reason }));
+                }
+            }
+            if self.write_error.is_some() {
+                return Poll::Ready(Event::End(CloseReason::Eof));
+            }
+            if !self.dispatch.may_read() {
+                // Reading paused: the waits that resume it are set up next pass.
+                return Poll::Ready(Event::Again);
+            }
+        }
+        // After reading, so the answers to everything just read go out in one flush.
+        if let Err(e) = self.poll_write(cx) {
+            self.write_error = Some(e);
+            return Poll::Ready(Event::End(CloseReason::Eof));
+        }
+        if let Some(keepalive) = &mut self.keepalive {
+            if let Poll::Ready(now) = keepalive.poll_tick(cx) {
+                return Poll::Ready(Event::KeepaliveTick(now));
+            }
+        }
+        Poll::Pending
     }
 
     /// Tears the connection down once the loop has ended with `reason`.
@@ -308,7 +237,7 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
             None => reason,
         };
         tracing::debug!(%reason, "connection closing");
-        let shared = self.dispatch.peer.shared.clone();
+        let shared = self.dispatch.peer().shared.clone();
         // Registries forget the peer first, so whoever sees it closed (below) also
         // sees it gone from them. Then calls waiting on us end, and handlers serving
         // the other side stop.
@@ -329,7 +258,7 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         let mut echoed = close.is_none();
         let mut written = write_failed;
         let mut queue_done = false;
-        let deadline = Instant::now() + self.timing.close_timeout;
+        let deadline = Instant::now() + self.close_timeout;
         let _ = tokio::time::timeout_at(
             deadline,
             std::future::poll_fn(|cx| {
@@ -361,6 +290,46 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         .await;
         // Handler tasks were aborted above; wait until they are gone, so nothing of
         // this connection outlives it.
-        while self.dispatch.handlers.join_next().await.is_some() {}
+        self.dispatch.stopped().await;
     }
+}
+
+/// The cause of an end the transport reported.
+fn failed(e: TransportError) -> CloseReason {
+    match e {
+        TransportError::MessageTooBig { size, max } => {
+            tracing::debug!(size, max, "message too big; closing with 1009");
+            CloseReason::Local {
+                code: 1009,
+                reason: format!("message exceeds {max} bytes"),
+            }
+        }
+        TransportError::Other(e) => CloseReason::Transport(Arc::from(e)),
+    }
+}
+
+/// What became of a handler polled once on the connection's task.
+enum FirstPoll<T> {
+    Done(T),
+    /// Not done: it moves to a task of its own, which polls it again at once (what the
+    /// first poll registered with the no-op waker is registered anew).
+    Waiting(BoxFuture<T>),
+    /// Panicked, in making its future or in the poll.
+    Panicked,
+}
+
+/// Makes a handler's future with `start` and polls it once, with a waker that does
+/// nothing. Most handlers finish there, which saves a task per call; see `dispatch`.
+fn poll_once<T>(start: impl FnOnce() -> BoxFuture<T>) -> FirstPoll<T> {
+    let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let mut fut = start();
+        match fut
+            .as_mut()
+            .poll(&mut TaskContext::from_waker(Waker::noop()))
+        {
+            Poll::Ready(value) => FirstPoll::Done(value),
+            Poll::Pending => FirstPoll::Waiting(fut),
+        }
+    }));
+    polled.unwrap_or(FirstPoll::Panicked)
 }

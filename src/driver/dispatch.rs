@@ -21,20 +21,24 @@
 //!   notification handler falls behind, reading pauses, and the other side's writes
 //!   wait on TCP.
 
+use std::future::Future;
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll, Waker};
+use std::task::{Context as TaskContext, Poll};
 
 use crate::message::Raw;
 use futures_util::FutureExt;
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use tokio::time::Sleep;
 
 use crate::cancel::CancelStyle;
 use crate::config::PeerConfig;
-use crate::error::RpcError;
+use crate::error::{CloseReason, RpcError};
 use crate::message::{self, Incoming, Item, Outcome};
-use crate::peer::{Outgoing, Peer};
+use crate::peer::{CloseRequest, Outgoing, Peer};
 use crate::pending::{Answer, Reply};
 use crate::router::{Call, Context, MethodFn, Router};
 use crate::transport::Text;
@@ -42,20 +46,31 @@ use crate::transport::Text;
 use super::cancel;
 use super::lanes::Keyed;
 use super::ordered::Ordered;
+use super::{poll_once, FirstPoll};
 use crate::lanes::Lane;
 
 /// The connection's dispatcher: what it has started and what waits to start.
 pub(super) struct Dispatch<S> {
     router: Arc<Router<S>>,
-    pub(super) peer: Peer,
-    pub(super) handlers: JoinSet<()>,
+    peer: Peer,
+    /// Calls running on their own tasks, batches, and answers waiting for room in the
+    /// queue: everything that counts against the in-flight bound.
+    handlers: JoinSet<()>,
     notifications: Ordered<S>,
     /// The keyed lanes, from the first keyed call on.
     keyed: Option<Keyed>,
     max_batch: usize,
     max_in_flight: usize,
-    /// Closing gracefully: new calls are refused.
-    pub(super) draining: bool,
+    /// Closing gracefully: new calls are refused while running ones finish. The one
+    /// place the drain state lives.
+    drain: Option<Drain>,
+}
+
+/// A graceful close waiting for the running calls, and its grace period.
+struct Drain {
+    code: u16,
+    reason: String,
+    grace: Pin<Box<Sleep>>,
 }
 
 impl<S: Send + Sync + 'static> Dispatch<S> {
@@ -68,13 +83,62 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             keyed: None,
             max_batch: config.max_batch_len,
             max_in_flight: config.max_in_flight.max(1),
-            draining: false,
+            drain: None,
         }
     }
 
+    /// The connection's handle.
+    pub(super) fn peer(&self) -> &Peer {
+        &self.peer
+    }
+
     /// Whether to read more: not while too many calls run or notifications wait.
-    pub(super) fn reading(&self) -> bool {
+    pub(super) fn may_read(&self) -> bool {
         self.handlers.len() < self.max_in_flight && !self.notifications.blocked()
+    }
+
+    /// Whether a graceful close is under way.
+    pub(super) fn draining(&self) -> bool {
+        self.drain.is_some()
+    }
+
+    /// A close asked for by this side. Returns the reason to close with now, or `None`
+    /// when it drains first: running calls may finish until its deadline, new ones are
+    /// refused.
+    pub(super) fn close(&mut self, request: CloseRequest) -> Option<CloseReason> {
+        match request.drain_until {
+            Some(until) if !self.handlers.is_empty() => {
+                self.drain = Some(Drain {
+                    code: request.code,
+                    reason: request.reason,
+                    grace: Box::pin(tokio::time::sleep_until(until)),
+                });
+                None
+            }
+            _ => Some(CloseReason::Local {
+                code: request.code,
+                reason: request.reason,
+            }),
+        }
+    }
+
+    /// Ready with the close reason once a graceful close is done: every running call
+    /// finished, or the grace period is over (the calls still running are stopped by
+    /// the close).
+    pub(super) fn poll_drained(&mut self, cx: &mut TaskContext<'_>) -> Poll<CloseReason> {
+        let Some(drain) = &mut self.drain else {
+            return Poll::Pending;
+        };
+        if !self.handlers.is_empty() {
+            if drain.grace.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            tracing::debug!("grace period over; stopping the calls still running");
+        }
+        Poll::Ready(CloseReason::Local {
+            code: drain.code,
+            reason: std::mem::take(&mut drain.reason),
+        })
     }
 
     /// Reaps finished handlers; when their number holds up reading (or a graceful
@@ -90,10 +154,11 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         }
         // A graceful close ends when the last call does: say so, or it would wait for
         // the end of its grace.
-        if self.draining && reaped {
+        let draining = self.draining();
+        if draining && reaped {
             return Poll::Ready(());
         }
-        if self.draining || self.handlers.len() >= self.max_in_flight {
+        if draining || self.handlers.len() >= self.max_in_flight {
             if let Poll::Ready(Some(done)) = self.handlers.poll_join_next(cx) {
                 log_join(done);
                 return Poll::Ready(());
@@ -105,10 +170,18 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         Poll::Pending
     }
 
-    /// Sends `frame` from a task of its own once the queue has room, so the connection
-    /// does not wait. The task counts as a running call: reading pauses while too many
-    /// wait.
-    pub(super) fn send_later(&mut self, frame: Outgoing) {
+    /// Queues an answer made on the connection's task that the sink could not take:
+    /// into the queue when it has room, else from a task of its own that waits for
+    /// room, so the connection does not. That task counts as a running call: reading
+    /// pauses while too many wait.
+    pub(super) fn queue(&mut self, frame: Outgoing) {
+        match self.peer.shared.out.try_send(frame) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(frame)) => self.send_later(frame),
+        }
+    }
+
+    fn send_later(&mut self, frame: Outgoing) {
         let out = self.peer.shared.out.clone();
         self.handlers.spawn(async move {
             let _ = out.send(frame).await;
@@ -120,6 +193,12 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         self.handlers.abort_all();
         self.peer.shared.running.clear();
         self.notifications.stop();
+    }
+
+    /// Waits until the tasks stopped by [`stop`](Self::stop) are gone, so nothing of
+    /// the connection outlives it.
+    pub(super) async fn stopped(&mut self) {
+        while self.handlers.join_next().await.is_some() {}
     }
 
     /// Handles one text frame. Returns the one answer to write now, if any: a frame
@@ -168,7 +247,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 params,
                 progress,
             } => {
-                if self.draining {
+                if self.draining() {
                     return Some(message::error_response(
                         Some(id.get()),
                         &RpcError::new(-32000, "Closing").with_data("the connection is closing"),
@@ -295,28 +374,16 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         id: Raw<'_>,
     ) -> Option<String> {
         let token = cx.cancel.clone();
-        let started = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let mut fut = handler(cx, call);
-            match fut
-                .as_mut()
-                .poll(&mut TaskContext::from_waker(Waker::noop()))
-            {
-                Poll::Ready(answer) => Ok(answer),
-                Poll::Pending => Err(fut),
-            }
-        }));
-        match started {
-            Ok(Ok(answer)) => Some(answer),
-            Ok(Err(fut)) => {
-                // The task polls it again at once, with its own waker: what the first poll
-                // registered with the no-op waker is registered anew. From here on a
-                // cancel can stop it.
+        match poll_once(|| handler(cx, call)) {
+            FirstPoll::Done(answer) => Some(answer),
+            FirstPoll::Waiting(fut) => {
+                // From here on a cancel can stop it.
                 let (id_frame, id) = (frame.clone(), span(frame, id.get()));
                 let rest = cancel::stoppable_call(&self.peer, fut, id_frame, id, token);
                 self.handlers.spawn(rest);
                 None
             }
-            Err(_) => Some(panicked(id.get())),
+            FirstPoll::Panicked => Some(panicked(id.get())),
         }
     }
 

@@ -11,7 +11,7 @@ use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll, Waker};
+use std::task::{Context as TaskContext, Poll};
 
 use futures_util::FutureExt;
 use tokio::sync::mpsc;
@@ -20,6 +20,8 @@ use tokio::task::JoinHandle;
 use crate::peer::Peer;
 use crate::router::{BoxFuture, Context, NotificationFn};
 use crate::transport::Text;
+
+use super::{poll_once, FirstPoll};
 
 /// One notification for the ordered notification task.
 enum NotificationJob<S> {
@@ -124,20 +126,10 @@ impl<S: Send + Sync + 'static> Ordered<S> {
         let job = if idle {
             // Nothing before it is queued or running: it may start here, in order.
             let cx = Context::new(peer.clone(), state.clone());
-            let started = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                let mut fut = handler(cx, frame.clone(), params);
-                match fut
-                    .as_mut()
-                    .poll(&mut TaskContext::from_waker(Waker::noop()))
-                {
-                    Poll::Ready(()) => None,
-                    Poll::Pending => Some(fut),
-                }
-            }));
-            match started {
-                Ok(None) => return,
-                Ok(Some(fut)) => NotificationJob::Resume(fut),
-                Err(_) => {
+            match poll_once(|| handler(cx, frame.clone(), params)) {
+                FirstPoll::Done(()) => return,
+                FirstPoll::Waiting(fut) => NotificationJob::Resume(fut),
+                FirstPoll::Panicked => {
                     tracing::error!("a notification handler panicked");
                     return;
                 }

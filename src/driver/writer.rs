@@ -3,8 +3,6 @@
 use std::pin::Pin;
 use std::task::{ready, Context as TaskContext, Poll};
 
-use tokio::sync::mpsc;
-
 use super::Connection;
 use crate::peer::Outgoing;
 use crate::transport::{Frame, Transport, TransportError};
@@ -57,12 +55,8 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
     /// waits for room so that reading does not.
     pub(super) fn answer(&mut self, cx: &mut TaskContext<'_>, answer: String) {
         let frame = Outgoing::Frame(answer.into());
-        let Some(frame) = self.write_now(cx, frame) else {
-            return;
-        };
-        match self.dispatch.peer.shared.out.try_send(frame) {
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
-            Err(mpsc::error::TrySendError::Full(frame)) => self.dispatch.send_later(frame),
+        if let Some(frame) = self.write_now(cx, frame) {
+            self.dispatch.queue(frame);
         }
     }
 
