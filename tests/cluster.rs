@@ -634,3 +634,50 @@ async fn two_nodes_with_one_name_are_noticed() {
     }
     assert_ne!(first.cluster.incarnation(), second.cluster.incarnation());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_outage_the_flush_waits_for_the_nodes_that_come_back_later() {
+    let hub = MemoryHub::new();
+    let setup = Setup {
+        heartbeat: Duration::from_millis(200),
+        ..Setup::default()
+    };
+    let [a, b, c] = three(&hub, &setup).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut subscribers = Vec::new();
+    for (i, n) in [&b, &c].iter().enumerate() {
+        let (p, _) = client(&n.url, i + 1, &tx).await;
+        let _: bool = within(p.call("subscribe", ["news"])).await.unwrap();
+        subscribers.push(p);
+    }
+    hub.cut_all();
+    let mut state = a.cluster.watch_state();
+    within(state.wait_for(|s| *s == ClusterState::Down))
+        .await
+        .unwrap();
+    let topics = a.cluster.topics();
+    for i in 0..10u64 {
+        topics.publish("news", [i]).unwrap();
+    }
+    // a's link comes back first; b's and c's a moment later. Flushed at once, a's
+    // messages would reach neither.
+    a.bus.restore();
+    within(state.wait_for(|s| *s == ClusterState::Up))
+        .await
+        .unwrap();
+    tokio::task::yield_now().await;
+    b.bus.restore();
+    c.bus.restore();
+    for n in [&a, &b, &c] {
+        all_live(n, 3).await;
+    }
+    a.cluster.handle().broadcast("done", ()).unwrap();
+    let got = until_done(&mut rx, &[1, 2]).await;
+    for who in [1, 2] {
+        assert_eq!(
+            numbers(&got[&who], "news"),
+            (0..10).collect::<Vec<_>>(),
+            "client {who}"
+        );
+    }
+}

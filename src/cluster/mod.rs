@@ -40,9 +40,9 @@ mod memory;
 mod node;
 mod outbox;
 mod presence;
-mod sequence;
 #[cfg(feature = "redis")]
 mod redis;
+mod sequence;
 mod subscriptions;
 
 use std::fmt;

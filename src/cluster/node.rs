@@ -303,6 +303,14 @@ impl Node {
             was_up
         }) {
             tracing::warn!(node = %self.id, "bus down: local delivery only");
+            let live: std::collections::HashSet<String> = self
+                .nodes_watch
+                .borrow()
+                .iter()
+                .filter(|n| **n != self.id)
+                .cloned()
+                .collect();
+            lock(&self.outbox).before_outage = live;
             self.calls
                 .fail_all(&ClusterError::Unavailable("the bus went down".into()));
         }
@@ -335,6 +343,7 @@ impl Node {
             });
         }
         self.subscriptions.all_changed(self.topics.topic_names());
+        self.hold_flush();
         self.outbox_wake.notify_one();
         self.heartbeat(true);
     }

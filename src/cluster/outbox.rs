@@ -4,14 +4,20 @@
 //! An envelope leaves the outbox only once the bus accepted it; a failed batch is sent
 //! again (after the bus is back, or a short backoff), and receivers drop the copies
 //! of any part of it that had gone through.
+//!
+//! After an outage, broadcasts and topic messages are held until every node known
+//! before it has been heard from again (each one listens again before it announces
+//! itself), at most one heartbeat window: flushed at once, they would reach only the
+//! nodes whose link came back first. Calls, replies and heartbeats are never held.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::time::Instant;
 
-use super::envelope::{self, Header};
+use super::envelope::{self, Header, Kind};
 use super::node::{lock, Node};
 use super::ClusterState;
 
@@ -26,12 +32,23 @@ pub(super) struct Outbox {
     pub(super) dropped: u64,
     /// The last sequence number per channel this node sent on.
     pub(super) sequences: HashMap<String, u64>,
+    /// The nodes live when the bus went down, awaited when it is back.
+    pub(super) before_outage: HashSet<String>,
+    /// While set, only urgent envelopes go out.
+    hold: Option<Hold>,
+}
+
+struct Hold {
+    waiting: HashSet<String>,
+    until: Instant,
 }
 
 pub(super) struct Item {
     pub(super) id: u64,
     pub(super) channel: String,
     pub(super) payload: Bytes,
+    /// Calls, replies and heartbeats: never held after an outage.
+    urgent: bool,
 }
 
 impl Node {
@@ -56,6 +73,7 @@ impl Node {
         };
         *seq += 1;
         header.s = *seq;
+        let urgent = !matches!(header.k, Kind::Broadcast | Kind::Topic);
         let payload = envelope::write(&header, body);
         let limit = self.options.outbox_limit;
         // Oldest first: the freshest state is what subscribers want; receivers see the
@@ -80,10 +98,38 @@ impl Node {
             id,
             channel: channel.to_owned(),
             payload,
+            urgent,
         });
         drop(outbox);
         self.outbox_wake.notify_one();
         true
+    }
+
+    /// The bus is back: hold the flush until the nodes live before the outage are heard
+    /// from, or the heartbeat window has passed.
+    pub(super) fn hold_flush(&self) {
+        let window = self.options.heartbeat * self.options.missed;
+        let mut outbox = lock(&self.outbox);
+        let waiting = std::mem::take(&mut outbox.before_outage);
+        if !waiting.is_empty() {
+            outbox.hold = Some(Hold {
+                waiting,
+                until: Instant::now() + window,
+            });
+        }
+    }
+
+    /// `node` announced itself: it listens again.
+    pub(super) fn heard_from(&self, node: &str) {
+        let mut outbox = lock(&self.outbox);
+        if let Some(hold) = &mut outbox.hold {
+            hold.waiting.remove(node);
+            if hold.waiting.is_empty() {
+                outbox.hold = None;
+                drop(outbox);
+                self.outbox_wake.notify_one();
+            }
+        }
     }
 }
 
@@ -92,20 +138,36 @@ pub(super) async fn send(node: Arc<Node>) {
     let mut state = node.state.subscribe();
     let mut retry = Duration::from_millis(20);
     loop {
-        let batch: Vec<(u64, String, Bytes)> = {
-            let outbox = lock(&node.outbox);
-            outbox
+        let (batch, held): (Vec<(u64, String, Bytes)>, Option<Instant>) = {
+            let mut outbox = lock(&node.outbox);
+            if outbox
+                .hold
+                .as_ref()
+                .is_some_and(|h| Instant::now() >= h.until)
+            {
+                outbox.hold = None;
+            }
+            let held = outbox.hold.as_ref().map(|h| h.until);
+            let batch = outbox
                 .items
                 .iter()
+                .filter(|i| held.is_none() || i.urgent)
                 .take(BATCH)
                 .map(|i| (i.id, i.channel.clone(), i.payload.clone()))
-                .collect()
+                .collect();
+            (batch, held)
         };
         let Some(&(last, _, _)) = batch.last() else {
+            let until = held.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
                 _ = node.outbox_wake.notified() => continue,
+                _ = tokio::time::sleep_until(until) => continue,
             }
+        };
+        let ids: HashSet<u64> = match held {
+            Some(_) => batch.iter().map(|(id, _, _)| *id).collect(),
+            None => HashSet::new(),
         };
         if !node.is_up() {
             tokio::select! {
@@ -118,11 +180,23 @@ pub(super) async fn send(node: Arc<Node>) {
             Ok(()) => {
                 retry = Duration::from_millis(20);
                 let mut outbox = lock(&node.outbox);
-                // Items the overflow dropped meanwhile are already gone from the front.
-                while outbox.items.front().is_some_and(|i| i.id <= last) {
-                    if let Some(item) = outbox.items.pop_front() {
-                        outbox.bytes -= item.payload.len();
+                if ids.is_empty() {
+                    // The batch was the front (the overflow may have dropped some of it).
+                    while outbox.items.front().is_some_and(|i| i.id <= last) {
+                        if let Some(item) = outbox.items.pop_front() {
+                            outbox.bytes -= item.payload.len();
+                        }
                     }
+                } else {
+                    let mut freed = 0;
+                    outbox.items.retain(|i| {
+                        let sent = ids.contains(&i.id);
+                        if sent {
+                            freed += i.payload.len();
+                        }
+                        !sent
+                    });
+                    outbox.bytes -= freed;
                 }
                 drop(outbox);
                 node.sent.send_replace(());

@@ -41,6 +41,7 @@ impl Node {
     }
 
     pub(super) fn on_heartbeat(&self, header: &Header<'_>) {
+        self.heard_from(&header.o);
         let restarted = {
             let mut nodes = lock(&self.nodes);
             let now = Instant::now();
