@@ -28,15 +28,15 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
-use axum::http::{self, header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{self, header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
 use hyper_util::rt::TokioIo;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::WebSocketStream;
 
 use crate::config::PeerConfig;
+use crate::handshake::{self, Rejection};
 use crate::peer::ConnectionInfo as PeerInfo;
 use crate::policy::{HandshakePolicy, Refusal, Slots};
 use crate::registry::ServerHandle;
@@ -65,7 +65,8 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
         }
     }
 
-    /// Who may connect: connection limit, Origin allow-list, authentication.
+    /// Who may connect: connection limit, handshake timeout, Origin allow-list,
+    /// authentication.
     pub fn handshake_policy(mut self, policy: HandshakePolicy) -> Self {
         self.slots = Slots::new(policy.max_connections);
         self.policy = policy;
@@ -103,9 +104,10 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
         if self.handle.is_shutting_down() {
             return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
         }
-        let accept = match check_handshake(request.method(), request.headers()) {
+        let accept = match handshake::check(request.method(), request.version(), request.headers())
+        {
             Ok(accept) => accept,
-            Err(refusal) => return refusal,
+            Err(rejection) => return rejected(rejection),
         };
         let slot = match self.slots.take() {
             Ok(slot) => slot,
@@ -129,11 +131,16 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
             auth,
         };
         let on_upgrade = hyper::upgrade::on(&mut request);
+        let timeout = self.policy.handshake_timeout;
         tokio::spawn(async move {
-            let upgraded = match on_upgrade.await {
-                Ok(upgraded) => upgraded,
-                Err(e) => {
+            let upgraded = match tokio::time::timeout(timeout, on_upgrade).await {
+                Ok(Ok(upgraded)) => upgraded,
+                Ok(Err(e)) => {
                     tracing::debug!(error = %e, "WebSocket upgrade failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!("WebSocket upgrade timed out");
                     return;
                 }
             };
@@ -163,46 +170,15 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
 }
 
 fn refuse(refusal: &Refusal) -> Response {
-    let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::FORBIDDEN);
-    (status, refusal.reason.clone()).into_response()
+    (refusal.http_status(), refusal.reason.clone()).into_response()
 }
 
-/// Checks an RFC 6455 opening handshake; returns the `Sec-WebSocket-Accept` value.
-#[allow(clippy::result_large_err)]
-fn check_handshake(method: &Method, headers: &HeaderMap) -> Result<HeaderValue, Response> {
-    let has_token = |name: header::HeaderName, token: &str| {
-        headers.get_all(name).iter().any(|v| {
-            v.to_str()
-                .map(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-                .unwrap_or(false)
-        })
-    };
-    if method != Method::GET {
-        return Err(StatusCode::METHOD_NOT_ALLOWED.into_response());
+fn rejected(rejection: Rejection) -> Response {
+    let mut response = (rejection.status, rejection.body).into_response();
+    for (name, value) in rejection.headers {
+        response
+            .headers_mut()
+            .insert(name, HeaderValue::from_static(value));
     }
-    if !has_token(header::CONNECTION, "upgrade") || !has_token(header::UPGRADE, "websocket") {
-        return Err((
-            StatusCode::UPGRADE_REQUIRED,
-            [(header::UPGRADE, "websocket")],
-            "this endpoint speaks JSON-RPC over WebSocket",
-        )
-            .into_response());
-    }
-    if headers
-        .get(header::SEC_WEBSOCKET_VERSION)
-        .map(|v| v.as_bytes())
-        != Some(b"13")
-    {
-        return Err((
-            StatusCode::UPGRADE_REQUIRED,
-            [(header::SEC_WEBSOCKET_VERSION, "13")],
-            "unsupported WebSocket version",
-        )
-            .into_response());
-    }
-    let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
-        return Err((StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key").into_response());
-    };
-    HeaderValue::from_str(&derive_accept_key(key.as_bytes()))
-        .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    response
 }

@@ -101,6 +101,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod handshake;
 mod lanes;
 mod message;
 mod peer;

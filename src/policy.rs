@@ -1,26 +1,28 @@
-//! Who may open a connection: the connection limit, the Origin allow-list, and an
-//! authentication hook, all decided at the WebSocket handshake.
+//! Who may open a connection: the connection and handshake limits, the Origin
+//! allow-list, and an authentication hook, all decided at the WebSocket handshake.
 
 use std::any::Any;
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_tungstenite::tungstenite::http::{header, Request};
+use tokio_tungstenite::tungstenite::http::{header, Request, StatusCode};
 
 /// Why a handshake is refused: the HTTP status and a short text for the body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
-    /// The HTTP status code (401, 403, 503...).
-    pub status: u16,
+    /// The HTTP status (401, 403, 503...). A status that is not an error (1xx-3xx) is
+    /// sent as 403.
+    pub status: StatusCode,
     /// The response body.
     pub reason: String,
 }
 
 impl Refusal {
     /// A refusal with this status and reason.
-    pub fn new(status: u16, reason: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, reason: impl Into<String>) -> Self {
         Refusal {
             status,
             reason: reason.into(),
@@ -29,18 +31,30 @@ impl Refusal {
 
     /// `401 Unauthorized`: no credentials, or wrong ones.
     pub fn unauthorized(reason: impl Into<String>) -> Self {
-        Refusal::new(401, reason)
+        Refusal::new(StatusCode::UNAUTHORIZED, reason)
     }
 
     /// `403 Forbidden`: known, but not allowed.
     pub fn forbidden(reason: impl Into<String>) -> Self {
-        Refusal::new(403, reason)
+        Refusal::new(StatusCode::FORBIDDEN, reason)
+    }
+}
+
+impl Refusal {
+    /// The status to answer with: a refusal is a client or server error, so any other
+    /// status is sent as `403 Forbidden`.
+    pub(crate) fn http_status(&self) -> StatusCode {
+        if self.status.is_client_error() || self.status.is_server_error() {
+            self.status
+        } else {
+            StatusCode::FORBIDDEN
+        }
     }
 }
 
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.status, self.reason)
+        write!(f, "{} {}", self.status.as_u16(), self.reason)
     }
 }
 
@@ -51,15 +65,18 @@ pub(crate) type Attached = Arc<dyn Any + Send + Sync>;
 type AuthFn = Arc<dyn Fn(&Request<()>) -> Result<Attached, Refusal> + Send + Sync>;
 
 /// The handshake policy of a [`Server`](crate::Server) or an axum
-/// `Endpoint` (feature `axum`).
+/// `Endpoint` (feature `axum`): who may connect, how many, and how long a handshake
+/// may take. Plain limits are public fields, each with a setter of the same name.
 ///
 /// ```
+/// use std::time::Duration;
 /// use jsonrpc_peer::{HandshakePolicy, Refusal};
 ///
 /// struct User(String);
 ///
 /// let policy = HandshakePolicy::default()
 ///     .max_connections(5_000)
+///     .handshake_timeout(Duration::from_secs(5))
 ///     // Browsers on other sites may not open a connection (cross-site WebSocket
 ///     // hijacking); clients without an Origin header (not browsers) still may.
 ///     .allowed_origins(["https://app.example.com"])
@@ -71,33 +88,90 @@ type AuthFn = Arc<dyn Fn(&Request<()>) -> Result<Attached, Refusal> + Send + Syn
 ///             None => Err(Refusal::unauthorized("a token is needed")),
 ///         }
 ///     });
+/// assert_eq!(policy.max_connections, 5_000);
 /// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct HandshakePolicy {
-    pub(crate) max_connections: usize,
+    /// How many connections may be open at once (default 10,000). A connection counts
+    /// once its handshake succeeds; the next one is refused with
+    /// `503 Service Unavailable`.
+    pub max_connections: usize,
+    /// How many connections may be in their handshake at once (default 1,000), not
+    /// counted in [`max_connections`](Self::max_connections). When one more arrives,
+    /// the oldest still in handshake is dropped: connections that send nothing (a
+    /// slowloris) cannot lock real clients out. [`Server`](crate::Server) only: for
+    /// the axum endpoint, the HTTP server reads the request.
+    pub max_handshakes: usize,
+    /// How long a handshake may take, TLS included (default 10 s); past it the
+    /// connection is dropped. For the axum endpoint: from the `101` answer until the
+    /// upgraded connection is handed over (the HTTP server reads the request).
+    pub handshake_timeout: Duration,
+    /// The largest handshake request (request line and headers), in bytes (default
+    /// 16 KiB; at most 64 headers). A larger one is answered with
+    /// `431 Request Header Fields Too Large`. [`Server`](crate::Server) only.
+    pub max_handshake_size: usize,
+    /// Whether a handshake without an `Origin` header (a client that is not a
+    /// browser) may connect when an allow-list is set (default true).
+    pub allow_missing_origin: bool,
+    /// Whether each peer keeps the handshake's headers in its
+    /// [`ConnectionInfo`](crate::ConnectionInfo) for its whole life (default false:
+    /// they cost memory on every connection). The authentication hook and the
+    /// `on_connect` hook always see them; keep them when handlers need them later.
+    pub keep_headers: bool,
     origins: Option<Arc<HashSet<String>>>,
-    allow_missing_origin: bool,
     auth: Option<AuthFn>,
-    pub(crate) keep_headers: bool,
 }
 
 impl Default for HandshakePolicy {
     fn default() -> Self {
         HandshakePolicy {
             max_connections: 10_000,
-            origins: None,
+            max_handshakes: 1_000,
+            handshake_timeout: Duration::from_secs(10),
+            max_handshake_size: 16 * 1024,
             allow_missing_origin: true,
-            auth: None,
             keep_headers: false,
+            origins: None,
+            auth: None,
         }
     }
 }
 
 impl HandshakePolicy {
-    /// How many connections may be open at once (default 10,000). The next one is
-    /// refused at the handshake with `503 Service Unavailable`.
-    pub fn max_connections(mut self, max: usize) -> Self {
-        self.max_connections = max;
+    /// Sets [`Self::max_connections`].
+    pub fn max_connections(mut self, value: usize) -> Self {
+        self.max_connections = value;
+        self
+    }
+
+    /// Sets [`Self::max_handshakes`].
+    pub fn max_handshakes(mut self, value: usize) -> Self {
+        self.max_handshakes = value;
+        self
+    }
+
+    /// Sets [`Self::handshake_timeout`].
+    pub fn handshake_timeout(mut self, value: Duration) -> Self {
+        self.handshake_timeout = value;
+        self
+    }
+
+    /// Sets [`Self::max_handshake_size`].
+    pub fn max_handshake_size(mut self, value: usize) -> Self {
+        self.max_handshake_size = value;
+        self
+    }
+
+    /// Sets [`Self::allow_missing_origin`].
+    pub fn allow_missing_origin(mut self, value: bool) -> Self {
+        self.allow_missing_origin = value;
+        self
+    }
+
+    /// Sets [`Self::keep_headers`].
+    pub fn keep_headers(mut self, value: bool) -> Self {
+        self.keep_headers = value;
         self
     }
 
@@ -117,13 +191,6 @@ impl HandshakePolicy {
         self
     }
 
-    /// Whether a handshake without an `Origin` header (a client that is not a
-    /// browser) may connect when an allow-list is set (default true).
-    pub fn allow_missing_origin(mut self, allow: bool) -> Self {
-        self.allow_missing_origin = allow;
-        self
-    }
-
     /// Runs `check` on every handshake request (path, query, headers). It accepts by
     /// returning a value, which handlers read with [`Peer::auth`](crate::Peer::auth),
     /// or refuses with a status (401, 403...). No handler runs for a refused request.
@@ -135,15 +202,6 @@ impl HandshakePolicy {
         self.auth = Some(Arc::new(move |req: &Request<()>| {
             check(req).map(|value| Arc::new(value) as Attached)
         }));
-        self
-    }
-
-    /// Whether each peer keeps the handshake's headers in its
-    /// [`ConnectionInfo`](crate::ConnectionInfo) for its whole life (default false:
-    /// they cost memory on every connection). The authentication hook and the
-    /// `on_connect` hook always see them; keep them when handlers need them later.
-    pub fn keep_headers(mut self, keep: bool) -> Self {
-        self.keep_headers = keep;
         self
     }
 
@@ -174,6 +232,9 @@ impl fmt::Debug for HandshakePolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HandshakePolicy")
             .field("max_connections", &self.max_connections)
+            .field("max_handshakes", &self.max_handshakes)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("max_handshake_size", &self.max_handshake_size)
             .field("origins", &self.origins)
             .field("allow_missing_origin", &self.allow_missing_origin)
             .field("authenticate", &self.auth.is_some())
@@ -195,6 +256,6 @@ impl Slots {
         self.0
             .clone()
             .try_acquire_owned()
-            .map_err(|_| Refusal::new(503, "too many connections"))
+            .map_err(|_| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "too many connections"))
     }
 }

@@ -5,9 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, ToSocketAddrs};
-use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
-use tokio_tungstenite::tungstenite::http::StatusCode;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::{timeout_at, Instant};
+use tokio_tungstenite::tungstenite::http;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::WebSocketStream;
 
+use crate::handshake::{self, Handshakes, Head, Rejection, Ticket};
 use crate::policy::{HandshakePolicy, Refusal, Slots};
 
 use crate::config::PeerConfig;
@@ -34,7 +38,6 @@ use crate::transport::WebSocket;
 pub struct Server {
     listener: TcpListener,
     config: PeerConfig,
-    handshake_timeout: Duration,
     policy: HandshakePolicy,
     registry: ServerHandle,
     #[cfg(feature = "rustls")]
@@ -59,7 +62,6 @@ impl Server {
         Server {
             listener,
             config: PeerConfig::default(),
-            handshake_timeout: Duration::from_secs(10),
             policy: HandshakePolicy::default(),
             registry: ServerHandle::new(),
             #[cfg(feature = "rustls")]
@@ -73,23 +75,19 @@ impl Server {
         self
     }
 
-    /// Who may connect: connection limit, Origin allow-list, authentication.
+    /// Who may connect and how: connection and handshake limits, the handshake
+    /// timeout, Origin allow-list, authentication.
     pub fn handshake_policy(mut self, policy: HandshakePolicy) -> Self {
         self.policy = policy;
         self
     }
 
     /// Serves `wss://`: every connection is a TLS connection with this configuration
-    /// (feature `rustls`). The handshake timeout applies to the TLS handshake too.
+    /// (feature `rustls`). [`HandshakePolicy::handshake_timeout`] is one deadline for
+    /// the TLS handshake and the WebSocket handshake together.
     #[cfg(feature = "rustls")]
     pub fn tls(mut self, config: Arc<rustls::ServerConfig>) -> Self {
         self.tls = Some(tokio_rustls::TlsAcceptor::from(config));
-        self
-    }
-
-    /// How long a client may take to complete the WebSocket handshake (default 10 s).
-    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
-        self.handshake_timeout = timeout;
         self
     }
 
@@ -120,8 +118,8 @@ impl Server {
         let router = Arc::new(router);
         let gate = Arc::new(Gate {
             slots: Slots::new(self.policy.max_connections),
+            handshakes: Handshakes::new(self.policy.max_handshakes),
             policy: self.policy.clone(),
-            timeout: self.handshake_timeout,
             #[cfg(feature = "rustls")]
             tls: self.tls.clone(),
         });
@@ -138,32 +136,39 @@ impl Server {
                     let config = self.config.clone();
                     let registry = self.registry.clone();
                     let gate = gate.clone();
+                    // Taken here, not in the task: the bound holds however far the
+                    // tasks lag behind the accept loop.
+                    let ticket = gate.handshakes.enter();
                     tokio::spawn(async move {
+                        let deadline = Instant::now() + gate.policy.handshake_timeout;
+                        let conn = Conn {
+                            addr,
+                            deadline,
+                            ticket,
+                            router,
+                            config,
+                            registry,
+                            gate: gate.clone(),
+                        };
                         // Frames are coalesced by the writer task; Nagle's delay would
                         // only add latency.
                         let _ = stream.set_nodelay(true);
                         #[cfg(feature = "rustls")]
                         if let Some(tls) = &gate.tls {
-                            let stream = match tokio::time::timeout(
-                                gate.timeout,
-                                tls.accept(stream),
-                            )
-                            .await
-                            {
-                                Ok(Ok(stream)) => stream,
-                                Ok(Err(e)) => {
+                            let mut conn = conn;
+                            let accepted =
+                                conn.ticket.run(timeout_at(deadline, tls.accept(stream)));
+                            match accepted.await {
+                                Some(Ok(Ok(stream))) => conn.handshake(stream).await,
+                                Some(Ok(Err(e))) => {
                                     tracing::debug!(%addr, error = %e, "TLS handshake failed");
-                                    return;
                                 }
-                                Err(_) => {
-                                    tracing::debug!(%addr, "TLS handshake timed out");
-                                    return;
-                                }
-                            };
-                            accept(stream, addr, router, config, registry, gate).await;
+                                Some(Err(_)) => tracing::debug!(%addr, "TLS handshake timed out"),
+                                None => tracing::debug!(%addr, "handshake evicted"),
+                            }
                             return;
                         }
-                        accept(stream, addr, router, config, registry, gate).await;
+                        conn.handshake(stream).await;
                     });
                 }
                 Err(e) => {
@@ -196,75 +201,128 @@ impl Server {
 struct Gate {
     policy: HandshakePolicy,
     slots: Slots,
-    timeout: Duration,
+    handshakes: Arc<Handshakes>,
     #[cfg(feature = "rustls")]
     tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
-async fn accept<S: Send + Sync + 'static, IO>(
-    stream: IO,
+/// One accepted connection on its way to becoming a peer.
+struct Conn<S> {
     addr: SocketAddr,
+    /// One deadline for the whole handshake, TLS included.
+    deadline: Instant,
+    ticket: Ticket,
     router: Arc<Router<S>>,
     config: PeerConfig,
     registry: ServerHandle,
     gate: Arc<Gate>,
-) where
-    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    // The slot is taken before the handshake and held until the connection ends; a
-    // client past the limit still gets its answer: 503.
-    let slot = gate.slots.take();
-    let mut admitted = None;
-    // tungstenite's callback type fixes the (large) error type.
-    #[allow(clippy::result_large_err)]
-    let decide = |req: &Request, response: Response| {
-        if let Err(refusal) = &slot {
-            return Err(refuse(refusal));
-        }
-        match gate.policy.check(req) {
-            Ok(attached) => {
-                admitted = Some((req.uri().to_string(), req.headers().clone(), attached));
-                Ok(response)
+}
+
+impl<S: Send + Sync + 'static> Conn<S> {
+    /// The WebSocket handshake; on success the connection runs as a peer.
+    async fn handshake<IO>(mut self, mut io: IO)
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let addr = self.addr;
+        let deadline = self.deadline;
+        let gate = self.gate.clone();
+        let decided = self
+            .ticket
+            .run(timeout_at(deadline, decide(&mut io, &gate, &self.registry)))
+            .await;
+        let (request, tail, slot, auth, accept) = match decided {
+            Some(Ok(Ok(admitted))) => admitted,
+            Some(Ok(Err(Some(rejection)))) => {
+                tracing::debug!(%addr, status = %rejection.status, "handshake refused");
+                // The answer gets what is left of the deadline.
+                let _ = timeout_at(deadline, handshake::reject(&mut io, &rejection)).await;
+                return;
             }
-            Err(refusal) => Err(refuse(&refusal)),
+            Some(Ok(Err(None))) => {
+                tracing::debug!(%addr, "connection closed during the handshake");
+                return;
+            }
+            Some(Err(_)) => {
+                tracing::debug!(%addr, "handshake timed out");
+                return;
+            }
+            None => {
+                tracing::debug!(%addr, "handshake evicted by newer ones");
+                return;
+            }
+        };
+        match timeout_at(deadline, handshake::switch(&mut io, &accept)).await {
+            Ok(Ok(())) => {}
+            _ => {
+                tracing::debug!(%addr, "the 101 answer could not be written in time");
+                return;
+            }
         }
+        // No longer in handshake: the connection now counts in its slot.
+        drop(self.ticket);
+        let ws = WebSocketStream::from_partially_read(
+            io,
+            tail,
+            Role::Server,
+            Some(self.config.websocket()),
+        )
+        .await;
+        let (parts, ()) = request.into_parts();
+        let info = ConnectionInfo {
+            remote_addr: Some(addr),
+            path: Some(parts.uri.to_string()),
+            headers: parts.headers,
+            auth,
+        };
+        self.registry.start(
+            WebSocket::new(ws),
+            self.router,
+            &self.config,
+            info,
+            Some(slot),
+            gate.policy.keep_headers,
+        );
+    }
+}
+
+/// What an admitted handshake carries on: the request, bytes read past its head, the
+/// connection slot, what authentication attached, and the accept key.
+type Admitted = (
+    http::Request<()>,
+    Vec<u8>,
+    OwnedSemaphorePermit,
+    Option<crate::policy::Attached>,
+    http::HeaderValue,
+);
+
+/// Reads and decides one handshake request: `Err(Some(answer))` to refuse it,
+/// `Err(None)` when the client went away first.
+async fn decide<IO: tokio::io::AsyncRead + Unpin>(
+    io: &mut IO,
+    gate: &Gate,
+    registry: &ServerHandle,
+) -> std::result::Result<Admitted, Option<Rejection>> {
+    let (request, tail) = match handshake::read_head(io, gate.policy.max_handshake_size).await {
+        Head::Request(request, tail) => (request, tail),
+        Head::Gone => return Err(None),
+        Head::Bad(rejection) => return Err(Some(rejection)),
     };
-    let handshake =
-        tokio_tungstenite::accept_hdr_async_with_config(stream, decide, Some(config.websocket()));
-    let ws = match tokio::time::timeout(gate.timeout, handshake).await {
-        Ok(Ok(ws)) => ws,
-        Ok(Err(e)) => {
-            tracing::debug!(%addr, error = %e, "handshake failed or refused");
-            return;
-        }
-        Err(_) => {
-            tracing::debug!(%addr, "handshake timed out");
-            return;
-        }
-    };
-    let (Ok(slot), Some((path, headers, auth))) = (slot, admitted) else {
-        return;
-    };
-    let info = ConnectionInfo {
-        remote_addr: Some(addr),
-        path: Some(path),
-        headers,
-        auth,
-    };
-    let keep_headers = gate.policy.keep_headers;
-    registry.start(
-        WebSocket::new(ws),
-        router,
-        &config,
-        info,
-        Some(slot),
-        keep_headers,
-    );
+    let accept = handshake::check(request.method(), request.version(), request.headers())?;
+    if registry.is_shutting_down() {
+        return Err(Some(Rejection::new(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            "shutting down",
+        )));
+    }
+    // The connection counts against the limit from here on: connections that never
+    // complete a handshake take no slot.
+    let slot = gate.slots.take().map_err(|r| Some(refuse(&r)))?;
+    let auth = gate.policy.check(&request).map_err(|r| Some(refuse(&r)))?;
+    Ok((request, tail, slot, auth, accept))
 }
 
 /// The HTTP answer to a refused handshake.
-fn refuse(refusal: &Refusal) -> ErrorResponse {
-    let mut response = ErrorResponse::new(Some(refusal.reason.clone()));
-    *response.status_mut() = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::FORBIDDEN);
-    response
+fn refuse(refusal: &Refusal) -> Rejection {
+    Rejection::new(refusal.http_status(), refusal.reason.clone())
 }
