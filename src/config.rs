@@ -179,6 +179,10 @@ impl PeerConfig {
             // Frames are flushed by the writer task when its queue runs dry, so the
             // buffer only needs to hold what accumulates between flushes.
             .write_buffer_size(64 * 1024)
+            // Bounded, or a peer that sends pings and never reads grows it by a pong
+            // each; past it tungstenite keeps only the latest pong. The adapter sends
+            // frames of at most 64 KiB (larger messages in fragments), so any one fits.
+            .max_write_buffer_size(2 * crate::transport::FRAGMENT)
             .max_message_size(Some(self.max_message_size))
             .max_frame_size(Some(self.max_message_size))
     }

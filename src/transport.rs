@@ -13,7 +13,7 @@ use std::task::{ready, Context, Poll};
 use bytes::Bytes;
 use futures_util::{Sink, Stream};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data as OpData, OpCode};
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
@@ -131,15 +131,78 @@ impl<T> Transport for T where
 }
 
 /// A tokio-tungstenite WebSocket as a [`Transport`].
+///
+/// Messages larger than [`FRAGMENT`] bytes go out as fragments of that size, so each
+/// frame fits in tungstenite's capped write buffer (see `PeerConfig`), however large
+/// the message.
 #[derive(Debug)]
 pub struct WebSocket<S> {
     inner: WebSocketStream<S>,
+    /// A frame the write buffer had no room for yet: it goes first, after a flush.
+    held: Option<Message>,
+    /// What is left to send of a fragmented message.
+    rest: Bytes,
 }
+
+/// The largest frame this adapter writes; a larger message is sent in fragments.
+pub(crate) const FRAGMENT: usize = 64 * 1024;
 
 impl<S> WebSocket<S> {
     /// Wraps an established WebSocket.
     pub fn new(inner: WebSocketStream<S>) -> Self {
-        WebSocket { inner }
+        WebSocket {
+            inner,
+            held: None,
+            rest: Bytes::new(),
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
+    /// Hands one message to tungstenite, keeping it if its buffer is full.
+    fn push(&mut self, msg: Message) -> Result<(), TransportError> {
+        match Pin::new(&mut self.inner).start_send(msg) {
+            Ok(()) => Ok(()),
+            Err(tungstenite::Error::WriteBufferFull(msg)) => {
+                self.held = Some(*msg);
+                Ok(())
+            }
+            Err(e) => Err(from_ws_error(e)),
+        }
+    }
+
+    /// Sends what is held and the rest of a fragmented message; ready once both are
+    /// in tungstenite's buffer.
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TransportError>> {
+        loop {
+            if let Some(msg) = self.held.take() {
+                // Emptied, the buffer takes any one frame: frames are at most FRAGMENT
+                // bytes, under its cap.
+                if let Err(e) = ready!(Pin::new(&mut self.inner).poll_flush(cx)) {
+                    return Poll::Ready(Err(from_ws_error(e)));
+                }
+                match Pin::new(&mut self.inner).start_send(msg) {
+                    Ok(()) => {}
+                    Err(e) => return Poll::Ready(Err(from_ws_error(e))),
+                }
+                continue;
+            }
+            if self.rest.is_empty() {
+                return Poll::Ready(Ok(()));
+            }
+            if let Err(e) = ready!(Pin::new(&mut self.inner).poll_ready(cx)) {
+                return Poll::Ready(Err(from_ws_error(e)));
+            }
+            let chunk = self.rest.split_to(self.rest.len().min(FRAGMENT));
+            let last = self.rest.is_empty();
+            self.push(Message::Frame(
+                tungstenite::protocol::frame::Frame::message(
+                    chunk,
+                    OpCode::Data(OpData::Continue),
+                    last,
+                ),
+            ))?;
+        }
     }
 }
 
@@ -187,37 +250,53 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Frame> for WebSocket<S> {
     type Error = TransportError;
 
     fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        ready!(self.poll_pending(cx))?;
         Pin::new(&mut self.inner)
             .poll_ready(cx)
             .map_err(from_ws_error)
     }
 
     fn start_send(mut self: Pin<&mut Self>, frame: Frame) -> Result<(), Self::Error> {
-        let msg = match frame {
-            Frame::Text(t) => Message::Text(t.0),
-            Frame::Binary(b) => Message::Binary(b),
-            Frame::Ping(b) => Message::Ping(b),
-            Frame::Pong(b) => Message::Pong(b),
-            Frame::Close(c) => Message::Close(c.map(|(code, reason)| CloseFrame {
-                code: CloseCode::from(code),
-                reason: reason.into(),
-            })),
+        let (data, kind) = match frame {
+            Frame::Text(t) if t.len() > FRAGMENT => (Bytes::from(t.0), OpData::Text),
+            Frame::Binary(b) if b.len() > FRAGMENT => (b, OpData::Binary),
+            other => return self.push(message(other)),
         };
-        Pin::new(&mut self.inner)
-            .start_send(msg)
-            .map_err(from_ws_error)
+        // The first fragment now; poll_ready sends the others before anything else.
+        let mut data = data;
+        let first = data.split_to(FRAGMENT);
+        self.rest = data;
+        self.push(Message::Frame(
+            tungstenite::protocol::frame::Frame::message(first, OpCode::Data(kind), false),
+        ))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        ready!(self.poll_pending(cx))?;
         Pin::new(&mut self.inner)
             .poll_flush(cx)
             .map_err(from_ws_error)
     }
 
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        ready!(self.poll_pending(cx))?;
         match ready!(Pin::new(&mut self.inner).poll_close(cx)) {
             Ok(()) | Err(tungstenite::Error::ConnectionClosed) => Poll::Ready(Ok(())),
             Err(e) => Poll::Ready(Err(from_ws_error(e))),
         }
+    }
+}
+
+/// The tungstenite message for a frame.
+fn message(frame: Frame) -> Message {
+    match frame {
+        Frame::Text(t) => Message::Text(t.0),
+        Frame::Binary(b) => Message::Binary(b),
+        Frame::Ping(b) => Message::Ping(b),
+        Frame::Pong(b) => Message::Pong(b),
+        Frame::Close(c) => Message::Close(c.map(|(code, reason)| CloseFrame {
+            code: CloseCode::from(code),
+            reason: reason.into(),
+        })),
     }
 }
