@@ -251,6 +251,10 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
             CloseReason::Local { code, reason } => {
                 Some(Frame::Close(Some((*code, reason.clone()))))
             }
+            // 1011: the other side stopped answering; the code says why we leave.
+            CloseReason::KeepaliveTimeout => {
+                Some(Frame::Close(Some((1011, "keepalive timeout".to_owned()))))
+            }
             _ => None,
         };
         // After our close frame, read until the other side answers it, so the
@@ -302,6 +306,19 @@ fn failed(e: TransportError) -> CloseReason {
             CloseReason::Local {
                 code: 1009,
                 reason: format!("message exceeds {max} bytes"),
+            }
+        }
+        TransportError::Protocol { code, reason } => {
+            tracing::debug!(code, %reason, "protocol violation; closing");
+            // A close frame's reason must fit in 123 bytes.
+            let reason = if code == 1007 {
+                "invalid UTF-8"
+            } else {
+                "protocol error"
+            };
+            CloseReason::Local {
+                code,
+                reason: reason.to_owned(),
             }
         }
         TransportError::Other(e) => CloseReason::Transport(Arc::from(e)),

@@ -104,7 +104,18 @@ pub enum TransportError {
         /// The limit.
         max: usize,
     },
-    /// Anything else: I/O, protocol violations.
+    /// The other side broke the WebSocket protocol. The engine closes with `code`, as
+    /// RFC 6455 7.4.1 says: 1002 for a protocol error (reserved bits or opcodes, an
+    /// unmasked client frame, a bad control frame or fragment, a malformed close),
+    /// 1007 for text that is not UTF-8.
+    #[error("protocol violation ({code}): {reason}")]
+    Protocol {
+        /// The close code to send.
+        code: u16,
+        /// What was wrong.
+        reason: String,
+    },
+    /// Anything else: I/O, a connection reset.
     #[error(transparent)]
     Other(Box<dyn std::error::Error + Send + Sync>),
 }
@@ -215,8 +226,33 @@ fn from_ws_error(e: tungstenite::Error) -> TransportError {
             size,
             max: max_size,
         },
+        tungstenite::Error::Utf8(reason) => TransportError::Protocol { code: 1007, reason },
+        tungstenite::Error::Protocol(p) if is_violation(&p) => TransportError::Protocol {
+            code: 1002,
+            reason: p.to_string(),
+        },
         other => TransportError::Other(Box::new(other)),
     }
+}
+
+/// Whether the other side's frames broke the protocol, as opposed to the link ending
+/// (a reset) or our own use of a closed socket.
+fn is_violation(e: &tungstenite::error::ProtocolError) -> bool {
+    use tungstenite::error::ProtocolError as P;
+    matches!(
+        e,
+        P::NonZeroReservedBits
+            | P::UnmaskedFrameFromClient
+            | P::MaskedFrameFromServer
+            | P::FragmentedControlFrame
+            | P::ControlFrameTooBig
+            | P::UnknownControlFrameType(_)
+            | P::UnknownDataFrameType(_)
+            | P::UnexpectedContinueFrame
+            | P::ExpectedFragment(_)
+            | P::InvalidOpcode(_)
+            | P::InvalidCloseSequence
+    )
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Stream for WebSocket<S> {

@@ -290,7 +290,7 @@ async fn drain_stops_a_call_that_outlives_the_grace_and_closes_on_time() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn keepalive_pings_on_time_and_closes_a_silent_peer() {
+async fn keepalive_pings_on_time_and_closes_a_silent_peer_with_1011() {
     // The defaults: a ping every 30 s, closed when one goes 30 s unanswered.
     let (peer, mut raw) = start(echo(), &PeerConfig::default(), 8);
     let began = Instant::now();
@@ -318,6 +318,12 @@ async fn keepalive_pings_on_time_and_closes_a_silent_peer() {
         Some(Frame::Ping(_)) => {}
         other => panic!("expected the second ping, got {other:?}"),
     }
+    let close = raw.close_frame().await;
+    assert_eq!(
+        close.map(|(code, _)| code),
+        Some(1011),
+        "the close has a code"
+    );
 }
 
 #[tokio::test(start_paused = true)]
