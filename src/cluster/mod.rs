@@ -166,6 +166,8 @@ fn config(message: String) -> Error {
 #[derive(Clone)]
 pub struct Cluster {
     node: Arc<Node>,
+    /// Held only for its drop.
+    #[allow(dead_code)]
     owner: Arc<Owner>,
 }
 
@@ -319,7 +321,6 @@ impl Cluster {
     /// drop this one at once, and stops. Local delivery goes on without the cluster.
     pub async fn shutdown(&self) {
         self.node.shutdown().await;
-        let _ = &self.owner;
     }
 }
 

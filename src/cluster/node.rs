@@ -206,11 +206,16 @@ impl Node {
     }
 
     pub(crate) async fn ready(self: &Arc<Self>, topic: &str) -> Result<()> {
-        if !self.is_up() {
-            self.subscriptions.changed(topic);
-            return Err(Error::Cluster(ClusterError::Unavailable(
-                "the bus is down".into(),
-            )));
+        match *self.state.borrow() {
+            ClusterState::Up => {}
+            // Local delivery only, as without a cluster.
+            ClusterState::Stopped => return Ok(()),
+            ClusterState::Down => {
+                self.subscriptions.changed(topic);
+                return Err(Error::Cluster(ClusterError::Unavailable(
+                    "the bus is down".into(),
+                )));
+            }
         }
         let waiter = self.subscriptions.wait(topic);
         match tokio::time::timeout(self.options.call_timeout, waiter).await {

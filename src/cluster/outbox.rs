@@ -30,7 +30,9 @@ pub(super) struct Outbox {
     pub(super) bytes: usize,
     pub(super) next_item: u64,
     pub(super) dropped: u64,
-    /// The last sequence number per channel this node sent on.
+    /// The last sequence number per channel this node sent on: one entry (a channel
+    /// name and a number) per channel published to in this incarnation. Forgetting one
+    /// would restart its numbers and make receivers drop what follows as duplicates.
     pub(super) sequences: HashMap<String, u64>,
     /// The nodes live when the bus went down, awaited when it is back.
     pub(super) before_outage: HashSet<String>,
