@@ -82,6 +82,7 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
         write_error: None,
         keepalive: Keepalive::new(config.ping_interval, config.keepalive_timeout),
         close_timeout: config.close_timeout,
+        discard_queued: false,
     };
     tokio::spawn(async move {
         let peer = connection.run().await;
@@ -116,6 +117,8 @@ struct Connection<T, S> {
     /// `None` when no pings are sent.
     keepalive: Option<Keepalive>,
     close_timeout: Duration,
+    /// The close asked for drops what is queued (the slow-peer close).
+    discard_queued: bool,
 }
 
 /// What ended a pass, when the loop itself has to act on it.
@@ -140,6 +143,7 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                 Event::Again => {}
                 Event::End(reason) => break reason,
                 Event::Close(request) => {
+                    self.discard_queued = request.discard_queued;
                     if let Some(reason) = self.dispatch.close(request) {
                         break reason;
                     }
@@ -244,8 +248,13 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         shared.run_on_close();
         shared.mark_closed(reason.clone());
         self.dispatch.stop();
-        // What is queued now still goes out; nothing more is taken.
+        // What is queued now still goes out; nothing more is taken. Unless the queue
+        // is what the other side does not read: then the close frame goes next, so a
+        // client that reads again sees its code, not a connection cut mid-stream.
         self.out.close();
+        if self.discard_queued {
+            while self.out.try_recv().is_ok() {}
+        }
 
         let mut close = match &reason {
             CloseReason::Local { code, reason } => {

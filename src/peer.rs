@@ -49,6 +49,10 @@ pub(crate) struct CloseRequest {
     /// Let calls already running finish (until this instant) before closing; calls
     /// that arrive meanwhile are refused.
     pub(crate) drain_until: Option<tokio::time::Instant>,
+    /// Drop what is queued and send the close frame next: the slow-peer close, where
+    /// the queue is what the other side does not read, and waiting behind it would
+    /// hide the code from a client that reads again.
+    pub(crate) discard_queued: bool,
 }
 
 /// The state one connection's handles share with its tasks.
@@ -399,7 +403,12 @@ impl Peer {
                 match self.shared.slow_peer {
                     SlowPeer::Close => {
                         tracing::debug!(remote = ?self.remote_addr(), "outgoing queue full; closing with 1008");
-                        self.request_close(1008, "outgoing queue full");
+                        self.request(CloseRequest {
+                            code: 1008,
+                            reason: "outgoing queue full".to_owned(),
+                            drain_until: None,
+                            discard_queued: true,
+                        });
                     }
                     SlowPeer::Drop => {
                         tracing::debug!(remote = ?self.remote_addr(), "outgoing queue full; notification dropped");
@@ -451,6 +460,7 @@ impl Peer {
             code,
             reason: reason.to_owned(),
             drain_until: None,
+            discard_queued: false,
         });
     }
 
@@ -468,6 +478,7 @@ impl Peer {
             code,
             reason: reason.to_owned(),
             drain_until: Some(tokio::time::Instant::now() + grace),
+            discard_queued: false,
         });
         self.closed().await;
     }
