@@ -1,5 +1,6 @@
 //! Run with `cargo run --example web_demo`, then open http://127.0.0.1:8080
-//! (`--listen ADDR` to change the address; port 0 picks a free one). The first line on
+//! (`--listen ADDR` to change the address; port 0 picks a free one; `--allow-origin
+//! URL` lets pages from another origin connect, besides the ones this demo serves). The first line on
 //! stdout is `listening on http://HOST:PORT (WebSocket: ws://HOST:PORT/rpc)`.
 //!
 //! One axum app serves the page (`web-demo/`) and the JSON-RPC endpoint (`/rpc`). The
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use jsonrpc_peer::axum::Endpoint;
-use jsonrpc_peer::{Context, ErrorCode, Router, RpcError, ServerHandle};
+use jsonrpc_peer::{Context, ErrorCode, HandshakePolicy, Router, RpcError, ServerHandle};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tower_http::services::ServeDir;
@@ -175,19 +176,40 @@ async fn push_metrics(pages: ServerHandle) {
     }
 }
 
+/// The origins of the pages this demo serves at `addr`, and those given with
+/// `--allow-origin` (repeat it, or separate with commas).
+fn origins(addr: SocketAddr, args: &cli::Args) -> Vec<String> {
+    let port = addr.port();
+    let mut origins = vec![format!("http://{addr}")];
+    if addr.ip().is_loopback() || addr.ip().is_unspecified() {
+        origins.push(format!("http://localhost:{port}"));
+        origins.push(format!("http://127.0.0.1:{port}"));
+        origins.push(format!("http://[::1]:{port}"));
+    }
+    for extra in args.all("allow-origin") {
+        origins.extend(extra.split(',').map(|o| o.trim().to_owned()));
+    }
+    origins
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = cli::Args::parse("127.0.0.1:8080", &[])?;
+    let args = cli::Args::parse("127.0.0.1:8080", &["allow-origin"])?;
     let site = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web-demo");
 
+    let listener = tokio::net::TcpListener::bind(args.listen.as_str()).await?;
+    let addr = listener.local_addr()?;
+
     let pages = ServerHandle::new();
-    let endpoint = Endpoint::new(router(pages.clone())).with_handle(pages.clone());
+    let endpoint = Endpoint::new(router(pages.clone()))
+        .with_handle(pages.clone())
+        // Only pages this demo serves (and any named with --allow-origin) may open
+        // the socket: a page on another site could otherwise act as its visitor.
+        .handshake_policy(HandshakePolicy::default().allowed_origins(origins(addr, &args)));
     let app = axum::Router::new()
         .route("/rpc", endpoint.into_route())
         .fallback_service(ServeDir::new(&site));
 
-    let listener = tokio::net::TcpListener::bind(args.listen.as_str()).await?;
-    let addr = listener.local_addr()?;
     println!("listening on http://{addr} (WebSocket: ws://{addr}/rpc)");
     // Tools start this example and read the line above: make sure it leaves now.
     std::io::stdout().flush()?;

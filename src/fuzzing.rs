@@ -4,6 +4,7 @@
 //! table (`echo` returns its params, `fail` answers an error, anything else is not
 //! found), so every rule of the specification is exercised without sockets or tasks.
 
+pub use crate::echo::serve_echo;
 use crate::error::RpcError;
 use crate::message::{self, Incoming, Item};
 

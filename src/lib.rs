@@ -97,6 +97,8 @@ mod client;
 pub mod cluster;
 mod config;
 mod driver;
+#[cfg(feature = "fuzzing")]
+mod echo;
 mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]

@@ -42,6 +42,9 @@ pub struct Server {
     registry: ServerHandle,
     #[cfg(feature = "rustls")]
     tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Echo every message instead of running a peer (the Autobahn endpoint).
+    #[cfg(feature = "fuzzing")]
+    echo: bool,
 }
 
 impl Server {
@@ -66,6 +69,8 @@ impl Server {
             registry: ServerHandle::new(),
             #[cfg(feature = "rustls")]
             tls: None,
+            #[cfg(feature = "fuzzing")]
+            echo: false,
         }
     }
 
@@ -88,6 +93,13 @@ impl Server {
     #[cfg(feature = "rustls")]
     pub fn tls(mut self, config: Arc<rustls::ServerConfig>) -> Self {
         self.tls = Some(tokio_rustls::TlsAcceptor::from(config));
+        self
+    }
+
+    /// Echo instead of running a peer (feature `fuzzing`).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn echo_only(mut self) -> Self {
+        self.echo = true;
         self
     }
 
@@ -122,6 +134,8 @@ impl Server {
             policy: self.policy.clone(),
             #[cfg(feature = "rustls")]
             tls: self.tls.clone(),
+            #[cfg(feature = "fuzzing")]
+            echo: self.echo,
         });
         let mut shutdown = self.registry.shutdown_signal();
         loop {
@@ -204,6 +218,8 @@ struct Gate {
     handshakes: Arc<Handshakes>,
     #[cfg(feature = "rustls")]
     tls: Option<tokio_rustls::TlsAcceptor>,
+    #[cfg(feature = "fuzzing")]
+    echo: bool,
 }
 
 /// One accepted connection on its way to becoming a peer.
@@ -268,6 +284,14 @@ impl<S: Send + Sync + 'static> Conn<S> {
             Some(self.config.websocket()),
         )
         .await;
+        #[cfg(feature = "fuzzing")]
+        if gate.echo {
+            tokio::spawn(async move {
+                let _slot = slot;
+                crate::echo::echo(WebSocket::new(ws)).await;
+            });
+            return;
+        }
         let (parts, ()) = request.into_parts();
         let info = ConnectionInfo {
             remote_addr: Some(addr),

@@ -444,3 +444,30 @@ async fn one_deadline_covers_tls_and_the_websocket_handshake() {
         "closed {closed_at:?} after connecting; the deadline is {timeout:?} for both steps"
     );
 }
+
+#[tokio::test]
+async fn frames_sent_right_behind_the_handshake_are_read() {
+    // A client that does not wait for the 101 before its first frame: the bytes past
+    // the request head are the start of the WebSocket stream.
+    let (addr, _) = server_with(HandshakePolicy::default()).await;
+    let mut tcp = within(TcpStream::connect(&addr)).await.unwrap();
+    let call = br#"{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":1}"#;
+    let mut bytes = upgrade(
+        "GET",
+        "HTTP/1.1",
+        &format!("Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {KEY}\r\n"),
+    )
+    .into_bytes();
+    bytes.extend_from_slice(&[0x81, 0x80 | call.len() as u8, 0, 0, 0, 0]);
+    bytes.extend_from_slice(call);
+    within(tcp.write_all(&bytes)).await.unwrap();
+    let mut seen = Vec::new();
+    let mut chunk = [0u8; 1024];
+    let answer = br#""result":19"#;
+    while !seen.windows(answer.len()).any(|w| w == answer) {
+        let n = within(tcp.read(&mut chunk)).await.unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&chunk[..n]);
+    }
+    assert!(seen.starts_with(b"HTTP/1.1 101"));
+}

@@ -64,6 +64,16 @@ impl Args {
         }
     }
 
+    /// Every text given for `--name`, in order (the flag may be repeated).
+    #[allow(dead_code)]
+    pub fn all(&self, name: &str) -> Vec<String> {
+        self.values
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
     /// The number given for `--name`, or `default`.
     #[allow(dead_code)]
     pub fn number(&self, name: &str, default: u64) -> Result<u64, String> {
