@@ -89,8 +89,7 @@ pub(crate) fn check(
             StatusCode::UPGRADE_REQUIRED,
             "this endpoint speaks JSON-RPC over WebSocket",
         )
-        .with(header::UPGRADE, "websocket")
-        .with(header::CONNECTION, "Upgrade"));
+        .with(header::UPGRADE, "websocket"));
     }
     match headers.get(header::SEC_WEBSOCKET_VERSION) {
         Some(v) if v.as_bytes() == b"13" => {}
