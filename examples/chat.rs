@@ -9,7 +9,7 @@ mod cli;
 
 use std::io::Write;
 
-use jsonrpc_peer::{connect, Context, ErrorCode, Router, RpcError, Server, ServerHandle};
+use jsonrpc_peer::{connect, Context, Router, RpcError, Server, ServerHandle};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -29,8 +29,9 @@ async fn server(args: cli::Args) -> Result<(), Box<dyn std::error::Error>> {
         |cx: Context<ServerHandle>, line: Line| async move {
             if line.name.trim().is_empty() || line.text.trim().is_empty() || line.text.len() > 1000
             {
-                return Err(RpcError::new(ErrorCode::INVALID_PARAMS, "Invalid params")
-                    .with_data("a name, and a text of 1 to 1000 bytes"));
+                return Err(RpcError::invalid_params(
+                    "a name, and a text of 1 to 1000 bytes",
+                ));
             }
             println!("{}: {}", line.name, line.text);
             cx.state()

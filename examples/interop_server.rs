@@ -42,7 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .await;
             match outcome {
                 Ok(answer) => Ok(json!({"asked": method, "answer": answer})),
-                Err(Error::Rpc(error)) => Ok(json!({"asked": method, "error": error})),
+                Err(Error::Rpc { error, .. }) => Ok(json!({"asked": method, "error": error})),
                 Err(e) => Err(RpcError::new(1, "the call back failed")
                     .with_data(json!({"asked": method, "error": e.to_string()}))),
             }

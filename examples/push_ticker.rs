@@ -12,7 +12,7 @@ mod cli;
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use jsonrpc_peer::{Context, ErrorCode, Router, RpcError, Server, Topics};
+use jsonrpc_peer::{Context, Router, RpcError, Server, Topics};
 use serde_json::json;
 
 const TOPICS: [&str; 2] = ["prices", "heartbeat"];
@@ -23,8 +23,9 @@ fn router(topics: Topics) -> Router<Topics> {
             "subscribe",
             |cx: Context<Topics>, (topic,): (String,)| async move {
                 if !TOPICS.contains(&topic.as_str()) {
-                    return Err(RpcError::new(ErrorCode::INVALID_PARAMS, "Invalid params")
-                        .with_data(format!("no topic `{topic}`; topics: {TOPICS:?}")));
+                    return Err(RpcError::invalid_params(format!(
+                        "no topic `{topic}`; topics: {TOPICS:?}"
+                    )));
                 }
                 Ok(cx.state().subscribe(cx.peer(), &topic))
             },

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use jsonrpc_peer::axum::Endpoint;
-use jsonrpc_peer::{Context, ErrorCode, HandshakePolicy, Router, RpcError, ServerHandle};
+use jsonrpc_peer::{Context, HandshakePolicy, Router, RpcError, ServerHandle};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tower_http::services::ServeDir;
@@ -72,7 +72,7 @@ fn now_ms() -> u64 {
 }
 
 fn invalid(reason: &str) -> RpcError {
-    RpcError::new(ErrorCode::INVALID_PARAMS, "Invalid params").with_data(reason)
+    RpcError::invalid_params(reason)
 }
 
 fn router(pages: ServerHandle) -> Router<Demo> {
@@ -118,13 +118,12 @@ fn router(pages: ServerHandle) -> Router<Demo> {
         // page that called it, while that page's own call is still waiting.
         .method("demo.ask_browser", |cx: Context<Demo>, (): ()| async move {
             let started = Instant::now();
+            // `?` turns a failed call back into the caller's -32603 (see `RpcError`'s
+            // `From<Error>`): "`ui.describe`: no answer within 10s" in its data.
             let answer: Value = cx
                 .peer()
                 .call_with_timeout("ui.describe", (), Duration::from_secs(10))
-                .await
-                .map_err(|e| {
-                    RpcError::new(-32000, "the browser did not answer").with_data(e.to_string())
-                })?;
+                .await?;
             Ok::<_, RpcError>(json!({
                 "asked": "ui.describe",
                 "answer": answer,

@@ -15,6 +15,8 @@ pub struct Batch<'p> {
     peer: &'p Peer,
     buf: Vec<u8>,
     ids: Vec<u64>,
+    /// The method of each call, in the order of `ids`, for errors to name.
+    methods: Vec<Box<str>>,
     len: usize,
 }
 
@@ -24,6 +26,7 @@ impl<'p> Batch<'p> {
             peer,
             buf: Vec::new(),
             ids: Vec::new(),
+            methods: Vec::new(),
             len: 0,
         }
     }
@@ -37,6 +40,7 @@ impl<'p> Batch<'p> {
         let id = self.peer.next_id();
         self.push(method, &params, Some(id))?;
         self.ids.push(id);
+        self.methods.push(method.into());
         Ok(self)
     }
 
@@ -86,7 +90,7 @@ impl<'p> Batch<'p> {
         self.buf.push(b']');
         let shared = &*self.peer.shared;
         let frame = String::from_utf8(std::mem::take(&mut self.buf))
-            .map_err(|_| Error::InvalidResponse("serializer wrote invalid UTF-8".into()))?;
+            .map_err(|_| message::invalid_utf8())?;
         let mut waiting = Vec::with_capacity(self.ids.len());
         for &id in &self.ids {
             waiting.push(shared.pending.register(id, || shared.close_reason())?);
@@ -94,16 +98,16 @@ impl<'p> Batch<'p> {
         let deadline = tokio::time::Instant::now() + timeout;
         tokio::time::timeout_at(deadline, shared.send(frame))
             .await
-            .map_err(|_| Error::Timeout(timeout))??;
+            .map_err(|_| Error::timeout(None, timeout))??;
         let mut outcomes = Vec::with_capacity(waiting.len());
-        for (mut guard, rx) in waiting {
+        for ((mut guard, rx), method) in waiting.into_iter().zip(&self.methods) {
             let outcome = match tokio::time::timeout_at(deadline, rx).await {
-                Err(_) => Err(Error::Timeout(timeout)),
+                Err(_) => Err(Error::timeout(Some(method), timeout)),
                 Ok(Err(_)) => Err(Error::Closed(shared.close_reason())),
                 Ok(Ok(Err(e))) => Err(e),
                 Ok(Ok(Ok(answer))) => {
                     guard.disarm();
-                    answer.into_result()
+                    answer.into_result(method)
                 }
             };
             outcomes.push(outcome);

@@ -2,6 +2,10 @@
 
 use std::sync::Arc;
 
+use tokio_tungstenite::tungstenite;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::handshake::client::Request;
+
 use crate::config::PeerConfig;
 use crate::error::{Error, Result};
 use crate::peer::{ConnectionInfo, Peer};
@@ -11,32 +15,55 @@ use crate::transport::WebSocket;
 /// Connects to a `ws://` URL and runs a peer on the connection, serving `router`: the
 /// server may call this side as this side calls it.
 ///
+/// `request` is what tokio-tungstenite takes ([`IntoClientRequest`]): a URL, or a
+/// handshake request with headers of its own, such as a token in `Authorization`
+/// (where the server's [`HandshakePolicy::authenticate`](crate::HandshakePolicy::authenticate)
+/// reads it, and where it stays out of URLs that get logged), or subprotocols (for a
+/// server that picks one: tungstenite refuses an answer that names none):
+///
 /// ```no_run
+/// use jsonrpc_peer::{connect, ClientRequestBuilder, Router};
+///
 /// # async fn run() -> jsonrpc_peer::Result<()> {
-/// let peer = jsonrpc_peer::connect("ws://127.0.0.1:9000", jsonrpc_peer::Router::new()).await?;
+/// let peer = connect("ws://127.0.0.1:9000", Router::new()).await?;
 /// let diff: i64 = peer.call("subtract", [42, 23]).await?;
+///
+/// let uri = "ws://127.0.0.1:9000/rpc".parse().expect("a valid URI");
+/// let request = ClientRequestBuilder::new(uri).with_header("Authorization", "Bearer s3cret");
+/// let peer = connect(request, Router::new()).await?;
 /// # Ok(()) }
 /// ```
 ///
+/// Dropping the last handle of the returned [`Peer`] closes the connection (1000):
+/// nothing keeps a connection alive that nobody can reach. (Handles a handler gets
+/// through [`Context::peer`](crate::Context::peer) do not count.)
+///
 /// # Errors
 ///
-/// [`Error::Transport`] when the connection or the handshake fails, [`Error::Timeout`]
-/// when it takes longer than [`PeerConfig::connect_timeout`].
-pub async fn connect<S: Send + Sync + 'static>(url: &str, router: Router<S>) -> Result<Peer> {
-    connect_with_config(url, router, &PeerConfig::default()).await
+/// [`Error::Refused`] when the server answers the handshake with an HTTP error status
+/// (401, 403, 503...); [`Error::Transport`] when the request is not valid, or the
+/// connection or the handshake fails otherwise; [`Error::Timeout`] when it takes longer
+/// than [`PeerConfig::connect_timeout`].
+pub async fn connect<S: Send + Sync + 'static>(
+    request: impl IntoClientRequest,
+    router: Router<S>,
+) -> Result<Peer> {
+    connect_with_config(request, router, &PeerConfig::default()).await
 }
 
 /// [`connect`] with settings of its own.
 ///
 /// # Errors
 ///
-/// [`Error::Transport`] when the connection or the handshake fails.
+/// As for [`connect`].
 pub async fn connect_with_config<S: Send + Sync + 'static>(
-    url: &str,
+    request: impl IntoClientRequest,
     router: Router<S>,
     config: &PeerConfig,
 ) -> Result<Peer> {
-    connect_shared(url, Arc::new(router), config).await
+    let request = client_request(request)?;
+    let peer = dial(request, Arc::new(router), config, None).await?;
+    Ok(peer.close_on_drop())
 }
 
 /// Connects to a `wss://` URL trusting what `tls` trusts (feature `rustls`): a
@@ -48,21 +75,45 @@ pub async fn connect_with_config<S: Send + Sync + 'static>(
 /// As for [`connect`].
 #[cfg(feature = "rustls")]
 pub async fn connect_with_tls<S: Send + Sync + 'static>(
-    url: &str,
+    request: impl IntoClientRequest,
     router: Router<S>,
     config: &PeerConfig,
     tls: Arc<rustls::ClientConfig>,
 ) -> Result<Peer> {
-    dial(url, Arc::new(router), config, Some(tls)).await
+    let request = client_request(request)?;
+    let peer = dial(request, Arc::new(router), config, Some(tls)).await?;
+    Ok(peer.close_on_drop())
 }
 
-/// Connects with a router shared by successive connections (the reconnecting client).
+/// The handshake request, checked once: a bad URL is an error here, not at each dial.
+pub(crate) fn client_request(request: impl IntoClientRequest) -> Result<Request> {
+    request
+        .into_client_request()
+        .map_err(|e| Error::Transport(Box::new(e)))
+}
+
+/// The same request for another attempt, with a fresh `Sec-WebSocket-Key` (a key is
+/// for one handshake). `http::Request` is not `Clone`, so it is rebuilt.
+pub(crate) fn again(request: &Request) -> Request {
+    let mut next = Request::new(());
+    *next.method_mut() = request.method().clone();
+    *next.uri_mut() = request.uri().clone();
+    *next.version_mut() = request.version();
+    *next.headers_mut() = request.headers().clone();
+    if let Ok(key) = tungstenite::handshake::client::generate_key().parse() {
+        next.headers_mut().insert("sec-websocket-key", key);
+    }
+    next
+}
+
+/// Connects with a router shared by successive connections (the reconnecting client,
+/// which closes its connections itself).
 pub(crate) async fn connect_shared<S: Send + Sync + 'static>(
-    url: &str,
+    request: Request,
     router: Arc<Router<S>>,
     config: &PeerConfig,
 ) -> Result<Peer> {
-    dial(url, router, config, None).await
+    dial(request, router, config, None).await
 }
 
 #[cfg(feature = "rustls")]
@@ -70,16 +121,38 @@ type TlsConfig = Arc<rustls::ClientConfig>;
 #[cfg(not(feature = "rustls"))]
 type TlsConfig = std::convert::Infallible;
 
+/// The largest refusal body kept in [`Error::Refused`].
+const MAX_REFUSAL_BODY: usize = 1024;
+
+/// A handshake error as this crate's: an HTTP refusal gets its own variant.
+fn handshake_error(e: tungstenite::Error) -> Error {
+    match e {
+        tungstenite::Error::Http(response) => {
+            let body = response
+                .body()
+                .as_deref()
+                .filter(|b| b.len() <= MAX_REFUSAL_BODY)
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .map(str::to_owned);
+            Error::Refused {
+                status: response.status(),
+                body,
+            }
+        }
+        other => Error::Transport(Box::new(other)),
+    }
+}
+
 async fn dial<S: Send + Sync + 'static>(
-    url: &str,
+    request: Request,
     router: Arc<Router<S>>,
     config: &PeerConfig,
     tls: Option<TlsConfig>,
 ) -> Result<Peer> {
-    // Frames are coalesced by the writer task, so Nagle's delay is turned off.
+    // Frames are coalesced by the connection's task, so Nagle's delay is turned off.
     #[cfg(feature = "rustls")]
     let dial = tokio_tungstenite::connect_async_tls_with_config(
-        url,
+        request,
         Some(config.websocket()),
         true,
         tls.map(tokio_tungstenite::Connector::Rustls),
@@ -89,12 +162,12 @@ async fn dial<S: Send + Sync + 'static>(
         if let Some(never) = tls {
             match never {}
         }
-        tokio_tungstenite::connect_async_with_config(url, Some(config.websocket()), true)
+        tokio_tungstenite::connect_async_with_config(request, Some(config.websocket()), true)
     };
     let (ws, response) = tokio::time::timeout(config.connect_timeout, dial)
         .await
-        .map_err(|_| Error::Timeout(config.connect_timeout))?
-        .map_err(|e| Error::Transport(Box::new(e)))?;
+        .map_err(|_| Error::timeout(None, config.connect_timeout))?
+        .map_err(handshake_error)?;
     let remote = match ws.get_ref() {
         tokio_tungstenite::MaybeTlsStream::Plain(tcp) => tcp.peer_addr().ok(),
         #[cfg(feature = "rustls")]

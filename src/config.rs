@@ -176,7 +176,7 @@ impl PeerConfig {
     pub(crate) fn websocket(&self) -> WebSocketConfig {
         WebSocketConfig::default()
             .read_buffer_size(self.read_buffer_size)
-            // Frames are flushed by the writer task when its queue runs dry, so the
+            // Frames are flushed by the connection's task when its queue runs dry, so the
             // buffer only needs to hold what accumulates between flushes.
             .write_buffer_size(64 * 1024)
             // Bounded, or a peer that sends pings and never reads grows it by a pong

@@ -67,6 +67,7 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
     let (out_tx, out_rx) = mpsc::channel(config.outgoing_queue.max(1));
     let peer = Peer {
         shared: Arc::new(Shared::new(out_tx, config, info)),
+        owner: None,
     };
     if let Some(on_start) = hooks.on_start {
         on_start(&peer);
@@ -84,12 +85,22 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
         close_timeout: config.close_timeout,
         discard_queued: false,
     };
-    tokio::spawn(async move {
-        let peer = connection.run().await;
-        if let Some(on_end) = on_end {
-            on_end(&peer);
-        }
-    });
+    // Everything the connection logs, and the handlers it runs, is inside this span.
+    let span = tracing::info_span!(
+        "connection",
+        peer = peer.id(),
+        remote = ?peer.info().remote_addr,
+        path = peer.info().path.as_deref(),
+    );
+    tokio::spawn(tracing::Instrument::instrument(
+        async move {
+            let peer = connection.run().await;
+            if let Some(on_end) = on_end {
+                on_end(&peer);
+            }
+        },
+        span,
+    ));
     peer
 }
 

@@ -9,25 +9,91 @@ use serde::{Deserialize, Serialize};
 /// A `Result` whose error defaults to this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The error codes the JSON-RPC 2.0 specification defines.
+/// An error code as it travels in an error object: an integer, with the
+/// specification's codes (and this crate's one server error) as constants.
 ///
-/// Codes are plain integers on the wire ([`RpcError::code`]); this type only gives the
-/// specification's ones names. Application codes should stay outside `-32768..=-32000`,
-/// which the specification reserves.
-#[derive(Debug)]
-pub enum ErrorCode {}
+/// Application codes should stay outside `-32768..=-32000`, which the specification
+/// reserves ([`is_reserved`](Self::is_reserved)). It compares with plain integers:
+///
+/// ```
+/// use jsonrpc_peer::{ErrorCode, RpcError};
+///
+/// let e = RpcError::method_not_found();
+/// assert_eq!(e.code, ErrorCode::METHOD_NOT_FOUND);
+/// assert_eq!(e.code, -32601);
+/// assert_eq!(ErrorCode::new(42).get(), 42);
+/// assert!(ErrorCode::METHOD_NOT_FOUND.is_reserved() && !ErrorCode::new(42).is_reserved());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ErrorCode(i64);
 
 impl ErrorCode {
     /// Invalid JSON was received.
-    pub const PARSE_ERROR: i64 = -32700;
+    pub const PARSE_ERROR: ErrorCode = ErrorCode(-32700);
     /// The JSON sent is not a valid Request object.
-    pub const INVALID_REQUEST: i64 = -32600;
+    pub const INVALID_REQUEST: ErrorCode = ErrorCode(-32600);
     /// The method does not exist or is not available.
-    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const METHOD_NOT_FOUND: ErrorCode = ErrorCode(-32601);
     /// Invalid method parameter(s).
-    pub const INVALID_PARAMS: i64 = -32602;
-    /// Internal JSON-RPC error (a handler panicked, or its result could not be serialized).
-    pub const INTERNAL_ERROR: i64 = -32603;
+    pub const INVALID_PARAMS: ErrorCode = ErrorCode(-32602);
+    /// Internal JSON-RPC error (a handler panicked, its result could not be serialized,
+    /// or a call it made failed locally: see [`RpcError`]'s `From<Error>`).
+    pub const INTERNAL_ERROR: ErrorCode = ErrorCode(-32603);
+    /// A server error of this crate's (in the specification's `-32000..=-32099` range):
+    /// the connection is closing gracefully and takes no new calls.
+    pub const CLOSING: ErrorCode = ErrorCode(-32000);
+
+    /// The code `code`.
+    pub const fn new(code: i64) -> Self {
+        ErrorCode(code)
+    }
+
+    /// The code as an integer.
+    pub const fn get(self) -> i64 {
+        self.0
+    }
+
+    /// Whether the specification reserves this code (`-32768..=-32000`).
+    pub const fn is_reserved(self) -> bool {
+        self.0 >= -32768 && self.0 <= -32000
+    }
+}
+
+impl From<i64> for ErrorCode {
+    fn from(code: i64) -> Self {
+        ErrorCode(code)
+    }
+}
+
+impl From<i32> for ErrorCode {
+    fn from(code: i32) -> Self {
+        ErrorCode(code.into())
+    }
+}
+
+impl From<ErrorCode> for i64 {
+    fn from(code: ErrorCode) -> Self {
+        code.0
+    }
+}
+
+impl PartialEq<i64> for ErrorCode {
+    fn eq(&self, other: &i64) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<i32> for ErrorCode {
+    fn eq(&self, other: &i32) -> bool {
+        self.0 == i64::from(*other)
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
 }
 
 /// An error object as it travels on the wire: `{"code": .., "message": .., "data": ..}`.
@@ -47,7 +113,7 @@ impl ErrorCode {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RpcError {
     /// The error code: one of [`ErrorCode`]'s constants, or the application's own.
-    pub code: i64,
+    pub code: ErrorCode,
     /// A short description of the error.
     pub message: String,
     /// Additional information, left out of the wire form when `None`.
@@ -57,9 +123,9 @@ pub struct RpcError {
 
 impl RpcError {
     /// An error with this code and message and no data.
-    pub fn new(code: i64, message: impl Into<String>) -> Self {
+    pub fn new(code: impl Into<ErrorCode>, message: impl Into<String>) -> Self {
         RpcError {
-            code,
+            code: code.into(),
             message: message.into(),
             data: None,
         }
@@ -143,10 +209,10 @@ impl fmt::Display for CloseReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CloseReason::Local { code, reason } => {
-                write!(f, "closed by this side ({code} {reason})")
+                write!(f, "closed by this side ({code}{})", spaced(reason))
             }
             CloseReason::Remote { code, reason } => {
-                write!(f, "closed by the other side ({code} {reason})")
+                write!(f, "closed by the other side ({code}{})", spaced(reason))
             }
             CloseReason::Transport(e) => write!(f, "transport failed: {e}"),
             CloseReason::Eof => f.write_str("the other side went away without a close frame"),
@@ -155,20 +221,47 @@ impl fmt::Display for CloseReason {
     }
 }
 
+/// A close reason as it follows the code: nothing when empty, else a space and the text.
+fn spaced(reason: &str) -> String {
+    if reason.is_empty() {
+        String::new()
+    } else {
+        format!(" {reason}")
+    }
+}
+
 /// What can go wrong on this side: the connection, the clock, serialization, or the
-/// other side's answer.
+/// other side's answer. Errors of a call name the method called.
+///
+/// ```
+/// use jsonrpc_peer::{Error, RpcError};
+///
+/// let e = Error::Rpc { method: "divide".into(), error: RpcError::method_not_found() };
+/// assert_eq!(e.to_string(), "`divide` was answered with an error: Method not found (-32601)");
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The connection is closed (or closed while the call waited), and why.
     #[error("connection closed: {0}")]
     Closed(CloseReason),
-    /// No answer arrived within the call's timeout.
-    #[error("no answer within {0:?}")]
-    Timeout(Duration),
-    /// The other side answered with an error object.
-    #[error("the other side answered with an error: {0}")]
-    Rpc(RpcError),
+    /// No answer arrived within the call's timeout (or, without a method, the
+    /// connection was not made within the connect timeout).
+    #[error("{}no answer within {after:?}", called(method.as_deref()))]
+    Timeout {
+        /// The method called, if this was a call.
+        method: Option<Box<str>>,
+        /// How long was waited.
+        after: Duration,
+    },
+    /// The other side answered a call with an error object.
+    #[error("`{method}` was answered with an error: {error}")]
+    Rpc {
+        /// The method called.
+        method: Box<str>,
+        /// The error object, as received.
+        error: RpcError,
+    },
     /// Params could not be serialized, or a result could not be read as the asked type.
     #[error("serialization: {0}")]
     Serialization(#[from] serde_json::Error),
@@ -182,16 +275,45 @@ pub enum Error {
     /// Between the nodes of a cluster: a peer or node that is not there, the bus down.
     #[error("cluster: {0}")]
     Cluster(crate::cluster::ClusterError),
-    /// Connecting, binding or accepting failed.
+    /// The server refused the WebSocket handshake with an HTTP status (401, 403, 503...).
+    /// Distinct from [`Error::Transport`]: trying again unchanged will not help for a
+    /// 4xx.
+    #[error("the server refused the handshake: {status}{}", refusal_body(body.as_deref()))]
+    Refused {
+        /// The HTTP status of the refusal.
+        status: crate::http::StatusCode,
+        /// The response body, when it was small (at most 1 KiB) and text.
+        body: Option<String>,
+    },
+    /// Connecting, binding or accepting failed (I/O, DNS, TLS, a broken handshake).
     #[error("transport: {0}")]
     Transport(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+fn called(method: Option<&str>) -> String {
+    method.map(|m| format!("`{m}`: ")).unwrap_or_default()
+}
+
+fn refusal_body(body: Option<&str>) -> String {
+    body.filter(|b| !b.is_empty())
+        .map(|b| format!(" ({b})"))
+        .unwrap_or_default()
 }
 
 impl Error {
     /// The remote error object, when the other side answered with one.
     pub fn rpc(&self) -> Option<&RpcError> {
         match self {
-            Error::Rpc(e) => Some(e),
+            Error::Rpc { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// The method of the call that failed, when the error is a call's.
+    pub fn method(&self) -> Option<&str> {
+        match self {
+            Error::Rpc { method, .. } => Some(method),
+            Error::Timeout { method, .. } => method.as_deref(),
             _ => None,
         }
     }
@@ -200,10 +322,58 @@ impl Error {
     pub fn is_closed(&self) -> bool {
         matches!(self, Error::Closed(_))
     }
+
+    /// Whether this is a timeout.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+
+    /// The HTTP status of a refused handshake.
+    pub fn refused_status(&self) -> Option<crate::http::StatusCode> {
+        match self {
+            Error::Refused { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// A timeout of a call of `method` (or of connecting, without one).
+    pub(crate) fn timeout(method: Option<&str>, after: Duration) -> Self {
+        Error::Timeout {
+            method: method.map(Into::into),
+            after,
+        }
+    }
 }
 
-impl From<RpcError> for Error {
-    fn from(e: RpcError) -> Self {
-        Error::Rpc(e)
+/// What a local failure becomes when a handler returns it with `?`, so that
+/// `cx.peer().call(..).await?` works in a handler:
+///
+/// - the other side's error object with an **application code** (outside the
+///   specification's reserved `-32768..=-32000`) passes through unchanged: code, message
+///   and data, so a handler that forwards a call answers as the far side did;
+/// - one with a **reserved code** (`-32601` for the call back's own method, say) would
+///   misdescribe the call being answered, so it becomes `-32603 Internal error` with
+///   `data: {"method": <the method called back>, "error": <the error object>}`;
+/// - every other failure (a timeout, a closed connection, params or a result that did
+///   not serialize, an invalid response) becomes `-32603 Internal error` with `data`
+///   the local error's text, e.g. `"`ui.describe`: no answer within 10s"`.
+///
+/// ```
+/// use jsonrpc_peer::{Context, Router, RpcError};
+///
+/// let router = Router::new().method("ask", |cx: Context, (): ()| async move {
+///     let answer: String = cx.peer().call("describe", ()).await?;
+///     Ok::<_, RpcError>(answer)
+/// });
+/// # let _ = router;
+/// ```
+impl From<Error> for RpcError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Rpc { error, .. } if !error.code.is_reserved() => error,
+            Error::Rpc { method, error } => RpcError::internal_error()
+                .with_data(serde_json::json!({ "method": &*method, "error": error })),
+            other => RpcError::internal_error().with_data(other.to_string()),
+        }
     }
 }

@@ -133,6 +133,9 @@ pub use reconnect::{Backoff, LinkState, Reconnecting, ReconnectingBuilder};
 pub use registry::ServerHandle;
 pub use router::{Context, Router};
 pub use server::Server;
+/// What [`connect`] and [`Reconnecting::builder`] take: a URL, or a handshake request with
+/// headers (`Authorization`, subprotocols), as tokio-tungstenite takes it.
+pub use tokio_tungstenite::tungstenite::client::{ClientRequestBuilder, IntoClientRequest};
 /// The `http` crate's types, as the handshake uses them (headers in [`ConnectionInfo`]).
 pub use tokio_tungstenite::tungstenite::http;
 pub use topics::Topics;

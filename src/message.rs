@@ -446,9 +446,13 @@ pub(crate) fn request<P: Serialize + ?Sized>(
 ) -> Result<String, crate::Error> {
     with_scratch(|buf| {
         write_request(buf, method, params, id)?;
-        exact_string(buf)
-            .ok_or_else(|| crate::Error::InvalidResponse("serializer wrote invalid UTF-8".into()))
+        exact_string(buf).ok_or_else(invalid_utf8)
     })
+}
+
+/// Our own serializer's failure: a serialization error, not the other side's fault.
+pub(crate) fn invalid_utf8() -> crate::Error {
+    crate::Error::Serialization(serde::ser::Error::custom("serializer wrote invalid UTF-8"))
 }
 
 /// Appends one request or notification object to `buf`.

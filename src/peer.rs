@@ -218,6 +218,28 @@ impl Shared {
 #[derive(Clone)]
 pub struct Peer {
     pub(crate) shared: Arc<Shared>,
+    /// Shared by the handles a client's user holds ([`connect`](crate::connect)); when
+    /// the last of them is dropped, the connection closes. `None` for the handles the
+    /// connection's own task, handlers and registries hold: they do not keep it open.
+    pub(crate) owner: Option<Arc<Owner>>,
+}
+
+/// Closes its connection with 1000 when dropped: the last user handle of a client
+/// connection went away, and nobody could reach the connection any more.
+pub(crate) struct Owner(Arc<Shared>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let request = CloseRequest {
+            code: 1000,
+            reason: String::new(),
+            drain_until: None,
+        };
+        if self.0.close_request.set(request).is_ok() {
+            tracing::debug!(peer = self.0.id, "last handle dropped; closing with 1000");
+            self.0.close_waker.wake();
+        }
+    }
 }
 
 impl Peer {
@@ -310,7 +332,7 @@ impl Peer {
         // Declared after the guard, so dropped before it: the cancel is queued while
         // the entry is still there, and a late answer still finds no one waiting.
         let cancel = CancelOnDrop::new(shared, id);
-        let answer = tokio::time::timeout(timeout, async {
+        let waiting = async {
             shared.send(frame).await?;
             cancel.queued();
             let answer = rx
@@ -318,14 +340,17 @@ impl Peer {
                 .unwrap_or_else(|_| Err(Error::Closed(shared.close_reason())));
             cancel.answered();
             answer
-        })
-        .await
-        .map_err(|_| Error::Timeout(timeout))?;
+        };
+        // One span per outgoing call: what happens while it waits says which call.
+        let span = tracing::debug_span!("call", method, id, peer = shared.id);
+        let answer = tokio::time::timeout(timeout, tracing::Instrument::instrument(waiting, span))
+            .await
+            .map_err(|_| Error::timeout(Some(method), timeout))?;
         if answer.is_ok() {
             // The reader removed the entry when it handed over the answer.
             guard.disarm();
         }
-        answer?.into_result()
+        answer?.into_result(method)
     }
 
     /// Sends a notification: no answer comes, and none is waited for.
@@ -350,6 +375,13 @@ impl Peer {
     /// ```
     pub fn batch(&self) -> Batch<'_> {
         Batch::new(self)
+    }
+
+    /// This handle, made the owner of its connection: once it and every clone of it are
+    /// dropped, the connection closes with 1000.
+    pub(crate) fn close_on_drop(mut self) -> Peer {
+        self.owner = Some(Arc::new(Owner(self.shared.clone())));
+        self
     }
 
     /// A fresh id for an outgoing call.

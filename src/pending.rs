@@ -5,7 +5,7 @@
 //! drop, on timeout or cancellation), or the connection ends (`fail_all`).
 //!
 //! The map is a plain `Mutex<HashMap>` with the router's Fx hasher, not the `DashMap`
-//! DESIGN.md first named: it is per connection, touched by the calling tasks and the
+//! design first named: it is per connection, touched by the calling tasks and the
 //! reader for a few nanoseconds each (an insert or a remove, never held across a send
 //! or an await), so shards buy nothing, while they cost a SipHash per lookup, a
 //! reader-writer lock per shard and about 200 bytes on every idle connection.
@@ -65,12 +65,16 @@ pub(crate) enum Answer {
 }
 
 impl Answer {
-    pub(crate) fn into_result(self) -> Result<Reply, Error> {
+    /// The call's outcome; `method` is the method called, for the error to name it.
+    pub(crate) fn into_result(self, method: &str) -> Result<Reply, Error> {
         match self {
             Answer::Result(reply) => Ok(reply),
             Answer::Error { frame, range } => {
                 match serde_json::from_str::<RpcError>(&frame[range]) {
-                    Ok(e) => Err(Error::Rpc(e)),
+                    Ok(error) => Err(Error::Rpc {
+                        method: method.into(),
+                        error,
+                    }),
                     Err(e) => Err(Error::InvalidResponse(format!(
                         "malformed error object: {e}"
                     ))),

@@ -11,7 +11,10 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::client::connect_shared;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::handshake::client::Request;
+
+use crate::client::{again, client_request, connect_shared};
 use crate::config::PeerConfig;
 use crate::error::{Error, Result};
 use crate::peer::Peer;
@@ -23,7 +26,17 @@ use crate::router::Router;
 /// `min(max, initial * multiplier^n)`, so clients that lost the same server at the
 /// same moment do not all come back at the same moment. A connection that succeeds
 /// starts the count again.
+///
+/// ```
+/// use std::time::Duration;
+/// use jsonrpc_peer::Backoff;
+///
+/// let backoff = Backoff::default().initial(Duration::from_millis(250)).max(Duration::from_secs(5));
+/// assert_eq!(backoff.multiplier, 2.0);
+/// assert!(backoff.delay(10) <= Duration::from_secs(5));
+/// ```
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Backoff {
     /// The cap of the first wait (default 100 ms).
     pub initial: Duration,
@@ -44,6 +57,24 @@ impl Default for Backoff {
 }
 
 impl Backoff {
+    /// Sets [`Self::initial`].
+    pub fn initial(mut self, value: Duration) -> Self {
+        self.initial = value;
+        self
+    }
+
+    /// Sets [`Self::max`].
+    pub fn max(mut self, value: Duration) -> Self {
+        self.max = value;
+        self
+    }
+
+    /// Sets [`Self::multiplier`].
+    pub fn multiplier(mut self, value: f64) -> Self {
+        self.multiplier = value;
+        self
+    }
+
     /// The wait before attempt `attempt` (counted from 0 since the last success).
     pub fn delay(&self, attempt: u32) -> Duration {
         let cap = self.initial.as_secs_f64() * self.multiplier.powi(attempt.min(64) as i32);
@@ -70,8 +101,32 @@ pub enum LinkState {
         /// How long the wait is.
         retry_in: Duration,
     },
-    /// [`Reconnecting::close`] was called, or every handle was dropped.
+    /// [`Reconnecting::close`] was called, or every handle was dropped, or the request
+    /// could not be made (a malformed URL: see [`Reconnecting::last_error`]).
     Stopped,
+    /// The server refused the handshake with a status that trying again will not
+    /// change (a 4xx other than 408 and 429: 401, 403, 404...), so the client stopped
+    /// trying. Calls fail with [`Error::Refused`]; [`Reconnecting::last_error`] has the
+    /// body. A refusal with any other status (503 when the server is full, 5xx) is
+    /// retried with the backoff, as any failure to connect is.
+    Refused {
+        /// The HTTP status of the refusal.
+        status: crate::http::StatusCode,
+    },
+}
+
+impl LinkState {
+    /// Whether the client has stopped for good ([`Stopped`](Self::Stopped) or
+    /// [`Refused`](Self::Refused)).
+    pub fn is_final(&self) -> bool {
+        matches!(self, LinkState::Stopped | LinkState::Refused { .. })
+    }
+}
+
+/// Whether a refusal with this status is worth another attempt: a 4xx says the request
+/// itself is refused (credentials, path), except for 408 and 429, which are about timing.
+fn retry_refusal(status: crate::http::StatusCode) -> bool {
+    !status.is_client_error() || status.as_u16() == 408 || status.as_u16() == 429
 }
 
 type Hook = Arc<dyn Fn(Peer) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
@@ -81,7 +136,12 @@ type Hook = Arc<dyn Fn(Peer) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send 
 ///
 /// Calls in flight when the link drops end with [`Error::Closed`]; calls made while it
 /// is down wait for the next connection, up to their timeout. Cheap to clone; the
-/// client stops when [`close`](Self::close) is called or every clone is dropped.
+/// client stops when [`close`](Self::close) is called or every clone is dropped, and
+/// when the server refuses it for good ([`LinkState::Refused`]: a 401 or 403 is not
+/// retried forever).
+///
+/// The request may carry headers, as with [`connect`](crate::connect): every attempt
+/// sends them (with a fresh `Sec-WebSocket-Key`).
 ///
 /// ```no_run
 /// use jsonrpc_peer::{Reconnecting, Router};
@@ -101,16 +161,27 @@ pub struct Reconnecting {
     stop: Arc<watch::Sender<bool>>,
     current: watch::Receiver<Option<Peer>>,
     state: watch::Receiver<LinkState>,
+    last_error: Arc<std::sync::Mutex<Option<Arc<Error>>>>,
     call_timeout: Duration,
 }
 
 /// Settings for a [`Reconnecting`] client; see [`Reconnecting::builder`].
 pub struct ReconnectingBuilder<S> {
-    url: String,
+    request: Result<Request, Arc<Error>>,
     router: Arc<Router<S>>,
     config: PeerConfig,
     backoff: Backoff,
-    on_connect: Option<Hook>,
+    on_connect: Vec<Hook>,
+}
+
+impl<S> std::fmt::Debug for ReconnectingBuilder<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReconnectingBuilder")
+            .field("uri", &self.request.as_ref().map(|r| r.uri().to_string()))
+            .field("backoff", &self.backoff)
+            .field("on_connect_hooks", &self.on_connect.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
@@ -126,13 +197,21 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
         self
     }
 
-    /// Runs after each (re)connect, before the connection is offered to calls.
+    /// Runs after each (re)connect, before the connection is offered to calls: an
+    /// async hook, as it usually calls the other side (to subscribe again) and calls
+    /// made through the client must wait for it. Hooks add up: each one given runs, in
+    /// the order given.
+    ///
+    /// (The server's [`ServerHandle::on_connect`](crate::ServerHandle::on_connect) is a
+    /// plain function instead: it runs on the connection's path before its first frame
+    /// is read, must not hold that up, and spawns whatever it wants to await.)
     pub fn on_connect<F, Fut>(mut self, hook: F) -> Self
     where
         F: Fn(Peer) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.on_connect = Some(Arc::new(move |peer| Box::pin(hook(peer))));
+        self.on_connect
+            .push(Arc::new(move |peer| Box::pin(hook(peer))));
         self
     }
 
@@ -142,11 +221,13 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
         let (current_tx, current_rx) = watch::channel(None);
         let (state_tx, state_rx) = watch::channel(LinkState::Connecting { attempt: 0 });
         let call_timeout = self.config.call_timeout;
-        tokio::spawn(self.run(stop_rx, current_tx, state_tx));
+        let last_error = Arc::new(std::sync::Mutex::new(None));
+        tokio::spawn(self.run(stop_rx, current_tx, state_tx, last_error.clone()));
         Reconnecting {
             stop: Arc::new(stop_tx),
             current: current_rx,
             state: state_rx,
+            last_error,
             call_timeout,
         }
     }
@@ -156,7 +237,25 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
         mut stop: watch::Receiver<bool>,
         current: watch::Sender<Option<Peer>>,
         state: watch::Sender<LinkState>,
+        last_error: Arc<std::sync::Mutex<Option<Arc<Error>>>>,
     ) {
+        let remember = |e: Error| {
+            if let Ok(mut slot) = last_error.lock() {
+                *slot = Some(Arc::new(e));
+            }
+        };
+        let request = match &self.request {
+            Ok(request) => request,
+            Err(e) => {
+                tracing::warn!(error = %e, "reconnecting client: the request is not valid; stopped");
+                if let Ok(mut slot) = last_error.lock() {
+                    *slot = Some(e.clone());
+                }
+                state.send_replace(LinkState::Stopped);
+                return;
+            }
+        };
+        let url = request.uri().to_string();
         // Resolves when close() is called or every handle is gone.
         let stopped = |stop: &mut watch::Receiver<bool>| {
             let mut stop = stop.clone();
@@ -167,7 +266,7 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
         let mut attempt = 0u32;
         loop {
             state.send_replace(LinkState::Connecting { attempt });
-            let dial = connect_shared(&self.url, self.router.clone(), &self.config);
+            let dial = connect_shared(again(request), self.router.clone(), &self.config);
             let connected = tokio::select! {
                 biased;
                 _ = stopped(&mut stop) => break,
@@ -176,12 +275,15 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
             match connected {
                 Ok(peer) => {
                     attempt = 0;
-                    if let Some(hook) = &self.on_connect {
-                        tokio::select! {
-                            biased;
-                            _ = stopped(&mut stop) => { peer.close().await; break }
-                            _ = hook(peer.clone()) => {}
+                    let hooks = async {
+                        for hook in &self.on_connect {
+                            hook(peer.clone()).await;
                         }
+                    };
+                    tokio::select! {
+                        biased;
+                        _ = stopped(&mut stop) => { peer.close().await; break }
+                        _ = hooks => {}
                     }
                     state.send_replace(LinkState::Connected);
                     current.send_replace(Some(peer.clone()));
@@ -192,15 +294,26 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
                     };
                     current.send_replace(None);
                     match ended {
-                        Some(reason) => tracing::debug!(url = %self.url, %reason, "link lost"),
+                        Some(reason) => {
+                            tracing::info!(%url, %reason, "link lost; reconnecting");
+                            remember(Error::Closed(reason));
+                        }
                         None => {
                             peer.close().await;
                             break;
                         }
                     }
                 }
+                Err(Error::Refused { status, body }) if !retry_refusal(status) => {
+                    tracing::warn!(%url, %status, body = body.as_deref().unwrap_or(""), "the server refused the handshake; not trying again");
+                    remember(Error::Refused { status, body });
+                    current.send_replace(None);
+                    state.send_replace(LinkState::Refused { status });
+                    return;
+                }
                 Err(e) => {
-                    tracing::debug!(url = %self.url, error = %e, attempt, "connect failed");
+                    tracing::debug!(%url, error = %e, attempt, "connect failed");
+                    remember(e);
                 }
             }
             let retry_in = self.backoff.delay(attempt);
@@ -220,17 +333,28 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
 impl Reconnecting {
     /// A client of `url` serving `router`, with default settings until
     /// [`start`](ReconnectingBuilder::start).
+    ///
+    /// `request` is a URL or a handshake request with headers, as [`connect`](crate::connect)
+    /// takes; one that is not valid stops the client at once ([`LinkState::Stopped`],
+    /// the reason in [`last_error`](Self::last_error)).
     pub fn builder<S: Send + Sync + 'static>(
-        url: impl Into<String>,
+        request: impl IntoClientRequest,
         router: Router<S>,
     ) -> ReconnectingBuilder<S> {
         ReconnectingBuilder {
-            url: url.into(),
+            request: client_request(request).map_err(Arc::new),
             router: Arc::new(router),
             config: PeerConfig::default(),
             backoff: Backoff::default(),
-            on_connect: None,
+            on_connect: Vec::new(),
         }
+    }
+
+    /// The last failure: to connect (an [`Error::Refused`], an [`Error::Transport`]...)
+    /// or of the link ([`Error::Closed`] with why it closed). Kept after the link is up
+    /// again, so a display can say what happened last.
+    pub fn last_error(&self) -> Option<Arc<Error>> {
+        self.last_error.lock().ok().and_then(|e| e.clone())
     }
 
     /// Where the link stands now.
@@ -263,11 +387,16 @@ impl Reconnecting {
                         return Ok(peer);
                     }
                 }
-                if *state.borrow_and_update() == LinkState::Stopped {
-                    return Err(Error::Closed(crate::CloseReason::Local {
-                        code: 1000,
-                        reason: "the reconnecting client was stopped".into(),
-                    }));
+                let now = state.borrow_and_update().clone();
+                if let LinkState::Refused { status } = now {
+                    let body = match self.last_error().as_deref() {
+                        Some(Error::Refused { body, .. }) => body.clone(),
+                        _ => None,
+                    };
+                    return Err(Error::Refused { status, body });
+                }
+                if now == LinkState::Stopped {
+                    return Err(stopped());
                 }
                 tokio::select! {
                     changed = current.changed() => if changed.is_err() { return Err(stopped()) },
@@ -277,7 +406,7 @@ impl Reconnecting {
         };
         tokio::time::timeout(timeout, wait)
             .await
-            .map_err(|_| Error::Timeout(timeout))?
+            .map_err(|_| Error::timeout(None, timeout))?
     }
 
     /// [`Peer::call`] on the current connection, waiting for one if the link is down.
@@ -312,7 +441,7 @@ impl Reconnecting {
         peer.call_with_timeout(method, params, left)
             .await
             .map_err(|e| match e {
-                Error::Timeout(_) => Error::Timeout(timeout),
+                Error::Timeout { .. } => Error::timeout(Some(method), timeout),
                 other => other,
             })
     }
@@ -334,7 +463,7 @@ impl Reconnecting {
     pub async fn close(&self) {
         self.stop.send_replace(true);
         let mut state = self.state.clone();
-        let _ = state.wait_for(|s| *s == LinkState::Stopped).await;
+        let _ = state.wait_for(LinkState::is_final).await;
     }
 }
 

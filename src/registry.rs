@@ -29,8 +29,10 @@ struct Registry {
     peers: DashMap<u64, Peer>,
     /// Set, with the grace period, once shutdown starts.
     shutdown: watch::Sender<Option<Duration>>,
-    on_connect: RwLock<Option<Hook>>,
-    on_disconnect: RwLock<Option<Hook>>,
+    /// Every hook given, in order. Copied on write: a new connection takes the list
+    /// with one reference count, however many hooks there are.
+    on_connect: RwLock<Arc<Vec<Hook>>>,
+    on_disconnect: RwLock<Arc<Vec<Hook>>>,
     /// Ticks each time a connection is gone, for `shutdown` to wait on.
     gone: watch::Sender<()>,
     /// Set once when a cluster node serves these peers; unset, broadcast stays local
@@ -53,8 +55,8 @@ impl ServerHandle {
             inner: Arc::new(Registry {
                 peers: DashMap::new(),
                 shutdown: watch::Sender::new(None),
-                on_connect: RwLock::new(None),
-                on_disconnect: RwLock::new(None),
+                on_connect: RwLock::default(),
+                on_disconnect: RwLock::default(),
                 gone: watch::Sender::new(()),
                 cluster: OnceLock::new(),
             }),
@@ -89,13 +91,7 @@ impl ServerHandle {
             let info = info;
             Box::new(move |peer: &Peer| {
                 registry.inner.peers.insert(peer.id(), peer.clone());
-                let hook = registry
-                    .inner
-                    .on_connect
-                    .read()
-                    .ok()
-                    .and_then(|h| h.clone());
-                if let Some(hook) = hook {
+                for hook in hooks(&registry.inner.on_connect).iter() {
                     hook(peer, &info);
                 }
             })
@@ -107,13 +103,7 @@ impl ServerHandle {
             let removed = registry.inner.peers.remove(&peer.id());
             registry.inner.gone.send_replace(());
             if let Some((_, peer)) = removed {
-                let hook = registry
-                    .inner
-                    .on_disconnect
-                    .read()
-                    .ok()
-                    .and_then(|h| h.clone());
-                if let Some(hook) = hook {
+                for hook in hooks(&registry.inner.on_disconnect).iter() {
                     hook(&peer, peer.info());
                 }
             }
@@ -126,19 +116,22 @@ impl ServerHandle {
     }
 
     /// Runs `hook` for every new connection, before its first frame is read: start
-    /// per-connection push tasks here, or subscribe the peer to topics.
+    /// per-connection push tasks here, or subscribe the peer to topics. Hooks add up:
+    /// a second `on_connect` runs after the first, it does not replace it.
+    ///
+    /// A plain function, not an async one (unlike
+    /// [`ReconnectingBuilder::on_connect`](crate::ReconnectingBuilder::on_connect)): it
+    /// runs on the connection's own path, before anything is read, and must not hold
+    /// that up; spawn a task for whatever needs to await.
     pub fn on_connect(&self, hook: impl Fn(&Peer, &ConnectionInfo) + Send + Sync + 'static) {
-        if let Ok(mut slot) = self.inner.on_connect.write() {
-            *slot = Some(Arc::new(hook));
-        }
+        add_hook(&self.inner.on_connect, Arc::new(hook));
     }
 
     /// Runs `hook` once a connection has ended and its tasks are gone.
-    /// [`Peer::close_reason`] says why it ended.
+    /// [`Peer::close_reason`] says why it ended. Hooks add up, as for
+    /// [`on_connect`](Self::on_connect).
     pub fn on_disconnect(&self, hook: impl Fn(&Peer, &ConnectionInfo) + Send + Sync + 'static) {
-        if let Ok(mut slot) = self.inner.on_disconnect.write() {
-            *slot = Some(Arc::new(hook));
-        }
+        add_hook(&self.inner.on_disconnect, Arc::new(hook));
     }
 
     /// Resolves to `Some(grace)` once shutdown starts, for the accept loop.
@@ -242,5 +235,19 @@ impl std::fmt::Debug for ServerHandle {
         f.debug_struct("ServerHandle")
             .field("connections", &self.connection_count())
             .finish()
+    }
+}
+
+/// The hooks of one kind, as they are now.
+fn hooks(list: &RwLock<Arc<Vec<Hook>>>) -> Arc<Vec<Hook>> {
+    list.read().map(|l| l.clone()).unwrap_or_default()
+}
+
+/// Adds a hook after the others.
+fn add_hook(list: &RwLock<Arc<Vec<Hook>>>, hook: Hook) {
+    if let Ok(mut slot) = list.write() {
+        let mut next = Vec::clone(&slot);
+        next.push(hook);
+        *slot = Arc::new(next);
     }
 }

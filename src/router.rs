@@ -69,6 +69,9 @@ pub(crate) struct Call {
     pub(crate) frame: Text,
     pub(crate) id: Range<usize>,
     pub(crate) params: Option<Range<usize>>,
+    /// A notification run by a method: the handler runs, no answer is made (the
+    /// erased method returns an empty string) and failures are logged instead.
+    pub(crate) notification: bool,
 }
 
 impl Call {
@@ -83,6 +86,8 @@ impl Call {
 
 /// Reads params as `P`. Absent params read as `null` (for `()` and `Option`), then as
 /// `[]` (for sequences), then as `{}` (for structs whose fields are all optional).
+/// Params that do not read as `P` are tried once more: `[]`/`{}` as absent params, and
+/// a one-element array as its element (for `P` that is not a sequence: `i64`, `String`).
 pub(crate) fn decode_params<P: DeserializeOwned>(
     frame: &str,
     params: Option<Range<usize>>,
@@ -94,9 +99,18 @@ pub(crate) fn decode_params<P: DeserializeOwned>(
                 // Many clients send `[]` or `{}` to mean "no params": a handler that
                 // takes none reads them as it reads absent params.
                 if is_empty_container(text) {
-                    serde_json::from_str("null").map_err(|_| e)
-                } else {
-                    Err(e)
+                    return serde_json::from_str("null").map_err(|_| e);
+                }
+                // Positional params are always an array, so a handler of one scalar
+                // would never match them: `[5]` is its `5`. Only for a type that does
+                // not read sequences at all (serde says "invalid type: sequence"), so a
+                // type that reads arrays itself is never second-guessed.
+                if !e.to_string().starts_with("invalid type: sequence") {
+                    return Err(e);
+                }
+                match serde_json::from_str::<[&serde_json::value::RawValue; 1]>(text) {
+                    Ok([only]) => serde_json::from_str(only.get()),
+                    Err(_) => Err(e),
                 }
             })
         }
@@ -166,9 +180,23 @@ pub(crate) type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 /// The method table a peer serves: incoming calls and notifications by method name.
 ///
 /// A handler is an async function of a [`Context`] and its params, which may be any
-/// `Deserialize` type: a derived struct reads both named (object) and positional (array)
-/// params. A method returns `Result<T, RpcError>` for any `Serialize` `T`; params that
-/// do not fit the type are answered with `-32602 Invalid params` before it runs.
+/// `Deserialize` type. A method returns `Result<T, RpcError>` for any `Serialize` `T`
+/// (a failed call back made with `?` becomes one, see [`RpcError`]'s `From<Error>`);
+/// params that do not fit the type are answered with `-32602 Invalid params` before it
+/// runs.
+///
+/// Which params each kind of type reads:
+///
+/// | params type | reads |
+/// | --- | --- |
+/// | a derived struct | named params `{"a": 1, "b": 2}` and positional `[1, 2]` (in field order) |
+/// | a tuple `(A, B)`, `Vec<T>`, `[T; N]` | positional params `[1, 2]` |
+/// | a map (`HashMap`, `serde_json::Map`) | named params |
+/// | a single value that is not a sequence (`i64`, `String`, an enum, `Option<T>`) | a one-element array `[5]` (also the bare value, which the specification's params never are) |
+/// | `()` | no params, `[]` or `{}` |
+/// | `serde_json::Value` | whatever was sent (`null` when absent) |
+///
+/// A struct whose fields are all optional also reads absent params.
 ///
 /// ```
 /// use jsonrpc_peer::{Context, Router, RpcError};
@@ -224,6 +252,12 @@ impl<S: Send + Sync + 'static> Router<S> {
 
     /// Adds a method: `handler` answers each call of `name`.
     ///
+    /// A notification of `name` runs it too, as a call whose answer is dropped (the
+    /// specification calls a notification a request without an id), unless a
+    /// [`notification`](Self::notification) handler of that name exists: that one
+    /// takes precedence. Such a run is concurrent, like a call, not in the
+    /// notifications' order.
+    ///
     /// # Panics
     ///
     /// If `name` is already a method, or begins with `rpc.` (the specification
@@ -236,18 +270,31 @@ impl<S: Send + Sync + 'static> Router<S> {
         T: Serialize + Send + 'static,
     {
         check_name(name);
+        let method: Arc<str> = name.into();
         let erased = move |cx: Context<S>, call: Call| -> BoxFuture<String> {
             let params = match call.decode::<P>() {
                 Ok(p) => p,
+                Err(e) if call.notification => {
+                    tracing::warn!(method = %method, error = %e, "notification params do not fit the method; dropped");
+                    return Box::pin(std::future::ready(String::new()));
+                }
                 Err(e) => {
+                    tracing::debug!(method = %method, id = call.id(), error = %e, "params do not fit; answered -32602");
                     let frame =
                         message::error_response(Some(call.id()), &RpcError::invalid_params(e));
                     return Box::pin(std::future::ready(frame));
                 }
             };
             let fut = handler(cx, params);
+            let method = method.clone();
             Box::pin(async move {
                 let outcome = fut.await;
+                if call.notification {
+                    if let Err(error) = outcome {
+                        tracing::debug!(method = %method, %error, "a method run by a notification failed; nothing is answered");
+                    }
+                    return String::new();
+                }
                 let id = call.id();
                 match outcome {
                     Ok(result) => message::response(id, &result).unwrap_or_else(|e| {
@@ -267,7 +314,8 @@ impl<S: Send + Sync + 'static> Router<S> {
     }
 
     /// Adds a notification handler for `name`. Notifications from one connection reach
-    /// their handlers one at a time, in the order they were sent.
+    /// their handlers one at a time, in the order they were sent. For notifications it
+    /// takes precedence over a [`method`](Self::method) of the same name.
     ///
     /// A notification is never answered: params that do not fit `P` are logged and the
     /// notification is dropped. A handler that wants to call the other side should do it
@@ -288,7 +336,7 @@ impl<S: Send + Sync + 'static> Router<S> {
             match decode_params::<P>(&frame, params) {
                 Ok(p) => Box::pin(handler(cx, p)) as BoxFuture<()>,
                 Err(e) => {
-                    tracing::debug!(method = %method, error = %e, "notification params do not fit; dropped");
+                    tracing::warn!(method = %method, error = %e, "notification params do not fit; dropped");
                     Box::pin(std::future::ready(()))
                 }
             }

@@ -164,7 +164,7 @@ impl Server {
                             registry,
                             gate: gate.clone(),
                         };
-                        // Frames are coalesced by the writer task; Nagle's delay would
+                        // Frames are coalesced by the connection's task; Nagle's delay would
                         // only add latency.
                         let _ = stream.set_nodelay(true);
                         #[cfg(feature = "rustls")]
@@ -250,7 +250,8 @@ impl<S: Send + Sync + 'static> Conn<S> {
         let (request, tail, slot, auth, accept) = match decided {
             Some(Ok(Ok(admitted))) => admitted,
             Some(Ok(Err(Some(rejection)))) => {
-                tracing::debug!(%addr, status = %rejection.status, "handshake refused");
+                // Not DEBUG-only: a refusal is what an operator looks for first.
+                tracing::info!(%addr, status = %rejection.status, "handshake refused");
                 // The answer gets what is left of the deadline.
                 let _ = timeout_at(deadline, handshake::reject(&mut io, &rejection)).await;
                 return;

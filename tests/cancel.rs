@@ -159,7 +159,7 @@ async fn a_call_given_up_by_its_timeout_stops_the_handler_on_the_other_side_at_o
     let outcome = client
         .call_with_timeout::<String>("slow", (), Duration::from_millis(10))
         .await;
-    assert!(matches!(outcome, Err(Error::Timeout(_))), "{outcome:?}");
+    assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
     assert_eq!(next(&mut events).await, "started slow");
     let dropped = tokio::time::timeout(Duration::from_millis(50), events.recv()).await;
     assert_eq!(
@@ -183,7 +183,7 @@ async fn with_cancels_off_the_handler_runs_on() {
     let outcome = client
         .call_with_timeout::<String>("slow", (), Duration::from_millis(10))
         .await;
-    assert!(matches!(outcome, Err(Error::Timeout(_))), "{outcome:?}");
+    assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
     assert_eq!(next(&mut events).await, "started slow");
     let early = tokio::time::timeout(Duration::from_millis(50), events.recv()).await;
     assert!(

@@ -1,4 +1,4 @@
-//! Interoperability with peers we did not write (issue 7).
+//! Interoperability with peers we did not write.
 //!
 //! - Node, npm `json-rpc-2.0` over `ws` (`tests/interop/node/peer.mjs`): a symmetric
 //!   peer against our server. It calls our methods, we call its methods back while its
@@ -174,7 +174,7 @@ fn interop_router(seen: Arc<Seen>) -> Router<Arc<Seen>> {
                     .call_with_timeout::<Value>("node.fail", &expected, CALL_LIMIT)
                     .await
                 {
-                    Err(Error::Rpc(got)) if got == expected => Ok(got),
+                    Err(Error::Rpc { error: got, .. }) if got == expected => Ok(got),
                     other => Err(seen.fail(format!(
                         "node.fail: expected Err(Rpc({expected:?})), got {other:?}"
                     ))),
@@ -189,7 +189,7 @@ fn interop_router(seen: Arc<Seen>) -> Router<Arc<Seen>> {
                 .call_with_timeout::<Value>("node.nope", [1], CALL_LIMIT)
                 .await
             {
-                Err(Error::Rpc(got)) if got == expected => Ok(got),
+                Err(Error::Rpc { error: got, .. }) if got == expected => Ok(got),
                 other => Err(seen.fail(format!(
                     "node.nope: expected Err(Rpc({expected:?})), got {other:?}"
                 ))),
@@ -215,7 +215,7 @@ fn interop_router(seen: Arc<Seen>) -> Router<Arc<Seen>> {
                     Ok(reply) => reply
                         .decode::<Value>()
                         .map_err(|e| relay(seen, "read a batch result", e))?,
-                    Err(Error::Rpc(e)) => {
+                    Err(Error::Rpc { error: e, .. }) => {
                         serde_json::to_value(e).map_err(|e| seen.fail(e.to_string()))?
                     }
                     Err(e) => return Err(relay(seen, "a call in the batch", e)),
@@ -613,7 +613,7 @@ async fn exercise_python_server(peer: &Peer, seen: &Seen) {
             .as_ref()
             .err()
             .and_then(Error::rpc)
-            .map(|e| e.code)
+            .map(|e| e.code.get())
     };
     assert_eq!(code(1), Some(-32042), "{outcomes:?}");
     assert_eq!(code(2), Some(-32601), "{outcomes:?}");

@@ -129,7 +129,7 @@ fn named_subtract(minuend: i64, subtrahend: i64) -> ObjectParams {
 
 /// The error object jsonrpsee handed back, as ours, to compare code, message and data.
 fn as_rpc_error(e: &ErrorObject<'_>) -> RpcError {
-    let mut ours = RpcError::new(e.code().into(), e.message());
+    let mut ours = RpcError::new(i64::from(e.code()), e.message());
     if let Some(data) = e.data() {
         ours = ours.with_data(serde_json::from_str::<Value>(data.get()).expect("data is JSON"));
     }
@@ -187,7 +187,7 @@ async fn jsonrpsee_client_against_our_server() {
         r#"subtract ["forty-two", 23]"#,
     );
     assert_eq!(
-        (e.code, e.message.as_str()),
+        (e.code.get(), e.message.as_str()),
         (-32602, "Invalid params"),
         "{e:?}"
     );
@@ -305,7 +305,7 @@ async fn jsonrpsee_client_against_our_server() {
     let outcome =
         within(peer.call_with_timeout::<Value>("client.echo", ["ping"], UNANSWERED)).await;
     assert!(
-        matches!(outcome, Err(Error::Timeout(t)) if t == UNANSWERED),
+        matches!(outcome, Err(Error::Timeout { after: t, .. }) if t == UNANSWERED),
         "a call to a jsonrpsee client cannot be answered and must time out, got {outcome:?}"
     );
     assert_eq!(peer.pending_calls(), 0);
@@ -316,7 +316,10 @@ async fn jsonrpsee_client_against_our_server() {
         .expect("subscribe to `client.echo`");
     let outcome =
         within(peer.call_with_timeout::<Value>("client.echo", ["again"], UNANSWERED)).await;
-    assert!(matches!(outcome, Err(Error::Timeout(_))), "got {outcome:?}");
+    assert!(
+        matches!(outcome, Err(Error::Timeout { .. })),
+        "got {outcome:?}"
+    );
     let delivered = within(echo.next())
         .await
         .expect("the subscription is open")
@@ -592,7 +595,7 @@ async fn exercise_jsonrpsee_server(peer: &Peer, server_notes: &Notes, our_notes:
         .await
         .expect_err("params that do not fit");
     assert_eq!(
-        err.rpc().map(|e| (e.code, e.message.as_str())),
+        err.rpc().map(|e| (e.code.get(), e.message.as_str())),
         Some((-32602, "Invalid params")),
         "{err:?}"
     );
@@ -630,7 +633,7 @@ async fn exercise_jsonrpsee_server(peer: &Peer, server_notes: &Notes, our_notes:
         .into_iter()
         .map(|o| match o {
             Ok(reply) => Ok(reply.decode::<Value>().expect("a result")),
-            Err(Error::Rpc(e)) => Err(e),
+            Err(Error::Rpc { error: e, .. }) => Err(e),
             Err(e) => panic!("a call in the batch ended with {e:?}"),
         })
         .collect();

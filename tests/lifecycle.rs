@@ -213,14 +213,16 @@ async fn timeouts_and_dropped_calls_leave_nothing_behind() {
 
     // The peer's own timeout.
     let result = within(client.call::<()>("hang", ())).await;
-    assert!(matches!(result, Err(Error::Timeout(d)) if d == Duration::from_millis(100)));
+    assert!(
+        matches!(result, Err(Error::Timeout { after: d, .. }) if d == Duration::from_millis(100))
+    );
     assert_eq!(client.pending_calls(), 0);
 
     // A call's own timeout, shorter than the peer's.
     let started = Instant::now();
     let result =
         within(client.call_with_timeout::<u64>("slow", (1000,), Duration::from_millis(20))).await;
-    assert!(matches!(result, Err(Error::Timeout(_))));
+    assert!(matches!(result, Err(Error::Timeout { .. })));
     assert!(started.elapsed() < Duration::from_millis(1000));
     assert_eq!(client.pending_calls(), 0);
 
@@ -236,7 +238,7 @@ async fn timeouts_and_dropped_calls_leave_nothing_behind() {
     let late = client
         .call_with_timeout::<u64>("slow", (50,), Duration::from_millis(10))
         .await;
-    assert!(matches!(late, Err(Error::Timeout(_))));
+    assert!(matches!(late, Err(Error::Timeout { .. })));
     let after: u64 = within(client.call_with_timeout("slow", (200,), Duration::from_secs(5)))
         .await
         .unwrap();

@@ -155,7 +155,7 @@ async fn shutdown_lets_running_calls_finish_then_closes_with_1001() {
     let refused = within(async {
         loop {
             match client.call::<String>("quick", ()).await {
-                Err(Error::Rpc(e)) => break e,
+                Err(Error::Rpc { error: e, .. }) => break e,
                 Ok(_) => tokio::task::yield_now().await, // shutdown not started yet
                 Err(other) => panic!("unexpected {other:?}"),
             }
@@ -262,7 +262,7 @@ async fn past_the_in_flight_limit_the_peer_stops_reading_instead_of_failing() {
     let quick = client
         .call_with_timeout::<()>("quick", (), Duration::from_millis(300))
         .await;
-    assert!(matches!(quick, Err(Error::Timeout(_))), "{quick:?}");
+    assert!(matches!(quick, Err(Error::Timeout { .. })), "{quick:?}");
     assert_eq!(
         running.load(Ordering::SeqCst),
         4,

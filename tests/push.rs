@@ -338,11 +338,12 @@ async fn the_reconnecting_client_comes_back_resubscribes_and_receives_again() {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let connects = Arc::new(AtomicUsize::new(0));
     let client = Reconnecting::builder(url, forward("ticks", tx, 0))
-        .backoff(Backoff {
-            initial: Duration::from_millis(50),
-            max: Duration::from_millis(200),
-            multiplier: 2.0,
-        })
+        .backoff(
+            Backoff::default()
+                .initial(Duration::from_millis(50))
+                .max(Duration::from_millis(200))
+                .multiplier(2.0),
+        )
         .on_connect({
             let connects = connects.clone();
             move |peer| {
@@ -409,11 +410,10 @@ async fn the_reconnecting_client_comes_back_resubscribes_and_receives_again() {
 async fn a_hundred_clients_dropped_together_spread_their_retries() {
     let server = Server::bind("127.0.0.1:0").await.unwrap();
     let (url, handle) = start(server, topic_router(Topics::new())).await;
-    let backoff = Backoff {
-        initial: Duration::from_millis(400),
-        max: Duration::from_secs(2),
-        multiplier: 2.0,
-    };
+    let backoff = Backoff::default()
+        .initial(Duration::from_millis(400))
+        .max(Duration::from_secs(2))
+        .multiplier(2.0);
     let clients: Vec<_> = (0..100)
         .map(|_| {
             Reconnecting::builder(url.clone(), Router::new())

@@ -1,7 +1,7 @@
 //! The methods the JSON-RPC 2.0 specification's examples call, shared by the
 //! `spec_server` and `web_demo` examples and the conformance tests.
 
-use jsonrpc_peer::{Context, ErrorCode, Router, RpcError};
+use jsonrpc_peer::{Context, Router, RpcError};
 use serde::Deserialize;
 
 /// `subtract`'s params: named (`{"minuend": 42, "subtrahend": 23}`) or positional
@@ -13,7 +13,7 @@ pub struct Subtract {
 }
 
 fn overflow() -> RpcError {
-    RpcError::new(ErrorCode::INVALID_PARAMS, "Invalid params").with_data("integer overflow")
+    RpcError::invalid_params("integer overflow")
 }
 
 /// A router serving `subtract`, `sum` and `get_data`, and accepting the notifications

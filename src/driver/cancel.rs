@@ -172,8 +172,10 @@ pub(super) fn stoppable_call(
     fut: BoxFuture<String>,
     id_frame: Text,
     id: Range<usize>,
+    method: &str,
     token: Option<Arc<CancelToken>>,
 ) -> impl Future<Output = ()> + Send + 'static {
+    let method = Box::<str>::from(method);
     let (fut, ticket) = peer
         .shared
         .running
@@ -184,7 +186,8 @@ pub(super) fn stoppable_call(
             Ok(Ok(answer)) => answer,
             // Cancelled: the cancel answered (or, MCP, chose not to).
             Ok(Err(_aborted)) => return,
-            Err(_) => super::dispatch::panicked(&id_frame[id]),
+            Err(_) => super::dispatch::panicked(Some(&id_frame[id]), &method, peer.id())
+                .unwrap_or_default(),
         };
         if peer.shared.running.finish(&ticket) {
             let _ = peer.shared.out.send(Outgoing::Frame(answer.into())).await;

@@ -36,7 +36,7 @@ use tokio::time::Sleep;
 
 use crate::cancel::CancelStyle;
 use crate::config::PeerConfig;
-use crate::error::{CloseReason, RpcError};
+use crate::error::{CloseReason, ErrorCode, RpcError};
 use crate::message::{self, Incoming, Item, Outcome};
 use crate::peer::{CloseRequest, Outgoing, Peer};
 use crate::pending::{Answer, Reply};
@@ -250,7 +250,8 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 if self.draining() {
                     return Some(message::error_response(
                         Some(id.get()),
-                        &RpcError::new(-32000, "Closing").with_data("the connection is closing"),
+                        &RpcError::new(ErrorCode::CLOSING, "Closing")
+                            .with_data("the connection is closing"),
                     ));
                 }
                 let Some(handler) = self.router.methods.get(&*method) else {
@@ -274,23 +275,29 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                     frame: frame.clone(),
                     id: span(frame, id.get()),
                     params: params.map(|p| span(frame, p.get())),
+                    notification: false,
                 };
                 match batch {
                     Some(batch) => {
                         let handle = MethodHandle {
                             handler: handler.clone(),
                             cx,
+                            method: (*method).into(),
                         };
                         batch.push((handle, call));
                         None
                     }
                     None => match lane {
-                        Lane::Concurrent => self.start_call(handler.clone(), cx, call, frame, id),
+                        Lane::Concurrent => {
+                            self.start_call(handler.clone(), cx, call, frame, &method, Some(id))
+                        }
                         Lane::Ordered => {
                             let token = cx.cancel.clone();
                             let (id_frame, id) = (frame.clone(), call.id.clone());
                             let fut = handler(cx, call);
-                            let job = cancel::stoppable_call(&self.peer, fut, id_frame, id, token);
+                            let job = cancel::stoppable_call(
+                                &self.peer, fut, id_frame, id, &method, token,
+                            );
                             let (peer, state) = (&self.peer, &self.router.state);
                             self.notifications.push_call(Box::pin(job), peer, state);
                             None
@@ -300,14 +307,17 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                                 let token = cx.cancel.clone();
                                 let (id_frame, id) = (frame.clone(), call.id.clone());
                                 let fut = handler(cx, call);
-                                let job =
-                                    cancel::stoppable_call(&self.peer, fut, id_frame, id, token);
+                                let job = cancel::stoppable_call(
+                                    &self.peer, fut, id_frame, id, &method, token,
+                                );
                                 let queued = self.keyed.get_or_insert_with(Default::default);
                                 self.handlers.spawn(queued.queue(key, job));
                                 None
                             }
                             // Params that do not fit: the handler answers -32602 at once.
-                            None => self.start_call(handler.clone(), cx, call, frame, id),
+                            None => {
+                                self.start_call(handler.clone(), cx, call, frame, &method, Some(id))
+                            }
                         },
                     },
                 }
@@ -335,7 +345,24 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                         let (peer, state) = (&self.peer, &self.router.state);
                         self.notifications.push(handler, frame, params, peer, state);
                     }
-                    None => tracing::debug!(%method, "notification without a handler; dropped"),
+                    // A notification is a request without an id: a method of that name
+                    // runs, as a call whose answer (and failure) is dropped.
+                    None => match self.router.methods.get(&*method) {
+                        Some(handler) => {
+                            let cx = Context::new(self.peer.clone(), self.router.state.clone());
+                            let call = Call {
+                                frame: frame.clone(),
+                                id: 0..0,
+                                params: params.map(|p| span(frame, p.get())),
+                                notification: true,
+                            };
+                            let _ =
+                                self.start_call(handler.clone(), cx, call, frame, &method, None);
+                        }
+                        None => {
+                            tracing::warn!(%method, "notification without a handler; dropped")
+                        }
+                    },
                 }
                 None
             }
@@ -371,19 +398,42 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         cx: Context<S>,
         call: Call,
         frame: &Text,
-        id: Raw<'_>,
+        method: &str,
+        id: Option<Raw<'_>>,
     ) -> Option<String> {
         let token = cx.cancel.clone();
-        match poll_once(|| handler(cx, call)) {
-            FirstPoll::Done(answer) => Some(answer),
-            FirstPoll::Waiting(fut) => {
+        let peer = self.peer.id();
+        // One span per incoming call (or notification run by a method): what the handler
+        // logs says which call it serves.
+        let call_span = match id {
+            Some(id) => tracing::debug_span!("incoming", method, id = id.get()),
+            None => tracing::debug_span!("incoming", method, notification = true),
+        };
+        let polled = call_span.in_scope(|| poll_once(|| handler(cx, call)));
+        match (polled, id) {
+            // A notification's run (no id) answers nothing.
+            (FirstPoll::Done(answer), id) => id.map(|_| answer),
+            (FirstPoll::Waiting(fut), Some(id)) => {
                 // From here on a cancel can stop it.
                 let (id_frame, id) = (frame.clone(), span(frame, id.get()));
-                let rest = cancel::stoppable_call(&self.peer, fut, id_frame, id, token);
-                self.handlers.spawn(rest);
+                let rest = cancel::stoppable_call(&self.peer, fut, id_frame, id, method, token);
+                self.handlers
+                    .spawn(tracing::Instrument::instrument(rest, call_span));
                 None
             }
-            FirstPoll::Panicked => Some(panicked(id.get())),
+            (FirstPoll::Waiting(fut), None) => {
+                // No id to cancel it by, no answer to send.
+                let method = Box::<str>::from(method);
+                let rest = async move {
+                    if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
+                        panicked(None, &method, peer);
+                    }
+                };
+                self.handlers
+                    .spawn(tracing::Instrument::instrument(rest, call_span));
+                None
+            }
+            (FirstPoll::Panicked, id) => panicked(id.map(|id| id.get()), method, peer),
         }
     }
 
@@ -410,29 +460,41 @@ fn log_join(done: Result<(), tokio::task::JoinError>) {
     }
 }
 
-/// The -32603 answer of a call whose handler panicked.
-pub(super) fn panicked(id: &str) -> String {
-    tracing::error!(id, "a method handler panicked");
-    message::error_response(Some(id), &RpcError::internal_error())
+/// The -32603 answer of a call whose handler panicked; none for a notification's run
+/// (no id).
+pub(super) fn panicked(id: Option<&str>, method: &str, peer: u64) -> Option<String> {
+    tracing::error!(
+        method,
+        id,
+        peer,
+        "a method handler panicked; answered -32603"
+    );
+    id.map(|id| message::error_response(Some(id), &RpcError::internal_error()))
 }
 
 /// A method's handler and the context it runs with.
 struct MethodHandle<S> {
     handler: Arc<MethodFn<S>>,
     cx: Context<S>,
+    method: Box<str>,
 }
 
 /// Runs one call of a batch to its answer frame. A panic in the handler answers -32603.
 async fn run_call<S: Send + Sync + 'static>(handle: MethodHandle<S>, call: Call) -> String {
     let id_frame = call.frame.clone();
     let id = call.id.clone();
-    let MethodHandle { handler, cx } = handle;
+    let MethodHandle {
+        handler,
+        cx,
+        method,
+    } = handle;
+    let peer = cx.peer().id();
     match AssertUnwindSafe(async move { handler(cx, call).await })
         .catch_unwind()
         .await
     {
         Ok(answer) => answer,
-        Err(_) => panicked(&id_frame[id]),
+        Err(_) => panicked(Some(&id_frame[id]), &method, peer).unwrap_or_default(),
     }
 }
 

@@ -1,0 +1,241 @@
+//! A client as a new user writes one: handshake headers, refusals that say why, a
+//! connection that closes when its last handle is dropped, hooks that add up.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{connections, disconnections, serve, within};
+use jsonrpc_peer::http::StatusCode;
+use jsonrpc_peer::{
+    connect, Backoff, ClientRequestBuilder, Context, Error, HandshakePolicy, IntoClientRequest,
+    LinkState, Reconnecting, Refusal, Router, RpcError, Server, ServerHandle,
+};
+use tokio::sync::mpsc;
+
+/// A server that admits `Authorization: Bearer s3cret` only, and counts handshakes.
+async fn guarded() -> (String, ServerHandle, Arc<AtomicUsize>) {
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let counted = attempts.clone();
+    let policy = HandshakePolicy::default().authenticate(move |req| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        match req.headers().get("authorization").map(|v| v.to_str()) {
+            Some(Ok("Bearer s3cret")) => Ok("ada".to_owned()),
+            _ => Err(Refusal::unauthorized("a bearer token is required")),
+        }
+    });
+    let router = Router::new().method("whoami", |cx: Context, (): ()| async move {
+        Ok::<_, RpcError>(cx.peer().auth::<String>().cloned())
+    });
+    let server = Server::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .handshake_policy(policy);
+    let url = format!("ws://{}/rpc", server.local_addr().unwrap());
+    let handle = server.handle();
+    tokio::spawn(server.serve(router));
+    (url, handle, attempts)
+}
+
+#[tokio::test]
+async fn a_client_sends_handshake_headers() {
+    let (url, _server, _) = guarded().await;
+
+    let request = ClientRequestBuilder::new(url.parse().unwrap())
+        .with_header("Authorization", "Bearer s3cret");
+    let peer = within(connect(request, Router::new())).await.unwrap();
+    let who: Option<String> = within(peer.call("whoami", ())).await.unwrap();
+    assert_eq!(who.as_deref(), Some("ada"));
+
+    // Or tungstenite's way: a request made from the URL, headers added.
+    let mut request = url.as_str().into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", "Bearer s3cret".parse().unwrap());
+    let peer = within(connect(request, Router::new())).await.unwrap();
+    let who: Option<String> = within(peer.call("whoami", ())).await.unwrap();
+    assert_eq!(who.as_deref(), Some("ada"));
+}
+
+#[tokio::test]
+async fn a_refused_handshake_is_its_own_error_with_the_status_and_body() {
+    let (url, _server, _) = guarded().await;
+    let e = within(connect(url.as_str(), Router::new()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Refused { status, body }
+            if *status == StatusCode::UNAUTHORIZED
+                && body.as_deref() == Some("a bearer token is required")),
+        "{e:?}"
+    );
+    assert_eq!(e.refused_status(), Some(StatusCode::UNAUTHORIZED));
+    assert_eq!(
+        e.to_string(),
+        "the server refused the handshake: 401 Unauthorized (a bearer token is required)"
+    );
+
+    // A server that is full answers 503: refused too, not an I/O error.
+    let server = Server::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .handshake_policy(HandshakePolicy::default().max_connections(1));
+    let full = format!("ws://{}", server.local_addr().unwrap());
+    tokio::spawn(server.serve(Router::new()));
+    let _first = within(connect(full.as_str(), Router::new())).await.unwrap();
+    let e = within(connect(full.as_str(), Router::new()))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.refused_status(),
+        Some(StatusCode::SERVICE_UNAVAILABLE),
+        "{e:?}"
+    );
+
+    // Nothing listening is a transport error, not a refusal.
+    let gone = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("ws://{}", listener.local_addr().unwrap())
+    };
+    let e = within(connect(gone.as_str(), Router::new()))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Transport(_)), "{e:?}");
+}
+
+#[tokio::test]
+async fn a_reconnecting_client_stops_on_401_and_says_why() {
+    let (url, _server, attempts) = guarded().await;
+    let client = Reconnecting::builder(url.as_str(), Router::new())
+        .backoff(
+            Backoff::default()
+                .initial(Duration::from_millis(1))
+                .max(Duration::from_millis(5)),
+        )
+        .start();
+    let mut state = client.watch_state();
+    within(state.wait_for(LinkState::is_final)).await.unwrap();
+    assert_eq!(
+        client.state(),
+        LinkState::Refused {
+            status: StatusCode::UNAUTHORIZED
+        }
+    );
+    let e = within(client.call::<Option<String>>("whoami", ()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.refused_status(), Some(StatusCode::UNAUTHORIZED), "{e:?}");
+    let last = client.last_error().expect("the refusal is kept");
+    assert_eq!(last.refused_status(), Some(StatusCode::UNAUTHORIZED));
+    // One handshake, not one every few milliseconds forever.
+    assert_eq!(attempts.load(Ordering::SeqCst), 1);
+    within(client.close()).await;
+
+    // With the header, every attempt carries it.
+    let request = ClientRequestBuilder::new(url.parse().unwrap())
+        .with_header("Authorization", "Bearer s3cret");
+    let client = Reconnecting::builder(request, Router::new()).start();
+    let who: Option<String> = within(client.call("whoami", ())).await.unwrap();
+    assert_eq!(who.as_deref(), Some("ada"));
+    within(client.close()).await;
+}
+
+#[tokio::test]
+async fn a_reconnecting_client_with_a_bad_url_stops_at_once() {
+    let client = Reconnecting::builder("not a url", Router::new()).start();
+    let mut state = client.watch_state();
+    within(state.wait_for(LinkState::is_final)).await.unwrap();
+    assert_eq!(client.state(), LinkState::Stopped);
+    assert!(matches!(
+        client.last_error().as_deref(),
+        Some(Error::Transport(_))
+    ));
+}
+
+#[tokio::test]
+async fn dropping_the_last_client_handle_closes_the_connection() {
+    let (url, server) = serve(Router::new().method("ping", |_cx: Context, (): ()| async {
+        Ok::<_, RpcError>("pong")
+    }))
+    .await;
+    let mut gone = disconnections(&server);
+    let peer = within(connect(url.as_str(), Router::new())).await.unwrap();
+    let clone = peer.clone();
+    drop(peer);
+    // A clone still holds it: still open.
+    let pong: String = within(clone.call("ping", ())).await.unwrap();
+    assert_eq!(pong, "pong");
+    assert_eq!(server.connection_count(), 1);
+
+    drop(clone);
+    let closed = tokio::time::timeout(Duration::from_secs(1), gone.recv())
+        .await
+        .expect("the server's count drops within a second")
+        .expect("a disconnection");
+    assert_eq!(server.connection_count(), 0);
+    // And it was a clean close with 1000 from the client.
+    assert!(
+        matches!(
+            closed.close_reason(),
+            Some(jsonrpc_peer::CloseReason::Remote { code: 1000, .. })
+        ),
+        "{:?}",
+        closed.close_reason()
+    );
+}
+
+#[tokio::test]
+async fn server_side_peers_stay_when_their_handles_are_dropped() {
+    let (url, server) = serve(Router::new().method("ping", |_cx: Context, (): ()| async {
+        Ok::<_, RpcError>("pong")
+    }))
+    .await;
+    let mut new = connections(&server);
+    let client = within(connect(url.as_str(), Router::new())).await.unwrap();
+    let server_side = within(new.recv()).await.unwrap();
+    drop(server_side);
+    drop(server.peers());
+    let pong: String = within(client.call("ping", ())).await.unwrap();
+    assert_eq!(pong, "pong");
+    assert_eq!(server.connection_count(), 1);
+}
+
+#[tokio::test]
+async fn hooks_add_up_instead_of_replacing_each_other() {
+    let (url, server) = serve(Router::new()).await;
+    let (tx, mut ran) = mpsc::unbounded_channel();
+    for name in ["first", "second"] {
+        let tx = tx.clone();
+        server.on_connect(move |_peer, _info| {
+            let _ = tx.send(name);
+        });
+    }
+    let _peer = within(connect(url.as_str(), Router::new())).await.unwrap();
+    assert_eq!(within(ran.recv()).await, Some("first"));
+    assert_eq!(within(ran.recv()).await, Some("second"));
+
+    let (tx, mut hooked) = mpsc::unbounded_channel();
+    let (a, b) = (tx.clone(), tx);
+    let client = Reconnecting::builder(url.as_str(), Router::new())
+        .on_connect(move |_peer| {
+            let a = a.clone();
+            async move {
+                let _ = a.send("subscribe");
+            }
+        })
+        .on_connect(move |_peer| {
+            let b = b.clone();
+            async move {
+                let _ = b.send("announce");
+            }
+        })
+        .start();
+    within(client.connected(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(within(hooked.recv()).await, Some("subscribe"));
+    assert_eq!(within(hooked.recv()).await, Some("announce"));
+    within(client.close()).await;
+}
