@@ -35,7 +35,7 @@ use serde_json::Value;
 /// Local errors of a cross-node call, as the answer's error.
 fn answer_error(e: Error) -> RpcError {
     match e {
-        Error::Rpc(e) => e,
+        Error::Rpc { error: e, .. } => e,
         other => RpcError::new(-32000, other.to_string()),
     }
 }

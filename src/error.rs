@@ -343,6 +343,21 @@ impl Error {
             after,
         }
     }
+
+    /// The same error, naming `name` as the method called where it names none yet.
+    pub(crate) fn in_call(self, name: &str) -> Self {
+        match self {
+            Error::Timeout {
+                method: None,
+                after,
+            } => Error::timeout(Some(name), after),
+            Error::Rpc { method, error } if method.is_empty() => Error::Rpc {
+                method: name.into(),
+                error,
+            },
+            other => other,
+        }
+    }
 }
 
 /// What a local failure becomes when a handler returns it with `?`, so that

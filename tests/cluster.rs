@@ -347,7 +347,7 @@ async fn a_peer_on_another_node_is_called_and_notified_by_address() {
     )
     .await
     .unwrap_err();
-    assert!(matches!(err, Error::Timeout(_)), "{err:?}");
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
 
     let (_, method, _) = within(rx.recv()).await.unwrap();
     assert_eq!(method, "hanging", "the timed-out call did reach the client");

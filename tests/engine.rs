@@ -458,7 +458,7 @@ async fn every_way_a_call_leaves_the_pending_map() {
     let timed_out = peer
         .call_with_timeout::<u64>("three", (), Duration::from_secs(3))
         .await;
-    assert!(matches!(timed_out, Err(Error::Timeout(_))), "{timed_out:?}");
+    assert!(matches!(timed_out, Err(Error::Timeout { .. })), "{timed_out:?}");
     assert_eq!(began.elapsed(), Duration::from_secs(3));
     assert_eq!(peer.pending_calls(), 0);
     let late = next_call_id(&mut raw).await;
@@ -497,7 +497,7 @@ async fn every_way_a_call_leaves_the_pending_map() {
         .await;
     let outcomes = within(batch).await.unwrap().unwrap();
     assert_eq!(outcomes[0].as_ref().unwrap().decode::<u64>().unwrap(), 5);
-    assert!(matches!(outcomes[1], Err(Error::Timeout(_))));
+    assert!(matches!(outcomes[1], Err(Error::Timeout { .. })));
     assert_eq!(peer.pending_calls(), 0);
     assert!(!peer.is_closed(), "a late answer does not upset the peer");
 

@@ -96,12 +96,19 @@ fn outcome(header: &Header<'_>, to: PeerAddr, body: Bytes) -> Result<Reply> {
             Ok(Reply::new(text, 0..len))
         }
         Some(Outcome::Rpc) => match serde_json::from_slice::<RpcError>(&body) {
-            Ok(e) => Err(Error::Rpc(e)),
+            // `call_remote` names the method.
+            Ok(error) => Err(Error::Rpc {
+                method: "".into(),
+                error,
+            }),
             Err(e) => Err(Error::InvalidResponse(format!(
                 "malformed error object: {e}"
             ))),
         },
-        Some(Outcome::Timeout) => Err(Error::Timeout(Duration::from_millis(header.t.unwrap_or(0)))),
+        Some(Outcome::Timeout) => Err(Error::timeout(
+            None,
+            Duration::from_millis(header.t.unwrap_or(0)),
+        )),
         Some(Outcome::Closed) => {
             let closed: Closed = serde_json::from_slice(&body)
                 .map_err(|e| Error::InvalidResponse(format!("malformed close reason: {e}")))?;
@@ -192,9 +199,9 @@ impl Node {
             return Err(unavailable());
         }
         match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(answer)) => answer,
+            Ok(Ok(answer)) => answer.map_err(|e| e.in_call(method)),
             Ok(Err(_)) => Err(Error::Cluster(ClusterError::Stopped)),
-            Err(_) => Err(Error::Timeout(timeout)),
+            Err(_) => Err(Error::timeout(Some(method), timeout)),
         }
     }
 
@@ -263,11 +270,11 @@ pub(crate) fn serve(node: &Arc<Node>, header: &Header<'_>, body: Bytes) {
         };
         match peer.call_raw(&call.method, call.params, timeout).await {
             Ok(result) => reply(&node, None, None, result.get().as_bytes()),
-            Err(Error::Rpc(e)) => {
+            Err(Error::Rpc { error: e, .. }) => {
                 let body = serde_json::to_vec(&e).unwrap_or_default();
                 reply(&node, Some(Outcome::Rpc), None, &body);
             }
-            Err(Error::Timeout(d)) => {
+            Err(Error::Timeout { after: d, .. }) => {
                 let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
                 reply(&node, Some(Outcome::Timeout), Some(ms), b"");
             }

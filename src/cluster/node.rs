@@ -221,7 +221,7 @@ impl Node {
         match tokio::time::timeout(self.options.call_timeout, waiter).await {
             Ok(Ok(result)) => result.map_err(Error::Cluster),
             Ok(Err(_)) => Err(Error::Cluster(ClusterError::Stopped)),
-            Err(_) => Err(Error::Timeout(self.options.call_timeout)),
+            Err(_) => Err(Error::timeout(None, self.options.call_timeout)),
         }
     }
 
