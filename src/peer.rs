@@ -234,6 +234,8 @@ impl Drop for Owner {
             code: 1000,
             reason: String::new(),
             drain_until: None,
+            // What was sent before the drop still goes out, then the close frame.
+            discard_queued: false,
         };
         if self.0.close_request.set(request).is_ok() {
             tracing::debug!(peer = self.0.id, "last handle dropped; closing with 1000");

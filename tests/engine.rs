@@ -458,7 +458,10 @@ async fn every_way_a_call_leaves_the_pending_map() {
     let timed_out = peer
         .call_with_timeout::<u64>("three", (), Duration::from_secs(3))
         .await;
-    assert!(matches!(timed_out, Err(Error::Timeout { .. })), "{timed_out:?}");
+    assert!(
+        matches!(timed_out, Err(Error::Timeout { .. })),
+        "{timed_out:?}"
+    );
     assert_eq!(began.elapsed(), Duration::from_secs(3));
     assert_eq!(peer.pending_calls(), 0);
     let late = next_call_id(&mut raw).await;
