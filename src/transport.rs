@@ -143,7 +143,7 @@ impl<T> Transport for T where
 
 /// A tokio-tungstenite WebSocket as a [`Transport`].
 ///
-/// Messages larger than [`FRAGMENT`] bytes go out as fragments of that size, so each
+/// Messages larger than 64 KiB go out as fragments of that size, so each
 /// frame fits in tungstenite's capped write buffer (see `PeerConfig`), however large
 /// the message.
 #[derive(Debug)]
