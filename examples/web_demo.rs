@@ -10,6 +10,10 @@
 //! answers: a nested round trip. `demo.long_task {"seconds": S}` runs S seconds,
 //! reporting progress to a caller that asks for it, and answers `"done"` (or `-32800`
 //! when its caller cancels it); `demo.tasks_running []` says how many run now.
+//!
+//! Across servers: `cargo run --example web_demo --features redis -- --redis URL` (URL
+//! `redis://HOST:PORT` or `redis+unix:///path`) joins a cluster over Redis; run two on
+//! two ports and chat lines and "pages connected" span both.
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -152,8 +156,13 @@ fn router(pages: ServerHandle) -> Router<Demo> {
         )
 }
 
-/// Pushes `metrics` to every page four times a second: a smooth wave with some noise.
-async fn push_metrics(pages: ServerHandle) {
+/// How many pages are connected: to this server, or to every server of the cluster.
+type PageCount = Arc<dyn Fn() -> usize + Send + Sync>;
+
+/// Pushes `metrics` to every page of this server four times a second: a smooth wave
+/// with some noise. In a cluster each server pushes to its own pages only (a broadcast
+/// would reach every server's pages), with the cluster-wide page count.
+async fn push_metrics(pages: ServerHandle, count: PageCount, clustered: bool) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let start = Instant::now();
     for seq in 0u64.. {
@@ -166,10 +175,15 @@ async fn push_metrics(pages: ServerHandle) {
         let metrics = json!({
             "seq": seq,
             "time_ms": now_ms(),
-            "connections": pages.connection_count(),
+            "connections": count(),
             "value": (value * 100.0).round() / 100.0,
         });
-        if let Err(e) = pages.broadcast("metrics", metrics) {
+        if clustered {
+            for page in pages.peers() {
+                let metrics = metrics.clone();
+                tokio::spawn(async move { page.notify("metrics", metrics).await });
+            }
+        } else if let Err(e) = pages.broadcast("metrics", metrics) {
             eprintln!("metrics push failed: {e}");
         }
     }
@@ -193,13 +207,42 @@ fn origins(addr: SocketAddr, args: &cli::Args) -> Vec<String> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = cli::Args::parse("127.0.0.1:8080", &["allow-origin"])?;
+    let flags: &[&str] = if cfg!(feature = "redis") {
+        &["allow-origin", "redis"]
+    } else {
+        &["allow-origin"]
+    };
+    let args = cli::Args::parse("127.0.0.1:8080", flags)?;
     let site = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web-demo");
 
     let listener = tokio::net::TcpListener::bind(args.listen.as_str()).await?;
     let addr = listener.local_addr()?;
 
     let pages = ServerHandle::new();
+    // Both are changed only when the `redis` feature joins a cluster.
+    #[allow(unused_mut)]
+    let mut count: PageCount = {
+        let pages = pages.clone();
+        Arc::new(move || pages.connection_count())
+    };
+    #[allow(unused_mut)]
+    let mut clustered = false;
+    // With a cluster attached, `pages.broadcast` (chat lines) reaches every server's pages.
+    #[cfg(feature = "redis")]
+    let _cluster = {
+        use jsonrpc_peer::cluster::{Cluster, RedisBackplane, RedisOptions};
+        let url = args.text("redis", "");
+        if url.is_empty() {
+            None
+        } else {
+            let bus = RedisBackplane::connect(&url, RedisOptions::default()).await?;
+            let cluster = Cluster::builder(bus, pages.clone()).start().await?;
+            let across = cluster.clone();
+            count = Arc::new(move || across.connection_count());
+            clustered = true;
+            Some(cluster)
+        }
+    };
     let endpoint = Endpoint::new(router(pages.clone()))
         .with_handle(pages.clone())
         // Only pages this demo serves (and any named with --allow-origin) may open
@@ -213,7 +256,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Tools start this example and read the line above: make sure it leaves now.
     std::io::stdout().flush()?;
 
-    tokio::spawn(push_metrics(pages.clone()));
+    tokio::spawn(push_metrics(pages.clone(), count, clustered));
     let shutdown = {
         let pages = pages.clone();
         async move {
