@@ -1,0 +1,464 @@
+//! The cross-node path against raw redis-rs pub/sub, on one real Redis, in one run.
+//!
+//! ```text
+//! cargo bench --bench cluster --features redis              # full run, about a minute
+//! cargo bench --bench cluster --features redis -- --quick   # a few seconds (CI)
+//! ```
+//!
+//! Needs `redis-server` on the PATH (`.ci/install`); the bench starts its own on a unix
+//! socket in a temp dir and stops it at the end.
+//!
+//! | scenario | raw baseline | ours |
+//! |---|---|---|
+//! | latency at a steady rate (1 k msg/s) | redis-rs PUBLISH -> a RESP3 subscriber connection | `Topics::publish` on node A -> a WebSocket client of node B |
+//! | throughput | redis-rs pipelines of 64 PUBLISH -> the subscriber has them all | node A publishes as fast as it can -> B's client has them all |
+//! | broadcast | one node (no cluster): `broadcast` to N clients | node A `broadcast` with 3 nodes x N clients |
+//!
+//! Latency is from just before the publish call to the receiver having the message (the
+//! client parsed the notification); p50 and p99 by sorting the samples. Broadcast time
+//! is until the last client of all has it, median of the rounds. Targets (from the
+//! design): cross-node throughput >= 0.7x raw, p50 <= raw + 0.3 ms, 3 x N broadcast <=
+//! single node + 2 ms. The machine is shared and noisy: compare within one run.
+
+#[path = "../tests/common/redis_server.rs"]
+mod redis_server;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use jsonrpc_peer::cluster::{Cluster, RedisBackplane, RedisOptions};
+use jsonrpc_peer::{connect, Context, Peer, Router, RpcError, Server, ServerHandle, Topics};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, IntoConnectionInfo, ProtocolVersion, PushKind, Value};
+use redis_server::RedisServer;
+use tokio::sync::{mpsc, Notify};
+
+const TOPIC: &str = "bench";
+
+struct Opts {
+    quick: bool,
+    latency_msgs: usize,
+    throughput_msgs: usize,
+    broadcast_clients: usize,
+    broadcast_rounds: usize,
+}
+
+impl Opts {
+    fn new(quick: bool) -> Opts {
+        if quick {
+            Opts {
+                quick,
+                latency_msgs: 300,
+                throughput_msgs: 5_000,
+                broadcast_clients: 100,
+                broadcast_rounds: 3,
+            }
+        } else {
+            Opts {
+                quick,
+                latency_msgs: 5_000,
+                throughput_msgs: 100_000,
+                broadcast_clients: 1_000,
+                broadcast_rounds: 7,
+            }
+        }
+    }
+}
+
+/// Arrival times by sequence number, and a wake-up when `target` have come.
+struct Arrivals {
+    times: Mutex<Vec<Option<Instant>>>,
+    count: AtomicUsize,
+    target: AtomicUsize,
+    done: Notify,
+}
+
+impl Arrivals {
+    fn new(n: usize) -> Arc<Arrivals> {
+        Arc::new(Arrivals {
+            times: Mutex::new(vec![None; n]),
+            count: AtomicUsize::new(0),
+            target: AtomicUsize::new(n),
+            done: Notify::new(),
+        })
+    }
+
+    fn reset(&self, n: usize) {
+        *self.times.lock().expect("not poisoned") = vec![None; n];
+        self.count.store(0, Ordering::SeqCst);
+        self.target.store(n, Ordering::SeqCst);
+    }
+
+    fn hit(&self, seq: usize) {
+        let now = Instant::now();
+        if let Some(slot) = self.times.lock().expect("not poisoned").get_mut(seq) {
+            *slot = Some(now);
+        }
+        if self.count.fetch_add(1, Ordering::SeqCst) + 1 == self.target.load(Ordering::SeqCst) {
+            self.done.notify_one();
+        }
+    }
+
+    async fn wait(&self, what: &str) {
+        let waiting = self.done.notified();
+        if self.count.load(Ordering::SeqCst) >= self.target.load(Ordering::SeqCst) {
+            return;
+        }
+        if tokio::time::timeout(Duration::from_secs(60), waiting)
+            .await
+            .is_err()
+        {
+            panic!(
+                "{what}: only {} of {} arrived within 60 s",
+                self.count.load(Ordering::SeqCst),
+                self.target.load(Ordering::SeqCst)
+            );
+        }
+    }
+
+    fn last(&self) -> Option<Instant> {
+        self.times
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .flatten()
+            .max()
+            .copied()
+    }
+
+    fn latencies_ms(&self, sent: &[Instant]) -> Vec<f64> {
+        let times = self.times.lock().expect("not poisoned");
+        sent.iter()
+            .zip(times.iter())
+            .filter_map(|(s, r)| r.map(|r| (r - *s).as_secs_f64() * 1e3))
+            .collect()
+    }
+}
+
+fn percentile(samples: &mut [f64], p: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    samples.sort_by(|a, b| a.total_cmp(b));
+    let i = ((samples.len() - 1) as f64 * p).round() as usize;
+    samples[i]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    percentile(&mut v, 0.5)
+}
+
+fn resp3_client(url: &str) -> redis::Client {
+    let mut info = url.into_connection_info().expect("redis url");
+    info.redis.protocol = ProtocolVersion::RESP3;
+    redis::Client::open(info).expect("redis client")
+}
+
+/// A raw subscriber on `channel` that records `seq` (the payload, as text).
+async fn raw_subscriber(
+    url: &str,
+    channel: &str,
+    arrivals: Arc<Arrivals>,
+) -> MultiplexedConnection {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let config = AsyncConnectionConfig::new().set_push_sender(tx);
+    let mut conn = resp3_client(url)
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("subscriber connection");
+    conn.subscribe(channel).await.expect("subscribe");
+    tokio::spawn(async move {
+        while let Some(push) = rx.recv().await {
+            if push.kind != PushKind::Message {
+                continue;
+            }
+            if let Some(Value::BulkString(payload)) = push.data.get(1) {
+                let seq = std::str::from_utf8(payload)
+                    .ok()
+                    .and_then(|s| s.parse().ok());
+                if let Some(seq) = seq {
+                    arrivals.hit(seq);
+                }
+            }
+        }
+    });
+    conn
+}
+
+/// A node: a server on 127.0.0.1:0 with a cluster over Redis; its clients may call
+/// `subscribe` to join the bench topic.
+struct Node {
+    url: String,
+    handle: ServerHandle,
+    cluster: Cluster,
+}
+
+async fn node(redis_url: &str, name: &str) -> Node {
+    let server = Server::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("ws://{}", server.local_addr().expect("addr"));
+    let handle = server.handle();
+    let bus = RedisBackplane::connect(redis_url, RedisOptions::default())
+        .await
+        .expect("redis");
+    let cluster = Cluster::builder(bus, handle.clone())
+        .node_id(name)
+        .outbox_limit(64 << 20)
+        .start()
+        .await
+        .expect("cluster");
+    let router = Router::with_state(cluster.topics()).method(
+        "subscribe",
+        |cx: Context<Topics>, (): ()| async move {
+            cx.state()
+                .subscribe_ready(cx.peer(), TOPIC)
+                .await
+                .map_err(|e| RpcError::new(-32000, e.to_string()))
+        },
+    );
+    tokio::spawn(server.serve(router));
+    Node {
+        url,
+        handle,
+        cluster,
+    }
+}
+
+/// A client whose notifications (`bench` or `tick`, params `[seq]`) mark arrivals.
+async fn client(url: &str, arrivals: Arc<Arrivals>) -> Peer {
+    let on_note = |cx: Context<Arc<Arrivals>>, (seq,): (usize,)| {
+        cx.state().hit(seq);
+        std::future::ready(())
+    };
+    let router = Router::with_state(arrivals)
+        .notification(TOPIC, on_note)
+        .notification("tick", on_note);
+    connect(url, router).await.expect("connect")
+}
+
+async fn clients(url: &str, n: usize, arrivals: &Arc<Arrivals>) -> Vec<Peer> {
+    let mut peers = Vec::with_capacity(n);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
+        let batch = chunk.iter().map(|_| client(url, arrivals.clone()));
+        peers.extend(futures_util::future::join_all(batch).await);
+    }
+    peers
+}
+
+async fn steady(n: usize, mut send: impl FnMut(usize)) -> Vec<Instant> {
+    let mut sent = Vec::with_capacity(n);
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    for seq in 0..n {
+        tick.tick().await;
+        sent.push(Instant::now());
+        send(seq);
+    }
+    sent
+}
+
+struct Figures {
+    raw_p50: f64,
+    raw_p99: f64,
+    ours_p50: f64,
+    ours_p99: f64,
+    raw_rate: f64,
+    ours_rate: f64,
+    single_ms: f64,
+    cluster_ms: f64,
+}
+
+async fn run(opts: &Opts, redis_url: &str) -> Figures {
+    // Raw redis-rs: one publishing connection, one RESP3 subscriber.
+    let raw_arrivals = Arrivals::new(opts.latency_msgs);
+    let _sub = raw_subscriber(redis_url, "raw", raw_arrivals.clone()).await;
+    let publisher = resp3_client(redis_url)
+        .get_multiplexed_async_connection()
+        .await
+        .expect("publisher connection");
+    let sent = steady(opts.latency_msgs, |seq| {
+        let mut conn = publisher.clone();
+        tokio::spawn(async move {
+            let _: Result<i64, _> = redis::cmd("PUBLISH")
+                .arg("raw")
+                .arg(seq.to_string())
+                .query_async(&mut conn)
+                .await;
+        });
+    })
+    .await;
+    raw_arrivals.wait("raw latency").await;
+    let mut raw_lat = raw_arrivals.latencies_ms(&sent);
+
+    raw_arrivals.reset(opts.throughput_msgs);
+    let start = Instant::now();
+    let mut conn = publisher.clone();
+    for chunk in (0..opts.throughput_msgs).collect::<Vec<_>>().chunks(64) {
+        let mut pipe = redis::pipe();
+        for seq in chunk {
+            pipe.cmd("PUBLISH").arg("raw").arg(seq.to_string()).ignore();
+        }
+        pipe.exec_async(&mut conn).await.expect("raw pipeline");
+    }
+    raw_arrivals.wait("raw throughput").await;
+    let raw_rate =
+        opts.throughput_msgs as f64 / (raw_arrivals.last().unwrap_or(start) - start).as_secs_f64();
+
+    // Ours: node A publishes, a client of node B receives.
+    let a = node(redis_url, "a").await;
+    let b = node(redis_url, "b").await;
+    let ours_arrivals = Arrivals::new(opts.latency_msgs);
+    let receiver = client(&b.url, ours_arrivals.clone()).await;
+    let subscribed: bool = receiver.call("subscribe", ()).await.expect("subscribe");
+    assert!(subscribed);
+    let topics = a.cluster.topics();
+    let sent = steady(opts.latency_msgs, |seq| {
+        let _ = topics.publish(TOPIC, [seq]);
+    })
+    .await;
+    ours_arrivals.wait("ours latency").await;
+    let mut ours_lat = ours_arrivals.latencies_ms(&sent);
+
+    ours_arrivals.reset(opts.throughput_msgs);
+    let start = Instant::now();
+    for seq in 0..opts.throughput_msgs {
+        let _ = topics.publish(TOPIC, [seq]);
+        if seq % 64 == 63 {
+            tokio::task::yield_now().await;
+        }
+    }
+    ours_arrivals.wait("ours throughput").await;
+    let ours_rate =
+        opts.throughput_msgs as f64 / (ours_arrivals.last().unwrap_or(start) - start).as_secs_f64();
+    let stats = a.cluster.stats();
+    assert_eq!(
+        stats.outbox_dropped, 0,
+        "the outbox dropped envelopes: {stats:?}"
+    );
+    receiver.close().await;
+
+    // Broadcast: one node without a cluster and N clients, against 3 nodes x N clients.
+    let n = opts.broadcast_clients;
+    let single = Server::bind("127.0.0.1:0").await.expect("bind");
+    let single_url = format!("ws://{}", single.local_addr().expect("addr"));
+    let single_handle = single.handle();
+    tokio::spawn(single.serve(Router::new()));
+    let single_arrivals = Arrivals::new(n);
+    let single_peers = clients(&single_url, n, &single_arrivals).await;
+
+    let c = node(redis_url, "c").await;
+    let cluster_arrivals = Arrivals::new(3 * n);
+    let mut cluster_peers = Vec::new();
+    for node in [&a, &b, &c] {
+        cluster_peers.extend(clients(&node.url, n, &cluster_arrivals).await);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while [&a, &b, &c]
+        .iter()
+        .any(|node| node.handle.connection_count() < n)
+        || a.cluster.connection_count() < 3 * n
+    {
+        assert!(Instant::now() < deadline, "clients never all registered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let (mut single_ms, mut cluster_ms) = (Vec::new(), Vec::new());
+    // Round 0 warms up and is not counted; the two alternate who goes first.
+    for round in 0..=opts.broadcast_rounds {
+        for first_single in [round % 2 == 0, round % 2 == 1] {
+            let (arrivals, handle, expect) = if first_single {
+                (&single_arrivals, &single_handle, n)
+            } else {
+                (&cluster_arrivals, &a.handle, 3 * n)
+            };
+            // Every client gets `tick [0]`: arrivals are counted, not indexed.
+            arrivals.reset(expect);
+            let start = Instant::now();
+            handle.broadcast("tick", [0]).expect("broadcast");
+            arrivals.wait("broadcast").await;
+            let ms = (arrivals.last().unwrap_or(start) - start).as_secs_f64() * 1e3;
+            if round > 0 {
+                if first_single {
+                    &mut single_ms
+                } else {
+                    &mut cluster_ms
+                }
+                .push(ms);
+            }
+        }
+    }
+    for peer in single_peers.iter().chain(cluster_peers.iter()) {
+        peer.close().await;
+    }
+    for node in [&a, &b, &c] {
+        node.cluster.shutdown().await;
+    }
+
+    Figures {
+        raw_p50: percentile(&mut raw_lat, 0.5),
+        raw_p99: percentile(&mut raw_lat, 0.99),
+        ours_p50: percentile(&mut ours_lat, 0.5),
+        ours_p99: percentile(&mut ours_lat, 0.99),
+        raw_rate,
+        ours_rate,
+        single_ms: median(single_ms),
+        cluster_ms: median(cluster_ms),
+    }
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let opts = Opts::new(args.iter().any(|a| a == "--quick"));
+    let redis = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let f = runtime.block_on(run(&opts, &redis.url()));
+    drop(runtime);
+
+    let n = opts.broadcast_clients;
+    println!(
+        "cluster bench{} ({} latency samples at 1 k msg/s, {} messages for throughput)",
+        if opts.quick { " --quick" } else { "" },
+        opts.latency_msgs,
+        opts.throughput_msgs
+    );
+    println!("| measure | raw / single node | ours (cross-node) | ratio | target | |");
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| latency p50 | {:.3} ms | {:.3} ms | +{:.3} ms | <= raw + 0.3 ms | {} |",
+        f.raw_p50,
+        f.ours_p50,
+        f.ours_p50 - f.raw_p50,
+        verdict(f.ours_p50 <= f.raw_p50 + 0.3)
+    );
+    println!(
+        "| latency p99 | {:.3} ms | {:.3} ms | +{:.3} ms | | |",
+        f.raw_p99,
+        f.ours_p99,
+        f.ours_p99 - f.raw_p99
+    );
+    println!(
+        "| throughput | {:.0} msg/s | {:.0} msg/s | {:.2}x | >= 0.7x | {} |",
+        f.raw_rate,
+        f.ours_rate,
+        f.ours_rate / f.raw_rate,
+        verdict(f.ours_rate >= 0.7 * f.raw_rate)
+    );
+    println!(
+        "| broadcast, last client has it | 1 x {n}: {:.2} ms | 3 x {n}: {:.2} ms | +{:.2} ms | <= single + 2 ms | {} |",
+        f.single_ms,
+        f.cluster_ms,
+        f.cluster_ms - f.single_ms,
+        verdict(f.cluster_ms <= f.single_ms + 2.0)
+    );
+}
