@@ -204,15 +204,12 @@ async fn three_nodes_share_broadcasts_topics_calls_and_counts() {
     assert_eq!(numsub.lines().nth(1), Some("2"), "{numsub}");
     assert_eq!(ca.ok("publish", json!(["news", {"n": 1}])).await, json!(0));
     assert_eq!(cb.ok("publish", json!(["news", {"n": 2}])).await, json!(1));
+    // Each once; no order between two publishers (B has its own at once).
     for client in [&mut cb, &mut cc] {
-        assert_eq!(
-            client.next_note().await,
-            ("news".to_owned(), json!({"n": 1}))
-        );
-        assert_eq!(
-            client.next_note().await,
-            ("news".to_owned(), json!({"n": 2}))
-        );
+        let mut got = vec![client.next_note().await, client.next_note().await];
+        got.sort_by_key(|(_, p)| p["n"].as_i64());
+        let want = [json!({"n": 1}), json!({"n": 2})].map(|p| ("news".to_owned(), p));
+        assert_eq!(got, want);
     }
     let marker = json!(["marker 1"]);
     ca.ok("broadcast", json!([marker])).await;
@@ -340,9 +337,9 @@ async fn redis_down_for_two_seconds_local_goes_on_then_resubscribe_flush_and_one
     }
 
     // After the restart B publishes and A broadcasts a marker. Every client gets: A's
-    // outage messages at most once each and in order (the outbox flush; a node that came
-    // back after A's flush has lost them, and says so with the gap), exactly one gap for
-    // the topic, B's new message once, the marker once. A gets none of its own again.
+    // outage messages once each and in order (the outbox flush), exactly one gap for the
+    // topic (others' messages may be lost), B's new message once, the marker once. A
+    // gets none of its own again.
     assert_eq!(
         cb.ok("publish", json!(["news", {"after": 1}])).await,
         json!(1)
@@ -375,10 +372,11 @@ async fn redis_down_for_two_seconds_local_goes_on_then_resubscribe_flush_and_one
             during, sorted,
             "{name}: outage messages duplicated or out of order"
         );
-        eprintln!(
-            "{name}: {} of 5 outage messages after the flush",
-            during.len()
-        );
+        if name != "a" {
+            // A holds its flush until the nodes it knew are heard again: all five arrive.
+            let want: Vec<Value> = (0..5).map(|i| json!(i)).collect();
+            assert_eq!(during, want, "{name}: the outbox flush");
+        }
     }
     // Nothing else follows: no duplicate, no second gap.
     assert_eq!(
