@@ -45,6 +45,8 @@
 //!
 //! # Where to go from here
 //!
+//! - [`contract`]: typed methods and notifications ([`Method`], [`Notification`]) for
+//!   both sides, notification streams, and a service description ([`Api`]).
 //! - [`Router`]: methods and notifications, typed params, shared state.
 //! - [`Peer`]: call, notify, [`batch`](Peer::batch), close; every call ends.
 //! - [`Server`] and [`ServerHandle`]: the registry of live peers, broadcast, hooks,
@@ -54,7 +56,8 @@
 //! - [`PeerConfig`]: every limit, with its default.
 //!
 //! Features: `axum` (mount an endpoint in an axum app: `axum::Endpoint`),
-//! `rustls` (`wss://` for servers and clients).
+//! `rustls` (`wss://` for servers and clients), `schemars` (serve `rpc.discover`, an
+//! OpenRPC document of an [`Api`]: `Router::discover`).
 //!
 //! # What the wire sees
 //!
@@ -96,6 +99,9 @@ mod cancel;
 mod client;
 pub mod cluster;
 mod config;
+pub mod contract;
+#[cfg(feature = "schemars")]
+mod discover;
 mod driver;
 #[cfg(feature = "fuzzing")]
 mod echo;
@@ -123,6 +129,9 @@ pub use cancel::CancelStyle;
 pub use client::connect_with_tls;
 pub use client::{connect, connect_with_config};
 pub use config::{PeerConfig, SlowPeer};
+pub use contract::{Api, ApiMismatch, Method, Notification, Notifications};
+#[cfg(feature = "schemars")]
+pub use discover::OPENRPC_VERSION;
 pub use error::{CloseReason, Error, ErrorCode, Result, RpcError};
 pub use lanes::MethodOptions;
 pub use peer::{ConnectionInfo, Peer};
@@ -132,6 +141,9 @@ pub use progress::Progress;
 pub use reconnect::{Backoff, LinkState, Reconnecting, ReconnectingBuilder};
 pub use registry::ServerHandle;
 pub use router::{Context, Router};
+/// The schemars crate this one describes types with (feature `schemars`).
+#[cfg(feature = "schemars")]
+pub use schemars;
 pub use server::Server;
 /// What [`connect`] and [`Reconnecting::builder`] take: a URL, or a handshake request with
 /// headers (`Authorization`, subprotocols), as tokio-tungstenite takes it.

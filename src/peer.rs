@@ -437,7 +437,7 @@ impl Peer {
                 match self.shared.slow_peer {
                     SlowPeer::Close => {
                         tracing::debug!(remote = ?self.remote_addr(), "outgoing queue full; closing with 1008");
-                        self.request(CloseRequest {
+                        self.ask_close(CloseRequest {
                             code: 1008,
                             reason: "outgoing queue full".to_owned(),
                             drain_until: None,
@@ -490,7 +490,7 @@ impl Peer {
     }
 
     fn request_close(&self, code: u16, reason: &str) {
-        self.request(CloseRequest {
+        self.ask_close(CloseRequest {
             code,
             reason: reason.to_owned(),
             drain_until: None,
@@ -498,7 +498,7 @@ impl Peer {
         });
     }
 
-    fn request(&self, request: CloseRequest) {
+    fn ask_close(&self, request: CloseRequest) {
         if self.shared.close_request.set(request).is_ok() {
             self.shared.close_waker.wake();
         }
@@ -508,7 +508,7 @@ impl Peer {
     /// finish and send their answers (for at most `grace`), new ones are refused with
     /// `-32000`, then the connection closes with `code`. Waits until it has.
     pub async fn drain_and_close(&self, code: u16, reason: &str, grace: Duration) {
-        self.request(CloseRequest {
+        self.ask_close(CloseRequest {
             code,
             reason: reason.to_owned(),
             drain_until: Some(tokio::time::Instant::now() + grace),

@@ -1,0 +1,407 @@
+//! Typed contracts over real sockets: typed calls and notifications both ways, typed
+//! notification streams with back-pressure, the start-up check of a router against its
+//! description, and the `rpc.discover` document.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{connections, serve, serve_with, within};
+use futures_util::StreamExt;
+use jsonrpc_peer::schemars::JsonSchema;
+use jsonrpc_peer::{connect, Api, Error, PeerConfig, Reconnecting, Router, RpcError};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+#[derive(Serialize, Deserialize, JsonSchema, Debug, PartialEq)]
+struct SubtractParams {
+    minuend: i64,
+    subtrahend: i64,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Debug, PartialEq)]
+struct Page {
+    title: String,
+    /// Absent when the page has no heading.
+    heading: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Debug, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum Shape {
+    Circle { radius: f64 },
+    Square(f64),
+    Dot,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Debug, PartialEq)]
+struct TickParams {
+    n: u64,
+}
+
+jsonrpc_peer::method!(Subtract = "subtract", SubtractParams => i64);
+jsonrpc_peer::method!(Area = "area", (Shape,) => f64);
+jsonrpc_peer::method!(Scale = "scale", (f64, Shape) => Shape);
+jsonrpc_peer::method!(Sum = "sum", Vec<i64> => i64);
+jsonrpc_peer::method!(UiDescribe = "ui.describe", () => Page);
+jsonrpc_peer::notification!(Tick = "tick", TickParams);
+jsonrpc_peer::notification!(Log = "log", (String,));
+
+fn area(shape: &Shape) -> f64 {
+    match shape {
+        Shape::Circle { radius } => std::f64::consts::PI * radius * radius,
+        Shape::Square(side) => side * side,
+        Shape::Dot => 0.0,
+    }
+}
+
+/// The server's side of the contract: what it serves and what it calls.
+fn server_api() -> Api {
+    Api::new("shapes", "1.2.0")
+        .description("Arithmetic and shapes, both ways")
+        .serves(Subtract)
+        .serves(Area)
+        .serves(Scale)
+        .serves(Sum)
+        .expects(UiDescribe)
+        .sends(Tick)
+        .receives(Log)
+}
+
+fn server_router() -> Router {
+    Router::new()
+        .handle(
+            Subtract,
+            |_cx, p| async move { Ok(p.minuend - p.subtrahend) },
+        )
+        .handle(Area, |_cx, (shape,)| async move { Ok(area(&shape)) })
+        .handle(Scale, |_cx, (k, shape)| async move {
+            Ok(match shape {
+                Shape::Circle { radius } => Shape::Circle { radius: radius * k },
+                Shape::Square(side) => Shape::Square(side * k),
+                Shape::Dot => Shape::Dot,
+            })
+        })
+        .handle(Sum, |_cx, values| async move { Ok(values.iter().sum()) })
+        .on(Log, |_cx, (_line,)| async move {})
+}
+
+#[tokio::test]
+async fn typed_calls_go_both_ways() {
+    // The server asks the client to describe its page while answering `subtract`.
+    let router = Router::new().handle(Subtract, |cx, p| async move {
+        let page = cx
+            .peer()
+            .request(UiDescribe, ())
+            .await
+            .map_err(|e| RpcError::internal_error().with_data(e.to_string()))?;
+        assert_eq!(page.title, "demo");
+        Ok(p.minuend - p.subtrahend)
+    });
+    let (url, server) = serve(router).await;
+    let mut connected = connections(&server);
+
+    let client = Router::new().handle(UiDescribe, |_cx, ()| async move {
+        Ok(Page {
+            title: "demo".into(),
+            heading: None,
+        })
+    });
+    let peer = within(connect(&url, client)).await.unwrap();
+    let d = within(peer.request(
+        Subtract,
+        SubtractParams {
+            minuend: 42,
+            subtrahend: 23,
+        },
+    ))
+    .await
+    .unwrap();
+    assert_eq!(d, 19);
+
+    // And the server calls the client directly.
+    let on_server = within(connected.recv()).await.unwrap();
+    let page = within(on_server.request(UiDescribe, ())).await.unwrap();
+    assert_eq!(
+        page,
+        Page {
+            title: "demo".into(),
+            heading: None
+        }
+    );
+
+    // The typed name is the wire name: the string API reaches the same handler.
+    let d: i64 = within(peer.call("subtract", [10, 4])).await.unwrap();
+    assert_eq!(d, 6);
+    peer.close().await;
+}
+
+#[tokio::test]
+async fn a_typed_call_of_a_method_the_other_side_lacks_is_method_not_found() {
+    let (url, _server) = serve(Router::new()).await;
+    let peer = within(connect(&url, Router::new())).await.unwrap();
+    let err = within(peer.request(Sum, vec![1, 2])).await.unwrap_err();
+    assert_eq!(
+        err.rpc().map(|e| e.code),
+        Some(jsonrpc_peer::ErrorCode::METHOD_NOT_FOUND)
+    );
+}
+
+#[tokio::test]
+async fn reconnecting_clients_make_typed_calls_and_notifications() {
+    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    let router = server_router().on(Tick, move |_cx, p| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(p.n);
+        }
+    });
+    let (url, _server) = serve(router).await;
+    let client = Reconnecting::builder(url, Router::new()).start();
+    let total = within(client.request(Sum, vec![1, 2, 4])).await.unwrap();
+    assert_eq!(total, 7);
+    within(client.send(Tick, TickParams { n: 5 }))
+        .await
+        .unwrap();
+    assert_eq!(within(lines.recv()).await, Some(5));
+    client.close().await;
+}
+
+#[tokio::test]
+async fn notifications_arrive_as_a_typed_stream_in_order_and_end_with_the_connection() {
+    let (url, server) = serve(Router::new()).await;
+    let mut connected = connections(&server);
+    let (router, mut ticks) = Router::new().stream(Tick);
+    let peer = within(connect(&url, router)).await.unwrap();
+    let on_server = within(connected.recv()).await.unwrap();
+
+    for n in 0..20 {
+        within(on_server.send(Tick, TickParams { n }))
+            .await
+            .unwrap();
+    }
+    let mut seen = Vec::new();
+    while seen.len() < 20 {
+        let tick = within(ticks.next()).await.expect("stream ended early");
+        seen.push(tick.n);
+    }
+    assert_eq!(seen, (0..20).collect::<Vec<_>>());
+
+    // `Stream` too, for combinators.
+    within(on_server.send(Tick, TickParams { n: 99 }))
+        .await
+        .unwrap();
+    let next = within(StreamExt::next(&mut ticks)).await;
+    assert_eq!(next, Some(TickParams { n: 99 }));
+
+    // A client's router goes with its connection, and the stream ends.
+    on_server.close().await;
+    within(peer.closed()).await;
+    assert_eq!(within(ticks.next()).await, None);
+}
+
+#[tokio::test]
+async fn a_full_stream_holds_the_connection_back_and_loses_nothing() {
+    const SENT: u64 = 200;
+    // Small bounds on the receiving side: a stream of 2, a notification queue of 2.
+    let (url, server) = serve(Router::new()).await;
+    let mut connected = connections(&server);
+    let (router, mut ticks) = Router::new()
+        .handle(Sum, |_cx, v| async move { Ok(v.iter().sum()) })
+        .stream_with_capacity(Tick, 2);
+    let config = PeerConfig::default().notification_queue(2);
+    let _peer = within(jsonrpc_peer::connect_with_config(&url, router, &config))
+        .await
+        .unwrap();
+    let on_server = within(connected.recv()).await.unwrap();
+
+    for n in 0..SENT {
+        within(on_server.send(Tick, TickParams { n }))
+            .await
+            .unwrap();
+    }
+    // Nobody reads the stream: the client has stopped reading its connection, so a
+    // call sent after the ticks is not answered...
+    let held = on_server
+        .request_with_timeout(Sum, vec![1, 2], Duration::from_millis(300))
+        .await;
+    assert!(matches!(held, Err(Error::Timeout(_))), "{held:?}");
+
+    // ...until the stream is read: then every tick comes, in order, and calls go through.
+    for n in 0..SENT {
+        let tick = within(ticks.next()).await.expect("stream ended early");
+        assert_eq!(tick.n, n);
+    }
+    let total = within(on_server.request(Sum, vec![1, 2])).await.unwrap();
+    assert_eq!(total, 3);
+}
+
+#[test]
+fn the_start_up_check_finds_missing_and_undescribed_handlers() {
+    assert_eq!(server_api().check(&server_router()), Ok(()));
+
+    // `scale` described but not served; `extra` served but not described; `log`
+    // described as sent by the other side but not handled.
+    let router = Router::new()
+        .handle(
+            Subtract,
+            |_cx, p| async move { Ok(p.minuend - p.subtrahend) },
+        )
+        .handle(Area, |_cx, (shape,)| async move { Ok(area(&shape)) })
+        .handle(Sum, |_cx, v| async move { Ok(v.iter().sum()) })
+        .method("extra", |_cx, (): ()| async { Ok::<_, RpcError>(1) });
+    let err = server_api().check(&router).unwrap_err();
+    assert_eq!(
+        err.problems(),
+        [
+            "method `scale` is described but has no handler",
+            "notification `log` is described as sent by the other side but has no handler",
+            "method `extra` has a handler but is not described",
+        ]
+    );
+    assert!(err
+        .to_string()
+        .starts_with("the router does not match the API `shapes`: "));
+
+    // The served `rpc.discover` is not part of the description.
+    let router = server_router().discover(&server_api());
+    assert_eq!(server_api().check(&router), Ok(()));
+}
+
+fn method<'a>(doc: &'a Value, name: &str) -> &'a Value {
+    doc["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .unwrap_or_else(|| panic!("no method {name} in {doc:#}"))
+}
+
+/// Follows a `$ref` into the document's components.
+fn deref<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema["$ref"].as_str() {
+        Some(r) => {
+            let name = r
+                .strip_prefix("#/components/schemas/")
+                .expect("a component $ref");
+            &doc["components"]["schemas"][name]
+        }
+        None => schema,
+    }
+}
+
+#[tokio::test]
+async fn rpc_discover_serves_the_openrpc_document_of_both_sides() {
+    let api = server_api();
+    let (url, _server) = serve(server_router().discover(&api)).await;
+    let peer = within(connect(&url, Router::new())).await.unwrap();
+    let doc: Value = within(peer.call("rpc.discover", ())).await.unwrap();
+    // What is served is the document the description makes.
+    assert_eq!(doc, api.openrpc());
+    let again: Value = within(peer.call("rpc.discover", json!([]))).await.unwrap();
+    assert_eq!(again, doc);
+
+    assert_eq!(doc["openrpc"], "1.3.2");
+    assert_eq!(
+        doc["info"],
+        json!({"title": "shapes", "version": "1.2.0", "description": "Arithmetic and shapes, both ways"})
+    );
+    let names: Vec<&str> = doc["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "subtract",
+            "area",
+            "scale",
+            "sum",
+            "ui.describe",
+            "tick",
+            "log"
+        ]
+    );
+
+    // A struct: one descriptor per field in declaration order, named or positional.
+    let subtract = method(&doc, "subtract");
+    assert_eq!(subtract["paramStructure"], "either");
+    assert_eq!(subtract["params"][0]["name"], "minuend");
+    assert_eq!(subtract["params"][1]["name"], "subtrahend");
+    assert_eq!(subtract["params"][0]["required"], true);
+    assert_eq!(subtract["params"][0]["schema"]["type"], "integer");
+    assert_eq!(subtract["result"]["schema"]["type"], "integer");
+    assert!(subtract.get("x-implemented-by").is_none());
+
+    // A tuple of an enum: positional; the enum's variants are in the components.
+    let area = method(&doc, "area");
+    assert_eq!(area["paramStructure"], "by-position");
+    assert_eq!(area["params"].as_array().unwrap().len(), 1);
+    let shape = deref(&doc, &area["params"][0]["schema"]);
+    let variants = shape["oneOf"]
+        .as_array()
+        .expect("an enum is oneOf its variants");
+    assert_eq!(variants.len(), 3, "{shape:#}");
+    let text = shape.to_string();
+    for variant in ["circle", "square", "dot"] {
+        assert!(text.contains(variant), "{variant} missing from {shape:#}");
+    }
+    let scale = method(&doc, "scale");
+    assert_eq!(scale["params"][0]["schema"]["type"], "number");
+    assert_eq!(scale["params"][1]["name"], "arg1");
+    assert_eq!(deref(&doc, &scale["result"]["schema"]), shape);
+
+    // A Vec is the params value itself.
+    let sum = method(&doc, "sum");
+    assert_eq!(sum["x-params"], "whole");
+    assert_eq!(sum["params"][0]["schema"]["type"], "array");
+
+    // The client's method: marked, with an optional field not required.
+    let describe = method(&doc, "ui.describe");
+    assert_eq!(describe["x-implemented-by"], json!(["client"]));
+    assert_eq!(describe["params"], json!([]));
+    let page = deref(&doc, &describe["result"]["schema"]);
+    assert_eq!(page["required"], json!(["title"]));
+    let heading = page["properties"]["heading"].to_string();
+    assert!(heading.contains("null"), "an Option is nullable: {heading}");
+    assert!(page["properties"]["heading"]["description"]
+        .as_str()
+        .unwrap()
+        .contains("no heading"));
+
+    // Notifications have no result; the one this side sends is the client's to handle.
+    let tick = method(&doc, "tick");
+    assert!(tick.get("result").is_none());
+    assert_eq!(tick["x-implemented-by"], json!(["client"]));
+    assert_eq!(tick["params"][0]["name"], "n");
+    let log = method(&doc, "log");
+    assert!(log.get("result").is_none());
+    assert!(log.get("x-implemented-by").is_none());
+
+    // Draft-07 only: no 2020-12 keywords anywhere.
+    let all = doc.to_string();
+    for keyword in ["prefixItems", "$defs", "unevaluatedProperties"] {
+        assert!(!all.contains(keyword), "{keyword} in {doc:#}");
+    }
+    peer.close().await;
+}
+
+#[tokio::test]
+async fn rpc_discover_cannot_be_registered_by_hand_and_answers_over_any_config() {
+    let result = std::panic::catch_unwind(|| {
+        Router::new().method("rpc.discover", |_cx, (): ()| async { Ok::<_, RpcError>(1) })
+    });
+    assert!(
+        result.is_err(),
+        "rpc. names stay reserved for the string API"
+    );
+
+    let api = Api::new("empty", "0.1.0");
+    let (url, _server) = serve_with(Router::new().discover(&api), PeerConfig::default()).await;
+    let peer = within(connect(&url, Router::new())).await.unwrap();
+    let doc: Value = within(peer.call("rpc.discover", ())).await.unwrap();
+    assert_eq!(doc["methods"], json!([]));
+    assert!(doc.get("components").is_none());
+}
