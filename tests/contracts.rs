@@ -238,7 +238,7 @@ async fn a_full_stream_holds_the_connection_back_and_loses_nothing() {
 
 #[test]
 fn the_start_up_check_finds_missing_and_undescribed_handlers() {
-    assert_eq!(server_api().check(&server_router()), Ok(()));
+    assert_eq!(server_api().check_exact(&server_router()), Ok(()));
 
     // `scale` described but not served; `extra` served but not described; `log`
     // described as sent by the other side but not handled.
@@ -250,12 +250,18 @@ fn the_start_up_check_finds_missing_and_undescribed_handlers() {
         .handle(Area, |_cx, (shape,)| async move { Ok(area(&shape)) })
         .handle(Sum, |_cx, v| async move { Ok(v.iter().sum()) })
         .method("extra", |_cx, (): ()| async { Ok::<_, RpcError>(1) });
+    let missing = [
+        "method `scale` is described but has no handler",
+        "notification `log` is described as sent by the other side but has no handler",
+    ];
     let err = server_api().check(&router).unwrap_err();
+    assert_eq!(err.problems(), missing);
+    let err = server_api().check_exact(&router).unwrap_err();
     assert_eq!(
         err.problems(),
         [
-            "method `scale` is described but has no handler",
-            "notification `log` is described as sent by the other side but has no handler",
+            missing[0],
+            missing[1],
             "method `extra` has a handler but is not described",
         ]
     );
@@ -265,7 +271,7 @@ fn the_start_up_check_finds_missing_and_undescribed_handlers() {
 
     // The served `rpc.discover` is not part of the description.
     let router = server_router().discover(&server_api());
-    assert_eq!(server_api().check(&router), Ok(()));
+    assert_eq!(server_api().check_exact(&router), Ok(()));
 }
 
 fn method<'a>(doc: &'a Value, name: &str) -> &'a Value {
@@ -404,4 +410,38 @@ async fn rpc_discover_cannot_be_registered_by_hand_and_answers_over_any_config()
     let doc: Value = within(peer.call("rpc.discover", ())).await.unwrap();
     assert_eq!(doc["methods"], json!([]));
     assert!(doc.get("components").is_none());
+}
+
+#[tokio::test]
+async fn spec_server_describes_exactly_what_it_serves() {
+    use common::spec_methods::{spec_api, spec_router};
+    let api = spec_api("spec");
+    let router = spec_router();
+    api.check_exact(&router).unwrap();
+    let (url, _server) = serve(router.discover(&api)).await;
+    let peer = within(connect(&url, Router::new())).await.unwrap();
+    let doc: Value = within(peer.call("rpc.discover", ())).await.unwrap();
+    let mut described: Vec<(&str, bool)> = doc["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["name"].as_str().unwrap(), m.get("result").is_some()))
+        .collect();
+    described.sort();
+    assert_eq!(
+        described,
+        [
+            ("get_data", true),
+            ("notify_hello", false),
+            ("notify_sum", false),
+            ("subtract", true),
+            ("sum", true),
+            ("update", false),
+        ]
+    );
+    // Every described method answers, by its wire name.
+    let d: i64 = within(peer.call("subtract", [42, 23])).await.unwrap();
+    assert_eq!(d, 19);
+    let data: (String, u32) = within(peer.call("get_data", ())).await.unwrap();
+    assert_eq!(data, ("hello".to_string(), 5));
 }

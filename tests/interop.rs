@@ -19,7 +19,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::spec_methods::Subtract;
+use common::spec_methods::SubtractParams as Subtract;
 use jsonrpc_peer::{connect, CloseReason, Context, Error, Peer, Router, RpcError};
 use serde::Deserialize;
 use serde_json::{json, Value};

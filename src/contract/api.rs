@@ -187,17 +187,53 @@ impl Api {
         &self.entries
     }
 
-    /// Checks that `router` serves exactly what this side is described to: a handler
-    /// for every method it serves and every notification the other side sends, and no
-    /// handler that is not described. Names beginning with `rpc.` are left out.
+    /// Checks that `router` serves what this side is described to: a handler for every
+    /// method it serves and for every notification the other side sends.
     ///
-    /// Meant for the start of the program, next to the router's own checks; a
-    /// mismatch is a mistake in the program.
+    /// Meant for the start of the program, next to the router's own checks: a
+    /// described method without a handler is a mistake in the program, better found
+    /// before the other side calls it.
+    ///
+    /// # Errors
+    ///
+    /// [`ApiMismatch`], listing every handler that is missing.
+    pub fn check<S>(&self, router: &Router<S>) -> Result<(), ApiMismatch> {
+        self.mismatch(self.missing(router))
+    }
+
+    /// [`check`](Self::check), and also that `router` has no handler the description
+    /// leaves out (names beginning with `rpc.` aside): for a service whose
+    /// `rpc.discover` document must list exactly what it serves.
     ///
     /// # Errors
     ///
     /// [`ApiMismatch`], listing every difference.
-    pub fn check<S>(&self, router: &Router<S>) -> Result<(), ApiMismatch> {
+    pub fn check_exact<S>(&self, router: &Router<S>) -> Result<(), ApiMismatch> {
+        let mut problems = self.missing(router);
+        let described = |name: &str, kind: Kind, side: Side| {
+            self.entries
+                .iter()
+                .any(|e| e.name == name && e.kind == kind && e.side == side)
+        };
+        let mut extra: Vec<String> = router
+            .methods
+            .keys()
+            .filter(|name| !name.starts_with("rpc.") && !described(name, Kind::Method, Side::This))
+            .map(|name| format!("method `{name}` has a handler but is not described"))
+            .chain(
+                router
+                    .notifications
+                    .keys()
+                    .filter(|name| !described(name, Kind::Notification, Side::Other))
+                    .map(|name| format!("notification `{name}` has a handler but is not described")),
+            )
+            .collect();
+        extra.sort();
+        problems.extend(extra);
+        self.mismatch(problems)
+    }
+
+    fn missing<S>(&self, router: &Router<S>) -> Vec<String> {
         let mut problems = Vec::new();
         for entry in &self.entries {
             match (entry.kind, entry.side) {
@@ -218,28 +254,10 @@ impl Api {
                 _ => {}
             }
         }
-        let described = |name: &str, kind: Kind, side: Side| {
-            self.entries
-                .iter()
-                .any(|e| e.name == name && e.kind == kind && e.side == side)
-        };
-        let mut extra: Vec<String> = router
-            .methods
-            .keys()
-            .filter(|name| !name.starts_with("rpc.") && !described(name, Kind::Method, Side::This))
-            .map(|name| format!("method `{name}` has a handler but is not described"))
-            .chain(
-                router
-                    .notifications
-                    .keys()
-                    .filter(|name| !described(name, Kind::Notification, Side::Other))
-                    .map(|name| {
-                        format!("notification `{name}` has a handler but is not described")
-                    }),
-            )
-            .collect();
-        extra.sort();
-        problems.extend(extra);
+        problems
+    }
+
+    fn mismatch(&self, problems: Vec<String>) -> Result<(), ApiMismatch> {
         if problems.is_empty() {
             Ok(())
         } else {
@@ -251,7 +269,8 @@ impl Api {
     }
 }
 
-/// What [`Api::check`] found: the differences between a description and a router.
+/// What [`Api::check`] or [`Api::check_exact`] found: the differences between a
+/// description and a router.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApiMismatch {
     api: String,
