@@ -19,6 +19,8 @@
 mod cli;
 #[path = "common/spec_methods.rs"]
 mod spec_methods;
+#[path = "common/web_api.rs"]
+mod web_api;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -28,10 +30,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use jsonrpc_peer::axum::Endpoint;
-use jsonrpc_peer::{Context, HandshakePolicy, Router, RpcError, ServerHandle};
+use jsonrpc_peer::{Context, HandshakePolicy, Method, Notification, Router, RpcError, ServerHandle};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 use tower_http::services::ServeDir;
+use web_api::{
+    AskAnswer, AskBrowser, ChatBroadcast, ChatMessage, ChatSend, Delivered, Metrics, MetricsPush,
+    UiDescribe,
+};
 
 /// What the demo's handlers share: the registry of connected pages.
 struct Demo {
@@ -60,12 +66,6 @@ impl Drop for TaskCount {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
-}
-
-#[derive(Deserialize)]
-struct ChatLine {
-    name: String,
-    text: String,
 }
 
 fn now_ms() -> u64 {
@@ -120,40 +120,41 @@ fn router(pages: ServerHandle) -> Router<Demo> {
         )
         // The server needs the browser's answer before it can answer: it calls the
         // page that called it, while that page's own call is still waiting.
-        .method("demo.ask_browser", |cx: Context<Demo>, (): ()| async move {
+        .handle(AskBrowser, |cx, ()| async move {
             let started = Instant::now();
             // `?` turns a failed call back into the caller's -32603 (see `RpcError`'s
             // `From<Error>`): "`ui.describe`: no answer within 10s" in its data.
-            let answer: Value = cx
+            let answer = cx
                 .peer()
-                .call_with_timeout("ui.describe", (), Duration::from_secs(10))
+                .request_with_timeout(UiDescribe, (), Duration::from_secs(10))
                 .await?;
-            Ok::<_, RpcError>(json!({
-                "asked": "ui.describe",
-                "answer": answer,
-                "elapsed_ms": started.elapsed().as_secs_f64() * 1000.0,
-            }))
+            Ok(AskAnswer {
+                asked: UiDescribe::NAME.into(),
+                answer,
+                elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+            })
         })
-        .method(
-            "chat.send",
-            |cx: Context<Demo>, line: ChatLine| async move {
-                let name = line.name.trim();
-                let text = line.text.trim();
-                if name.is_empty() || name.chars().count() > 40 {
-                    return Err(invalid("name must have 1 to 40 characters"));
-                }
-                if text.is_empty() || text.chars().count() > 500 {
-                    return Err(invalid("text must have 1 to 500 characters"));
-                }
-                let message = json!({ "name": name, "text": text, "at_ms": now_ms() });
-                let delivered = cx
-                    .state()
-                    .pages
-                    .broadcast("chat.message", message)
-                    .map_err(|e| RpcError::internal_error().with_data(e.to_string()))?;
-                Ok(json!({ "delivered": delivered }))
-            },
-        )
+        .handle(ChatSend, |cx, line| async move {
+            let name = line.name.trim();
+            let text = line.text.trim();
+            if name.is_empty() || name.chars().count() > 40 {
+                return Err(invalid("name must have 1 to 40 characters"));
+            }
+            if text.is_empty() || text.chars().count() > 500 {
+                return Err(invalid("text must have 1 to 500 characters"));
+            }
+            let message = ChatMessage {
+                name: name.into(),
+                text: text.into(),
+                at_ms: now_ms(),
+            };
+            let delivered = cx
+                .state()
+                .pages
+                .broadcast(ChatBroadcast::NAME, message)
+                .map_err(|e| RpcError::internal_error().with_data(e.to_string()))?;
+            Ok(Delivered { delivered })
+        })
 }
 
 /// How many pages are connected: to this server, or to every server of the cluster.
@@ -172,18 +173,18 @@ async fn push_metrics(pages: ServerHandle, count: PageCount, clustered: bool) {
         }
         let t = start.elapsed().as_secs_f64();
         let value = 50.0 + 30.0 * (t / 2.0).sin() + 8.0 * (t * 1.7).sin() + fastrand::f64() * 4.0;
-        let metrics = json!({
-            "seq": seq,
-            "time_ms": now_ms(),
-            "connections": count(),
-            "value": (value * 100.0).round() / 100.0,
-        });
+        let metrics = Metrics {
+            seq,
+            time_ms: now_ms(),
+            connections: count(),
+            value: (value * 100.0).round() / 100.0,
+        };
         if clustered {
             for page in pages.peers() {
                 let metrics = metrics.clone();
-                tokio::spawn(async move { page.notify("metrics", metrics).await });
+                tokio::spawn(async move { page.send(MetricsPush, metrics).await });
             }
-        } else if let Err(e) = pages.broadcast("metrics", metrics) {
+        } else if let Err(e) = pages.broadcast(MetricsPush::NAME, metrics) {
             eprintln!("metrics push failed: {e}");
         }
     }
@@ -243,7 +244,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Some(cluster)
         }
     };
-    let endpoint = Endpoint::new(router(pages.clone()))
+    // What the demo serves, calls and pushes, checked now and served as rpc.discover.
+    let api = web_api::web_api();
+    let router = router(pages.clone());
+    api.check(&router)?;
+    let endpoint = Endpoint::new(router.discover(&api))
         .with_handle(pages.clone())
         // Only pages this demo serves (and any named with --allow-origin) may open
         // the socket: a page on another site could otherwise act as its visitor.

@@ -29,7 +29,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::spec_methods::{self, Subtract};
+use common::spec_methods::{self, SubtractParams as Subtract};
 use common::within;
 use jsonrpc_peer::{connect, CloseReason, Context, Error, Peer, Router, RpcError};
 use jsonrpsee::core::client::{ClientT, Error as ClientError, IdKind, SubscriptionClientT};

@@ -225,7 +225,9 @@ impl Api {
                     .notifications
                     .keys()
                     .filter(|name| !described(name, Kind::Notification, Side::Other))
-                    .map(|name| format!("notification `{name}` has a handler but is not described")),
+                    .map(|name| {
+                        format!("notification `{name}` has a handler but is not described")
+                    }),
             )
             .collect();
         extra.sort();
