@@ -1,6 +1,10 @@
 // The demo page: one reconnecting peer to ws://<this host>/rpc, six panels.
 import { reconnecting, RpcError } from './jsonrpc-peer.js';
 
+/** @typedef {import('./demo-api.js').DemoPeer} DemoPeer the peer, typed by the server's rpc.discover */
+
+// The page's elements are looked up by id; their types are not what is checked here.
+/** @type {(id: string) => any} */
 const $ = (id) => document.getElementById(id);
 
 // The endpoint lives beside the page; `?ws=` overrides it when the page is served elsewhere.
@@ -15,25 +19,27 @@ function setStatus(state, text) {
   el.dataset.state = state;
   $('status-text').textContent = text;
   // While the link is down, calls wait for it (up to their timeout): buttons stay usable.
-  for (const b of document.querySelectorAll('[data-needs-connection]')) b.disabled = state === 'stopped';
+  for (const b of /** @type {NodeListOf<HTMLButtonElement>} */ (document.querySelectorAll('[data-needs-connection]'))) b.disabled = state === 'stopped';
 }
 
 // The module dials again by itself, with exponential backoff and full jitter; handlers
 // registered here serve every connection. The close code of the last drop is shown.
 let lastClose = null;
-const peer = reconnecting(WS_URL, {
+// Typed by the API the server describes (demo-api.d.ts, generated from its rpc.discover):
+// a call, handler or notification that does not match it fails `tsc --checkJs` in CI.
+const peer = /** @type {DemoPeer} */ (/** @type {unknown} */ (reconnecting(WS_URL, {
   timeoutMs: 10000,
   onFrame: logFrame,
   backoff: { initialMs: 250, maxMs: 8000 },
   onConnect: (p) => {
     p.closed.then(({ code, reason }) => (lastClose = `${code}${reason ? ` ${reason}` : ''}`));
   },
-})
+})))
   .notification('metrics', onMetrics)
   .notification('chat.message', onChatMessage)
   .method('ui.describe', describeUi);
 
-peer.addEventListener('statechange', ({ detail: s }) => {
+peer.addEventListener('statechange', (/** @type {any} */ { detail: s }) => {
   if (s.state === 'connected') setStatus('open', 'connected');
   else if (s.state === 'connecting') setStatus('connecting', s.attempt ? `reconnecting (attempt ${s.attempt + 1})…` : 'connecting…');
   else if (s.state === 'waiting') {
@@ -63,6 +69,7 @@ async function show(out, call) {
 
 // ---- 1. calculator ---------------------------------------------------------------
 
+/** @returns {[number, number]} */
 function operands() {
   return [Number($('calc-a').value), Number($('calc-b').value)];
 }
@@ -247,7 +254,7 @@ matchMedia('(prefers-color-scheme: dark)').addEventListener('change', scheduleDr
 let asking = null;
 
 function step(n, state, note) {
-  const li = document.querySelector(`#ask-steps li[data-step="${n}"]`);
+  const li = /** @type {HTMLElement} */ (document.querySelector(`#ask-steps li[data-step="${n}"]`));
   li.dataset.state = state;
   li.querySelector('.note')?.remove();
   if (note) {
@@ -287,7 +294,7 @@ $('btn-ask').addEventListener('click', async () => {
     out.textContent = JSON.stringify(result, null, 2);
   } catch (e) {
     for (const n of [2, 3, 4]) {
-      const li = document.querySelector(`#ask-steps li[data-step="${n}"]`);
+      const li = /** @type {HTMLElement} */ (document.querySelector(`#ask-steps li[data-step="${n}"]`));
       if (li.dataset.state !== 'done') step(n, 'failed');
     }
     out.classList.add('error');

@@ -82,6 +82,21 @@ pub struct ChatMessage {
     pub at_ms: u64,
 }
 
+/// `demo.long_task`'s params.
+#[derive(Serialize, Deserialize, JsonSchema)]
+pub struct LongTaskParams {
+    /// How long the task runs: more than 0, at most 600.
+    pub seconds: f64,
+}
+
+jsonrpc_peer::method!(
+    /// Runs for `seconds`, reporting progress; stops when its caller cancels it.
+    pub LongTaskCall = "demo.long_task", LongTaskParams => String
+);
+jsonrpc_peer::method!(
+    /// How many long tasks run now.
+    pub TasksRunning = "demo.tasks_running", () => usize
+);
 jsonrpc_peer::method!(
     /// The server calls the page's `ui.describe` before it answers: a nested round trip.
     pub AskBrowser = "demo.ask_browser", () => AskAnswer
@@ -108,6 +123,8 @@ jsonrpc_peer::notification!(
 pub fn web_api() -> Api {
     spec_methods::with_spec_api(Api::new("jsonrpc-peer web demo", env!("CARGO_PKG_VERSION")))
         .description("The demo page's server; ui.describe is served by the page.")
+        .serves(LongTaskCall)
+        .serves(TasksRunning)
         .serves(AskBrowser)
         .serves(ChatSend)
         .expects(UiDescribe)
