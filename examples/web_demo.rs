@@ -30,7 +30,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use jsonrpc_peer::axum::Endpoint;
-use jsonrpc_peer::{Context, HandshakePolicy, Method, Notification, Router, RpcError, ServerHandle};
+use jsonrpc_peer::{
+    Context, HandshakePolicy, Method, Notification, Router, RpcError, ServerHandle,
+};
 use serde::Deserialize;
 use serde_json::json;
 use tower_http::services::ServeDir;

@@ -225,7 +225,7 @@ async fn a_full_stream_holds_the_connection_back_and_loses_nothing() {
     let held = on_server
         .request_with_timeout(Sum, vec![1, 2], Duration::from_millis(300))
         .await;
-    assert!(matches!(held, Err(Error::Timeout(_))), "{held:?}");
+    assert!(matches!(held, Err(Error::Timeout { .. })), "{held:?}");
 
     // ...until the stream is read: then every tick comes, in order, and calls go through.
     for n in 0..SENT {
