@@ -1,4 +1,4 @@
-//! Run with `cargo run --example web_demo`, then open http://127.0.0.1:8080
+//! Run with `cargo run --example web_demo --features axum`, then open http://127.0.0.1:8080
 //! (`--listen ADDR` to change the address; port 0 picks a free one; `--allow-origin
 //! URL` lets pages from another origin connect, besides the ones this demo serves). The first line on
 //! stdout is `listening on http://HOST:PORT (WebSocket: ws://HOST:PORT/rpc)`.

@@ -380,70 +380,8 @@ async fn answers_larger_than_the_write_buffer_arrive_whole() {
     }
 }
 
-/// A self-signed certificate for 127.0.0.1, as a server config and a client config
-/// that trusts it.
-fn tls_pair() -> (
-    std::sync::Arc<rustls::ServerConfig>,
-    std::sync::Arc<rustls::ClientConfig>,
-) {
-    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
-    let cert = certified.cert.der().clone();
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
-        certified.signing_key.serialize_der(),
-    ));
-    let server = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.clone()], key)
-        .unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert).unwrap();
-    let client = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    (std::sync::Arc::new(server), std::sync::Arc::new(client))
-}
-
-#[tokio::test]
-async fn one_deadline_covers_tls_and_the_websocket_handshake() {
-    let (server_tls, client_tls) = tls_pair();
-    let timeout = Duration::from_secs(2);
-    let server = Server::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .tls(server_tls)
-        .handshake_policy(HandshakePolicy::default().handshake_timeout(timeout));
-    let addr = server.local_addr().unwrap();
-    tokio::spawn(server.serve(Router::new()));
-
-    // A slow client: it waits 1.4 s before its TLS hello (within the timeout), then
-    // sends no WebSocket request. With a deadline per step it would be dropped at
-    // 1.4 + 2 = 3.4 s; with one deadline, at 2 s.
-    let started = Instant::now();
-    let tcp = within(TcpStream::connect(addr)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1400)).await;
-    let connector = tokio_rustls::TlsConnector::from(client_tls);
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-    let mut tls = within(connector.connect(name, tcp))
-        .await
-        .expect("the TLS handshake completes within the deadline");
-    let mut byte = [0u8; 1];
-    let end = within(tls.read(&mut byte)).await;
-    let closed_at = started.elapsed();
-    assert!(
-        matches!(end, Ok(0) | Err(_)),
-        "the server sent something: {end:?}"
-    );
-    assert!(
-        closed_at >= Duration::from_millis(1900) && closed_at < Duration::from_millis(3000),
-        "closed {closed_at:?} after connecting; the deadline is {timeout:?} for both steps"
-    );
-}
+// `one_deadline_covers_tls_and_the_websocket_handshake` is in harness/tests/tls.rs,
+// where the certificate generator (rcgen) is a dependency.
 
 #[tokio::test]
 async fn frames_sent_right_behind_the_handshake_are_read() {

@@ -137,7 +137,6 @@ fn literal(b: &[u8], i: usize, word: &[u8]) -> Option<usize> {
 mod tests {
     use super::super::{parse_envelope, Envelope};
     use super::envelope;
-    use proptest::prelude::*;
 
     fn same(a: &Envelope<'_>, b: &Envelope<'_>) -> bool {
         (
@@ -169,6 +168,9 @@ mod tests {
             assert!(same(&fast, &slow), "fast and slow paths differ on {text}");
         }
     }
+
+    // The generated cases (proptest) are in harness/tests/properties.rs, through
+    // `fuzzing::fast_path_agrees`, so the root package needs no proptest.
 
     #[test]
     fn the_usual_shapes_take_the_fast_path() {
@@ -211,41 +213,5 @@ mod tests {
         let text = r#"{"jsonrpc":"2.0","method":"m","id":1,"id":2}"#;
         assert!(envelope(text).is_some_and(|e| e.duplicate));
         agrees(text);
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
-
-        #[test]
-        fn fast_and_slow_paths_agree_on_generated_messages(
-            members in prop::collection::vec(
-                (
-                    prop_oneof![Just("jsonrpc"), Just("method"), Just("params"), Just("id"),
-                                Just("result"), Just("error"), Just("x"), Just("j\\u0073on")],
-                    prop_oneof![
-                        Just("\"2.0\"".to_owned()), Just("null".to_owned()), Just("true".to_owned()),
-                        Just("[1,{\"a\":[]}]".to_owned()), Just("{}".to_owned()), Just("\"m\\n\"".to_owned()),
-                        any::<i64>().prop_map(|n| n.to_string()),
-                        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| f.to_string()),
-                        "[a-z]{0,6}".prop_map(|s| format!("\"{s}\"")),
-                        "[ -~]{0,8}",
-                    ],
-                    prop_oneof![Just(""), Just(" "), Just("\n\t")],
-                ),
-                0..7,
-            )
-        ) {
-            let body: Vec<String> = members
-                .iter()
-                .map(|(k, v, space)| format!("{space}\"{k}\"{space}:{space}{v}{space}"))
-                .collect();
-            agrees(&format!("{{{}}}", body.join(",")));
-        }
-
-        #[test]
-        fn fast_and_slow_paths_agree_on_any_text(text in "\\PC{0,80}") {
-            agrees(&text);
-            agrees(&format!("{{\"jsonrpc\":\"2.0\",{text}"));
-        }
     }
 }

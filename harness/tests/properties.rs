@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use jsonrpc_peer::fuzzing::answer;
+use jsonrpc_peer::fuzzing::{answer, fast_path_agrees};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -194,5 +194,45 @@ proptest! {
         for a in answers.iter().filter(|a| a.get("result").is_some()) {
             prop_assert_eq!(&a["result"], &json!([a["id"].clone()]));
         }
+    }
+}
+
+// The fast path for message objects (a scanner that skips serde for the usual shape)
+// reads every text it accepts exactly as the serde path does.
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+
+    #[test]
+    fn fast_and_slow_paths_agree_on_generated_messages(
+        members in prop::collection::vec(
+            (
+                prop_oneof![Just("jsonrpc"), Just("method"), Just("params"), Just("id"),
+                            Just("result"), Just("error"), Just("x"), Just("j\\u0073on")],
+                prop_oneof![
+                    Just("\"2.0\"".to_owned()), Just("null".to_owned()), Just("true".to_owned()),
+                    Just("[1,{\"a\":[]}]".to_owned()), Just("{}".to_owned()), Just("\"m\\n\"".to_owned()),
+                    any::<i64>().prop_map(|n| n.to_string()),
+                    any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| f.to_string()),
+                    "[a-z]{0,6}".prop_map(|s| format!("\"{s}\"")),
+                    "[ -~]{0,8}",
+                ],
+                prop_oneof![Just(""), Just(" "), Just("\n\t")],
+            ),
+            0..7,
+        )
+    ) {
+        let body: Vec<String> = members
+            .iter()
+            .map(|(k, v, space)| format!("{space}\"{k}\"{space}:{space}{v}{space}"))
+            .collect();
+        let text = format!("{{{}}}", body.join(","));
+        prop_assert!(fast_path_agrees(text.as_bytes()), "fast and slow paths differ on {text}");
+    }
+
+    #[test]
+    fn fast_and_slow_paths_agree_on_any_text(text in "\\PC{0,80}") {
+        prop_assert!(fast_path_agrees(text.as_bytes()), "fast and slow paths differ on {text}");
+        let object = format!("{{\"jsonrpc\":\"2.0\",{text}");
+        prop_assert!(fast_path_agrees(object.as_bytes()), "fast and slow paths differ on {object}");
     }
 }

@@ -1,12 +1,18 @@
 //! `wss://` for client and server (feature `rustls`), with a certificate made here.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use common::within;
-use jsonrpc_peer::{connect, connect_with_tls, Context, PeerConfig, Router, RpcError, Server};
+use jsonrpc_peer::{
+    connect, connect_with_tls, Context, HandshakePolicy, PeerConfig, Router, RpcError, Server,
+};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
 
 /// A self-signed certificate for 127.0.0.1, as a server config and a client config
 /// that trusts it.
@@ -75,4 +81,42 @@ async fn calls_and_callbacks_over_wss() {
     // Plain ws:// to a TLS server fails too, rather than hang.
     let plain = within(connect(&format!("ws://127.0.0.1:{port}"), Router::new())).await;
     assert!(plain.is_err());
+}
+
+/// What an attacker tries (from tests/hardening.rs): a client that is slow through TLS
+/// and then sends no WebSocket request meets one deadline for both steps.
+#[tokio::test]
+async fn one_deadline_covers_tls_and_the_websocket_handshake() {
+    let (server_tls, client_tls) = tls_pair();
+    let timeout = Duration::from_secs(2);
+    let server = Server::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .tls(server_tls)
+        .handshake_policy(HandshakePolicy::default().handshake_timeout(timeout));
+    let addr = server.local_addr().unwrap();
+    tokio::spawn(server.serve(Router::new()));
+
+    // A slow client: it waits 1.4 s before its TLS hello (within the timeout), then
+    // sends no WebSocket request. With a deadline per step it would be dropped at
+    // 1.4 + 2 = 3.4 s; with one deadline, at 2 s.
+    let started = Instant::now();
+    let tcp = within(TcpStream::connect(addr)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1400)).await;
+    let connector = tokio_rustls::TlsConnector::from(client_tls);
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = within(connector.connect(name, tcp))
+        .await
+        .expect("the TLS handshake completes within the deadline");
+    let mut byte = [0u8; 1];
+    let end = within(tls.read(&mut byte)).await;
+    let closed_at = started.elapsed();
+    assert!(
+        matches!(end, Ok(0) | Err(_)),
+        "the server sent something: {end:?}"
+    );
+    assert!(
+        closed_at >= Duration::from_millis(1900) && closed_at < Duration::from_millis(3000),
+        "closed {closed_at:?} after connecting; the deadline is {timeout:?} for both steps"
+    );
 }

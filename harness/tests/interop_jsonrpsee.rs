@@ -24,6 +24,7 @@
 //! Both libraries run in this process; every wait is bounded (`common::within`, 10 s),
 //! and each assertion message names the request and what came back.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;

@@ -1,8 +1,8 @@
 //! jsonrpc-peer against a raw tokio-tungstenite baseline, on 127.0.0.1, in one run.
 //!
 //! ```text
-//! cargo bench --bench rpc              # full run, about a minute
-//! cargo bench --bench rpc -- --quick   # a few seconds: CI runs it so the bench never rots
+//! cargo bench -p harness --bench rpc              # full run, about a minute
+//! cargo bench -p harness --bench rpc -- --quick   # a few seconds: CI runs it so the bench never rots
 //! ```
 //!
 //! Each scenario runs both contenders on the same connections setup, alternating which
@@ -44,7 +44,7 @@
 //! unpinned under callgrind (valgrind does not follow the `taskset` re-execution):
 //!
 //! ```text
-//! CARGO_PROFILE_BENCH_DEBUG=true cargo bench --bench rpc --no-run
+//! CARGO_PROFILE_BENCH_DEBUG=true cargo bench -p harness --bench rpc --no-run
 //! RPC_BENCH_CPU=none valgrind --tool=callgrind target/release/deps/rpc-<hash> \
 //!     --only b --contender ours --rounds 1 --round-ms 3000
 //! ```
