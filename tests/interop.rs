@@ -33,8 +33,20 @@ const RUN_LIMIT: Duration = Duration::from_secs(60);
 /// The longest one call made inside a handler may wait.
 const CALL_LIMIT: Duration = Duration::from_secs(5);
 
-const INSTALL_HINT: &str = "run `.ci/install-interop` first (as root: it runs `npm ci` in \
-     tests/interop/node and `pip install -r tests/interop/python/requirements.txt`)";
+const INSTALL_HINT: &str = "run `.ci/install-interop` first (it runs `npm ci` in \
+     tests/interop/node and installs tests/interop/python/requirements.txt into the virtual \
+     environment tests/interop/python/.venv)";
+
+/// The Python the Python peers run on: the virtual environment `.ci/install-interop`
+/// makes (tests/interop/python/.venv), or `python3` from `PATH` when there is none.
+fn python() -> String {
+    let venv = interop_dir("python").join(".venv/bin/python3");
+    if venv.exists() {
+        venv.to_string_lossy().into_owned()
+    } else {
+        "python3".to_owned()
+    }
+}
 
 fn interop_dir(sub: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -424,7 +436,7 @@ async fn require_node() {
 async fn require_python() {
     require(
         "python3 with websockets 17.x",
-        "python3",
+        &python(),
         &[
             "-c",
             "import sys, websockets; sys.exit(0 if websockets.__version__.startswith('17.') else 1)",
@@ -487,7 +499,7 @@ async fn python_raw_frames_against_our_server() {
     let (url, _server) = common::serve(interop_router(seen.clone())).await;
     let client = Foreign::start(
         "python3 client.py",
-        "python3",
+        &python(),
         &["client.py", &url],
         interop_dir("python"),
     );
@@ -518,7 +530,7 @@ async fn our_client_against_python_server() {
 
     let (mut python, url) = Foreign::start_listening(
         "python3 server.py",
-        "python3",
+        &python(),
         &["server.py"],
         interop_dir("python"),
     )
