@@ -11,7 +11,7 @@
 //! reporting progress to a caller that asks for it, and answers `"done"` (or `-32800`
 //! when its caller cancels it); `demo.tasks_running []` says how many run now.
 //!
-//! Across servers: `cargo run --example web_demo --features redis -- --redis URL` (URL
+//! Across servers: `cargo run --example web_demo --features axum,redis -- --redis URL` (URL
 //! `redis://HOST:PORT` or `redis+unix:///path`) joins a cluster over Redis; run two on
 //! two ports and chat lines and "pages connected" span both.
 
