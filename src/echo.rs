@@ -24,6 +24,7 @@ fn close_code(error: &TransportError) -> u16 {
     use tokio_tungstenite::tungstenite::Error as Ws;
     match error {
         TransportError::MessageTooBig { .. } => 1009,
+        TransportError::Protocol { code, .. } => *code,
         TransportError::Other(e) => match e.downcast_ref::<Ws>() {
             Some(Ws::Utf8(_)) => 1007,
             Some(Ws::Capacity(_)) => 1009,
