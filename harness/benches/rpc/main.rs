@@ -182,7 +182,7 @@ impl Opts {
     /// The contenders of one round, in the order they run, alternating who goes
     /// first; `true` is jsonrpc-peer.
     pub(crate) fn order(&self, round: usize) -> Vec<bool> {
-        let order = if round % 2 == 0 {
+        let order = if round.is_multiple_of(2) {
             [true, false]
         } else {
             [false, true]
