@@ -24,6 +24,11 @@ pub(super) struct Remote {
 
 impl Node {
     pub(super) fn heartbeat(&self, hello: bool) {
+        // Silent while the bus is down: a heartbeat flushed before our subscriptions are
+        // issued again would tell the others we can hear them when we cannot yet.
+        if !self.is_up() {
+            return;
+        }
         let mut header = Header::new(Kind::Heartbeat, &self.id, &self.incarnation);
         header.n = Some(self.handle.connection_count() as u64);
         header.hello = hello;
