@@ -322,6 +322,11 @@ impl Node {
     }
 
     fn on_up(&self) {
+        // The hold goes in before the state says Up: the outbox task wakes on that
+        // change, and a flush that saw Up without the hold would go out at once.
+        if *self.state.borrow() == ClusterState::Down {
+            self.hold_flush();
+        }
         let was_down = self.state.send_if_modified(|s| {
             let was_down = *s == ClusterState::Down;
             if was_down {
@@ -348,7 +353,6 @@ impl Node {
             });
         }
         self.subscriptions.all_changed(self.topics.topic_names());
-        self.hold_flush();
         self.outbox_wake.notify_one();
         self.heartbeat(true);
     }
