@@ -24,6 +24,7 @@ pub struct PeerConfig {
     pub(crate) max_batch_len: usize,
     pub(crate) max_in_flight: usize,
     pub(crate) outgoing_queue: usize,
+    pub(crate) outgoing_queue_bytes: usize,
     pub(crate) notification_queue: usize,
     pub(crate) ping_interval: Option<Duration>,
     pub(crate) keepalive_timeout: Duration,
@@ -57,6 +58,7 @@ impl Default for PeerConfig {
             max_batch_len: 1000,
             max_in_flight: 256,
             outgoing_queue: 1024,
+            outgoing_queue_bytes: 1 << 20,
             notification_queue: 256,
             ping_interval: Some(Duration::from_secs(30)),
             keepalive_timeout: Duration::from_secs(30),
@@ -111,6 +113,17 @@ impl PeerConfig {
         /// How many outgoing frames may wait for the socket (default 1,024). Calls and
         /// answers wait for room; a broadcast to a full queue applies the slow-peer policy.
         outgoing_queue, get_outgoing_queue: usize
+    );
+    setting!(
+        /// How many bytes of outgoing frames may wait for the socket (default 1 MiB),
+        /// beside the frame bound. A frame goes in while the queue holds less, so one
+        /// frame larger than this still goes; calls and answers wait for room, and a
+        /// broadcast applies the slow-peer policy, as with the frame bound. Answers
+        /// that wait for room count too: past this many bytes of them, the connection
+        /// stops reading until they are queued. With the defaults, a peer that never
+        /// reads costs the queue at most 1 MiB plus one frame, and its answers waiting
+        /// at most as much again (plus the answers of calls still running).
+        outgoing_queue_bytes, get_outgoing_queue_bytes: usize
     );
     setting!(
         /// How many incoming notifications may wait for their ordered handler

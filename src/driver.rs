@@ -168,7 +168,7 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                         Tick::Wait => {}
                         // A full queue means the link is busy: the silence is timed anyway.
                         Tick::Ping => {
-                            let _ = self.dispatch.peer().shared.out.try_send(Outgoing::Ping);
+                            self.dispatch.peer().shared.out.try_ping();
                         }
                         Tick::TimedOut => break CloseReason::KeepaliveTimeout,
                     }
@@ -230,9 +230,14 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
             }
         }
         // After reading, so the answers to everything just read go out in one flush.
+        let paused = self.dispatch.paused_by_later();
         if let Err(e) = self.poll_write(cx) {
             self.write_error = Some(e);
             return Poll::Ready(Event::End(CloseReason::Eof));
+        }
+        // Writing made room for the answers that held reading up.
+        if paused && self.dispatch.may_read() {
+            return Poll::Ready(Event::Again);
         }
         if let Some(keepalive) = &mut self.keepalive {
             if let Poll::Ready(now) = keepalive.poll_tick(cx) {
@@ -263,8 +268,12 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         // is what the other side does not read: then the close frame goes next, so a
         // client that reads again sees its code, not a connection cut mid-stream.
         self.out.close();
+        shared.out.closed();
         if self.discard_queued {
-            while self.out.try_recv().is_ok() {}
+            while let Ok(frame) = self.out.try_recv() {
+                shared.out.taken(&frame);
+            }
+            self.dispatch.discard_later();
         }
 
         let mut close = match &reason {

@@ -116,6 +116,7 @@ mod peer;
 mod pending;
 mod policy;
 mod progress;
+mod queue;
 mod reconnect;
 mod registry;
 mod router;

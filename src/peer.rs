@@ -25,21 +25,8 @@ use crate::progress::Sinks;
 use crate::router::Router;
 use crate::transport::{Text, Transport};
 
-/// What the connection is asked to send by other tasks.
-pub(crate) enum Outgoing {
-    Frame(Text),
-    /// A keepalive ping.
-    Ping,
-}
-
-impl Outgoing {
-    pub(crate) fn into_frame(self) -> crate::transport::Frame {
-        match self {
-            Outgoing::Frame(text) => crate::transport::Frame::Text(text),
-            Outgoing::Ping => crate::transport::Frame::Ping(bytes::Bytes::new()),
-        }
-    }
-}
+use crate::queue::OutQueue;
+pub(crate) use crate::queue::Outgoing;
 
 /// A close asked for by this side.
 #[derive(Clone, Debug)]
@@ -57,7 +44,7 @@ pub(crate) struct CloseRequest {
 
 /// The state one connection's handles share with its tasks.
 pub(crate) struct Shared {
-    pub(crate) out: mpsc::Sender<Outgoing>,
+    pub(crate) out: OutQueue,
     pub(crate) pending: Pending,
     next_id: AtomicU64,
     pub(crate) call_timeout: Duration,
@@ -124,7 +111,7 @@ impl Shared {
         info: ConnectionInfo,
     ) -> Self {
         Shared {
-            out,
+            out: OutQueue::new(out, config.outgoing_queue_bytes),
             pending: Pending::new(),
             next_id: AtomicU64::new(1),
             call_timeout: config.call_timeout,
@@ -426,6 +413,12 @@ impl Peer {
     /// How many of this side's calls are waiting for their answers.
     pub fn pending_calls(&self) -> usize {
         self.shared.pending.len()
+    }
+
+    /// How many bytes of frames wait in the outgoing queue for the socket: at most
+    /// [`PeerConfig::outgoing_queue_bytes`] plus one frame.
+    pub fn queued_bytes(&self) -> usize {
+        self.shared.out.queued_bytes()
     }
 
     /// Queues an already serialized frame without waiting. A full queue means the other

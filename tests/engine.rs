@@ -106,27 +106,88 @@ fn echo() -> Router {
 #[tokio::test(start_paused = true)]
 async fn a_full_sink_does_not_stop_reading_and_answers_keep_their_order() {
     // The peer's sink takes 2 frames and its queue 4; nobody reads them. Of 40 answers,
-    // 2 go into the sink, 4 into the queue, and 34 must wait on tasks of their own
-    // while the connection goes on reading.
+    // 2 go into the sink, 4 into the queue, and 34 must wait beside the queue while the
+    // connection goes on reading.
     let config = PeerConfig::default().outgoing_queue(4);
     let (peer, mut raw) = start(echo(), &config, 2);
-    let metrics = tokio::runtime::Handle::current().metrics();
     for id in 0..40 {
         // Each send waits for the peer to read: it completes only if reading goes on.
         raw.send(call("echo", json!([id]), id)).await;
     }
-    // Let the connection handle the last frames it read.
-    tokio::task::yield_now().await;
-    assert!(
-        metrics.num_alive_tasks() > 30,
-        "answers that found sink and queue full wait on tasks of their own (send_later): {} tasks",
-        metrics.num_alive_tasks()
-    );
     for id in 0..40 {
         let answer = raw.recv().await;
         assert_eq!(answer["id"], id, "answers come in the order of the calls");
         assert_eq!(answer["result"], id);
     }
+    assert!(!peer.is_closed());
+}
+
+/// Answers `blob [n]` with a string of `n` bytes.
+fn blob() -> Router {
+    Router::new().method("blob", |_cx: Context, (n,): (usize,)| async move {
+        Ok::<_, RpcError>("x".repeat(n))
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_outgoing_queue_is_bounded_in_bytes_and_waiting_answers_pause_reading() {
+    // Answers of 2 KiB against a byte bound of 8 KiB, the frame bound (1,024) far away,
+    // and a sink of 2 frames nobody reads.
+    const BOUND: usize = 8 * 1024;
+    let config = PeerConfig::default().outgoing_queue_bytes(BOUND);
+    let (peer, mut raw) = start(blob(), &config, 2);
+    let mut sent = 0u64;
+    while sent < 200
+        && raw
+            .try_send(call("blob", json!([2048]), sent), Duration::from_secs(5))
+            .await
+    {
+        sent += 1;
+    }
+    // Bounded in frames only, all 200 would be read. In bytes: 2 in the sink, 4 or 5
+    // in the queue, 4 or 5 waiting on tasks of their own, 2 in the link toward the peer.
+    assert!(sent < 20, "the peer read {sent} calls without writing");
+    assert!(sent > 6, "the queue takes frames up to its bound: {sent}");
+    let frame = call("blob", json!([2048]), 0).len() + 2048;
+    assert!(
+        peer.queued_bytes() <= BOUND + frame,
+        "{} bytes queued",
+        peer.queued_bytes()
+    );
+    // A notification from this side waits for room too.
+    let notify = tokio::spawn({
+        let peer = peer.clone();
+        async move { peer.notify("note", ["y".repeat(4096)]).await }
+    });
+    tokio::task::yield_now().await;
+    assert!(!notify.is_finished(), "a full queue makes the sender wait");
+
+    // Reading lets everything through: the answers in the order of the calls, and the
+    // notification (from another task: anywhere among them).
+    let mut ids = Vec::new();
+    let mut notes = 0;
+    for _ in 0..=sent {
+        let frame = raw.recv().await;
+        if frame["method"] == "note" {
+            notes += 1;
+        } else {
+            assert_eq!(frame["result"].as_str().map(str::len), Some(2048));
+            ids.push(frame["id"].as_u64().unwrap());
+        }
+    }
+    assert_eq!(notes, 1);
+    assert_eq!(
+        ids,
+        (0..sent).collect::<Vec<_>>(),
+        "answers keep their order"
+    );
+    within(notify).await.unwrap().unwrap();
+
+    // One frame larger than the bound still goes.
+    raw.send(call("blob", json!([4 * BOUND]), 1000)).await;
+    let answer = raw.recv().await;
+    assert_eq!(answer["result"].as_str().map(str::len), Some(4 * BOUND));
+    assert_eq!(peer.queued_bytes(), 0);
     assert!(!peer.is_closed());
 }
 

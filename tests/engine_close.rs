@@ -11,12 +11,12 @@ use common::within;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_client_that_reads_again_sees_1008_ahead_of_the_queue() {
-    // The default queue (1,024 frames) of 128 KiB notifications: 128 MiB would stand
-    // in front of the close frame if it waited its turn.
+    // A queue of 1,024 frames of 128 KiB notifications (the byte bound raised out of
+    // the way): 128 MiB would stand in front of the close frame if it waited its turn.
     let server = Server::bind("127.0.0.1:0")
         .await
         .unwrap()
-        .peer_config(PeerConfig::default());
+        .peer_config(PeerConfig::default().outgoing_queue_bytes(256 << 20));
     let url = format!("ws://{}", server.local_addr().unwrap());
     let handle = server.handle();
     let mut arrivals = common::connections(&handle);

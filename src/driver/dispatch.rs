@@ -17,10 +17,12 @@
 //!   caller gets -32603.
 //! - Notifications run one after another, in the order they arrived (see `ordered`).
 //! - Answers to our calls are routed at once: a map lookup and a channel send.
-//! - Back-pressure stops reading, never drops: when too many calls run or the
+//! - Back-pressure stops reading, never drops: when too many calls run, too many of
+//!   our answers (in number or in bytes) wait for room in the outgoing queue, or the
 //!   notification handler falls behind, reading pauses, and the other side's writes
 //!   wait on TCP.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
@@ -53,9 +55,15 @@ use crate::lanes::Lane;
 pub(super) struct Dispatch<S> {
     router: Arc<Router<S>>,
     peer: Peer,
-    /// Calls running on their own tasks, batches, and answers waiting for room in the
-    /// queue: everything that counts against the in-flight bound.
+    /// Calls running on their own tasks and batches; with `later`, everything that
+    /// counts against the in-flight bound.
     handlers: JoinSet<()>,
+    /// Answers made on this task that found the queue full, oldest first. Empty (and
+    /// unallocated) unless the other side reads slower than it calls.
+    later: VecDeque<Outgoing>,
+    later_bytes: usize,
+    /// Past this many bytes of `later`, reading pauses: the queue's byte bound.
+    max_later_bytes: usize,
     notifications: Ordered<S>,
     /// The keyed lanes, from the first keyed call on.
     keyed: Option<Keyed>,
@@ -79,6 +87,9 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             router,
             peer,
             handlers: JoinSet::new(),
+            later: VecDeque::new(),
+            later_bytes: 0,
+            max_later_bytes: config.outgoing_queue_bytes.max(1),
             notifications: Ordered::new(config.notification_queue.max(1)),
             keyed: None,
             max_batch: config.max_batch_len,
@@ -94,7 +105,15 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
 
     /// Whether to read more: not while too many calls run or notifications wait.
     pub(super) fn may_read(&self) -> bool {
-        self.handlers.len() < self.max_in_flight && !self.notifications.blocked()
+        self.handlers.len() + self.later.len() < self.max_in_flight
+            && self.later_bytes < self.max_later_bytes
+            && !self.notifications.blocked()
+    }
+
+    /// Whether reading is paused with answers waiting for room (which only writing
+    /// frees).
+    pub(super) fn paused_by_later(&self) -> bool {
+        !self.later.is_empty() && !self.may_read()
     }
 
     /// Whether a graceful close is under way.
@@ -171,21 +190,56 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     }
 
     /// Queues an answer made on the connection's task that the sink could not take:
-    /// into the queue when it has room, else from a task of its own that waits for
-    /// room, so the connection does not. That task counts as a running call: reading
-    /// pauses while too many wait.
+    /// into the queue when it has room (and no earlier answer waits), else behind the
+    /// answers waiting for room, so the connection does not wait. They count as running
+    /// calls, and in bytes against the queue's byte bound: reading pauses while too
+    /// many wait. Only this task frees room in the queue (by writing), and it moves
+    /// them into the queue as it does: see [`feed_later`](Self::feed_later).
     pub(super) fn queue(&mut self, frame: Outgoing) {
-        match self.peer.shared.out.try_send(frame) {
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
-            Err(mpsc::error::TrySendError::Full(frame)) => self.send_later(frame),
-        }
+        let frame = if self.later.is_empty() {
+            match self.peer.shared.out.try_send(frame) {
+                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => return,
+                Err(mpsc::error::TrySendError::Full(frame)) => frame,
+            }
+        } else {
+            frame
+        };
+        self.later_bytes += frame.len();
+        self.later.push_back(frame);
     }
 
-    fn send_later(&mut self, frame: Outgoing) {
-        let out = self.peer.shared.out.clone();
-        self.handlers.spawn(async move {
-            let _ = out.send(frame).await;
-        });
+    /// Moves the answers waiting for room into the queue, oldest first, while it has
+    /// room. Returns whether any moved.
+    pub(super) fn feed_later(&mut self) -> bool {
+        let mut moved = false;
+        while let Some(frame) = self.later.pop_front() {
+            let n = frame.len();
+            match self.peer.shared.out.try_send(frame) {
+                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {
+                    self.later_bytes -= n;
+                    moved = true;
+                }
+                Err(mpsc::error::TrySendError::Full(frame)) => {
+                    self.later.push_front(frame);
+                    break;
+                }
+            }
+        }
+        moved
+    }
+
+    /// The oldest answer waiting for room, for the end of the connection, when the
+    /// queue is closed and drained.
+    pub(super) fn pop_later(&mut self) -> Option<Outgoing> {
+        let frame = self.later.pop_front()?;
+        self.later_bytes -= frame.len();
+        Some(frame)
+    }
+
+    /// Drops the answers waiting for room (the slow-peer close).
+    pub(super) fn discard_later(&mut self) {
+        self.later.clear();
+        self.later_bytes = 0;
     }
 
     /// Stops everything this connection started: handlers, the notification task.
@@ -219,13 +273,14 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 if calls.is_empty() {
                     return (!answers.is_empty()).then(|| join_batch(&answers));
                 }
-                let out = self.peer.shared.out.clone();
+                let shared = self.peer.shared.clone();
                 self.handlers.spawn(async move {
                     let running = calls
                         .into_iter()
                         .map(|(handle, call)| run_call(handle, call));
                     answers.extend(futures_util::future::join_all(running).await);
-                    let _ = out.send(Outgoing::Frame(join_batch(&answers).into())).await;
+                    let frame = Outgoing::Frame(join_batch(&answers).into());
+                    let _ = shared.out.send(frame).await;
                 });
                 None
             }

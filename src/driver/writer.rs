@@ -37,10 +37,17 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                 return Ok(());
             }
             match self.out.poll_recv(cx) {
-                Poll::Ready(Some(next)) => self.feed(next.into_frame())?,
+                Poll::Ready(Some(next)) => {
+                    self.dispatch.peer().shared.out.taken(&next);
+                    self.feed(next.into_frame())?
+                }
                 // `None` cannot come while the connection's handles live, and they live
-                // as long as this task.
-                Poll::Ready(None) | Poll::Pending => break,
+                // as long as this task. Empty: the answers waiting for room go next.
+                Poll::Ready(None) | Poll::Pending => {
+                    if !self.dispatch.feed_later() {
+                        break;
+                    }
+                }
             }
         }
         if self.unflushed > 0 && self.sink().poll_flush(cx)?.is_ready() {
@@ -72,10 +79,13 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
             // What was queued before this frame goes first.
             match self.out.try_recv() {
                 Ok(queued) => {
+                    self.dispatch.peer().shared.out.taken(&queued);
                     if let Err(e) = self.feed(queued.into_frame()) {
                         break Err(e);
                     }
                 }
+                // Earlier answers waiting for room go before this one.
+                Err(_) if self.dispatch.feed_later() => {}
                 Err(_) => break self.feed(frame.into_frame()),
             }
         };
@@ -97,8 +107,15 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         while !*queue_done {
             ready!(self.sink().poll_ready(cx))?;
             match self.out.try_recv() {
-                Ok(next) => self.feed(next.into_frame())?,
-                Err(_) => *queue_done = true,
+                Ok(next) => {
+                    self.dispatch.peer().shared.out.taken(&next);
+                    self.feed(next.into_frame())?
+                }
+                // The queue is closed: the answers that waited for room go after it.
+                Err(_) => match self.dispatch.pop_later() {
+                    Some(next) => self.feed(next.into_frame())?,
+                    None => *queue_done = true,
+                },
             }
         }
         if close.is_some() {
