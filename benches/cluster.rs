@@ -102,19 +102,23 @@ impl Arrivals {
     }
 
     async fn wait(&self, what: &str) {
-        let waiting = self.done.notified();
-        if self.count.load(Ordering::SeqCst) >= self.target.load(Ordering::SeqCst) {
-            return;
-        }
-        if tokio::time::timeout(Duration::from_secs(60), waiting)
-            .await
-            .is_err()
-        {
-            panic!(
-                "{what}: only {} of {} arrived within 60 s",
-                self.count.load(Ordering::SeqCst),
-                self.target.load(Ordering::SeqCst)
-            );
+        // Looked at again after every wake-up: `notify_one` keeps a permit when nobody
+        // waits, so a wake-up may be a previous phase's.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let waiting = self.done.notified();
+            tokio::pin!(waiting);
+            waiting.as_mut().enable();
+            if self.count.load(Ordering::SeqCst) >= self.target.load(Ordering::SeqCst) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, waiting).await.is_err() {
+                panic!(
+                    "{what}: only {} of {} arrived within 60 s",
+                    self.count.load(Ordering::SeqCst),
+                    self.target.load(Ordering::SeqCst)
+                );
+            }
         }
     }
 
