@@ -201,7 +201,9 @@ async fn redis_killed_and_restarted_gives_down_then_up_and_every_subscription_ag
         .await
         .expect("unsubscribe while down");
 
-    tokio::time::sleep(Duration::from_millis(300)).await; // let a few dials fail
+    // Redis stays down a moment (the scenario, not a wait for something): B's redials
+    // fail meanwhile, and the one after the restart succeeds.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     redis.restart();
     wait_for(&mut b_events, BusEvent::Up).await;
     wait_for(&mut a_events, BusEvent::Up).await;

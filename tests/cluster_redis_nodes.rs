@@ -89,7 +89,8 @@ impl Node {
     }
 }
 
-/// A client: answers `add [a, b]` and `hang []` (never), records notifications.
+/// A client: answers `add [a, b]` and `hang []` (never: it records a `hanging` note when
+/// it starts), records notifications.
 struct Client {
     peer: Peer,
     notes: mpsc::UnboundedReceiver<(String, Value)>,
@@ -112,9 +113,12 @@ impl Client {
                 "add",
                 |_cx: Context<Notes>, (a, b): (i64, i64)| async move { Ok::<_, RpcError>(a + b) },
             )
-            .method("hang", |_cx: Context<Notes>, (): ()| async move {
-                std::future::pending::<()>().await;
-                Ok::<_, RpcError>(())
+            .method("hang", |cx: Context<Notes>, (): ()| {
+                let _ = cx.state().send(("hanging".to_owned(), Value::Null));
+                async move {
+                    std::future::pending::<()>().await;
+                    Ok::<_, RpcError>(())
+                }
             })
             .notification("broadcast", note("broadcast"))
             .notification("news", note("news"))
@@ -271,7 +275,15 @@ async fn three_nodes_share_broadcasts_topics_calls_and_counts() {
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await; // the call reaches C
+    // The call has reached C's client when its handler says so.
+    let mut reached = false;
+    for _ in 0..100 {
+        if cc.next_note().await.0 == "hanging" {
+            reached = true;
+            break;
+        }
+    }
+    assert!(reached, "the call never reached C's client");
     let killed = Instant::now();
     drop(c); // SIGKILL, no goodbye
     let result = within(hanging).await.expect("the call task");
