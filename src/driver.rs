@@ -93,15 +93,26 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
         path = peer.info().path.as_deref(),
     );
     tokio::spawn(tracing::Instrument::instrument(
-        async move {
-            let peer = connection.run().await;
-            if let Some(on_end) = on_end {
-                on_end(&peer);
-            }
-        },
+        task(connection, on_end),
         span,
     ));
     peer
+}
+
+/// The connection's task: its loop, then the `on_end` hook.
+fn task<T: Transport, S: Send + Sync + 'static>(
+    mut connection: Connection<T, S>,
+    on_end: Option<OnStart>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    async move {
+        // The loop borrows the connection. Moved into the loop's own future, it would
+        // also keep its room here (what an `async` block captures keeps its room for
+        // the block's whole life): a second copy in every idle connection's task.
+        let peer = connection.run().await;
+        if let Some(on_end) = on_end {
+            on_end(&peer);
+        }
+    }
 }
 
 pub(crate) type OnStart = Box<dyn FnOnce(&Peer) + Send + 'static>;
@@ -147,7 +158,7 @@ enum Event {
 
 impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
     /// Runs the connection to its end; returns its handle for the `on_end` hook.
-    async fn run(mut self) -> Peer {
+    async fn run(&mut self) -> Peer {
         let reason = loop {
             let event = std::future::poll_fn(|cx| self.poll_event(cx)).await;
             match event {
@@ -175,7 +186,9 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                 }
             }
         };
-        self.end(reason).await;
+        // Boxed: the closing handshake's state is large and needed once, at the end; in
+        // place, every idle connection's task would carry room for it.
+        Box::pin(self.end(reason)).await;
         self.dispatch.peer().clone()
     }
 
@@ -378,4 +391,39 @@ fn poll_once<T>(start: impl FnOnce() -> BoxFuture<T>) -> FirstPoll<T> {
         }
     }));
     polled.unwrap_or(FirstPoll::Panicked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every idle connection pays for its task's future: it must hold the connection
+    /// once, and the closing handshake's state (boxed) not at all.
+    #[tokio::test]
+    async fn the_task_holds_one_connection_and_little_else() {
+        let (end, _other) = crate::transport::pair();
+        let config = PeerConfig::default();
+        let (out_tx, out) = mpsc::channel(1);
+        let peer = Peer {
+            shared: Arc::new(Shared::new(out_tx, &config, Default::default())),
+            owner: None,
+        };
+        let connection = Connection {
+            transport: end,
+            out,
+            dispatch: Dispatch::new(Arc::new(Router::<()>::new()), peer, &config),
+            unflushed: 0,
+            write_error: None,
+            keepalive: Keepalive::new(config.ping_interval, config.keepalive_timeout),
+            close_timeout: config.close_timeout,
+            discard_queued: false,
+        };
+        let one = std::mem::size_of_val(&connection);
+        let task = task(connection, None);
+        let size = std::mem::size_of_val(&task);
+        assert!(
+            size <= one + 64,
+            "the task's future is {size} bytes for a connection of {one}"
+        );
+    }
 }
