@@ -100,18 +100,16 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
 }
 
 /// The connection's task: its loop, then the `on_end` hook.
-fn task<T: Transport, S: Send + Sync + 'static>(
+async fn task<T: Transport, S: Send + Sync + 'static>(
     mut connection: Connection<T, S>,
     on_end: Option<OnStart>,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    async move {
-        // The loop borrows the connection. Moved into the loop's own future, it would
-        // also keep its room here (what an `async` block captures keeps its room for
-        // the block's whole life): a second copy in every idle connection's task.
-        let peer = connection.run().await;
-        if let Some(on_end) = on_end {
-            on_end(&peer);
-        }
+) {
+    // The loop borrows the connection. Moved into the loop's own future, it would also
+    // keep its room here (what an `async` block captures keeps its room for the block's
+    // whole life): a second copy in every idle connection's task.
+    let peer = connection.run().await;
+    if let Some(on_end) = on_end {
+        on_end(&peer);
     }
 }
 
