@@ -100,16 +100,21 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
 }
 
 /// The connection's task: its loop, then the `on_end` hook.
-async fn task<T: Transport, S: Send + Sync + 'static>(
+// Not an `async fn`: its arguments would be moved into the future's locals, one more
+// copy of the connection in every idle task (the unit test below measures it).
+#[allow(clippy::manual_async_fn)]
+fn task<T: Transport, S: Send + Sync + 'static>(
     mut connection: Connection<T, S>,
     on_end: Option<OnStart>,
-) {
-    // The loop borrows the connection. Moved into the loop's own future, it would also
-    // keep its room here (what an `async` block captures keeps its room for the block's
-    // whole life): a second copy in every idle connection's task.
-    let peer = connection.run().await;
-    if let Some(on_end) = on_end {
-        on_end(&peer);
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    async move {
+        // The loop borrows the connection. Moved into the loop's own future, it would
+        // also keep its room here (what an `async` block captures keeps its room for
+        // the block's whole life).
+        let peer = connection.run().await;
+        if let Some(on_end) = on_end {
+            on_end(&peer);
+        }
     }
 }
 
