@@ -63,6 +63,7 @@
 //! (samples, CPU time, latencies, medians), `report.rs` (targets and the Markdown table),
 //! `process.rs` (threads, pinning, file descriptors, (f)'s child server).
 
+mod jsonrpsee;
 mod measure;
 mod process;
 mod raw;
@@ -70,14 +71,15 @@ mod report;
 mod scenarios;
 mod servers;
 
+use std::ops::{Index, IndexMut};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use crate::measure::{cpu, median, p, rate};
+use crate::measure::{cpu, median, p, rate, Sample};
 use crate::process::{child_server, pin_to_one_cpu, raise_nofile_limit, ServerThread};
-use crate::report::{render, target_dir, Row, Target};
+use crate::report::{render, target_dir, targets, Row, Target};
 use crate::scenarios::{
     broadcast_scenario, calls_scenario, flood_scenario, idle_connections, idle_memory,
 };
@@ -95,6 +97,57 @@ pub(crate) const QUEUE: usize = 1024;
 
 pub(crate) type ClientWs = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
+/// Who is measured.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Contender {
+    /// jsonrpc-peer.
+    Ours,
+    /// The raw tokio-tungstenite baseline.
+    Raw,
+    /// jsonrpsee 0.26.1.
+    Jsonrpsee,
+}
+
+impl Contender {
+    pub(crate) const ALL: [Contender; 3] = [Contender::Ours, Contender::Raw, Contender::Jsonrpsee];
+
+    /// As `--contender` and `--child-server` spell it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Contender::Ours => "ours",
+            Contender::Raw => "raw",
+            Contender::Jsonrpsee => "jsonrpsee",
+        }
+    }
+
+    pub(crate) fn parse(name: &str) -> Option<Contender> {
+        Contender::ALL.into_iter().find(|c| c.name() == name)
+    }
+}
+
+/// One value per contender.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Each<T>(pub(crate) [T; 3]);
+
+impl<T> Each<T> {
+    pub(crate) fn map<U>(&self, f: impl FnMut(&T) -> U) -> Each<U> {
+        Each(self.0.each_ref().map(f))
+    }
+}
+
+impl<T> Index<Contender> for Each<T> {
+    type Output = T;
+    fn index(&self, c: Contender) -> &T {
+        &self.0[c as usize]
+    }
+}
+
+impl<T> IndexMut<Contender> for Each<T> {
+    fn index_mut(&mut self, c: Contender) -> &mut T {
+        &mut self.0[c as usize]
+    }
+}
+
 /// How much of everything: `--quick` or the full run.
 pub(crate) struct Opts {
     pub(crate) quick: bool,
@@ -103,15 +156,14 @@ pub(crate) struct Opts {
     pub(crate) warmup: Duration,
     /// Notifications per round in (d).
     pub(crate) flood: u64,
-    /// Connections in (e).
-    pub(crate) broadcast_conns: usize,
-    /// Idle connections in (f).
-    pub(crate) idle_conns: usize,
+    /// Audiences of (e), one row each.
+    pub(crate) broadcast_conns: Vec<usize>,
+    /// Idle connections in (f), one row each.
+    pub(crate) idle_conns: Vec<usize>,
     /// The scenarios to run, by letter (`--only bd`); all by default.
     pub(crate) only: String,
-    /// Which contenders run (`--contender ours|raw`); both by default.
-    pub(crate) ours: bool,
-    pub(crate) raw: bool,
+    /// Which contenders run (`--contender ours|raw|jsonrpsee`); all by default.
+    pub(crate) contenders: Vec<Contender>,
 }
 
 impl Opts {
@@ -125,10 +177,10 @@ impl Opts {
         if let Some(only) = value("--only") {
             opts.only = only.to_owned();
         }
-        match value("--contender") {
-            Some("ours") => opts.raw = false,
-            Some("raw") => opts.ours = false,
-            _ => {}
+        if let Some(name) = value("--contender") {
+            let one = Contender::parse(name)
+                .unwrap_or_else(|| panic!("--contender ours|raw|jsonrpsee, not {name}"));
+            opts.contenders = vec![one];
         }
         if let Some(rounds) = number("--rounds") {
             opts.rounds = rounds.max(1) as usize;
@@ -140,38 +192,28 @@ impl Opts {
     }
 
     pub(crate) fn new(quick: bool) -> Self {
-        let all = |opts: Opts| Opts {
-            only: "abcdef".to_owned(),
-            ours: true,
-            raw: true,
-            ..opts
-        };
-        if quick {
-            all(Opts {
-                quick,
-                rounds: 2,
-                round_time: Duration::from_millis(150),
-                warmup: Duration::from_millis(50),
-                flood: 5_000,
-                broadcast_conns: 100,
-                idle_conns: 300,
-                only: String::new(),
-                ours: true,
-                raw: true,
-            })
+        let (rounds, round_time, warmup, flood, broadcast_conns, idle_conns) = if quick {
+            (2, 150, 50, 5_000, vec![1_000], vec![2_000])
         } else {
-            all(Opts {
-                quick,
-                rounds: 7,
-                round_time: Duration::from_secs(1),
-                warmup: Duration::from_millis(300),
-                flood: 1_000_000,
-                broadcast_conns: 1_000,
-                idle_conns: 5_000,
-                only: String::new(),
-                ours: true,
-                raw: true,
-            })
+            (
+                7,
+                1_000,
+                300,
+                1_000_000,
+                vec![1_000, 10_000],
+                vec![2_000, 10_000],
+            )
+        };
+        Opts {
+            quick,
+            rounds,
+            round_time: Duration::from_millis(round_time),
+            warmup: Duration::from_millis(warmup),
+            flood,
+            broadcast_conns,
+            idle_conns,
+            only: "abcdef".to_owned(),
+            contenders: Contender::ALL.to_vec(),
         }
     }
 
@@ -179,18 +221,16 @@ impl Opts {
         self.only.contains(scenario)
     }
 
-    /// The contenders of one round, in the order they run, alternating who goes
-    /// first; `true` is jsonrpc-peer.
-    pub(crate) fn order(&self, round: usize) -> Vec<bool> {
-        let order = if round.is_multiple_of(2) {
-            [true, false]
-        } else {
-            [false, true]
-        };
-        order
-            .into_iter()
-            .filter(|&ours| if ours { self.ours } else { self.raw })
-            .collect()
+    pub(crate) fn has(&self, contender: Contender) -> bool {
+        self.contenders.contains(&contender)
+    }
+
+    /// The contenders of one round, in the order they run: the order rotates round by
+    /// round, so each goes first, second and third in turn.
+    pub(crate) fn order(&self, round: usize) -> Vec<Contender> {
+        let mut order = Contender::ALL;
+        order.rotate_left(round % Contender::ALL.len());
+        order.into_iter().filter(|&c| self.has(c)).collect()
     }
 }
 
@@ -229,107 +269,91 @@ pub(crate) fn main() {
 pub(crate) async fn run(opts: &Opts, server_rt: Handle) -> Vec<Row> {
     let servers = server_rt.spawn(Servers::start()).await.expect("servers");
     let mut rows = Vec::new();
+    let fig = |samples: &Each<Vec<Sample>>, f: &dyn Fn(&[Sample]) -> f64| samples.map(|s| f(s));
 
     if opts.runs('a') {
         eprintln!("(a) one call at a time");
-        let (ours, raw) = calls_scenario(opts, &servers, 1, 1).await;
+        let s = calls_scenario(opts, &servers, 1, 1).await;
         rows.push(Row::info(
             "(a) 1 in flight",
             "rate (calls/s)",
-            rate(&ours),
-            rate(&raw),
+            fig(&s, &rate),
         ));
         rows.push(Row::new(
             "",
             "p50 latency (µs)",
-            p(&ours, 0.5),
-            p(&raw, 0.5),
-            Target::AtMost(1.1),
+            fig(&s, &|s| p(s, 0.5)),
+            targets::A_P50,
         ));
-        rows.push(Row::new(
-            "",
-            "p99 latency (µs)",
-            p(&ours, 0.99),
-            p(&raw, 0.99),
-            Target::AtMost(1.3),
-        ));
-        rows.push(Row::info("", "CPU per call (µs)", cpu(&ours), cpu(&raw)));
+        rows.push(Row::info("", "p99 latency (µs)", fig(&s, &|s| p(s, 0.99))));
+        rows.push(Row::info("", "CPU per call (µs)", fig(&s, &cpu)));
     }
 
-    for (letter, connections, depth) in [('b', 1, 64), ('c', 16, 16)] {
+    for (letter, connections, depth, target) in [
+        ('b', 1, 64, targets::B_RATE),
+        ('c', 16, 16, targets::C_RATE),
+    ] {
         if !opts.runs(letter) {
             continue;
         }
         let label = format!("({letter}) {connections} x {depth} in flight");
         eprintln!("{label}");
-        let (ours, raw) = calls_scenario(opts, &servers, connections, depth).await;
-        rows.push(Row::new(
-            &label,
-            "rate (calls/s)",
-            rate(&ours),
-            rate(&raw),
-            Target::AtLeast(0.5),
-        ));
-        rows.push(Row::info(
-            "",
-            "p50 latency (µs)",
-            p(&ours, 0.5),
-            p(&raw, 0.5),
-        ));
-        rows.push(Row::info("", "CPU per call (µs)", cpu(&ours), cpu(&raw)));
+        let s = calls_scenario(opts, &servers, connections, depth).await;
+        rows.push(Row::new(&label, "rate (calls/s)", fig(&s, &rate), target));
+        rows.push(Row::info("", "p50 latency (µs)", fig(&s, &|s| p(s, 0.5))));
+        rows.push(Row::info("", "CPU per call (µs)", fig(&s, &cpu)));
     }
 
     if opts.runs('d') {
         eprintln!("(d) server-to-client notifications on one connection");
-        let (ours, raw) = flood_scenario(opts, &servers).await;
+        let s = flood_scenario(opts, &servers).await;
         rows.push(Row::new(
             "(d) server pushes",
             "notifications/s",
-            rate(&ours),
-            rate(&raw),
-            Target::AtLeast(0.7),
+            fig(&s, &rate),
+            targets::D_RATE,
         ));
-        rows.push(Row::info(
-            "",
-            "CPU per notification (µs)",
-            cpu(&ours),
-            cpu(&raw),
-        ));
+        rows.push(Row::info("", "CPU per notification (µs)", fig(&s, &cpu)));
     }
 
     if opts.runs('e') {
-        let n = opts.broadcast_conns;
-        eprintln!("(e) one broadcast to {n} connections");
-        let (ours, raw) = broadcast_scenario(opts, &servers, &server_rt).await;
-        rows.push(Row::new(
-            &format!("(e) broadcast to {n}"),
-            "last one has it (ms)",
-            median(ours),
-            median(raw),
-            Target::OursAtMost(50.0),
-        ));
+        for &wanted in &opts.broadcast_conns {
+            let run = broadcast_scenario(opts, wanted).await;
+            let n = run.conns;
+            let target = if n <= 1_000 {
+                targets::E_LAST_1000
+            } else {
+                Target::None
+            };
+            rows.push(Row::new(
+                &format!("(e) broadcast to {n}{}", run.note),
+                "last one has it (ms)",
+                run.ms.map(|v| median(v.clone())),
+                target,
+            ));
+            rows.push(Row::info(
+                "",
+                "server CPU per recipient (µs)",
+                run.cpu_us.map(|v| median(v.clone())),
+            ));
+        }
     }
 
     if opts.runs('f') {
-        let (conns, note) = idle_connections(opts.idle_conns);
-        eprintln!("(f) memory per idle connection at {conns} connections{note}");
-        let ours = if opts.ours {
-            idle_memory("ours", conns).await
-        } else {
-            f64::NAN
-        };
-        let raw = if opts.raw {
-            idle_memory("raw", conns).await
-        } else {
-            f64::NAN
-        };
-        rows.push(Row::new(
-            &format!("(f) {conns} idle conns{note}"),
-            "server RSS per conn (KiB)",
-            ours,
-            raw,
-            Target::OursAtMost(8.0),
-        ));
+        for &wanted in &opts.idle_conns {
+            let (conns, note) = idle_connections(wanted);
+            eprintln!("(f) memory per idle connection at {conns} connections{note}");
+            let mut kib = Each([f64::NAN; 3]);
+            for &c in &opts.contenders {
+                kib[c] = idle_memory(c, conns).await;
+            }
+            rows.push(Row::new(
+                &format!("(f) {conns} idle conns{note}"),
+                "server RSS per conn (KiB)",
+                kib,
+                targets::F_KIB,
+            ));
+        }
     }
     rows
 }
