@@ -1,47 +1,89 @@
-//! jsonrpc-peer against a raw tokio-tungstenite baseline, on 127.0.0.1, in one run.
+//! jsonrpc-peer against a raw tokio-tungstenite baseline and against jsonrpsee 0.26.1,
+//! on 127.0.0.1, in one run.
 //!
 //! ```text
-//! cargo bench -p harness --bench rpc              # full run, about a minute
+//! cargo bench -p harness --bench rpc              # full run, about two and a half minutes
 //! cargo bench -p harness --bench rpc -- --quick   # a few seconds: CI runs it so the bench never rots
 //! ```
 //!
-//! Each scenario runs both contenders on the same connections setup, alternating which
-//! goes first round by round, and reports the median over rounds. The **baseline** is
-//! the physical limit of the stack: a tokio-tungstenite server that parses each request
-//! with serde_json and writes the answer frame from the connection's own task, and a
-//! client with one reader and one writer task; the same frames, the same in-flight
-//! depth, writes coalesced (feed, flush when idle). **jsonrpc-peer** does the same work
-//! through `Server`, `connect` and `Peer::call`.
+//! Three contenders, the same methods, payloads and in-flight depths:
+//!
+//! - The **baseline** is the physical limit of the stack: a tokio-tungstenite server
+//!   that parses each request with serde_json and writes the answer frame from the
+//!   connection's own task, and a client with one reader and one writer task; the same
+//!   frames, the same in-flight depth, writes coalesced (feed, flush when idle).
+//! - **jsonrpc-peer** does the same work through `Server`, `connect` and `Peer::call`.
+//! - **jsonrpsee** 0.26.1 (another Rust JSON-RPC library) does it through its
+//!   WebSocket server (`RpcModule`) and client (`WsClient`), default configuration
+//!   except what `jsonrpsee.rs` names (`max_connections`, the client's subscription
+//!   buffer). It cannot push a plain notification: (d) and (e) use subscriptions.
+//!
+//! Each scenario runs every contender on the same setup, rotating which goes first
+//! round by round, and reports the median over rounds. The table has each contender's
+//! figure, ours / baseline (what the targets are about) and ours / jsonrpsee.
 //!
 //! | scenario | what is measured |
 //! |---|---|
 //! | (a) | one call at a time: rate, p50 and p99 latency |
 //! | (b) | 64 calls in flight on one connection: rate |
 //! | (c) | 16 connections x 16 calls in flight: rate |
-//! | (d) | server-to-client notifications received per second on one connection |
-//! | (e) | one broadcast to 1,000 connections: time until the last one has it |
-//! | (f) | server memory (RSS) per idle connection at 5,000 connections |
+//! | (d) | server-to-client pushes received per second on one connection |
+//! | (e) | one broadcast to 1,000 and to 10,000 idle connections: time until the last one has it, and server CPU per recipient |
+//! | (f) | server memory (RSS) per idle connection at 2,000 and at 10,000 connections, each having made one call |
 //!
-//! Beside every rate is the CPU time per call: client and server together, from
-//! `/proc/self/stat`, summed over all rounds (it counts in 10 ms ticks).
+//! Beside every rate in (a) to (d) is the CPU time per call: client and server
+//! together, from `/proc/self/stat`, summed over all rounds (it counts in 10 ms ticks).
+//!
+//! **(d)** compares: ours and the baseline answer a call `flood [n]` by sending `n`
+//! notifications `tick [i]` on the connection, then the answer; jsonrpsee answers a
+//! subscription `subscribe_flood [n]` with its id, then sends `n` subscription
+//! notifications `tick {"subscription": id, "result": [i]}` (a slightly larger frame)
+//! through the subscription's sink, awaiting room as ours does. The time runs until
+//! the client has read and parsed the last notification.
+//!
+//! **(e)** compares: ours calls `ServerHandle::broadcast` (serializes once, queues the
+//! frame for every connection), the baseline does the same by hand, and jsonrpsee,
+//! whose clients each subscribed once (`subscribe_tick`), `try_send`s the params to
+//! every stored subscription sink, which frames them with its own subscription id (one
+//! serialization per recipient: that is what reaching every connection costs there).
+//! The clients are jsonrpc-peer clients for ours, raw tokio-tungstenite readers for the
+//! baseline and `WsClient` subscriptions for jsonrpsee; each parses what it gets. Each
+//! contender's server runs in a child process (`--child-server`, below) on the same
+//! CPU: the broadcast starts when the child reads `broadcast SEQ` on stdin, and the
+//! time runs from its clock reading just before the broadcast call (as nanoseconds
+//! since the Unix epoch) to the bench's when the last client has it. The **server CPU
+//! per recipient** is the child's CPU time over that span, all threads, from
+//! `/proc/PID/task/*/schedstat` (nanoseconds; the child does nothing else meanwhile),
+//! divided by the recipients. Five broadcasts per contender and round, after one
+//! round of warm-up. When all contenders' connections fit in `RLIMIT_NOFILE` together
+//! they are open at once and alternate; otherwise (10,000 here, with a hard limit of
+//! 20,000) the contenders run one after another, each on its own connections, and the
+//! row says so; with fewer descriptors than one contender needs, fewer connections
+//! (said too). --quick runs 1,000 only.
 //!
 //! **Pinning.** The bench re-executes itself under `taskset -c N` (the last CPU it may
 //! use; `RPC_BENCH_CPU=<n>` picks another, `RPC_BENCH_CPU=none` does not pin), so the
 //! server's and the client's threads share one vCPU: on small VMs a wake-up across
 //! vCPUs costs tens of microseconds and swamps what is measured. Server and client each
-//! run on their own current-thread tokio runtime on their own OS thread.
+//! run on their own current-thread tokio runtime on their own OS thread; the child
+//! servers inherit the pinning.
 //!
 //! **Memory (f)** is read from a separate process: the bench runs its own binary with
-//! `--child-server ours|raw`, which serves on 127.0.0.1:0, prints its port and answers
-//! `rss` (VmRSS from `/proc/self/status`) and `count` on stdin. RSS is read before and
-//! after 5,000 idle connections. Needs about 5,100 file descriptors in each process;
-//! the bench raises the soft `RLIMIT_NOFILE` to the hard limit with `prlimit` when it
-//! is lower, and uses fewer connections (and says so) if that is not enough.
+//! `--child-server ours|raw|jsonrpsee`, which serves on 127.0.0.1:0 with the default
+//! configuration (jsonrpsee: `max_connections` raised from 100), prints its port and
+//! answers `rss` (VmRSS from `/proc/self/status`), `count` and `broadcast SEQ` on
+//! stdin. RSS is read before and after 2,000 (then 10,000) connections that each made
+//! one `add` call and read its answer, then sit idle; the growth divided by the
+//! connections is the figure (--quick: 2,000 only). Each process needs a descriptor
+//! per connection and some 200 more; the bench raises the soft `RLIMIT_NOFILE` to the
+//! hard limit with `prlimit` when it is lower, and uses fewer connections (and says
+//! so) if that is not enough.
 //!
 //! Options (after `--`): `--quick`; `--only abd` runs only those scenarios;
-//! `--contender ours|raw` runs one side only; `--rounds N`, `--round-ms N` change the
-//! length of (a) to (c). To count instructions per call, run one side of one scenario
-//! unpinned under callgrind (valgrind does not follow the `taskset` re-execution):
+//! `--contender ours|raw|jsonrpsee` runs one side only; `--rounds N`, `--round-ms N`
+//! change the length of (a) to (c) (`--rounds` also of (d) and (e)). To count
+//! instructions per call, run one side of one scenario unpinned under callgrind
+//! (valgrind does not follow the `taskset` re-execution):
 //!
 //! ```text
 //! CARGO_PROFILE_BENCH_DEBUG=true cargo bench -p harness --bench rpc --no-run
@@ -55,13 +97,15 @@
 //!
 //! The table goes to stdout and, as Markdown, to `target/bench/rpc.md`. Unknown flags
 //! (cargo passes `--bench`) are ignored. The machine is shared and noisy: ratios, not
-//! absolute numbers, are what count.
+//! absolute numbers, are what count. Targets are reported, never asserted.
 //!
 //! The files: `main.rs` (options, the run, the table's rows), `scenarios.rs` (what each
-//! scenario does with both contenders), `servers.rs` (jsonrpc-peer's server and client),
-//! `raw.rs` (the baseline: raw server and client, reviewable on its own), `measure.rs`
-//! (samples, CPU time, latencies, medians), `report.rs` (targets and the Markdown table),
-//! `process.rs` (threads, pinning, file descriptors, (f)'s child server).
+//! scenario does with every contender), `servers.rs` (the in-process servers and
+//! jsonrpc-peer's client), `raw.rs` (the baseline: raw server and client, reviewable on
+//! its own), `jsonrpsee.rs` (jsonrpsee's server and client, likewise), `measure.rs`
+//! (samples, CPU time, latencies, medians), `report.rs` (targets and the Markdown
+//! table), `process.rs` (threads, pinning, file descriptors, the child server of (e)
+//! and (f), its CPU time).
 
 mod jsonrpsee;
 mod measure;

@@ -175,7 +175,9 @@ pub(crate) fn render(opts: &Opts, rows: &[Row], took: Duration) -> String {
     out += &format!(
         "Mode: {}, {} rounds (medians), took {:.0} s. Runs on CPU(s) {} (online: {}); \
          server and client on separate current-thread runtimes. \
-         CPU per call is client + server, over all rounds.\n\n",
+         CPU per call is client + server, over all rounds. (e) and (f) run each server \
+         in a child process on the same CPU; (e)'s server CPU is the child's, all threads, \
+         from schedstat. Targets are against the baseline.\n\n",
         if opts.quick { "--quick" } else { "full" },
         opts.rounds,
         took.as_secs_f64(),
