@@ -1,47 +1,89 @@
-//! jsonrpc-peer against a raw tokio-tungstenite baseline, on 127.0.0.1, in one run.
+//! jsonrpc-peer against a raw tokio-tungstenite baseline and against jsonrpsee 0.26.1,
+//! on 127.0.0.1, in one run.
 //!
 //! ```text
-//! cargo bench -p harness --bench rpc              # full run, about a minute
+//! cargo bench -p harness --bench rpc              # full run, about two and a half minutes
 //! cargo bench -p harness --bench rpc -- --quick   # a few seconds: CI runs it so the bench never rots
 //! ```
 //!
-//! Each scenario runs both contenders on the same connections setup, alternating which
-//! goes first round by round, and reports the median over rounds. The **baseline** is
-//! the physical limit of the stack: a tokio-tungstenite server that parses each request
-//! with serde_json and writes the answer frame from the connection's own task, and a
-//! client with one reader and one writer task; the same frames, the same in-flight
-//! depth, writes coalesced (feed, flush when idle). **jsonrpc-peer** does the same work
-//! through `Server`, `connect` and `Peer::call`.
+//! Three contenders, the same methods, payloads and in-flight depths:
+//!
+//! - The **baseline** is the physical limit of the stack: a tokio-tungstenite server
+//!   that parses each request with serde_json and writes the answer frame from the
+//!   connection's own task, and a client with one reader and one writer task; the same
+//!   frames, the same in-flight depth, writes coalesced (feed, flush when idle).
+//! - **jsonrpc-peer** does the same work through `Server`, `connect` and `Peer::call`.
+//! - **jsonrpsee** 0.26.1 (another Rust JSON-RPC library) does it through its
+//!   WebSocket server (`RpcModule`) and client (`WsClient`), default configuration
+//!   except what `jsonrpsee.rs` names (`max_connections`, the client's subscription
+//!   buffer). It cannot push a plain notification: (d) and (e) use subscriptions.
+//!
+//! Each scenario runs every contender on the same setup, rotating which goes first
+//! round by round, and reports the median over rounds. The table has each contender's
+//! figure, ours / baseline (what the targets are about) and ours / jsonrpsee.
 //!
 //! | scenario | what is measured |
 //! |---|---|
 //! | (a) | one call at a time: rate, p50 and p99 latency |
 //! | (b) | 64 calls in flight on one connection: rate |
 //! | (c) | 16 connections x 16 calls in flight: rate |
-//! | (d) | server-to-client notifications received per second on one connection |
-//! | (e) | one broadcast to 1,000 connections: time until the last one has it |
-//! | (f) | server memory (RSS) per idle connection at 5,000 connections |
+//! | (d) | server-to-client pushes received per second on one connection |
+//! | (e) | one broadcast to 1,000 and to 10,000 idle connections: time until the last one has it, and server CPU per recipient |
+//! | (f) | server memory (RSS) per idle connection at 2,000 and at 10,000 connections, each having made one call |
 //!
-//! Beside every rate is the CPU time per call: client and server together, from
-//! `/proc/self/stat`, summed over all rounds (it counts in 10 ms ticks).
+//! Beside every rate in (a) to (d) is the CPU time per call: client and server
+//! together, from `/proc/self/stat`, summed over all rounds (it counts in 10 ms ticks).
+//!
+//! **(d)** compares: ours and the baseline answer a call `flood [n]` by sending `n`
+//! notifications `tick [i]` on the connection, then the answer; jsonrpsee answers a
+//! subscription `subscribe_flood [n]` with its id, then sends `n` subscription
+//! notifications `tick {"subscription": id, "result": [i]}` (a slightly larger frame)
+//! through the subscription's sink, awaiting room as ours does. The time runs until
+//! the client has read and parsed the last notification.
+//!
+//! **(e)** compares: ours calls `ServerHandle::broadcast` (serializes once, queues the
+//! frame for every connection), the baseline does the same by hand, and jsonrpsee,
+//! whose clients each subscribed once (`subscribe_tick`), `try_send`s the params to
+//! every stored subscription sink, which frames them with its own subscription id (one
+//! serialization per recipient: that is what reaching every connection costs there).
+//! The clients are jsonrpc-peer clients for ours, raw tokio-tungstenite readers for the
+//! baseline and `WsClient` subscriptions for jsonrpsee; each parses what it gets. Each
+//! contender's server runs in a child process (`--child-server`, below) on the same
+//! CPU: the broadcast starts when the child reads `broadcast SEQ` on stdin, and the
+//! time runs from its clock reading just before the broadcast call (as nanoseconds
+//! since the Unix epoch) to the bench's when the last client has it. The **server CPU
+//! per recipient** is the child's CPU time over that span, all threads, from
+//! `/proc/PID/task/*/schedstat` (nanoseconds; the child does nothing else meanwhile),
+//! divided by the recipients. Five broadcasts per contender and round, after one
+//! round of warm-up. When all contenders' connections fit in `RLIMIT_NOFILE` together
+//! they are open at once and alternate; otherwise (10,000 here, with a hard limit of
+//! 20,000) the contenders run one after another, each on its own connections, and the
+//! row says so; with fewer descriptors than one contender needs, fewer connections
+//! (said too). --quick runs 1,000 only.
 //!
 //! **Pinning.** The bench re-executes itself under `taskset -c N` (the last CPU it may
 //! use; `RPC_BENCH_CPU=<n>` picks another, `RPC_BENCH_CPU=none` does not pin), so the
 //! server's and the client's threads share one vCPU: on small VMs a wake-up across
 //! vCPUs costs tens of microseconds and swamps what is measured. Server and client each
-//! run on their own current-thread tokio runtime on their own OS thread.
+//! run on their own current-thread tokio runtime on their own OS thread; the child
+//! servers inherit the pinning.
 //!
 //! **Memory (f)** is read from a separate process: the bench runs its own binary with
-//! `--child-server ours|raw`, which serves on 127.0.0.1:0, prints its port and answers
-//! `rss` (VmRSS from `/proc/self/status`) and `count` on stdin. RSS is read before and
-//! after 5,000 idle connections. Needs about 5,100 file descriptors in each process;
-//! the bench raises the soft `RLIMIT_NOFILE` to the hard limit with `prlimit` when it
-//! is lower, and uses fewer connections (and says so) if that is not enough.
+//! `--child-server ours|raw|jsonrpsee`, which serves on 127.0.0.1:0 with the default
+//! configuration (jsonrpsee: `max_connections` raised from 100), prints its port and
+//! answers `rss` (VmRSS from `/proc/self/status`), `count` and `broadcast SEQ` on
+//! stdin. RSS is read before and after 2,000 (then 10,000) connections that each made
+//! one `add` call and read its answer, then sit idle; the growth divided by the
+//! connections is the figure (--quick: 2,000 only). Each process needs a descriptor
+//! per connection and some 200 more; the bench raises the soft `RLIMIT_NOFILE` to the
+//! hard limit with `prlimit` when it is lower, and uses fewer connections (and says
+//! so) if that is not enough.
 //!
 //! Options (after `--`): `--quick`; `--only abd` runs only those scenarios;
-//! `--contender ours|raw` runs one side only; `--rounds N`, `--round-ms N` change the
-//! length of (a) to (c). To count instructions per call, run one side of one scenario
-//! unpinned under callgrind (valgrind does not follow the `taskset` re-execution):
+//! `--contender ours|raw|jsonrpsee` runs one side only; `--rounds N`, `--round-ms N`
+//! change the length of (a) to (c) (`--rounds` also of (d) and (e)). To count
+//! instructions per call, run one side of one scenario unpinned under callgrind
+//! (valgrind does not follow the `taskset` re-execution):
 //!
 //! ```text
 //! CARGO_PROFILE_BENCH_DEBUG=true cargo bench -p harness --bench rpc --no-run
@@ -55,14 +97,17 @@
 //!
 //! The table goes to stdout and, as Markdown, to `target/bench/rpc.md`. Unknown flags
 //! (cargo passes `--bench`) are ignored. The machine is shared and noisy: ratios, not
-//! absolute numbers, are what count.
+//! absolute numbers, are what count. Targets are reported, never asserted.
 //!
 //! The files: `main.rs` (options, the run, the table's rows), `scenarios.rs` (what each
-//! scenario does with both contenders), `servers.rs` (jsonrpc-peer's server and client),
-//! `raw.rs` (the baseline: raw server and client, reviewable on its own), `measure.rs`
-//! (samples, CPU time, latencies, medians), `report.rs` (targets and the Markdown table),
-//! `process.rs` (threads, pinning, file descriptors, (f)'s child server).
+//! scenario does with every contender), `servers.rs` (the in-process servers and
+//! jsonrpc-peer's client), `raw.rs` (the baseline: raw server and client, reviewable on
+//! its own), `jsonrpsee.rs` (jsonrpsee's server and client, likewise), `measure.rs`
+//! (samples, CPU time, latencies, medians), `report.rs` (targets and the Markdown
+//! table), `process.rs` (threads, pinning, file descriptors, the child server of (e)
+//! and (f), its CPU time).
 
+mod jsonrpsee;
 mod measure;
 mod process;
 mod raw;
@@ -70,14 +115,15 @@ mod report;
 mod scenarios;
 mod servers;
 
+use std::ops::{Index, IndexMut};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use crate::measure::{cpu, median, p, rate};
+use crate::measure::{cpu, median, p, rate, Sample};
 use crate::process::{child_server, pin_to_one_cpu, raise_nofile_limit, ServerThread};
-use crate::report::{render, target_dir, Row, Target};
+use crate::report::{render, target_dir, targets, Row, Target};
 use crate::scenarios::{
     broadcast_scenario, calls_scenario, flood_scenario, idle_connections, idle_memory,
 };
@@ -95,6 +141,57 @@ pub(crate) const QUEUE: usize = 1024;
 
 pub(crate) type ClientWs = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
+/// Who is measured.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Contender {
+    /// jsonrpc-peer.
+    Ours,
+    /// The raw tokio-tungstenite baseline.
+    Raw,
+    /// jsonrpsee 0.26.1.
+    Jsonrpsee,
+}
+
+impl Contender {
+    pub(crate) const ALL: [Contender; 3] = [Contender::Ours, Contender::Raw, Contender::Jsonrpsee];
+
+    /// As `--contender` and `--child-server` spell it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Contender::Ours => "ours",
+            Contender::Raw => "raw",
+            Contender::Jsonrpsee => "jsonrpsee",
+        }
+    }
+
+    pub(crate) fn parse(name: &str) -> Option<Contender> {
+        Contender::ALL.into_iter().find(|c| c.name() == name)
+    }
+}
+
+/// One value per contender.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Each<T>(pub(crate) [T; 3]);
+
+impl<T> Each<T> {
+    pub(crate) fn map<U>(&self, f: impl FnMut(&T) -> U) -> Each<U> {
+        Each(self.0.each_ref().map(f))
+    }
+}
+
+impl<T> Index<Contender> for Each<T> {
+    type Output = T;
+    fn index(&self, c: Contender) -> &T {
+        &self.0[c as usize]
+    }
+}
+
+impl<T> IndexMut<Contender> for Each<T> {
+    fn index_mut(&mut self, c: Contender) -> &mut T {
+        &mut self.0[c as usize]
+    }
+}
+
 /// How much of everything: `--quick` or the full run.
 pub(crate) struct Opts {
     pub(crate) quick: bool,
@@ -103,15 +200,14 @@ pub(crate) struct Opts {
     pub(crate) warmup: Duration,
     /// Notifications per round in (d).
     pub(crate) flood: u64,
-    /// Connections in (e).
-    pub(crate) broadcast_conns: usize,
-    /// Idle connections in (f).
-    pub(crate) idle_conns: usize,
+    /// Audiences of (e), one row each.
+    pub(crate) broadcast_conns: Vec<usize>,
+    /// Idle connections in (f), one row each.
+    pub(crate) idle_conns: Vec<usize>,
     /// The scenarios to run, by letter (`--only bd`); all by default.
     pub(crate) only: String,
-    /// Which contenders run (`--contender ours|raw`); both by default.
-    pub(crate) ours: bool,
-    pub(crate) raw: bool,
+    /// Which contenders run (`--contender ours|raw|jsonrpsee`); all by default.
+    pub(crate) contenders: Vec<Contender>,
 }
 
 impl Opts {
@@ -125,10 +221,10 @@ impl Opts {
         if let Some(only) = value("--only") {
             opts.only = only.to_owned();
         }
-        match value("--contender") {
-            Some("ours") => opts.raw = false,
-            Some("raw") => opts.ours = false,
-            _ => {}
+        if let Some(name) = value("--contender") {
+            let one = Contender::parse(name)
+                .unwrap_or_else(|| panic!("--contender ours|raw|jsonrpsee, not {name}"));
+            opts.contenders = vec![one];
         }
         if let Some(rounds) = number("--rounds") {
             opts.rounds = rounds.max(1) as usize;
@@ -140,38 +236,28 @@ impl Opts {
     }
 
     pub(crate) fn new(quick: bool) -> Self {
-        let all = |opts: Opts| Opts {
-            only: "abcdef".to_owned(),
-            ours: true,
-            raw: true,
-            ..opts
-        };
-        if quick {
-            all(Opts {
-                quick,
-                rounds: 2,
-                round_time: Duration::from_millis(150),
-                warmup: Duration::from_millis(50),
-                flood: 5_000,
-                broadcast_conns: 100,
-                idle_conns: 300,
-                only: String::new(),
-                ours: true,
-                raw: true,
-            })
+        let (rounds, round_time, warmup, flood, broadcast_conns, idle_conns) = if quick {
+            (2, 150, 50, 5_000, vec![1_000], vec![2_000])
         } else {
-            all(Opts {
-                quick,
-                rounds: 7,
-                round_time: Duration::from_secs(1),
-                warmup: Duration::from_millis(300),
-                flood: 1_000_000,
-                broadcast_conns: 1_000,
-                idle_conns: 5_000,
-                only: String::new(),
-                ours: true,
-                raw: true,
-            })
+            (
+                7,
+                1_000,
+                300,
+                1_000_000,
+                vec![1_000, 10_000],
+                vec![2_000, 10_000],
+            )
+        };
+        Opts {
+            quick,
+            rounds,
+            round_time: Duration::from_millis(round_time),
+            warmup: Duration::from_millis(warmup),
+            flood,
+            broadcast_conns,
+            idle_conns,
+            only: "abcdef".to_owned(),
+            contenders: Contender::ALL.to_vec(),
         }
     }
 
@@ -179,18 +265,16 @@ impl Opts {
         self.only.contains(scenario)
     }
 
-    /// The contenders of one round, in the order they run, alternating who goes
-    /// first; `true` is jsonrpc-peer.
-    pub(crate) fn order(&self, round: usize) -> Vec<bool> {
-        let order = if round.is_multiple_of(2) {
-            [true, false]
-        } else {
-            [false, true]
-        };
-        order
-            .into_iter()
-            .filter(|&ours| if ours { self.ours } else { self.raw })
-            .collect()
+    pub(crate) fn has(&self, contender: Contender) -> bool {
+        self.contenders.contains(&contender)
+    }
+
+    /// The contenders of one round, in the order they run: the order rotates round by
+    /// round, so each goes first, second and third in turn.
+    pub(crate) fn order(&self, round: usize) -> Vec<Contender> {
+        let mut order = Contender::ALL;
+        order.rotate_left(round % Contender::ALL.len());
+        order.into_iter().filter(|&c| self.has(c)).collect()
     }
 }
 
@@ -229,107 +313,91 @@ pub(crate) fn main() {
 pub(crate) async fn run(opts: &Opts, server_rt: Handle) -> Vec<Row> {
     let servers = server_rt.spawn(Servers::start()).await.expect("servers");
     let mut rows = Vec::new();
+    let fig = |samples: &Each<Vec<Sample>>, f: &dyn Fn(&[Sample]) -> f64| samples.map(|s| f(s));
 
     if opts.runs('a') {
         eprintln!("(a) one call at a time");
-        let (ours, raw) = calls_scenario(opts, &servers, 1, 1).await;
+        let s = calls_scenario(opts, &servers, 1, 1).await;
         rows.push(Row::info(
             "(a) 1 in flight",
             "rate (calls/s)",
-            rate(&ours),
-            rate(&raw),
+            fig(&s, &rate),
         ));
         rows.push(Row::new(
             "",
             "p50 latency (µs)",
-            p(&ours, 0.5),
-            p(&raw, 0.5),
-            Target::AtMost(1.1),
+            fig(&s, &|s| p(s, 0.5)),
+            targets::A_P50,
         ));
-        rows.push(Row::new(
-            "",
-            "p99 latency (µs)",
-            p(&ours, 0.99),
-            p(&raw, 0.99),
-            Target::AtMost(1.3),
-        ));
-        rows.push(Row::info("", "CPU per call (µs)", cpu(&ours), cpu(&raw)));
+        rows.push(Row::info("", "p99 latency (µs)", fig(&s, &|s| p(s, 0.99))));
+        rows.push(Row::info("", "CPU per call (µs)", fig(&s, &cpu)));
     }
 
-    for (letter, connections, depth) in [('b', 1, 64), ('c', 16, 16)] {
+    for (letter, connections, depth, target) in [
+        ('b', 1, 64, targets::B_RATE),
+        ('c', 16, 16, targets::C_RATE),
+    ] {
         if !opts.runs(letter) {
             continue;
         }
         let label = format!("({letter}) {connections} x {depth} in flight");
         eprintln!("{label}");
-        let (ours, raw) = calls_scenario(opts, &servers, connections, depth).await;
-        rows.push(Row::new(
-            &label,
-            "rate (calls/s)",
-            rate(&ours),
-            rate(&raw),
-            Target::AtLeast(0.5),
-        ));
-        rows.push(Row::info(
-            "",
-            "p50 latency (µs)",
-            p(&ours, 0.5),
-            p(&raw, 0.5),
-        ));
-        rows.push(Row::info("", "CPU per call (µs)", cpu(&ours), cpu(&raw)));
+        let s = calls_scenario(opts, &servers, connections, depth).await;
+        rows.push(Row::new(&label, "rate (calls/s)", fig(&s, &rate), target));
+        rows.push(Row::info("", "p50 latency (µs)", fig(&s, &|s| p(s, 0.5))));
+        rows.push(Row::info("", "CPU per call (µs)", fig(&s, &cpu)));
     }
 
     if opts.runs('d') {
         eprintln!("(d) server-to-client notifications on one connection");
-        let (ours, raw) = flood_scenario(opts, &servers).await;
+        let s = flood_scenario(opts, &servers).await;
         rows.push(Row::new(
             "(d) server pushes",
             "notifications/s",
-            rate(&ours),
-            rate(&raw),
-            Target::AtLeast(0.7),
+            fig(&s, &rate),
+            targets::D_RATE,
         ));
-        rows.push(Row::info(
-            "",
-            "CPU per notification (µs)",
-            cpu(&ours),
-            cpu(&raw),
-        ));
+        rows.push(Row::info("", "CPU per notification (µs)", fig(&s, &cpu)));
     }
 
     if opts.runs('e') {
-        let n = opts.broadcast_conns;
-        eprintln!("(e) one broadcast to {n} connections");
-        let (ours, raw) = broadcast_scenario(opts, &servers, &server_rt).await;
-        rows.push(Row::new(
-            &format!("(e) broadcast to {n}"),
-            "last one has it (ms)",
-            median(ours),
-            median(raw),
-            Target::OursAtMost(50.0),
-        ));
+        for &wanted in &opts.broadcast_conns {
+            let run = broadcast_scenario(opts, wanted).await;
+            let n = run.conns;
+            let target = if n <= 1_000 {
+                targets::E_LAST_1000
+            } else {
+                Target::None
+            };
+            rows.push(Row::new(
+                &format!("(e) broadcast to {n}{}", run.note),
+                "last one has it (ms)",
+                run.ms.map(|v| median(v.clone())),
+                target,
+            ));
+            rows.push(Row::info(
+                "",
+                "server CPU per recipient (µs)",
+                run.cpu_us.map(|v| median(v.clone())),
+            ));
+        }
     }
 
     if opts.runs('f') {
-        let (conns, note) = idle_connections(opts.idle_conns);
-        eprintln!("(f) memory per idle connection at {conns} connections{note}");
-        let ours = if opts.ours {
-            idle_memory("ours", conns).await
-        } else {
-            f64::NAN
-        };
-        let raw = if opts.raw {
-            idle_memory("raw", conns).await
-        } else {
-            f64::NAN
-        };
-        rows.push(Row::new(
-            &format!("(f) {conns} idle conns{note}"),
-            "server RSS per conn (KiB)",
-            ours,
-            raw,
-            Target::OursAtMost(8.0),
-        ));
+        for &wanted in &opts.idle_conns {
+            let (conns, note) = idle_connections(wanted);
+            eprintln!("(f) memory per idle connection at {conns} connections{note}");
+            let mut kib = Each([f64::NAN; 3]);
+            for &c in &opts.contenders {
+                kib[c] = idle_memory(c, conns).await;
+            }
+            rows.push(Row::new(
+                &format!("(f) {conns} idle conns{note}"),
+                "server RSS per conn (KiB)",
+                kib,
+                targets::F_KIB,
+            ));
+        }
     }
     rows
 }

@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
+use crate::{Contender, Each};
+
 /// One contender's round.
 pub(crate) struct Sample {
     pub(crate) count: u64,
@@ -105,14 +107,6 @@ impl Tracker {
     }
 }
 
-pub(crate) async fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ready() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 /// CPU time (user + system) of this whole process, from `/proc/self/stat`.
 pub(crate) fn cpu_time() -> Duration {
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
@@ -132,12 +126,14 @@ pub(crate) fn cpu_time() -> Duration {
 
 /// Prints how many calls each side made, warm-up included: with the instruction count
 /// of a profiler, that gives instructions per call.
-pub(crate) fn report_totals(ours: &[Sample], raw: &[Sample]) {
-    let total = |samples: &[Sample]| samples.iter().map(|s| s.count).sum::<u64>();
+pub(crate) fn report_totals(samples: &Each<Vec<Sample>>) {
+    let total = |c: Contender| samples[c].iter().map(|s| s.count).sum::<u64>();
     eprintln!(
-        "    messages: {} through jsonrpc-peer, {} through the baseline (warm-up included)",
-        total(ours),
-        total(raw)
+        "    messages: {} through jsonrpc-peer, {} through the baseline, {} through jsonrpsee \
+         (warm-up included)",
+        total(Contender::Ours),
+        total(Contender::Raw),
+        total(Contender::Jsonrpsee),
     );
 }
 

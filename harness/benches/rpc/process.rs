@@ -1,14 +1,15 @@
-//! Process setup (threads, pinning to one CPU, file descriptors) and (f)'s child server
-//! process.
+//! Process setup (threads, pinning to one CPU, file descriptors), and the child server
+//! process of (e) and (f), with a way to read its CPU time.
 
 use jsonrpc_peer::Server;
 use std::io::{BufRead, BufReader, Write as _};
 use std::process::{Command, Stdio};
 use tokio::runtime::Handle;
 
+use crate::jsonrpsee::JsonrpseeServer;
 use crate::raw::RawServer;
 use crate::servers::ours_router;
-use crate::{CPU_ENV, PINNED_ENV};
+use crate::{Contender, CPU_ENV, PINNED_ENV, TICK};
 
 /// The server's current-thread runtime, on its own OS thread.
 pub(crate) struct ServerThread {
@@ -115,7 +116,7 @@ pub(crate) fn raise_nofile_limit() {
     let Some((soft, hard)) = nofile_limit() else {
         return;
     };
-    if soft >= 12_000 || soft >= hard {
+    if soft >= 40_000 || soft >= hard {
         return;
     }
     let hard = if hard == u64::MAX {
@@ -138,10 +139,10 @@ pub(crate) struct ChildServer {
 }
 
 impl ChildServer {
-    pub(crate) fn spawn(kind: &str) -> ChildServer {
+    pub(crate) fn spawn(kind: Contender) -> ChildServer {
         let mut child = Command::new(std::env::current_exe().expect("own path"))
             .arg("--child-server")
-            .arg(kind)
+            .arg(kind.name())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -159,12 +160,21 @@ impl ChildServer {
 
     /// Sends one command line; reads the number it answers.
     pub(crate) fn ask(&mut self, command: &str) -> u64 {
+        self.ask_line(command).parse().expect("a number")
+    }
+
+    /// Sends one command line; returns the line it answers.
+    pub(crate) fn ask_line(&mut self, command: &str) -> String {
         let stdin = self.child.stdin.as_mut().expect("piped");
         writeln!(stdin, "{command}").expect("child alive");
         stdin.flush().expect("child alive");
         let mut line = String::new();
         self.stdout.read_line(&mut line).expect("child answers");
-        line.trim().parse().expect("a number")
+        line.trim().to_owned()
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub(crate) fn quit(mut self) {
@@ -173,41 +183,104 @@ impl ChildServer {
     }
 }
 
-/// `--child-server ours|raw`: serves on 127.0.0.1:0 with the default configuration,
-/// prints the port, then answers `rss` (bytes) and `count` (connections) lines on
-/// stdin until it closes.
+/// What the child server's stdin loop can ask of its server.
+struct ChildControl {
+    port: u16,
+    count: Box<dyn Fn() -> usize + Send>,
+    broadcast: Box<dyn Fn(u64) -> usize + Send>,
+}
+
+/// `--child-server ours|raw|jsonrpsee`: serves on 127.0.0.1:0 with the default
+/// configuration (jsonrpsee: `max_connections` raised), prints the port, then answers
+/// lines on stdin until it closes: `rss` (bytes), `count` (connections; for jsonrpsee,
+/// connections that made their call or subscription), `broadcast SEQ` (broadcasts
+/// `tick [SEQ]`; answers how many took it and when it started, in nanoseconds since
+/// the Unix epoch, to compare with the bench's clock).
 pub(crate) fn child_server(kind: &str) {
-    let (tx, rx) = std::sync::mpsc::channel::<(u16, Box<dyn Fn() -> usize + Send>)>();
-    let kind = kind.to_owned();
+    let (tx, rx) = std::sync::mpsc::channel::<ChildControl>();
+    let kind = Contender::parse(kind).unwrap_or(Contender::Ours);
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
         rt.block_on(async move {
-            if kind == "raw" {
-                let (server, addr) = RawServer::start().await;
-                let _ = tx.send((addr.port(), Box::new(move || server.live())));
-            } else {
-                let server = Server::bind("127.0.0.1:0").await.expect("bind");
-                let port = server.local_addr().expect("address").port();
-                let handle = server.handle();
-                let _ = tx.send((port, Box::new(move || handle.connection_count())));
-                let _ = server.serve(ours_router()).await;
+            match kind {
+                Contender::Raw => {
+                    let (server, addr) = RawServer::start().await;
+                    let (counted, broadcasting) = (server.clone(), server);
+                    let _ = tx.send(ChildControl {
+                        port: addr.port(),
+                        count: Box::new(move || counted.live()),
+                        broadcast: Box::new(move |seq| broadcasting.broadcast(seq)),
+                    });
+                }
+                Contender::Jsonrpsee => {
+                    let (server, addr) = JsonrpseeServer::start().await;
+                    let (counted, broadcasting) = (server.clone(), server);
+                    let _ = tx.send(ChildControl {
+                        port: addr.port(),
+                        count: Box::new(move || counted.count()),
+                        broadcast: Box::new(move |seq| broadcasting.broadcast(seq)),
+                    });
+                }
+                Contender::Ours => {
+                    let server = Server::bind("127.0.0.1:0").await.expect("bind");
+                    let port = server.local_addr().expect("address").port();
+                    let (counted, broadcasting) = (server.handle(), server.handle());
+                    let _ = tx.send(ChildControl {
+                        port,
+                        count: Box::new(move || counted.connection_count()),
+                        broadcast: Box::new(move |seq| {
+                            broadcasting.broadcast(TICK, [seq]).expect("broadcast")
+                        }),
+                    });
+                    let _ = server.serve(ours_router()).await;
+                }
             }
             std::future::pending::<()>().await;
         });
     });
-    let (port, count) = rx.recv().expect("child server started");
-    println!("{port}");
+    let control = rx.recv().expect("child server started");
+    println!("{}", control.port);
     for line in std::io::stdin().lock().lines() {
-        match line.as_deref().map(str::trim) {
-            Ok("rss") => println!("{}", rss_bytes()),
-            Ok("count") => println!("{}", count()),
+        let Ok(line) = line else { break };
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next()) {
+            (Some("rss"), None) => println!("{}", rss_bytes()),
+            (Some("count"), None) => println!("{}", (control.count)()),
+            (Some("broadcast"), Some(seq)) => {
+                let seq = seq.parse().expect("a sequence number");
+                let start = unix_nanos(std::time::SystemTime::now());
+                let queued = (control.broadcast)(seq);
+                println!("{queued} {start}");
+            }
             _ => break,
         }
         let _ = std::io::stdout().flush();
     }
+}
+
+pub(crate) fn unix_nanos(t: std::time::SystemTime) -> u128 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos()
+}
+
+/// CPU time (user + system, all threads) of process `pid` so far, in nanoseconds: the
+/// first field of each thread's `/proc/PID/task/TID/schedstat` (time on the CPU, in
+/// ns, unlike `/proc/PID/stat`'s 10 ms ticks). `None` when the kernel has no schedstat.
+pub(crate) fn process_cpu_ns(pid: u32) -> Option<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let path = task.ok()?.path().join("schedstat");
+        // A thread may end between the listing and the read.
+        let Ok(stat) = std::fs::read_to_string(path) else {
+            continue;
+        };
+        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
 }
 
 /// Resident set size of this process, in bytes, from `/proc/self/status`.

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::process::allowed_cpus;
-use crate::Opts;
+use crate::{Contender, Each, Opts};
 
 /// What a row's figure must meet.
 #[derive(Clone, Copy)]
@@ -19,11 +19,30 @@ pub(crate) enum Target {
     OursAtMost(f64),
 }
 
+/// The targets, all against the baseline or on our own figure (never against
+/// jsonrpsee, which is shown for comparison only).
+pub(crate) mod targets {
+    use super::Target;
+
+    /// (a) p50 latency, ours / baseline.
+    pub(crate) const A_P50: Target = Target::AtMost(1.05);
+    /// (b) rate, ours / baseline.
+    pub(crate) const B_RATE: Target = Target::AtLeast(0.9);
+    /// (c) rate, ours / baseline.
+    pub(crate) const C_RATE: Target = Target::AtLeast(0.9);
+    /// (d) notifications per second, ours / baseline.
+    pub(crate) const D_RATE: Target = Target::AtLeast(0.85);
+    /// (e) ms until the last of 1,000 connections has the broadcast (larger
+    /// audiences are reported only).
+    pub(crate) const E_LAST_1000: Target = Target::OursAtMost(50.0);
+    /// (f) KiB of server RSS per idle connection, at every count.
+    pub(crate) const F_KIB: Target = Target::OursAtMost(6.0);
+}
+
 pub(crate) struct Row {
     pub(crate) scenario: String,
     pub(crate) metric: &'static str,
-    pub(crate) ours: f64,
-    pub(crate) base: f64,
+    pub(crate) values: Each<f64>,
     pub(crate) target: Target,
 }
 
@@ -31,53 +50,65 @@ impl Row {
     pub(crate) fn new(
         scenario: &str,
         metric: &'static str,
-        ours: f64,
-        base: f64,
+        values: Each<f64>,
         target: Target,
     ) -> Row {
         Row {
             scenario: scenario.to_owned(),
             metric,
-            ours,
-            base,
+            values,
             target,
         }
     }
 
-    pub(crate) fn info(scenario: &str, metric: &'static str, ours: f64, base: f64) -> Row {
-        Row::new(scenario, metric, ours, base, Target::None)
+    pub(crate) fn info(scenario: &str, metric: &'static str, values: Each<f64>) -> Row {
+        Row::new(scenario, metric, values, Target::None)
     }
 
+    /// ours / baseline: what the targets are about.
     pub(crate) fn ratio(&self) -> f64 {
-        self.ours / self.base
+        self.values[Contender::Ours] / self.values[Contender::Raw]
     }
 
-    pub(crate) fn cells(&self) -> [String; 7] {
+    pub(crate) fn cells(&self) -> [String; COLUMNS] {
+        let ours = self.values[Contender::Ours];
         let (target, mut verdict) = match self.target {
             Target::None => (String::new(), ""),
             Target::AtLeast(t) => (format!(">= {t}x"), met(self.ratio() >= t)),
             Target::AtMost(t) => (format!("<= {t}x"), met(self.ratio() <= t)),
-            Target::OursAtMost(t) => (format!("ours <= {t}"), met(self.ours <= t)),
+            Target::OursAtMost(t) => (format!("ours <= {t}"), met(ours <= t)),
         };
-        let ratio = self.ratio();
-        if !ratio.is_finite() {
+        let measured = match self.target {
+            Target::OursAtMost(_) => ours,
+            _ => self.ratio(),
+        };
+        if !measured.is_finite() {
             verdict = "";
         }
+        let ratio = |r: f64| {
+            if r.is_finite() {
+                format!("{r:.2}x")
+            } else {
+                "n/a".to_owned()
+            }
+        };
         [
             self.scenario.clone(),
             self.metric.to_owned(),
-            number(self.ours),
-            number(self.base),
-            if ratio.is_finite() {
-                format!("{ratio:.2}x")
-            } else {
-                "n/a".to_owned()
-            },
+            number(ours),
+            number(self.values[Contender::Raw]),
+            number(self.values[Contender::Jsonrpsee]),
+            ratio(self.ratio()),
+            ratio(ours / self.values[Contender::Jsonrpsee]),
             target,
             verdict.to_owned(),
         ]
     }
 }
+
+pub(crate) const COLUMNS: usize = 9;
+/// The columns that hold numbers (aligned right).
+const NUMBERS: std::ops::RangeInclusive<usize> = 2..=6;
 
 pub(crate) fn met(ok: bool) -> &'static str {
     if ok {
@@ -106,11 +137,13 @@ pub(crate) fn render(opts: &Opts, rows: &[Row], took: Duration) -> String {
         "metric",
         "jsonrpc-peer",
         "baseline",
-        "ratio",
-        "target",
+        "jsonrpsee",
+        "ours / baseline",
+        "ours / jsonrpsee",
+        "target (vs baseline)",
         "",
     ];
-    let cells: Vec<[String; 7]> = rows.iter().map(Row::cells).collect();
+    let cells: Vec<[String; COLUMNS]> = rows.iter().map(Row::cells).collect();
     let widths: Vec<usize> = (0..header.len())
         .map(|i| {
             cells
@@ -129,7 +162,7 @@ pub(crate) fn render(opts: &Opts, rows: &[Row], took: Duration) -> String {
             .map(|(i, (c, &w))| {
                 let pad = w - c.chars().count();
                 // Numbers align right.
-                if (2..=4).contains(&i) {
+                if NUMBERS.contains(&i) {
                     format!("{}{c}", " ".repeat(pad))
                 } else {
                     format!("{c}{}", " ".repeat(pad))
@@ -138,11 +171,13 @@ pub(crate) fn render(opts: &Opts, rows: &[Row], took: Duration) -> String {
             .collect();
         format!("| {} |\n", padded.join(" | "))
     };
-    let mut out = String::from("# jsonrpc-peer vs raw tokio-tungstenite\n\n");
+    let mut out = String::from("# jsonrpc-peer vs raw tokio-tungstenite vs jsonrpsee 0.26.1\n\n");
     out += &format!(
         "Mode: {}, {} rounds (medians), took {:.0} s. Runs on CPU(s) {} (online: {}); \
          server and client on separate current-thread runtimes. \
-         CPU per call is client + server, over all rounds.\n\n",
+         CPU per call is client + server, over all rounds. (e) and (f) run each server \
+         in a child process on the same CPU; (e)'s server CPU is the child's, all threads, \
+         from schedstat. Targets are against the baseline.\n\n",
         if opts.quick { "--quick" } else { "full" },
         opts.rounds,
         took.as_secs_f64(),
@@ -155,7 +190,7 @@ pub(crate) fn render(opts: &Opts, rows: &[Row], took: Duration) -> String {
         .iter()
         .enumerate()
         .map(|(i, &w)| {
-            if (2..=4).contains(&i) {
+            if NUMBERS.contains(&i) {
                 format!("{}:", "-".repeat(w.max(2) - 1))
             } else {
                 "-".repeat(w)

@@ -1,17 +1,22 @@
-//! The servers, in this process on the server thread: jsonrpc-peer's and the baseline's side by side, and jsonrpc-peer's client.
+//! The servers, in this process on the server thread: jsonrpc-peer's, the baseline's and
+//! jsonrpsee's side by side; and jsonrpc-peer's client.
 
 use jsonrpc_peer::{connect, Context, Peer, Router, RpcError, Server, ServerHandle};
 use std::sync::Arc;
 
+use crate::jsonrpsee::JsonrpseeServer;
 use crate::measure::Tracker;
 use crate::raw::RawServer;
 use crate::{ADD, FLOOD, TICK};
 
 pub(crate) struct Servers {
     pub(crate) ours_url: String,
-    pub(crate) ours: ServerHandle,
     pub(crate) raw_url: String,
-    pub(crate) raw: RawServer,
+    pub(crate) jsonrpsee_url: String,
+    /// Kept so the servers run as long as the bench.
+    pub(crate) _ours: ServerHandle,
+    pub(crate) _raw: RawServer,
+    pub(crate) _jsonrpsee: JsonrpseeServer,
 }
 
 impl Servers {
@@ -21,11 +26,14 @@ impl Servers {
         let ours = server.handle();
         tokio::spawn(server.serve(ours_router()));
         let (raw, addr) = RawServer::start().await;
+        let (jsonrpsee, jsonrpsee_addr) = JsonrpseeServer::start().await;
         Servers {
             ours_url,
-            ours,
             raw_url: format!("ws://{addr}"),
-            raw,
+            jsonrpsee_url: format!("ws://{jsonrpsee_addr}"),
+            _ours: ours,
+            _raw: raw,
+            _jsonrpsee: jsonrpsee,
         }
     }
 }
