@@ -44,12 +44,11 @@ use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::PeerConfig;
 use crate::error::CloseReason;
-use crate::peer::{Outgoing, Peer, Shared};
+use crate::peer::{Peer, Shared};
 use crate::router::{BoxFuture, Router};
 use crate::transport::{Frame, Transport, TransportError};
 pub(crate) use cancel::Running;
@@ -64,9 +63,8 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
     info: crate::peer::ConnectionInfo,
     hooks: Hooks,
 ) -> Peer {
-    let (out_tx, out_rx) = mpsc::channel(config.outgoing_queue.max(1));
     let peer = Peer {
-        shared: Arc::new(Shared::new(out_tx, config, info)),
+        shared: Arc::new(Shared::new(config, info)),
         owner: None,
     };
     if let Some(on_start) = hooks.on_start {
@@ -77,7 +75,6 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
     // connection, so every byte here is paid by every idle connection.
     let connection = Connection {
         transport,
-        out: out_rx,
         dispatch: Dispatch::new(router, peer.clone(), config),
         unflushed: 0,
         write_error: None,
@@ -131,9 +128,6 @@ pub(crate) struct Hooks {
 
 struct Connection<T, S> {
     transport: T,
-    /// Frames from other tasks: calls, notifications, answers of handlers that run on
-    /// their own task, broadcasts.
-    out: mpsc::Receiver<Outgoing>,
     dispatch: Dispatch<S>,
     /// Frames fed to the sink since it was last flushed.
     unflushed: usize,
@@ -283,12 +277,9 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         // What is queued now still goes out; nothing more is taken. Unless the queue
         // is what the other side does not read: then the close frame goes next, so a
         // client that reads again sees its code, not a connection cut mid-stream.
-        self.out.close();
-        shared.out.closed();
+        shared.out.close();
         if self.discard_queued {
-            while let Ok(frame) = self.out.try_recv() {
-                shared.out.taken(&frame);
-            }
+            shared.out.discard();
             self.dispatch.discard_later();
         }
 
@@ -406,14 +397,12 @@ mod tests {
     async fn the_task_holds_one_connection_and_little_else() {
         let (end, _other) = crate::transport::pair();
         let config = PeerConfig::default();
-        let (out_tx, out) = mpsc::channel(1);
         let peer = Peer {
-            shared: Arc::new(Shared::new(out_tx, &config, Default::default())),
+            shared: Arc::new(Shared::new(&config, Default::default())),
             owner: None,
         };
         let connection = Connection {
             transport: end,
-            out,
             dispatch: Dispatch::new(Arc::new(Router::<()>::new()), peer, &config),
             unflushed: 0,
             write_error: None,

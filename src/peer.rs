@@ -25,8 +25,8 @@ use crate::progress::Sinks;
 use crate::router::Router;
 use crate::transport::{Text, Transport};
 
-use crate::queue::OutQueue;
 pub(crate) use crate::queue::Outgoing;
+use crate::queue::{OutQueue, TrySendError};
 
 /// A close asked for by this side.
 #[derive(Clone, Debug)]
@@ -105,13 +105,9 @@ impl ConnectionInfo {
 static NEXT_PEER_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Shared {
-    pub(crate) fn new(
-        out: mpsc::Sender<Outgoing>,
-        config: &PeerConfig,
-        info: ConnectionInfo,
-    ) -> Self {
+    pub(crate) fn new(config: &PeerConfig, info: ConnectionInfo) -> Self {
         Shared {
-            out: OutQueue::new(out, config.outgoing_queue_bytes),
+            out: OutQueue::new(config.outgoing_queue, config.outgoing_queue_bytes),
             pending: Pending::new(),
             next_id: AtomicU64::new(1),
             call_timeout: config.call_timeout,
@@ -135,7 +131,7 @@ impl Shared {
     pub(crate) fn try_send_now(&self, frame: String) -> bool {
         !matches!(
             self.out.try_send(Outgoing::Frame(Text::from(frame))),
-            Err(mpsc::error::TrySendError::Full(_))
+            Err(TrySendError::Full(_))
         )
     }
 
@@ -178,14 +174,11 @@ impl Shared {
     }
 
     pub(crate) async fn send(&self, frame: String) -> Result<()> {
-        // Most sends find room: `try_send` skips the future that waits for it. Waiting
-        // senders keep their turn, as permits go to them before any is free to try.
+        // Most sends find room: `try_send` skips the future that waits for it.
         let frame = match self.out.try_send(Outgoing::Frame(Text::from(frame))) {
             Ok(()) => return Ok(()),
-            Err(mpsc::error::TrySendError::Full(frame)) => frame,
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                return Err(Error::Closed(self.close_reason()))
-            }
+            Err(TrySendError::Full(frame)) => frame,
+            Err(TrySendError::Closed(_)) => return Err(Error::Closed(self.close_reason())),
         };
         self.out
             .send(frame)
@@ -426,7 +419,7 @@ impl Peer {
     pub(crate) fn push(&self, frame: Text) -> bool {
         match self.shared.out.try_send(Outgoing::Frame(frame)) {
             Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
+            Err(TrySendError::Full(_)) => {
                 match self.shared.slow_peer {
                     SlowPeer::Close => {
                         tracing::debug!(remote = ?self.remote_addr(), "outgoing queue full; closing with 1008");
@@ -443,7 +436,7 @@ impl Peer {
                 }
                 false
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(TrySendError::Closed(_)) => false,
         }
     }
 

@@ -32,7 +32,6 @@ use std::task::{Context as TaskContext, Poll};
 
 use crate::message::Raw;
 use futures_util::FutureExt;
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Sleep;
 
@@ -42,6 +41,7 @@ use crate::error::{CloseReason, ErrorCode, RpcError};
 use crate::message::{self, Incoming, Item, Outcome};
 use crate::peer::{CloseRequest, Outgoing, Peer};
 use crate::pending::{Answer, Reply};
+use crate::queue::TrySendError;
 use crate::router::{Call, Context, MethodFn, Router};
 use crate::transport::Text;
 
@@ -198,8 +198,8 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     pub(super) fn queue(&mut self, frame: Outgoing) {
         let frame = if self.later.is_empty() {
             match self.peer.shared.out.try_send(frame) {
-                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => return,
-                Err(mpsc::error::TrySendError::Full(frame)) => frame,
+                Ok(()) | Err(TrySendError::Closed(_)) => return,
+                Err(TrySendError::Full(frame)) => frame,
             }
         } else {
             frame
@@ -215,11 +215,11 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         while let Some(frame) = self.later.pop_front() {
             let n = frame.len();
             match self.peer.shared.out.try_send(frame) {
-                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {
+                Ok(()) | Err(TrySendError::Closed(_)) => {
                     self.later_bytes -= n;
                     moved = true;
                 }
-                Err(mpsc::error::TrySendError::Full(frame)) => {
+                Err(TrySendError::Full(frame)) => {
                     self.later.push_front(frame);
                     break;
                 }

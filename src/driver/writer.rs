@@ -36,11 +36,8 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
             if self.sink().poll_ready(cx)?.is_pending() {
                 return Ok(());
             }
-            match self.out.poll_recv(cx) {
-                Poll::Ready(Some(next)) => {
-                    self.dispatch.peer().shared.out.taken(&next);
-                    self.feed(next.into_frame())?
-                }
+            match self.dispatch.peer().shared.out.poll_next(cx) {
+                Poll::Ready(Some(next)) => self.feed(next.into_frame())?,
                 // `None` cannot come while the connection's handles live, and they live
                 // as long as this task. Empty: the answers waiting for room go next.
                 Poll::Ready(None) | Poll::Pending => {
@@ -77,16 +74,15 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                 Poll::Ready(Ok(())) => {}
             }
             // What was queued before this frame goes first.
-            match self.out.try_recv() {
-                Ok(queued) => {
-                    self.dispatch.peer().shared.out.taken(&queued);
+            match self.dispatch.peer().shared.out.try_next() {
+                Some(queued) => {
                     if let Err(e) = self.feed(queued.into_frame()) {
                         break Err(e);
                     }
                 }
                 // Earlier answers waiting for room go before this one.
-                Err(_) if self.dispatch.feed_later() => {}
-                Err(_) => break self.feed(frame.into_frame()),
+                None if self.dispatch.feed_later() => {}
+                None => break self.feed(frame.into_frame()),
             }
         };
         if let Err(e) = result {
@@ -106,13 +102,10 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
     ) -> Poll<Result<(), TransportError>> {
         while !*queue_done {
             ready!(self.sink().poll_ready(cx))?;
-            match self.out.try_recv() {
-                Ok(next) => {
-                    self.dispatch.peer().shared.out.taken(&next);
-                    self.feed(next.into_frame())?
-                }
+            match self.dispatch.peer().shared.out.try_next() {
+                Some(next) => self.feed(next.into_frame())?,
                 // The queue is closed: the answers that waited for room go after it.
-                Err(_) => match self.dispatch.pop_later() {
+                None => match self.dispatch.pop_later() {
                     Some(next) => self.feed(next.into_frame())?,
                     None => *queue_done = true,
                 },
