@@ -72,6 +72,32 @@ pub(crate) async fn jsonrpsee_calls(
     depth: usize,
     time: Duration,
 ) -> Sample {
+    calls_round(clients, depth, time, |client, i| async move {
+        let sum = jsonrpsee_add(&client, i).await;
+        (client, sum)
+    })
+    .await
+}
+
+/// One round of calls through jsonrpc-peer: `depth` tasks per peer, each calling in a
+/// loop until the round's time is up.
+pub(crate) async fn ours_calls(peers: &[Peer], depth: usize, time: Duration) -> Sample {
+    calls_round(peers, depth, time, |peer, i| async move {
+        let sum = peer.call::<i64>(ADD, [i, 1]).await.expect("call");
+        (peer, sum)
+    })
+    .await
+}
+
+/// `depth` tasks per client, each calling `add(i, 1)` through `call` in a loop until
+/// the round's time is up, every latency recorded. `call` takes the client and hands
+/// it back, so no call pays for a clone.
+async fn calls_round<C, F, Fut>(clients: &[C], depth: usize, time: Duration, call: F) -> Sample
+where
+    C: Clone + Send + 'static,
+    F: Fn(C, i64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = (C, i64)> + Send,
+{
     let latencies = Latencies::default();
     let meter = Meter::start();
     let deadline = meter.start + time;
@@ -80,44 +106,14 @@ pub(crate) async fn jsonrpsee_calls(
         .flat_map(|client| (0..depth).map(move |_| client.clone()))
         .map(|client| {
             let latencies = latencies.clone();
+            let call = call.clone();
             tokio::spawn(async move {
                 let mut i = 0i64;
+                let mut client = client;
                 loop {
                     let sent = Instant::now();
-                    let sum = jsonrpsee_add(&client, i).await;
-                    let now = Instant::now();
-                    assert_eq!(sum, i + 1);
-                    latencies.record(now - sent);
-                    i += 1;
-                    if now >= deadline {
-                        return;
-                    }
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("caller");
-    }
-    meter.finish(latencies)
-}
-
-/// One round of calls through jsonrpc-peer: `depth` tasks per peer, each calling in a
-/// loop until the round's time is up.
-pub(crate) async fn ours_calls(peers: &[Peer], depth: usize, time: Duration) -> Sample {
-    let latencies = Latencies::default();
-    let meter = Meter::start();
-    let deadline = meter.start + time;
-    let tasks: Vec<_> = peers
-        .iter()
-        .flat_map(|peer| (0..depth).map(move |_| peer.clone()))
-        .map(|peer| {
-            let latencies = latencies.clone();
-            tokio::spawn(async move {
-                let mut i = 0i64;
-                loop {
-                    let sent = Instant::now();
-                    let sum: i64 = peer.call(ADD, [i, 1]).await.expect("call");
+                    let (back, sum) = call(client, i).await;
+                    client = back;
                     let now = Instant::now();
                     assert_eq!(sum, i + 1);
                     latencies.record(now - sent);
