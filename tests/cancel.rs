@@ -10,19 +10,15 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
-use jsonrpc_peer::transport::WebSocket;
+use futures_util::StreamExt;
 use jsonrpc_peer::{
     CancelStyle, Context, Error, MethodOptions, Peer, PeerConfig, Router, RpcError,
 };
 use serde_json::{json, Value};
-use tokio::net::UnixStream;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::protocol::Role;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
+use common::unix::{config, start, ws_pair, Raw};
 use common::within;
 
 /// What the server's handlers report, in order.
@@ -86,57 +82,6 @@ fn server_router() -> (Router<Probe>, mpsc::UnboundedReceiver<String>, Arc<Notif
         let _ = cx.state().events.send("released".into());
     });
     (router, rx, hold)
-}
-
-fn config() -> PeerConfig {
-    PeerConfig::default().ping_interval(None)
-}
-
-/// The two ends of a unix socket pair as WebSockets (client end, server end).
-async fn ws_pair() -> (WebSocketStream<UnixStream>, WebSocketStream<UnixStream>) {
-    let (a, b) = UnixStream::pair().expect("a unix socket pair");
-    let a = WebSocketStream::from_raw_socket(a, Role::Client, None).await;
-    let b = WebSocketStream::from_raw_socket(b, Role::Server, None).await;
-    (a, b)
-}
-
-fn start<S: Send + Sync + 'static>(
-    ws: WebSocketStream<UnixStream>,
-    router: Router<S>,
-    config: &PeerConfig,
-) -> Peer {
-    Peer::start(WebSocket::new(ws), Arc::new(router), config)
-}
-
-/// A raw WebSocket end: exact JSON in and out.
-struct Raw(WebSocketStream<UnixStream>);
-
-impl Raw {
-    async fn send(&mut self, text: &str) {
-        within(self.0.send(Message::text(text)))
-            .await
-            .expect("send a frame");
-    }
-
-    async fn recv(&mut self) -> Value {
-        loop {
-            match within(self.0.next()).await {
-                Some(Ok(Message::Text(t))) => {
-                    return serde_json::from_str(&t).expect("frames are JSON")
-                }
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                other => panic!("expected a text frame, got {other:?}"),
-            }
-        }
-    }
-
-    /// Proves nothing was answered before: a marker call's answer comes next.
-    async fn nothing_before_marker(&mut self) {
-        self.send(r#"{"jsonrpc":"2.0","method":"no.such","id":"marker"}"#)
-            .await;
-        let next = self.recv().await;
-        assert_eq!(next["id"], "marker", "answered before the marker: {next}");
-    }
 }
 
 /// Waits for the next event of the server's handlers.

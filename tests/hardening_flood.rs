@@ -8,9 +8,6 @@ use std::time::Duration;
 
 use common::within;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
 
 async fn write_to<IO: AsyncWrite + Unpin>(io: &mut IO, bytes: &[u8]) -> bool {
     io.write_all(bytes).await.is_ok()
@@ -26,20 +23,7 @@ fn ping(tag: u8) -> Vec<u8> {
 #[tokio::test]
 async fn a_ping_flood_from_a_peer_that_never_reads_costs_bounded_memory() {
     let (url, _) = common::serve(common::spec_methods::spec_router()).await;
-    let addr = url.trim_start_matches("ws://").to_owned();
-    let mut tcp = within(TcpStream::connect(&addr)).await.unwrap();
-    let request = format!(
-        "GET / HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {KEY}\r\n\r\n"
-    );
-    within(tcp.write_all(request.as_bytes())).await.unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") && head.len() < 4096 {
-        let mut byte = [0u8];
-        within(tcp.read_exact(&mut byte)).await.unwrap();
-        head.push(byte[0]);
-    }
-    assert!(head.starts_with(b"HTTP/1.1 101"));
+    let mut tcp = common::raw_upgrade(&url).await;
 
     // 400,000 pings (52 MB) in batches, never reading: unbounded, the server would
     // hold a pong (127 bytes) for each one it could not send, some 50 MB.

@@ -7,29 +7,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::within;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+use tokio::io::AsyncWriteExt;
 
 #[tokio::test]
 async fn many_small_frames_from_a_peer_that_never_reads_cost_bounded_memory() {
     let (url, _) = common::serve(common::spec_methods::spec_router()).await;
-    let addr = url.trim_start_matches("ws://").to_owned();
-    let mut tcp = within(TcpStream::connect(&addr)).await.unwrap();
-    let request = format!(
-        "GET / HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {KEY}\r\n\r\n"
-    );
-    within(tcp.write_all(request.as_bytes())).await.unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") && head.len() < 4096 {
-        let mut byte = [0u8];
-        within(tcp.read_exact(&mut byte)).await.unwrap();
-        head.push(byte[0]);
-    }
-    assert!(head.starts_with(b"HTTP/1.1 101"));
+    let mut tcp = common::raw_upgrade(&url).await;
 
     // One-byte text frames ("x", not JSON): 7 bytes each on the wire, each answered
     // with a 70-byte error. 1,000,000 of them would be 70 MB of answers.

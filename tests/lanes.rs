@@ -11,18 +11,14 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
 use jsonrpc_peer::transport::WebSocket;
-use jsonrpc_peer::{Context, MethodOptions, Peer, PeerConfig, Router, RpcError};
+use jsonrpc_peer::{Context, MethodOptions, Peer, Router, RpcError};
 use serde::Deserialize;
-use serde_json::{json, Value};
-use tokio::net::UnixStream;
+use serde_json::json;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::protocol::Role;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
+use common::unix::{config, start, ws_pair, Raw};
 use common::within;
 
 /// What the handlers did, with the (paused) time they did it at.
@@ -113,47 +109,16 @@ fn router(log: Arc<Log>) -> Router<Arc<Log>> {
         )
 }
 
-fn config() -> PeerConfig {
-    PeerConfig::default().ping_interval(None)
-}
-
-async fn ws_pair() -> (WebSocketStream<UnixStream>, WebSocketStream<UnixStream>) {
-    let (a, b) = UnixStream::pair().expect("a unix socket pair");
-    let a = WebSocketStream::from_raw_socket(a, Role::Client, None).await;
-    let b = WebSocketStream::from_raw_socket(b, Role::Server, None).await;
-    (a, b)
-}
-
-struct Raw(WebSocketStream<UnixStream>);
-
-impl Raw {
-    async fn send(&mut self, text: &str) {
-        within(self.0.send(Message::text(text)))
-            .await
-            .expect("send");
-    }
-
-    async fn recv(&mut self) -> Value {
-        loop {
-            match within(self.0.next()).await {
-                Some(Ok(Message::Text(t))) => return serde_json::from_str(&t).expect("JSON"),
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                other => panic!("expected a text frame, got {other:?}"),
-            }
-        }
-    }
+fn edit(doc: &str, seq: u32, ms: u64) -> String {
+    json!({"jsonrpc":"2.0","method":"edit","params":{"doc":doc,"seq":seq,"ms":ms},"id":format!("{doc}{seq}")})
+        .to_string()
 }
 
 async fn server() -> (Raw, Peer, Arc<Log>) {
     let log = Arc::new(Log::default());
     let (a, b) = ws_pair().await;
-    let server = Peer::start(WebSocket::new(b), Arc::new(router(log.clone())), &config());
+    let server = start(b, router(log.clone()), &config());
     (Raw(a), server, log)
-}
-
-fn edit(doc: &str, seq: u32, ms: u64) -> String {
-    json!({"jsonrpc":"2.0","method":"edit","params":{"doc":doc,"seq":seq,"ms":ms},"id":format!("{doc}{seq}")})
-        .to_string()
 }
 
 #[tokio::test(start_paused = true)]

@@ -14,25 +14,7 @@ use tokio::net::TcpStream;
 /// A WebSocket client at the frame level: it writes headers and payload itself, so it
 /// never holds a big message in memory either.
 async fn raw_socket(url: &str) -> TcpStream {
-    let addr = url.trim_start_matches("ws://");
-    let mut tcp = TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "GET / HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    );
-    tcp.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    while !response.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8];
-        within(tcp.read_exact(&mut byte)).await.unwrap();
-        response.push(byte[0]);
-    }
-    assert!(
-        response.starts_with(b"HTTP/1.1 101"),
-        "{}",
-        String::from_utf8_lossy(&response)
-    );
-    tcp
+    common::raw_upgrade(url).await
 }
 
 /// A masked frame header (mask key 0, so the payload goes as is).

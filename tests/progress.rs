@@ -6,18 +6,16 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use jsonrpc_peer::transport::WebSocket;
-use jsonrpc_peer::{Context, Peer, PeerConfig, Router, RpcError};
+use jsonrpc_peer::{Context, Peer, Router, RpcError};
 use serde_json::{json, Value};
 use tokio::net::UnixStream;
-use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
+use common::unix::{config, ws_pair};
 use common::within;
 
 /// `work [n]` reports `{"done": i}` for i in 1..=n, then answers whether it was asked.
@@ -33,19 +31,8 @@ fn server_router() -> Router {
     })
 }
 
-fn config() -> PeerConfig {
-    PeerConfig::default().ping_interval(None)
-}
-
-async fn ws_pair() -> (WebSocketStream<UnixStream>, WebSocketStream<UnixStream>) {
-    let (a, b) = UnixStream::pair().expect("a unix socket pair");
-    let a = WebSocketStream::from_raw_socket(a, Role::Client, None).await;
-    let b = WebSocketStream::from_raw_socket(b, Role::Server, None).await;
-    (a, b)
-}
-
 fn start(ws: WebSocketStream<UnixStream>, router: Router) -> Peer {
-    Peer::start(WebSocket::new(ws), Arc::new(router), &config())
+    common::unix::start(ws, router, &config())
 }
 
 async fn recv(ws: &mut WebSocketStream<UnixStream>) -> Value {

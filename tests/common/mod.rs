@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod redis_server;
+pub mod unix;
 
 #[path = "../../examples/common/spec_methods.rs"]
 pub mod spec_methods;
@@ -163,4 +164,33 @@ pub fn as_set(v: &Value) -> Vec<String> {
         .collect();
     items.sort();
     items
+}
+
+/// A TCP connection to `url`'s server that has completed a WebSocket handshake by hand
+/// (key `dGhlIHNhbXBsZSBub25jZQ==`), for tests that write frames as raw bytes.
+pub async fn raw_upgrade(url: &str) -> TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.trim_start_matches("ws://").to_owned();
+    let mut tcp = within(TcpStream::connect(&addr)).await.expect("connect");
+    let request = format!(
+        "GET / HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    );
+    within(tcp.write_all(request.as_bytes()))
+        .await
+        .expect("send the handshake");
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 4096 {
+        let mut byte = [0u8];
+        within(tcp.read_exact(&mut byte))
+            .await
+            .expect("read the answer");
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    tcp
 }
