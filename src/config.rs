@@ -1,4 +1,8 @@
 //! Per-connection settings. Every bound has a default and a setter.
+//!
+//! The fields are public to read; each is set by the method of the same name (the
+//! struct is `#[non_exhaustive]`, so a new setting breaks nobody), as in
+//! [`HandshakePolicy`](crate::HandshakePolicy) and [`Backoff`](crate::Backoff).
 
 use std::time::Duration;
 
@@ -15,26 +19,69 @@ use crate::cancel::CancelStyle;
 /// let config = PeerConfig::default()
 ///     .call_timeout(Duration::from_secs(5))
 ///     .max_message_size(64 * 1024);
-/// assert_eq!(config.get_call_timeout(), Duration::from_secs(5));
+/// assert_eq!(config.call_timeout, Duration::from_secs(5));
 /// ```
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct PeerConfig {
-    pub(crate) call_timeout: Duration,
-    pub(crate) max_message_size: usize,
-    pub(crate) max_batch_len: usize,
-    pub(crate) max_in_flight: usize,
-    pub(crate) outgoing_queue: usize,
-    pub(crate) outgoing_queue_bytes: usize,
-    pub(crate) notification_queue: usize,
-    pub(crate) ping_interval: Option<Duration>,
-    pub(crate) keepalive_timeout: Duration,
-    pub(crate) close_timeout: Duration,
-    pub(crate) read_buffer_size: usize,
-    pub(crate) slow_peer: SlowPeer,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) cancel_on_drop: bool,
-    pub(crate) cancel_style: CancelStyle,
-    pub(crate) progress_queue: usize,
+    /// How long a call waits for its answer (default 30 s).
+    /// [`Peer::call_with_timeout`](crate::Peer::call_with_timeout) overrides it per call.
+    pub call_timeout: Duration,
+    /// The largest incoming message, in bytes (default 1 MiB). A larger one closes
+    /// the connection with 1009, before it is buffered whole.
+    pub max_message_size: usize,
+    /// The longest incoming batch (default 1,000). A longer one is answered with one
+    /// -32600 error and none of its calls runs.
+    pub max_batch_len: usize,
+    /// How many incoming calls (or batches) may run at once on one connection
+    /// (default 256). Past it the peer stops reading until some finish.
+    pub max_in_flight: usize,
+    /// How many outgoing frames may wait for the socket (default 1,024). Calls and
+    /// answers wait for room; a broadcast to a full queue applies the slow-peer policy.
+    pub outgoing_queue: usize,
+    /// How many bytes of outgoing frames may wait for the socket (default 1 MiB),
+    /// beside the frame bound. A frame goes in while the queue holds less, so one
+    /// frame larger than this still goes; calls and answers wait for room, and a
+    /// broadcast applies the slow-peer policy, as with the frame bound. Answers
+    /// that wait for room count too: past this many bytes of them, the connection
+    /// stops reading until they are queued. With the defaults, a peer that never
+    /// reads costs the queue at most 1 MiB plus one frame, and its answers waiting
+    /// at most as much again (plus the answers of calls still running).
+    pub outgoing_queue_bytes: usize,
+    /// How many incoming notifications may wait for their ordered handler
+    /// (default 256). Past it the peer stops reading until the handler catches up.
+    pub notification_queue: usize,
+    /// How often to ping the other side (default every 30 s); `None` sends no pings.
+    pub ping_interval: Option<Duration>,
+    /// How long a ping may go unanswered (nothing at all heard from the other side
+    /// since it was sent) before the connection is closed (default 30 s). A peer
+    /// that goes silent is caught within the ping interval plus this timeout.
+    pub keepalive_timeout: Duration,
+    /// How long a closing handshake may take before the connection is dropped
+    /// (default 2 s).
+    pub close_timeout: Duration,
+    /// The WebSocket read buffer, in bytes (default 2 KiB). It is allocated for
+    /// every connection; larger messages still arrive whole. JSON-RPC frames are
+    /// small: the benchmark reads as fast with 2 KiB as with 4 KiB.
+    pub read_buffer_size: usize,
+    /// What a broadcast or topic notification does when this peer's outgoing
+    /// queue is full (default: close it with 1008).
+    pub slow_peer: SlowPeer,
+    /// How long a client may take to connect: TCP, TLS and the WebSocket handshake
+    /// together (default 10 s).
+    pub connect_timeout: Duration,
+    /// Whether a call given up after its request was sent (its future dropped, or
+    /// its timeout passed) tells the other side with a cancel notification
+    /// (default on). The cancel never waits: when the outgoing queue is full it is
+    /// skipped and counted in [`Peer::cancels_skipped`](crate::Peer::cancels_skipped).
+    pub cancel_on_drop: bool,
+    /// Which cancel notification is sent (default [`CancelStyle::Lsp`]). Incoming
+    /// cancels are understood in either form.
+    pub cancel_style: CancelStyle,
+    /// How many progress values of one call may wait unread by its caller
+    /// (default 64). The connection never waits for them: past this, values are
+    /// dropped.
+    pub progress_queue: usize,
 }
 
 /// What a notification pushed without waiting (a broadcast, a topic) does when the
@@ -74,116 +121,32 @@ impl Default for PeerConfig {
 }
 
 macro_rules! setting {
-    ($(#[$doc:meta])* $name:ident, $get:ident: $ty:ty) => {
-        $(#[$doc])*
+    ($name:ident: $ty:ty) => {
+        #[doc = concat!("Sets [`", stringify!($name), "`](Self::", stringify!($name), ").")]
         pub fn $name(mut self, value: $ty) -> Self {
             self.$name = value;
             self
-        }
-
-        #[doc = concat!("The value [`Self::", stringify!($name), "`] sets.")]
-        pub fn $get(&self) -> $ty {
-            self.$name
         }
     };
 }
 
 impl PeerConfig {
-    setting!(
-        /// How long a call waits for its answer (default 30 s).
-        /// [`Peer::call_with_timeout`](crate::Peer::call_with_timeout) overrides it per call.
-        call_timeout, get_call_timeout: Duration
-    );
-    setting!(
-        /// The largest incoming message, in bytes (default 1 MiB). A larger one closes
-        /// the connection with 1009, before it is buffered whole.
-        max_message_size, get_max_message_size: usize
-    );
-    setting!(
-        /// The longest incoming batch (default 1,000). A longer one is answered with one
-        /// -32600 error and none of its calls runs.
-        max_batch_len, get_max_batch_len: usize
-    );
-    setting!(
-        /// How many incoming calls (or batches) may run at once on one connection
-        /// (default 256). Past it the peer stops reading until some finish.
-        max_in_flight, get_max_in_flight: usize
-    );
-    setting!(
-        /// How many outgoing frames may wait for the socket (default 1,024). Calls and
-        /// answers wait for room; a broadcast to a full queue applies the slow-peer policy.
-        outgoing_queue, get_outgoing_queue: usize
-    );
-    setting!(
-        /// How many bytes of outgoing frames may wait for the socket (default 1 MiB),
-        /// beside the frame bound. A frame goes in while the queue holds less, so one
-        /// frame larger than this still goes; calls and answers wait for room, and a
-        /// broadcast applies the slow-peer policy, as with the frame bound. Answers
-        /// that wait for room count too: past this many bytes of them, the connection
-        /// stops reading until they are queued. With the defaults, a peer that never
-        /// reads costs the queue at most 1 MiB plus one frame, and its answers waiting
-        /// at most as much again (plus the answers of calls still running).
-        outgoing_queue_bytes, get_outgoing_queue_bytes: usize
-    );
-    setting!(
-        /// How many incoming notifications may wait for their ordered handler
-        /// (default 256). Past it the peer stops reading until the handler catches up.
-        notification_queue, get_notification_queue: usize
-    );
-    setting!(
-        /// How often to ping the other side (default every 30 s); `None` sends no pings.
-        ping_interval, get_ping_interval: Option<Duration>
-    );
-    setting!(
-        /// How long a ping may go unanswered (nothing at all heard from the other side
-        /// since it was sent) before the connection is closed (default 30 s). A peer
-        /// that goes silent is caught within the ping interval plus this timeout.
-        keepalive_timeout, get_keepalive_timeout: Duration
-    );
-    setting!(
-        /// How long a closing handshake may take before the connection is dropped
-        /// (default 2 s).
-        close_timeout, get_close_timeout: Duration
-    );
-    setting!(
-        /// The WebSocket read buffer, in bytes (default 2 KiB). It is allocated for
-        /// every connection; larger messages still arrive whole. JSON-RPC frames are
-        /// small: the benchmark reads as fast with 2 KiB as with 4 KiB.
-        read_buffer_size, get_read_buffer_size: usize
-    );
-
-    setting!(
-        /// What a broadcast or topic notification does when this peer's outgoing
-        /// queue is full (default: close it with 1008).
-        slow_peer, get_slow_peer: SlowPeer
-    );
-
-    setting!(
-        /// How long a client may take to connect: TCP, TLS and the WebSocket handshake
-        /// together (default 10 s).
-        connect_timeout, get_connect_timeout: Duration
-    );
-
-    setting!(
-        /// Whether a call given up after its request was sent (its future dropped, or
-        /// its timeout passed) tells the other side with a cancel notification
-        /// (default on). The cancel never waits: when the outgoing queue is full it is
-        /// skipped and counted in [`Peer::cancels_skipped`](crate::Peer::cancels_skipped).
-        cancel_on_drop, get_cancel_on_drop: bool
-    );
-
-    setting!(
-        /// Which cancel notification is sent (default [`CancelStyle::Lsp`]). Incoming
-        /// cancels are understood in either form.
-        cancel_style, get_cancel_style: CancelStyle
-    );
-
-    setting!(
-        /// How many progress values of one call may wait unread by its caller
-        /// (default 64). The connection never waits for them: past this, values are
-        /// dropped.
-        progress_queue, get_progress_queue: usize
-    );
+    setting!(call_timeout: Duration);
+    setting!(max_message_size: usize);
+    setting!(max_batch_len: usize);
+    setting!(max_in_flight: usize);
+    setting!(outgoing_queue: usize);
+    setting!(outgoing_queue_bytes: usize);
+    setting!(notification_queue: usize);
+    setting!(ping_interval: Option<Duration>);
+    setting!(keepalive_timeout: Duration);
+    setting!(close_timeout: Duration);
+    setting!(read_buffer_size: usize);
+    setting!(slow_peer: SlowPeer);
+    setting!(connect_timeout: Duration);
+    setting!(cancel_on_drop: bool);
+    setting!(cancel_style: CancelStyle);
+    setting!(progress_queue: usize);
 
     /// The tungstenite settings these limits translate to.
     pub(crate) fn websocket(&self) -> WebSocketConfig {
