@@ -102,7 +102,7 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
 #[allow(clippy::manual_async_fn)]
 fn task<T: Transport, S: Send + Sync + 'static>(
     mut connection: Connection<T, S>,
-    on_end: Option<OnStart>,
+    on_end: Option<ConnectionHook>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     async move {
         // The loop borrows the connection. Moved into the loop's own future, it would
@@ -115,15 +115,16 @@ fn task<T: Transport, S: Send + Sync + 'static>(
     }
 }
 
-pub(crate) type OnStart = Box<dyn FnOnce(&Peer) + Send + 'static>;
+/// A hook run once at the start or the end of a connection, with its handle.
+pub(crate) type ConnectionHook = Box<dyn FnOnce(&Peer) + Send + 'static>;
 
 /// What the owner of a connection (the server's registry) runs around its life.
 #[derive(Default)]
 pub(crate) struct Hooks {
     /// Runs before the connection reads its first frame.
-    pub(crate) on_start: Option<OnStart>,
+    pub(crate) on_start: Option<ConnectionHook>,
     /// Runs once the connection's tasks are all gone.
-    pub(crate) on_end: Option<OnStart>,
+    pub(crate) on_end: Option<ConnectionHook>,
 }
 
 struct Connection<T, S> {
