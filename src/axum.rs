@@ -53,6 +53,17 @@ pub struct Endpoint<S> {
     slots: Slots,
 }
 
+impl<S> std::fmt::Debug for Endpoint<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("router", &self.router)
+            .field("config", &self.config)
+            .field("policy", &self.policy)
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<S: Send + Sync + 'static> Endpoint<S> {
     /// An endpoint serving `router` with the default [`PeerConfig`].
     pub fn new(router: Router<S>) -> Self {

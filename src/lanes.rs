@@ -58,6 +58,22 @@ pub struct MethodOptions<P> {
     _params: std::marker::PhantomData<fn(&P)>,
 }
 
+impl<P> std::fmt::Debug for MethodOptions<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MethodOptions")
+            .field("cooperative", &self.cooperative)
+            .field(
+                "lane",
+                &match self.lane {
+                    Lane::Concurrent => "concurrent",
+                    Lane::Ordered => "ordered",
+                    Lane::Keyed(_) => "keyed",
+                },
+            )
+            .finish()
+    }
+}
+
 impl<P> Default for MethodOptions<P> {
     fn default() -> Self {
         MethodOptions {

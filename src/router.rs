@@ -32,6 +32,16 @@ pub struct Context<S = ()> {
     pub(crate) progress: Option<Box<str>>,
 }
 
+impl<S> std::fmt::Debug for Context<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("peer", &self.peer)
+            .field("cancellable", &self.cancel.is_some())
+            .field("wants_progress", &self.progress.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 impl<S> Context<S> {
     pub(crate) fn new(peer: Peer, state: Arc<S>) -> Self {
         Context {

@@ -47,6 +47,17 @@ pub struct Server {
     echo: bool,
 }
 
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("local_addr", &self.listener.local_addr().ok())
+            .field("config", &self.config)
+            .field("policy", &self.policy)
+            .field("handle", &self.registry)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Server {
     /// Binds a TCP listener to `addr` (port 0 picks a free port).
     ///

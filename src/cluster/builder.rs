@@ -19,6 +19,15 @@ pub struct ClusterBuilder {
     pub(super) options: Options,
 }
 
+impl std::fmt::Debug for ClusterBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterBuilder")
+            .field("node_id", &self.node_id)
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ClusterBuilder {
     /// This node's name (default: 16 random hex digits). Names must be unique in the
     /// cluster: another node seen with this name is logged as an error.
