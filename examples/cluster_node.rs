@@ -44,8 +44,9 @@ fn payload_ok(payload: &Value) -> Result<(), RpcError> {
     if payload.is_array() || payload.is_object() {
         Ok(())
     } else {
-        Err(RpcError::new(-32602, "Invalid params")
-            .with_data("payload must be an array or an object"))
+        Err(RpcError::invalid_params(
+            "payload must be an array or an object",
+        ))
     }
 }
 
