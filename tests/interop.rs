@@ -19,7 +19,6 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::spec_methods::SubtractParams as Subtract;
 use jsonrpc_peer::{connect, CloseReason, Context, Error, Peer, Router, RpcError};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -133,23 +132,8 @@ fn overflow() -> RpcError {
 }
 
 fn interop_router(seen: Arc<Seen>) -> Router<Arc<Seen>> {
-    Router::with_state(seen)
-        // The specification's methods, as in `common::spec_methods`.
-        .method("subtract", |_cx: Cx, p: Subtract| async move {
-            p.minuend.checked_sub(p.subtrahend).ok_or_else(overflow)
-        })
-        .method("sum", |_cx: Cx, terms: Vec<i64>| async move {
-            terms
-                .into_iter()
-                .try_fold(0i64, i64::checked_add)
-                .ok_or_else(overflow)
-        })
-        .method("get_data", |_cx: Cx, (): ()| async {
-            Ok::<_, RpcError>(("hello", 5))
-        })
-        .notification("update", |_cx: Cx, _v: Vec<Value>| async {})
-        .notification("notify_hello", |_cx: Cx, _v: Vec<Value>| async {})
-        .notification("notify_sum", |_cx: Cx, _v: Vec<Value>| async {})
+    // The specification's methods, then what the foreign peers' scenarios need.
+    common::spec_methods::with_spec_methods(Router::with_state(seen))
         // What the foreign peer notifies is recorded; `notes_seen` waits for it.
         .notification("node_says", |cx: Cx, note: Value| async move {
             cx.state().record(note);
