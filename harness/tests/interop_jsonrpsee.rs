@@ -146,13 +146,39 @@ fn expect_call_error(outcome: Result<Value, ClientError>, what: &str) -> RpcErro
 
 /// jsonrpsee's WebSocket client calls, notifies and batches against our server, and
 /// receives the notifications our server pushes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jsonrpsee_client_against_our_server() {
+/// Our server with the router above, and a jsonrpsee client connected to it.
+struct Setup {
+    client: WsClient,
+    server: jsonrpc_peer::ServerHandle,
+    notes: Notes,
+}
+
+async fn setup() -> Setup {
     let notes = Notes::new();
     let (url, server) = common::serve(our_router(notes.clone())).await;
-    let mut gone = common::disconnections(&server);
     let client = jsonrpsee_client(&url).await;
+    Setup {
+        client,
+        server,
+        notes,
+    }
+}
 
+/// The server side of the one connection, once a call has gone through it (so the
+/// server has surely registered it).
+async fn only_peer(client: &WsClient, server: &jsonrpc_peer::ServerHandle) -> Peer {
+    let r: i64 = within(client.request("sum", rpc_params![1, 2]))
+        .await
+        .expect("sum");
+    assert_eq!(r, 3);
+    let peers = server.peers();
+    assert_eq!(peers.len(), 1);
+    peers[0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jsonrpsee_calls_with_positional_named_and_no_params() {
+    let Setup { client, .. } = setup().await;
     // Positional and named params reach the same handler.
     let r: i64 = within(client.request("subtract", rpc_params![42, 23]))
         .await
@@ -171,7 +197,11 @@ async fn jsonrpsee_client_against_our_server() {
         .await
         .expect("get_data");
     assert_eq!(r, json!(["hello", 5]));
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_reach_jsonrpsee_with_code_message_and_data() {
+    let Setup { client, .. } = setup().await;
     // Errors: our handler's own, an unknown method, params that do not fit.
     let e = expect_call_error(within(client.request("fail", rpc_params![])).await, "fail");
     assert_eq!(
@@ -193,7 +223,11 @@ async fn jsonrpsee_client_against_our_server() {
         "{e:?}"
     );
     assert!(e.data.is_some(), "serde's reason in data: {e:?}");
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jsonrpsee_matches_a_batch_by_id() {
+    let Setup { client, .. } = setup().await;
     // A batch: jsonrpsee matches our answers (in any order) to its calls by id and
     // returns them in the order it inserted the calls.
     let mut batch = BatchRequestBuilder::new();
@@ -232,7 +266,11 @@ async fn jsonrpsee_client_against_our_server() {
             Err(RpcError::new(4242, "our server says no").with_data(json!({"why": ["asked", 1]}))),
         ]
     );
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_from_jsonrpsee_get_no_answer() {
+    let Setup { client, notes, .. } = setup().await;
     // Notifications from jsonrpsee, positional and named; no answer is sent (a call
     // made after them is answered as the very next frame, or jsonrpsee would have
     // complained about an answer to nothing).
@@ -256,7 +294,11 @@ async fn jsonrpsee_client_against_our_server() {
         .await
         .expect("sum after notifications");
     assert_eq!(r, 3);
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_our_server_pushes_reach_jsonrpsee_subscribers() {
+    let Setup { client, server, .. } = setup().await;
     // Notifications pushed by our server. jsonrpsee routes a notification (a request
     // without an id) to whoever subscribed to its method name.
     let mut ticks = within(client.subscribe_to_method::<Value>("tick"))
@@ -297,12 +339,14 @@ async fn jsonrpsee_client_against_our_server() {
             .expect("a tick reads as JSON");
         assert_eq!(tick, expected, "the two-element array is lost in jsonrpsee");
     }
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_calls_to_a_jsonrpsee_client_time_out_and_leave_nothing_pending() {
+    let Setup { client, server, .. } = setup().await;
     // Our server calls the jsonrpsee client. jsonrpsee's client serves no methods and
     // never answers: the call must end with a timeout, and nothing is left pending.
-    let peers = server.peers();
-    assert_eq!(peers.len(), 1);
-    let peer = peers[0].clone();
+    let peer = only_peer(&client, &server).await;
     let outcome =
         within(peer.call_with_timeout::<Value>("client.echo", ["ping"], UNANSWERED)).await;
     assert!(
@@ -332,10 +376,18 @@ async fn jsonrpsee_client_against_our_server() {
         .expect("subtract after the unanswered calls");
     assert_eq!(r, 2);
     assert_eq!(peer.pending_calls(), 0);
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_jsonrpsee_client_closes_the_connection() {
+    let Setup {
+        client,
+        server,
+        notes,
+    } = setup().await;
+    let mut gone = common::disconnections(&server);
+    let peer = only_peer(&client, &server).await;
     // jsonrpsee's client closes the connection when dropped; our side sees it end.
-    drop(ticks);
-    drop(echo);
     drop(client);
     let reason = within(peer.closed()).await;
     assert!(
@@ -347,7 +399,7 @@ async fn jsonrpsee_client_against_our_server() {
         .await
         .expect("the server forgets the connection");
     assert_eq!(server.connection_count(), 0);
-    assert_eq!(notes.all().len(), 2, "no other notifications arrived");
+    assert!(notes.all().is_empty(), "no notifications arrived");
 }
 
 /// jsonrpsee with string ids (`IdKind::String`): our server echoes each id as the same
