@@ -171,7 +171,7 @@ fn fixture_matches_seed_examples_md() {
         return;
     };
     let from_md = parse_seed_examples(&md);
-    let from_fixture: Vec<(String, Vec<(String, Option<Value>)>)> = fixture()
+    let from_fixture: Blocks = fixture()
         .cases
         .into_iter()
         .map(|c| {
@@ -185,11 +185,14 @@ fn fixture_matches_seed_examples_md() {
     }
 }
 
+/// Code blocks, each as its heading and its frames, each frame with its answer if any.
+type Blocks = Vec<(String, Vec<(String, Option<Value>)>)>;
+
 /// The ```json code blocks of seed-examples.md, each with the heading above it: every
 /// `--> ` frame (its lines up to the next `--> ` or `<-- ` or a blank line), with the
 /// `<-- ` answer after it parsed, or `None` when there is no answer or it is a `//`
 /// comment.
-fn parse_seed_examples(md: &str) -> Vec<(String, Vec<(String, Option<Value>)>)> {
+fn parse_seed_examples(md: &str) -> Blocks {
     enum Part {
         Send,
         Answer,
