@@ -1,5 +1,7 @@
 // Incoming traffic, to the letter of the JSON-RPC 2.0 specification: every example of
-// shared/seed-examples.md, then the rules around them. Raw frames in, raw frames out.
+// shared/seed-examples.md (from tests/fixtures/spec-examples.json, shared with the Rust and
+// Python suites), then the rules around them. Raw frames in, raw frames out.
+import { readFileSync } from 'node:fs';
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { Peer, RpcError } from '../jsonrpc-peer.js';
@@ -28,116 +30,53 @@ function specServer() {
 const err = (code, message, id) => ({ jsonrpc: '2.0', error: { code, message }, id });
 const INVALID = (id = null) => err(-32600, 'Invalid Request', id);
 
-describe('seed examples (shared/seed-examples.md)', () => {
-  test('positional parameters', async () => {
-    const { socket } = specServer();
-    assert.deepEqual(
-      await socket.exchange('{"jsonrpc": "2.0", "method": "subtract", "params": [42, 23], "id": 1}'),
-      { jsonrpc: '2.0', result: 19, id: 1 },
-    );
-    assert.deepEqual(
-      await socket.exchange('{"jsonrpc": "2.0", "method": "subtract", "params": [23, 42], "id": 2}'),
-      { jsonrpc: '2.0', result: -19, id: 2 },
-    );
-  });
+/** The specification's examples, shared with tests/spec_examples.rs and the Python client. */
+const SPEC_EXAMPLES = JSON.parse(
+  readFileSync(new URL('../../tests/fixtures/spec-examples.json', import.meta.url), 'utf8'),
+);
 
-  test('named parameters', async () => {
-    const { socket } = specServer();
-    assert.deepEqual(
-      await socket.exchange('{"jsonrpc": "2.0", "method": "subtract", "params": {"subtrahend": 23, "minuend": 42}, "id": 3}'),
-      { jsonrpc: '2.0', result: 19, id: 3 },
-    );
-    assert.deepEqual(
-      await socket.exchange('{"jsonrpc": "2.0", "method": "subtract", "params": {"minuend": 42, "subtrahend": 23}, "id": 4}'),
-      { jsonrpc: '2.0', result: 19, id: 4 },
-    );
-  });
-
-  test('notifications get no answer, and the handlers run', async () => {
-    const { socket, seen } = specServer();
-    await socket.expectSilence('{"jsonrpc": "2.0", "method": "update", "params": [1,2,3,4,5]}');
-    await socket.expectSilence('{"jsonrpc": "2.0", "method": "foobar"}');
+/** What this suite checks beyond the answers, by fixture case: the handlers ran, once. */
+const afterCase = {
+  notifications_get_no_answer: ({ seen }) => {
     assert.deepEqual(seen, [['update', [1, 2, 3, 4, 5]]]);
-  });
-
-  test('non-existent method', async () => {
-    const { socket } = specServer();
-    assert.deepEqual(
-      await socket.exchange('{"jsonrpc": "2.0", "method": "foobar", "id": "1"}'),
-      err(-32601, 'Method not found', '1'),
-    );
-  });
-
-  test('invalid JSON', async () => {
-    const { socket } = specServer();
-    assert.deepEqual(
-      await socket.exchange('{"jsonrpc": "2.0", "method": "foobar, "params": "bar", "baz]'),
-      err(-32700, 'Parse error', null),
-    );
-  });
-
-  test('invalid Request object', async () => {
-    const { socket } = specServer();
-    assert.deepEqual(await socket.exchange('{"jsonrpc": "2.0", "method": 1, "params": "bar"}'), INVALID());
-  });
-
-  test('batch with invalid JSON: one Parse error object, not an array', async () => {
-    const { socket } = specServer();
-    const text = `[
-      {"jsonrpc": "2.0", "method": "sum", "params": [1,2,4], "id": "1"},
-      {"jsonrpc": "2.0", "method"
-    ]`;
-    assert.deepEqual(await socket.exchange(text), err(-32700, 'Parse error', null));
-  });
-
-  test('empty array: one Invalid Request object', async () => {
-    const { socket } = specServer();
-    assert.deepEqual(await socket.exchange('[]'), INVALID());
-  });
-
-  test('[1]: an array of one Invalid Request', async () => {
-    const { socket } = specServer();
-    assert.deepEqual(await socket.exchange('[1]'), [INVALID()]);
-  });
-
-  test('[1,2,3]: an array of three Invalid Request', async () => {
-    const { socket } = specServer();
-    assert.deepEqual(await socket.exchange('[1,2,3]'), [INVALID(), INVALID(), INVALID()]);
-  });
-
-  test('batch of valid and invalid calls', async () => {
-    const { socket, seen } = specServer();
-    const text = `[
-      {"jsonrpc": "2.0", "method": "sum", "params": [1,2,4], "id": "1"},
-      {"jsonrpc": "2.0", "method": "notify_hello", "params": [7]},
-      {"jsonrpc": "2.0", "method": "subtract", "params": [42,23], "id": "2"},
-      {"foo": "boo"},
-      {"jsonrpc": "2.0", "method": "foo.get", "params": {"name": "myself"}, "id": "5"},
-      {"jsonrpc": "2.0", "method": "get_data", "id": "9"}
-    ]`;
-    const answer = await socket.exchange(text);
-    assert.deepEqual(
-      byId(answer),
-      byId([
-        { jsonrpc: '2.0', result: 7, id: '1' },
-        { jsonrpc: '2.0', result: 19, id: '2' },
-        INVALID(),
-        err(-32601, 'Method not found', '5'),
-        { jsonrpc: '2.0', result: ['hello', 5], id: '9' },
-      ]),
-    );
+  },
+  batch_of_calls_valid_and_invalid: ({ socket, seen }) => {
     assert.equal(socket.sent.length, 1, 'one frame for the whole batch');
     assert.deepEqual(seen, [['notify_hello', [7]]]);
+  },
+  batch_of_notifications_gets_nothing: ({ seen }) => {
+    assert.deepEqual(seen, [['notify_sum', [1, 2, 4]], ['notify_hello', [7]]]);
+  },
+};
+
+describe('seed examples (shared/seed-examples.md, from tests/fixtures/spec-examples.json)', () => {
+  // tests/spec_examples.rs checks what the fixture holds; this guards against running none
+  // of it, and against an extra check whose case was renamed away.
+  test('the fixture is read, and every extra check names one of its cases', () => {
+    const names = SPEC_EXAMPLES.cases.map((c) => c.name);
+    assert.equal(names.length, 12, "seed-examples.md's 12 code blocks");
+    for (const name of Object.keys(afterCase)) assert.ok(names.includes(name), name);
   });
 
-  test('batch of only notifications: nothing is returned', async () => {
-    const { socket, seen } = specServer();
-    await socket.expectSilence(`[
-      {"jsonrpc": "2.0", "method": "notify_sum", "params": [1,2,4]},
-      {"jsonrpc": "2.0", "method": "notify_hello", "params": [7]}
-    ]`);
-    assert.deepEqual(seen, [['notify_sum', [1, 2, 4]], ['notify_hello', [7]]]);
-  });
+  for (const c of SPEC_EXAMPLES.cases) {
+    test(`${c.name} (${c.section})`, async () => {
+      const server = specServer();
+      const { socket } = server;
+      for (const [i, ex] of c.exchanges.entries()) {
+        const what = `frame ${i + 1} of ${c.exchanges.length}: ${ex.send}`;
+        if (ex.expect === 'exact') {
+          assert.deepEqual(await socket.exchange(ex.send), ex.answer, what);
+        } else if (ex.expect === 'set') {
+          assert.deepEqual(byId(await socket.exchange(ex.send)), byId(ex.answer), what);
+        } else if (ex.expect === 'none') {
+          await socket.expectSilence(ex.send);
+        } else {
+          assert.fail(`unknown expect ${JSON.stringify(ex.expect)} (${what})`);
+        }
+      }
+      afterCase[c.name]?.(server);
+    });
+  }
 });
 
 describe('request validity', () => {
