@@ -228,15 +228,17 @@ impl Peer {
     /// Runs a peer over any [`Transport`], serving `router`, and returns its handle.
     /// [`connect`](crate::connect) and [`Server`](crate::Server) do this for WebSockets.
     ///
+    /// `router` is a [`Router`], or an `Arc` of one to share it between connections.
+    ///
     /// Must be called within a tokio runtime: the connection's tasks are spawned on it.
     pub fn start<T: Transport, S: Send + Sync + 'static>(
         transport: T,
-        router: Arc<Router<S>>,
+        router: impl Into<Arc<Router<S>>>,
         config: &PeerConfig,
     ) -> Peer {
         crate::driver::spawn(
             transport,
-            router,
+            router.into(),
             config,
             ConnectionInfo::default(),
             Default::default(),

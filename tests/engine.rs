@@ -94,7 +94,7 @@ fn start<S: Send + Sync + 'static>(
     capacity: usize,
 ) -> (Peer, Raw) {
     let (raw, end) = pair_with_capacity(capacity);
-    (Peer::start(end, Arc::new(router), config), Raw { end: raw })
+    (Peer::start(end, router, config), Raw { end: raw })
 }
 
 fn echo() -> Router {
