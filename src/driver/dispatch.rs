@@ -395,7 +395,6 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 }
                 match self.router.notifications.get(&*method) {
                     Some(handler) => {
-                        let handler = handler.clone();
                         let params = params.map(|p| span(frame, p.get()));
                         let (peer, state) = (&self.peer, &self.router.state);
                         self.notifications.push(handler, frame, params, peer, state);

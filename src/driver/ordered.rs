@@ -105,7 +105,7 @@ impl<S: Send + Sync + 'static> Ordered<S> {
     /// none is queued or running, else on the connection's notification task.
     pub(super) fn push(
         &mut self,
-        handler: Arc<NotificationFn<S>>,
+        handler: &Arc<NotificationFn<S>>,
         frame: &Text,
         params: Option<Range<usize>>,
         peer: &Peer,
@@ -113,7 +113,7 @@ impl<S: Send + Sync + 'static> Ordered<S> {
     ) {
         if !self.backlog.is_empty() {
             self.backlog.push_back(NotificationJob::Start {
-                handler,
+                handler: handler.clone(),
                 frame: frame.clone(),
                 params,
             });
@@ -126,7 +126,7 @@ impl<S: Send + Sync + 'static> Ordered<S> {
         let job = if idle {
             // Nothing before it is queued or running: it may start here, in order.
             let cx = Context::new(peer.clone(), state.clone());
-            match poll_once(|| handler(cx, frame.clone(), params)) {
+            match poll_once(|| handler(cx, frame, params)) {
                 FirstPoll::Done(()) => return,
                 FirstPoll::Waiting(fut) => NotificationJob::Resume(fut),
                 FirstPoll::Panicked => {
@@ -136,7 +136,7 @@ impl<S: Send + Sync + 'static> Ordered<S> {
             }
         } else {
             NotificationJob::Start {
-                handler,
+                handler: handler.clone(),
                 frame: frame.clone(),
                 params,
             }
@@ -196,7 +196,7 @@ async fn notification_loop<S: Send + Sync + 'static>(
                 handler,
                 frame,
                 params,
-            } => std::panic::catch_unwind(AssertUnwindSafe(|| handler(cx.clone(), frame, params))),
+            } => std::panic::catch_unwind(AssertUnwindSafe(|| handler(cx.clone(), &frame, params))),
             NotificationJob::Resume(fut) => Ok(fut),
         };
         let finished = match fut {
