@@ -1,9 +1,7 @@
 //! The method table: method name to async handler, typed params in, typed result out.
 //! Knows nothing of sockets.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -143,51 +141,13 @@ pub(crate) type MethodFn<S> = dyn Fn(Context<S>, Call) -> BoxFuture<String> + Se
 pub(crate) type NotificationFn<S> =
     dyn Fn(Context<S>, &str, Option<Range<usize>>) -> BoxFuture<()> + Send + Sync;
 
-/// A multiplicative (Fx-style) hasher for the method table and the pending map: every
-/// incoming message looks its method up, and SipHash was a visible part of that. The
-/// keys of both maps are chosen by this program (method names registered at start, ids
-/// from a counter), so a crafted name from the other side can only miss, never
-/// lengthen the probes: the protection SipHash gives is not needed here.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct FxHasher(u64);
-
-impl FxHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u8(&mut self, n: u8) {
-        self.add(u64::from(n));
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.add(n);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-/// A `HashMap` with [`FxHasher`].
-pub(crate) type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+/// The maps on every message's path (the method table, the pending and running calls)
+/// hash with rustc-hash's Fx hasher: SipHash was a visible part of each lookup. The
+/// method table's and the pending map's keys are chosen by this program (names
+/// registered at start, ids from a counter), so a crafted name can only miss; the
+/// running calls are keyed by the other side's ids, but that map holds at most
+/// `max_in_flight` entries, which bounds any probe sequence a crafted id could make.
+pub(crate) use rustc_hash::FxHashMap;
 
 /// The method table a peer serves: incoming calls and notifications by method name.
 ///
