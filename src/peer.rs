@@ -25,7 +25,7 @@ use crate::progress::Sinks;
 use crate::router::Router;
 use crate::transport::{Text, Transport};
 
-pub(crate) use crate::queue::Outgoing;
+use crate::queue::Outgoing;
 use crate::queue::{OutQueue, TrySendError};
 
 /// A close asked for by this side.

@@ -26,7 +26,8 @@ use serde_json::value::RawValue;
 use crate::cancel::{CancelStyle, CancelToken};
 use crate::error::RpcError;
 use crate::message;
-use crate::peer::{Outgoing, Peer};
+use crate::peer::Peer;
+use crate::queue::Outgoing;
 use crate::router::{BoxFuture, FxHashMap};
 use crate::transport::Text;
 

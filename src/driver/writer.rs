@@ -4,7 +4,7 @@ use std::pin::Pin;
 use std::task::{ready, Context as TaskContext, Poll};
 
 use super::Connection;
-use crate::peer::Outgoing;
+use crate::queue::Outgoing;
 use crate::transport::{Frame, Transport, TransportError};
 
 /// Longest run of frames fed before one flush, so the other side gets a steady stream
