@@ -203,7 +203,12 @@ async fn node(redis_url: &str, name: &str) -> Node {
     let server = Server::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("ws://{}", server.local_addr().expect("addr"));
     let handle = server.handle();
-    let bus = RedisBackplane::connect(redis_url, RedisOptions::default())
+    // Throughput is a burst of up to 100,000 publishes: a receiving node that falls
+    // behind by the default 4,096 events loses the rest (its documented behaviour), and
+    // the bench would wait for messages that never come. It measures speed, not loss,
+    // so the event stream holds the whole burst.
+    let options = RedisOptions::default().event_capacity(128 * 1024);
+    let bus = RedisBackplane::connect(redis_url, options)
         .await
         .expect("redis");
     let cluster = Cluster::builder(bus, handle.clone())
