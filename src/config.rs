@@ -68,7 +68,12 @@ pub struct PeerConfig {
     /// queue is full (default: close it with 1008).
     pub slow_peer: SlowPeer,
     /// How long a client may take to connect: TCP, TLS and the WebSocket handshake
-    /// together (default 10 s).
+    /// together (default 10 s). Read by the client side only
+    /// ([`connect_with_config`](crate::connect_with_config), [`Reconnecting`](crate::Reconnecting)
+    /// at every attempt); a server bounds its side of the handshake with
+    /// [`HandshakePolicy::handshake_timeout`](crate::HandshakePolicy::handshake_timeout).
+    /// It lives here, not in a client-only type, because a client's `PeerConfig` is
+    /// already the one value it passes for everything about its connection.
     pub connect_timeout: Duration,
     /// Whether a call given up after its request was sent (its future dropped, or
     /// its timeout passed) tells the other side with a cancel notification

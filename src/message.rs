@@ -67,7 +67,10 @@ pub(crate) enum Item<'a> {
         params: Option<Raw<'a>>,
     },
     /// An answer to one of our calls.
-    Response { id: Raw<'a>, outcome: Outcome<'a> },
+    Response {
+        id: Raw<'a>,
+        outcome: Outcome<Raw<'a>>,
+    },
     /// Not a valid request: answered with `error` and the id if it could be read.
     Invalid {
         id: Option<Raw<'a>>,
@@ -81,11 +84,23 @@ pub(crate) enum Item<'a> {
     },
 }
 
-/// The `result` or the `error` member of a response, still raw.
+/// The `result` or the `error` member of a response, still raw: borrowed from the
+/// frame while the reader classifies it (`Outcome<Raw>`), then owned on its way to the
+/// waiting call (`Outcome<Reply>`, see `pending`).
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Outcome<'a> {
-    Result(Raw<'a>),
-    Error(Raw<'a>),
+pub(crate) enum Outcome<T> {
+    Result(T),
+    Error(T),
+}
+
+impl<T> Outcome<T> {
+    /// The same outcome with its member made into `U`.
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
+        match self {
+            Outcome::Result(t) => Outcome::Result(f(t)),
+            Outcome::Error(t) => Outcome::Error(f(t)),
+        }
+    }
 }
 
 /// Classifies one text frame. `max_batch` bounds the length of a batch: a longer one is

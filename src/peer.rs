@@ -276,16 +276,29 @@ impl Peer {
         params: impl Serialize,
         timeout: Duration,
     ) -> Result<R> {
-        self.call_raw(method, params, timeout).await?.decode()
+        self.call_raw_with_timeout(method, params, timeout)
+            .await?
+            .decode()
     }
 
     /// Calls `method` and returns the raw result, for callers that read it later or
-    /// pass it on unparsed.
+    /// pass it on unparsed. Waits at most the connection's call timeout, as
+    /// [`call`](Self::call) does.
     ///
     /// # Errors
     ///
     /// As for [`call`](Self::call), except that the result is not read.
-    pub async fn call_raw(
+    pub async fn call_raw(&self, method: &str, params: impl Serialize) -> Result<Reply> {
+        self.call_raw_with_timeout(method, params, self.shared.call_timeout)
+            .await
+    }
+
+    /// [`call_raw`](Self::call_raw) with its own timeout.
+    ///
+    /// # Errors
+    ///
+    /// As for [`call_raw`](Self::call_raw).
+    pub async fn call_raw_with_timeout(
         &self,
         method: &str,
         params: impl Serialize,

@@ -17,10 +17,12 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::sync::oneshot;
 
 use crate::error::{CloseReason, Error, RpcError};
+use crate::message::Outcome;
 use crate::router::FxHashMap;
 use crate::transport::Text;
 
-/// The answer to one call, still raw: its `result` is read by the caller's own type.
+/// The result of one call, still raw JSON text: read it with the caller's own type
+/// ([`decode`](Self::decode)), or pass it on unparsed ([`get`](Self::get)).
 #[derive(Clone)]
 pub struct Reply {
     frame: Text,
@@ -53,39 +55,29 @@ impl std::fmt::Debug for Reply {
     }
 }
 
-/// What the reader hands a waiting call.
-pub(crate) enum Answer {
-    Result(Reply),
-    Error {
-        frame: Text,
-        range: Range<usize>,
-    },
-    /// Shaped like a response to this call, but not a valid one.
-    Invalid(&'static str),
-}
+/// What the reader hands a waiting call: the response's member, or the reason it is
+/// not a valid response ([`Error::InvalidResponse`]).
+pub(crate) type Answer = Result<Outcome<Reply>, Error>;
 
-impl Answer {
-    /// The call's outcome; `method` is the method called, for the error to name it.
+impl Outcome<Reply> {
+    /// The call's result; `method` is the method called, for an error to name it.
     pub(crate) fn into_result(self, method: &str) -> Result<Reply, Error> {
         match self {
-            Answer::Result(reply) => Ok(reply),
-            Answer::Error { frame, range } => {
-                match serde_json::from_str::<RpcError>(&frame[range]) {
-                    Ok(error) => Err(Error::Rpc {
-                        method: method.into(),
-                        error,
-                    }),
-                    Err(e) => Err(Error::InvalidResponse(format!(
-                        "malformed error object: {e}"
-                    ))),
-                }
-            }
-            Answer::Invalid(reason) => Err(Error::InvalidResponse(reason.to_owned())),
+            Outcome::Result(reply) => Ok(reply),
+            Outcome::Error(error) => match serde_json::from_str::<RpcError>(error.get()) {
+                Ok(error) => Err(Error::Rpc {
+                    method: method.into(),
+                    error,
+                }),
+                Err(e) => Err(Error::InvalidResponse(format!(
+                    "malformed error object: {e}"
+                ))),
+            },
         }
     }
 }
 
-type Slot = oneshot::Sender<Result<Answer, Error>>;
+type Slot = oneshot::Sender<Answer>;
 
 #[derive(Default)]
 pub(crate) struct Pending {
@@ -109,7 +101,7 @@ impl Pending {
         &self,
         id: u64,
         closed_reason: impl FnOnce() -> CloseReason,
-    ) -> Result<(Guard<'_>, oneshot::Receiver<Result<Answer, Error>>), Error> {
+    ) -> Result<(Guard<'_>, oneshot::Receiver<Answer>), Error> {
         let (tx, rx) = oneshot::channel();
         self.map().insert(id, tx);
         // Checked after inserting: `fail_all` sets the flag before draining, so either
@@ -136,7 +128,7 @@ impl Pending {
         match slot {
             // The caller may have just given up: a failed send is then fine.
             Some(tx) => {
-                let _ = tx.send(Ok(answer));
+                let _ = tx.send(answer);
                 true
             }
             None => false,

@@ -341,12 +341,13 @@ async fn a_peer_on_another_node_is_called_and_notified_by_address() {
     );
 
     // The call's own timeout holds across nodes.
-    let err = within(
-        a.cluster
-            .call_raw(&addr, "hang", (), Duration::from_millis(200)),
-    )
-    .await
-    .unwrap_err();
+    let err =
+        within(
+            a.cluster
+                .call_raw_with_timeout(&addr, "hang", (), Duration::from_millis(200)),
+        )
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
 
     let (_, method, _) = within(rx.recv()).await.unwrap();
@@ -368,7 +369,7 @@ async fn a_node_that_dies_mid_call_fails_the_call_within_its_heartbeat_window() 
         let addr = addr.clone();
         tokio::spawn(async move {
             cluster
-                .call_raw(&addr, "hang", (), Duration::from_secs(30))
+                .call_raw_with_timeout(&addr, "hang", (), Duration::from_secs(30))
                 .await
         })
     };

@@ -268,7 +268,10 @@ pub(crate) fn serve(node: &Arc<Node>, header: &Header<'_>, body: Bytes) {
                 return;
             }
         };
-        match peer.call_raw(&call.method, call.params, timeout).await {
+        match peer
+            .call_raw_with_timeout(&call.method, call.params, timeout)
+            .await
+        {
             Ok(result) => reply(&node, None, None, result.get().as_bytes()),
             Err(Error::Rpc { error: e, .. }) => {
                 let body = serde_json::to_vec(&e).unwrap_or_default();

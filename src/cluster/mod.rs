@@ -238,12 +238,27 @@ impl Cluster {
         method: &str,
         params: impl Serialize,
     ) -> Result<R> {
-        self.call_raw(to, method, params, self.node.options.call_timeout)
+        self.call_raw(to, method, params).await?.decode()
+    }
+
+    /// [`call`](Self::call) with its own timeout.
+    ///
+    /// # Errors
+    ///
+    /// As for [`call`](Self::call).
+    pub async fn call_with_timeout<R: DeserializeOwned>(
+        &self,
+        to: &PeerAddr,
+        method: &str,
+        params: impl Serialize,
+        timeout: Duration,
+    ) -> Result<R> {
+        self.call_raw_with_timeout(to, method, params, timeout)
             .await?
             .decode()
     }
 
-    /// [`call`](Self::call) with its own timeout, returning the raw result.
+    /// [`call`](Self::call), returning the raw result unparsed.
     ///
     /// # Errors
     ///
@@ -253,11 +268,26 @@ impl Cluster {
         to: &PeerAddr,
         method: &str,
         params: impl Serialize,
+    ) -> Result<Reply> {
+        self.call_raw_with_timeout(to, method, params, self.node.options.call_timeout)
+            .await
+    }
+
+    /// [`call_raw`](Self::call_raw) with its own timeout.
+    ///
+    /// # Errors
+    ///
+    /// As for [`call`](Self::call).
+    pub async fn call_raw_with_timeout(
+        &self,
+        to: &PeerAddr,
+        method: &str,
+        params: impl Serialize,
         timeout: Duration,
     ) -> Result<Reply> {
         if to.node == self.node.id {
             let peer = self.local_peer(to)?;
-            return peer.call_raw(method, params, timeout).await;
+            return peer.call_raw_with_timeout(method, params, timeout).await;
         }
         self.node.call_remote(to, method, &params, timeout).await
     }

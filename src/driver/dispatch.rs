@@ -37,8 +37,8 @@ use tokio::time::Sleep;
 
 use crate::cancel::CancelStyle;
 use crate::config::PeerConfig;
-use crate::error::{CloseReason, ErrorCode, RpcError};
-use crate::message::{self, Incoming, Item, Outcome};
+use crate::error::{CloseReason, Error, ErrorCode, RpcError};
+use crate::message::{self, Incoming, Item};
 use crate::peer::{CloseRequest, Peer};
 use crate::pending::{Answer, Reply};
 use crate::queue::Outgoing;
@@ -422,22 +422,14 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 None
             }
             Item::Response { id, outcome } => {
-                let answer = match outcome {
-                    Outcome::Result(r) => {
-                        Answer::Result(Reply::new(frame.clone(), span(frame, r.get())))
-                    }
-                    Outcome::Error(e) => Answer::Error {
-                        frame: frame.clone(),
-                        range: span(frame, e.get()),
-                    },
-                };
-                self.route(id, answer);
+                let outcome = outcome.map(|raw| Reply::new(frame.clone(), span(frame, raw.get())));
+                self.route(id, Ok(outcome));
                 None
             }
             Item::BadResponse { id, reason } => {
                 tracing::debug!(reason, "invalid response");
                 if let Some(id) = id {
-                    self.route(id, Answer::Invalid(reason));
+                    self.route(id, Err(Error::InvalidResponse(reason.to_owned())));
                 }
                 None
             }
