@@ -514,6 +514,21 @@ async fn every_way_a_call_leaves_the_pending_map() {
     );
     assert_eq!(peer.pending_calls(), 0);
 
+    // An answer shaped like a response but not a valid one (both members) ends the
+    // call at once, with its reason: it does not wait out its timeout.
+    let invalid = tokio::spawn({
+        let peer = peer.clone();
+        async move { peer.call::<u64>("two-b", ()).await }
+    });
+    let id = next_call_id(&mut raw).await;
+    let both = json!({"jsonrpc": "2.0", "result": 1, "error": error, "id": id});
+    let began = Instant::now();
+    raw.send(both.to_string()).await;
+    let err = within(invalid).await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::InvalidResponse(_)), "{err:?}");
+    assert_eq!(began.elapsed(), Duration::ZERO);
+    assert_eq!(peer.pending_calls(), 0);
+
     // 2. Its caller gives up: the timeout, exactly on time; a late answer is ignored.
     let began = Instant::now();
     let timed_out = peer
