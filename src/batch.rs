@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::message;
 use crate::peer::Peer;
-use crate::pending::Reply;
+use crate::pending::{Due, Registered, Reply};
 
 /// Calls and notifications sent as one JSON array; see [`Peer::batch`].
 #[derive(Debug)]
@@ -91,23 +91,43 @@ impl<'p> Batch<'p> {
         let shared = &*self.peer.shared;
         let frame = String::from_utf8(std::mem::take(&mut self.buf))
             .map_err(|_| message::invalid_utf8())?;
+        // One deadline for every call of the batch; the connection's sweep keeps it
+        // for each call it fits (see `pending.rs`), the others wait on a timer.
+        let deadline = tokio::time::Instant::now() + timeout;
+        let due = match shared.due(timeout) {
+            Due::Own => Due::Own,
+            _ => Due::At(deadline),
+        };
         let mut waiting = Vec::with_capacity(self.ids.len());
         for &id in &self.ids {
-            waiting.push(shared.pending.register(id, || shared.close_reason())?);
+            waiting.push(shared.register(id, due)?);
         }
-        let deadline = tokio::time::Instant::now() + timeout;
-        tokio::time::timeout_at(deadline, shared.send(frame))
+        shared
+            .send_by(frame, Some(deadline))
             .await
-            .map_err(|_| Error::timeout(None, timeout))??;
+            .ok_or_else(|| Error::timeout(None, timeout))??;
         let mut outcomes = Vec::with_capacity(waiting.len());
-        for ((mut guard, rx), method) in waiting.into_iter().zip(&self.methods) {
-            let outcome = match tokio::time::timeout_at(deadline, rx).await {
+        for (registered, method) in waiting.into_iter().zip(&self.methods) {
+            let Registered {
+                mut guard,
+                rx,
+                deadline: swept,
+                ..
+            } = registered;
+            let answer = match swept {
+                Some(_) => Ok(rx.await),
+                None => tokio::time::timeout_at(deadline, rx).await,
+            };
+            let outcome = match answer {
                 Err(_) => Err(Error::timeout(Some(method), timeout)),
                 Ok(Err(_)) => Err(Error::Closed(shared.close_reason())),
-                Ok(Ok(Err(e))) => Err(e),
-                Ok(Ok(Ok(answer))) => {
+                Ok(Ok(answer)) => {
+                    // The reader, the sweep or the connection's end removed the entry.
                     guard.disarm();
-                    answer.into_result(method)
+                    match answer {
+                        Some(answer) => answer.and_then(|outcome| outcome.into_result(method)),
+                        None => Err(Error::timeout(Some(method), timeout)),
+                    }
                 }
             };
             outcomes.push(outcome);

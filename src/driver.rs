@@ -3,8 +3,9 @@
 //! The task polls, in one hand-written pass, every source the connection has: a close
 //! asked for by this side, the grace period of a graceful close, the handlers it
 //! started, the transport as a stream (reading), the outgoing queue and the transport
-//! as a sink (writing), and the keepalive timer. The transport is used whole, as both
-//! `Stream` and `Sink`: not split into halves, and no second task writes.
+//! as a sink (writing), the timer of this side's call deadlines and the keepalive
+//! timer. The transport is used whole, as both `Stream` and `Sink`: not split into
+//! halves, and no second task writes.
 //!
 //! Why one task rather than a reader and a writer task:
 //! - **Cost per frame.** A frame sent by the connection itself (an answer made on it,
@@ -32,6 +33,7 @@
 //!   [`SlowPeer`](crate::SlowPeer) policy.
 
 mod cancel;
+mod deadlines;
 mod dispatch;
 mod keepalive;
 mod lanes;
@@ -44,7 +46,7 @@ use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Duration;
 
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use crate::config::PeerConfig;
 use crate::error::CloseReason;
@@ -79,6 +81,7 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
         unflushed: 0,
         write_error: None,
         keepalive: Keepalive::new(config.ping_interval, config.keepalive_timeout),
+        call_timer: None,
         close_timeout: config.close_timeout,
         discard_queued: false,
     };
@@ -136,6 +139,9 @@ struct Connection<T, S> {
     write_error: Option<TransportError>,
     /// `None` when no pings are sent.
     keepalive: Option<Keepalive>,
+    /// Fires at the earliest deadline of this side's calls; `None` while none waits
+    /// (`deadlines.rs`).
+    call_timer: Option<Pin<Box<Sleep>>>,
     close_timeout: Duration,
     /// The close asked for drops what is queued (the slow-peer close).
     discard_queued: bool,
@@ -195,10 +201,13 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
     /// nearly every frame, so this is on every call's path.
     fn poll_event(&mut self, cx: &mut TaskContext<'_>) -> Poll<Event> {
         // A close is asked for at most once: once draining, it is not looked at again.
+        // Either way the task's waker is registered, for a call's deadline too.
         if !self.dispatch.draining() {
             if let Poll::Ready(request) = self.dispatch.peer().shared.poll_close_request(cx) {
                 return Poll::Ready(Event::Close(request));
             }
+        } else {
+            self.dispatch.peer().shared.register_task(cx);
         }
         if let Poll::Ready(reason) = self.dispatch.poll_drained(cx) {
             return Poll::Ready(Event::End(reason));
@@ -250,6 +259,7 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         if paused && self.dispatch.may_read() {
             return Poll::Ready(Event::Again);
         }
+        self.poll_deadlines(cx);
         if let Some(keepalive) = &mut self.keepalive {
             if let Poll::Ready(now) = keepalive.poll_tick(cx) {
                 return Poll::Ready(Event::KeepaliveTick(now));
@@ -268,6 +278,7 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
             None => reason,
         };
         tracing::debug!(%reason, "connection closing");
+        self.call_timer = None;
         let shared = self.dispatch.peer().shared.clone();
         // Registries forget the peer first, so whoever sees it closed (below) also
         // sees it gone from them. Then calls waiting on us end, and handlers serving
@@ -408,6 +419,7 @@ mod tests {
             unflushed: 0,
             write_error: None,
             keepalive: Keepalive::new(config.ping_interval, config.keepalive_timeout),
+            call_timer: None,
             close_timeout: config.close_timeout,
             discard_queued: false,
         };
@@ -418,5 +430,145 @@ mod tests {
             size <= one + 64,
             "the task's future is {size} bytes for a connection of {one}"
         );
+    }
+
+    use futures_util::{SinkExt, StreamExt};
+    use std::time::Duration;
+
+    use crate::error::Error;
+    use crate::transport::Memory;
+
+    /// The other end of a peer: reads every frame, answers the calls `answer` picks,
+    /// and counts the cancels it sees.
+    fn other_end(
+        mut end: Memory,
+        answer: impl Fn(&str) -> bool + Send + 'static,
+    ) -> tokio::task::JoinHandle<usize> {
+        tokio::spawn(async move {
+            let mut cancels = 0;
+            while let Some(Ok(frame)) = end.next().await {
+                let Frame::Text(text) = frame else { continue };
+                let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+                let method = value["method"].as_str().unwrap_or_default();
+                if method == crate::cancel::LSP_METHOD {
+                    cancels += 1;
+                } else if answer(method) {
+                    let reply =
+                        serde_json::json!({"jsonrpc": "2.0", "result": 1, "id": value["id"]});
+                    if end
+                        .send(Frame::Text(reply.to_string().into()))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+            cancels
+        })
+    }
+
+    /// Calls with the connection's timeout that are never answered all end with
+    /// `Error::Timeout` exactly at their deadline, send their cancels, and leave the
+    /// pending map and the deadline deque empty.
+    #[tokio::test(start_paused = true)]
+    async fn unanswered_calls_time_out_on_the_connections_timer_exactly_on_time() {
+        let (end, other) = crate::transport::pair();
+        let config = PeerConfig::default();
+        let peer = Peer::start(end, Router::new(), &config);
+        let cancels = other_end(other, |_| false);
+        let start = Instant::now();
+        let mut calls = Vec::new();
+        for wave in 0..10u64 {
+            for _ in 0..100 {
+                let peer = peer.clone();
+                calls.push(tokio::spawn(async move {
+                    let began = Instant::now();
+                    let outcome = peer.call::<u64>("never", ()).await;
+                    (began, Instant::now(), outcome)
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            assert_eq!(
+                Instant::now(),
+                start + Duration::from_millis(1500 * (wave + 1))
+            );
+        }
+        for call in calls {
+            let (began, ended, outcome) = call.await.unwrap();
+            assert_eq!(ended - began, config.call_timeout);
+            match outcome {
+                Err(Error::Timeout { method, after }) => {
+                    assert_eq!(method.as_deref(), Some("never"));
+                    assert_eq!(after, config.call_timeout);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(peer.pending_calls(), 0);
+        assert_eq!(peer.shared.pending.deadlines_len(), 0);
+        // Every call given up told the other side.
+        peer.close().await;
+        assert_eq!(cancels.await.unwrap(), 1000);
+    }
+
+    /// One call that hangs while 10,000 others are answered: the deque stays bounded,
+    /// and the hanging call still times out on time.
+    #[tokio::test(start_paused = true)]
+    async fn one_hanging_call_does_not_make_the_deadline_deque_grow() {
+        let (end, other) = crate::transport::pair();
+        let config = PeerConfig::default();
+        let peer = Peer::start(end, Router::new(), &config);
+        let _other = other_end(other, |method| method != "hang");
+        let start = Instant::now();
+        let hanging = tokio::spawn({
+            let peer = peer.clone();
+            async move { peer.call::<u64>("hang", ()).await }
+        });
+        tokio::task::yield_now().await;
+        let mut most = 0;
+        for _ in 0..(10_000 / 50) {
+            let burst: Vec<_> = (0..50)
+                .map(|_| {
+                    let peer = peer.clone();
+                    tokio::spawn(async move { peer.call::<u64>("add", ()).await })
+                })
+                .collect();
+            for call in burst {
+                assert_eq!(call.await.unwrap().unwrap(), 1);
+            }
+            most = most.max(peer.shared.pending.deadlines_len());
+        }
+        assert!(most <= 2 * 51 + 32, "the deque held {most} entries");
+        assert_eq!(peer.pending_calls(), 1);
+        assert!(Instant::now() < start + config.call_timeout);
+        let outcome = hanging.await.unwrap();
+        assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
+        assert_eq!(Instant::now(), start + config.call_timeout);
+        assert_eq!(peer.pending_calls(), 0);
+        assert_eq!(peer.shared.pending.deadlines_len(), 0);
+    }
+
+    /// A call still times out while the connection cannot write (the other side reads
+    /// nothing, the sink and then the queue are full) and while it drains.
+    #[tokio::test(start_paused = true)]
+    async fn calls_time_out_while_writing_is_blocked() {
+        let (end, _other) = crate::transport::pair_with_capacity(1);
+        let config = PeerConfig::default().outgoing_queue(4);
+        let peer = Peer::start(end, Router::new(), &config);
+        let start = Instant::now();
+        let calls: Vec<_> = (0..8)
+            .map(|_| {
+                let peer = peer.clone();
+                tokio::spawn(async move { peer.call::<u64>("blocked", ()).await })
+            })
+            .collect();
+        for call in calls {
+            let outcome = call.await.unwrap();
+            assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
+        }
+        assert_eq!(Instant::now(), start + config.call_timeout);
+        assert_eq!(peer.pending_calls(), 0);
+        assert_eq!(peer.shared.pending.deadlines_len(), 0);
     }
 }

@@ -20,7 +20,7 @@ use crate::config::{PeerConfig, SlowPeer};
 use crate::driver::Running;
 use crate::error::{CloseReason, Error, Result};
 use crate::message;
-use crate::pending::{Pending, Reply};
+use crate::pending::{Due, Pending, Registered, Reply};
 use crate::progress::Sinks;
 use crate::router::Router;
 use crate::transport::{Text, Transport};
@@ -57,7 +57,9 @@ pub(crate) struct Shared {
     /// only waiter, and checks it on every pass: a `OnceLock` read and an `AtomicWaker`
     /// cost a load each, where polling a `Notify` takes its lock.
     close_request: OnceLock<CloseRequest>,
-    close_waker: AtomicWaker,
+    /// The connection's task, registered on every pass: woken for a close request, and
+    /// for a call whose deadline its timer does not cover yet (`pending.rs`).
+    task_waker: AtomicWaker,
     pub(crate) info: ConnectionInfo,
     pub(crate) id: u64,
     pub(crate) slow_peer: SlowPeer,
@@ -114,7 +116,7 @@ impl Shared {
             closed: OnceLock::new(),
             closed_notify: Notify::new(),
             close_request: OnceLock::new(),
-            close_waker: AtomicWaker::new(),
+            task_waker: AtomicWaker::new(),
             info,
             id: NEXT_PEER_ID.fetch_add(1, Ordering::Relaxed),
             slow_peer: config.slow_peer,
@@ -153,10 +155,38 @@ impl Shared {
             return Poll::Ready(request.clone());
         }
         // Registered, then checked again: a close asked for in between is not missed.
-        self.close_waker.register(cx.waker());
+        self.task_waker.register(cx.waker());
         match self.close_request.get() {
             Some(request) => Poll::Ready(request.clone()),
             None => Poll::Pending,
+        }
+    }
+
+    /// Registers the connection's task for its wake-ups, when it does not look at the
+    /// close request (while draining).
+    pub(crate) fn register_task(&self, cx: &mut std::task::Context<'_>) {
+        self.task_waker.register(cx.waker());
+    }
+
+    /// Registers an outgoing call in the pending map, and wakes the connection's task
+    /// when its timer must be set for the call's deadline.
+    pub(crate) fn register(&self, id: u64, due: Due) -> Result<Registered<'_>> {
+        let registered = self.pending.register(id, due, || self.close_reason())?;
+        if registered.wake {
+            self.task_waker.wake();
+        }
+        Ok(registered)
+    }
+
+    /// How the pending map keeps the deadline of a call with `timeout`: the
+    /// connection's sweep for timeouts up to the connection's own (later deadlines
+    /// would hold the deque's order back for the calls that use the default), a timer of
+    /// the call's own for longer ones.
+    pub(crate) fn due(&self, timeout: Duration) -> Due {
+        if timeout <= self.call_timeout {
+            Due::After(timeout)
+        } else {
+            Due::Own
         }
     }
 
@@ -184,6 +214,26 @@ impl Shared {
             .send(frame)
             .await
             .map_err(|_| Error::Closed(self.close_reason()))
+    }
+
+    /// [`send`](Self::send), giving up waiting for room at `deadline` (if any): `None`
+    /// then. Only a full queue makes a timer.
+    pub(crate) async fn send_by(
+        &self,
+        frame: String,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Option<Result<()>> {
+        let frame = match self.out.try_send(Outgoing::Frame(Text::from(frame))) {
+            Ok(()) => return Some(Ok(())),
+            Err(TrySendError::Full(frame)) => frame,
+            Err(TrySendError::Closed(_)) => return Some(Err(Error::Closed(self.close_reason()))),
+        };
+        let send = self.out.send(frame);
+        let sent = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, send).await.ok()?,
+            None => send.await,
+        };
+        Some(sent.map_err(|_| Error::Closed(self.close_reason())))
     }
 }
 
@@ -219,7 +269,7 @@ impl Drop for Owner {
         };
         if self.0.close_request.set(request).is_ok() {
             tracing::debug!(peer = self.0.id, "last handle dropped; closing with 1000");
-            self.0.close_waker.wake();
+            self.0.task_waker.wake();
         }
     }
 }
@@ -325,29 +375,51 @@ impl Peer {
             }
             None => None,
         };
-        let (mut guard, rx) = shared.pending.register(id, || shared.close_reason())?;
+        let Registered {
+            mut guard,
+            rx,
+            deadline,
+            ..
+        } = shared.register(id, shared.due(timeout))?;
         // Declared after the guard, so dropped before it: the cancel is queued while
-        // the entry is still there, and a late answer still finds no one waiting.
+        // the entry is still there (unless the sweep removed it), and a late answer
+        // still finds no one waiting.
         let cancel = CancelOnDrop::new(shared, id);
         let waiting = async {
-            shared.send(frame).await?;
+            // With the sweep keeping the deadline, only waiting for room in the queue
+            // needs a timer; it gives up at the same deadline.
+            shared
+                .send_by(frame, deadline)
+                .await
+                .ok_or_else(|| Error::timeout(Some(method), timeout))??;
             cancel.queued();
             let answer = rx
                 .await
-                .unwrap_or_else(|_| Err(Error::Closed(shared.close_reason())));
-            cancel.answered();
-            answer
+                .unwrap_or_else(|_| Some(Err(Error::Closed(shared.close_reason()))));
+            // Past its deadline (`None`), the call was given up: the cancel goes out,
+            // as when a timer of its own drops this future.
+            if answer.is_some() {
+                cancel.answered();
+            }
+            Ok::<_, Error>(answer)
         };
         // One span per outgoing call: what happens while it waits says which call.
         let span = tracing::debug_span!("call", method, id, peer = shared.id);
-        let answer = tokio::time::timeout(timeout, tracing::Instrument::instrument(waiting, span))
-            .await
-            .map_err(|_| Error::timeout(Some(method), timeout))?;
-        if answer.is_ok() {
-            // The reader removed the entry when it handed over the answer.
-            guard.disarm();
+        let waiting = tracing::Instrument::instrument(waiting, span);
+        let answer = match deadline {
+            // The connection's sweep ends the call at its deadline.
+            Some(_) => waiting.await?,
+            None => tokio::time::timeout(timeout, waiting)
+                .await
+                .map_err(|_| Error::timeout(Some(method), timeout))??,
+        };
+        // The reader, the sweep or the connection's end removed the entry when it
+        // handed this over.
+        guard.disarm();
+        match answer {
+            Some(answer) => answer?.into_result(method),
+            None => Err(Error::timeout(Some(method), timeout)),
         }
-        answer?.into_result(method)
     }
 
     /// Sends a notification: no answer comes, and none is waited for.
@@ -501,7 +573,7 @@ impl Peer {
 
     fn ask_close(&self, request: CloseRequest) {
         if self.shared.close_request.set(request).is_ok() {
-            self.shared.close_waker.wake();
+            self.shared.task_waker.wake();
         }
     }
 

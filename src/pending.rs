@@ -1,20 +1,41 @@
-//! Outgoing calls awaiting their answers, keyed by id.
+//! Outgoing calls awaiting their answers, keyed by id, and their deadlines.
 //!
 //! One map per connection, so connections never contend on it. An entry leaves the map
-//! in exactly one of three ways: its answer arrives, its caller gives up (the guard's
-//! drop, on timeout or cancellation), or the connection ends (`fail_all`).
+//! in exactly one of four ways: its answer arrives, its deadline passes (the
+//! connection's sweep, below), its caller gives up (the guard's drop, on its own
+//! timeout or cancellation), or the connection ends (`fail_all`).
 //!
 //! The map is a plain `Mutex<HashMap>` with the router's Fx hasher, not the `DashMap`
 //! design first named: it is per connection, touched by the calling tasks and the
 //! reader for a few nanoseconds each (an insert or a remove, never held across a send
 //! or an await), so shards buy nothing, while they cost a SipHash per lookup, a
 //! reader-writer lock per shard and about 200 bytes on every idle connection.
+//!
+//! **Deadlines.** A call's timeout is not a tokio timer of its own: registering one in
+//! tokio's timer wheel and taking it out again cost about 1,350 instructions a call,
+//! a tenth of the whole call. Instead the deadlines wait beside the map, under the same
+//! lock, in a deque in deadline order, and the connection's task keeps one timer for
+//! the front (`driver/deadlines.rs`); when it fires, the calls past their deadline
+//! leave the map with `None` on their channel, which their callers turn into the same
+//! `Error::Timeout` a timer of their own would have given. A call costs a push and a
+//! clock reading. The deque takes a call whose deadline is not before its back (read
+//! under the lock, so calls with the connection's own timeout always are: ids and
+//! deadlines are issued in one order); any other call (longer than the connection's
+//! timeout, or one that would break the order) keeps a tokio timer, as before.
+//!
+//! Calls that end otherwise leave the map at once but the deque lazily: its front is
+//! popped while it names no live call, and the whole deque is compacted once it holds
+//! more than twice the live calls (plus [`SLACK`]), so one call that never ends cannot
+//! make it grow with the call rate.
 
 use serde::de::DeserializeOwned;
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::error::{CloseReason, Error, RpcError};
 use crate::message::Outcome;
@@ -77,12 +98,115 @@ impl Outcome<Reply> {
     }
 }
 
-type Slot = oneshot::Sender<Answer>;
+/// A waiting call's end of its channel: `Some` answer, or `None` once its deadline
+/// passed (the connection's sweep, below).
+type Slot = oneshot::Sender<Option<Answer>>;
+type Waiting = oneshot::Receiver<Option<Answer>>;
+
+/// Past this many entries above twice the live calls, the deque is compacted.
+const SLACK: usize = 32;
+
+/// Past this capacity, a deque that runs empty gives its room back.
+const KEEP_CAPACITY: usize = 64;
+
+/// When a call gives up waiting, as the caller asks it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Due {
+    /// Its timeout from now (read under the lock); the connection's sweep keeps it
+    /// if it fits the order.
+    After(Duration),
+    /// At this instant (every call of a batch shares one); the same.
+    At(Instant),
+    /// The caller keeps its own timer.
+    Own,
+}
+
+/// A registered call.
+pub(crate) struct Registered<'a> {
+    pub(crate) guard: Guard<'a>,
+    pub(crate) rx: Waiting,
+    /// `Some` when the connection's sweep keeps the deadline: the channel then
+    /// carries `None` once it passes. `None`: the caller keeps its own timer.
+    pub(crate) deadline: Option<Instant>,
+    /// The connection's timer does not cover this deadline yet: wake its task.
+    pub(crate) wake: bool,
+}
 
 #[derive(Default)]
 pub(crate) struct Pending {
-    map: Mutex<FxHashMap<u64, Slot>>,
+    state: Mutex<State>,
     closed: AtomicBool,
+    /// A call asked the connection to set its timer again (it had none, or one set
+    /// later than this call's deadline). Read by the connection's task on every pass.
+    rearm: AtomicBool,
+}
+
+#[derive(Default)]
+struct State {
+    map: FxHashMap<u64, Slot>,
+    /// `(deadline, id)` of the calls the connection times out, in deadline order;
+    /// entries of calls that ended otherwise are removed lazily.
+    deadlines: VecDeque<(Instant, u64)>,
+    /// When the connection's timer fires (or is about to be set to fire, once it
+    /// has seen `rearm`); `None` when it has no timer. Never later than the front.
+    timer: Option<Instant>,
+}
+
+impl State {
+    /// Removes `id` from the map; if the deque's front named it, pops the front while
+    /// it names no live call.
+    fn forget(&mut self, id: u64) -> Option<Slot> {
+        let slot = self.map.remove(&id);
+        if self
+            .deadlines
+            .front()
+            .is_some_and(|&(_, front)| front == id)
+        {
+            self.deadlines.pop_front();
+            self.pop_dead();
+        }
+        slot
+    }
+
+    /// Pops the front while it names a call that has ended.
+    fn pop_dead(&mut self) {
+        while let Some(&(_, id)) = self.deadlines.front() {
+            if self.map.contains_key(&id) {
+                return;
+            }
+            self.deadlines.pop_front();
+        }
+        if self.deadlines.capacity() > KEEP_CAPACITY {
+            self.deadlines = VecDeque::new();
+        }
+    }
+
+    /// Queues a deadline if it fits the order (popping ended calls off the back to
+    /// make it fit). Returns whether it went in and whether the connection's timer
+    /// must be set again for it.
+    fn push_deadline(&mut self, deadline: Instant, id: u64) -> (bool, bool) {
+        while let Some(&(back, back_id)) = self.deadlines.back() {
+            if back <= deadline {
+                break;
+            }
+            if self.map.contains_key(&back_id) {
+                return (false, false);
+            }
+            self.deadlines.pop_back();
+        }
+        self.deadlines.push_back((deadline, id));
+        // With calls before it, the timer is at or before their front, so before this
+        // one too; only an empty deque's first deadline can be earlier than the timer.
+        let rearm = self.timer.is_none_or(|timer| deadline < timer);
+        if rearm {
+            self.timer = Some(deadline);
+        }
+        if self.deadlines.len() > 2 * self.map.len() + SLACK {
+            let map = &self.map;
+            self.deadlines.retain(|(_, id)| map.contains_key(id));
+        }
+        (true, rearm)
+    }
 }
 
 impl Pending {
@@ -90,45 +214,62 @@ impl Pending {
         Pending::default()
     }
 
-    /// The map. No code panics while holding it, but a poisoned lock is still usable:
-    /// its data is a plain map, consistent after every single operation.
-    fn map(&self) -> MutexGuard<'_, FxHashMap<u64, Slot>> {
-        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The map and the deque. No code panics while holding them, but a poisoned lock
+    /// is still usable: its data is consistent after every single operation.
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Registers a call. The returned guard removes the entry if the call gives up.
     pub(crate) fn register(
         &self,
         id: u64,
+        due: Due,
         closed_reason: impl FnOnce() -> CloseReason,
-    ) -> Result<(Guard<'_>, oneshot::Receiver<Answer>), Error> {
+    ) -> Result<Registered<'_>, Error> {
         let (tx, rx) = oneshot::channel();
-        self.map().insert(id, tx);
+        let mut state = self.state();
+        state.map.insert(id, tx);
+        let deadline = match due {
+            Due::After(timeout) => Instant::now().checked_add(timeout),
+            Due::At(deadline) => Some(deadline),
+            Due::Own => None,
+        };
+        let (deadline, wake) = match deadline.map(|d| (d, state.push_deadline(d, id))) {
+            Some((deadline, (true, rearm))) => (Some(deadline), rearm),
+            _ => (None, false),
+        };
+        if wake {
+            self.rearm.store(true, Ordering::Release);
+        }
+        drop(state);
         // Checked after inserting: `fail_all` sets the flag before draining, so either
         // it drains this entry or we see the flag here. Either way nothing is left.
         if self.closed.load(Ordering::SeqCst) {
-            self.map().remove(&id);
+            self.state().forget(id);
             return Err(Error::Closed(closed_reason()));
         }
-        Ok((
-            Guard {
+        Ok(Registered {
+            guard: Guard {
                 pending: self,
                 id,
                 armed: true,
             },
             rx,
-        ))
+            deadline,
+            wake,
+        })
     }
 
     /// Hands an answer to the call waiting for `id`. False when none waits (a late
     /// answer to a call that timed out, or an id we never sent).
     pub(crate) fn complete(&self, id: u64, answer: Answer) -> bool {
         // The lock is released before the send, which may wake the caller.
-        let slot = self.map().remove(&id);
+        let slot = self.state().forget(id);
         match slot {
             // The caller may have just given up: a failed send is then fine.
             Some(tx) => {
-                let _ = tx.send(answer);
+                let _ = tx.send(Some(answer));
                 true
             }
             None => false,
@@ -138,14 +279,64 @@ impl Pending {
     /// Ends every waiting call with `Error::Closed`; later registrations fail at once.
     pub(crate) fn fail_all(&self, reason: &CloseReason) {
         self.closed.store(true, Ordering::SeqCst);
-        let slots = std::mem::take(&mut *self.map());
+        let mut state = self.state();
+        let slots = std::mem::take(&mut state.map);
+        state.deadlines = VecDeque::new();
+        drop(state);
         for tx in slots.into_values() {
-            let _ = tx.send(Err(Error::Closed(reason.clone())));
+            let _ = tx.send(Some(Err(Error::Closed(reason.clone()))));
         }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.map().len()
+        self.state().map.len()
+    }
+
+    /// For the connection's task, on every pass: whether a call asked it to set its
+    /// timer again ([`rearm`](Self::rearm)).
+    pub(crate) fn rearm_wanted(&self) -> bool {
+        self.rearm.load(Ordering::Acquire)
+    }
+
+    /// For the connection's task: when its timer should fire now, the front deadline
+    /// (`None`: it needs none).
+    pub(crate) fn rearm(&self) -> Option<Instant> {
+        let mut state = self.state();
+        self.rearm.store(false, Ordering::Relaxed);
+        state.pop_dead();
+        state.timer = state.deadlines.front().map(|&(deadline, _)| deadline);
+        state.timer
+    }
+
+    /// For the connection's task, when its timer fired at `now`: ends the calls whose
+    /// deadline has passed (`None` on their channel). Returns when the timer should fire
+    /// next (`None`: no deadlines are left).
+    pub(crate) fn expire(&self, now: Instant) -> Option<Instant> {
+        let mut expired = Vec::new();
+        let mut state = self.state();
+        while let Some(&(deadline, id)) = state.deadlines.front() {
+            if deadline > now {
+                break;
+            }
+            state.deadlines.pop_front();
+            expired.extend(state.map.remove(&id));
+        }
+        state.pop_dead();
+        self.rearm.store(false, Ordering::Relaxed);
+        state.timer = state.deadlines.front().map(|&(deadline, _)| deadline);
+        let next = state.timer;
+        // The lock is released before the sends, which wake the callers.
+        drop(state);
+        for tx in expired {
+            let _ = tx.send(None);
+        }
+        next
+    }
+
+    /// Entries in the deadline deque, live or not yet removed.
+    #[cfg(test)]
+    pub(crate) fn deadlines_len(&self) -> usize {
+        self.state().deadlines.len()
     }
 }
 
@@ -157,7 +348,7 @@ pub(crate) struct Guard<'a> {
 }
 
 impl Guard<'_> {
-    /// The answer arrived, so the reader already removed the entry.
+    /// The answer arrived (or the deadline passed), so the entry was already removed.
     pub(crate) fn disarm(&mut self) {
         self.armed = false;
     }
@@ -166,7 +357,122 @@ impl Guard<'_> {
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.pending.map().remove(&self.id);
+            self.pending.state().forget(self.id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_secs(30);
+
+    fn register(pending: &Pending, id: u64, due: Due) -> Registered<'_> {
+        pending.register(id, due, || CloseReason::Eof).unwrap()
+    }
+
+    fn answer() -> Answer {
+        Err(Error::InvalidResponse("test".into()))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deadlines_in_order_go_to_the_deque_and_only_the_first_wakes_the_connection() {
+        let pending = Pending::new();
+        let start = Instant::now();
+        let first = register(&pending, 1, Due::After(T));
+        assert_eq!(first.deadline, Some(start + T));
+        assert!(first.wake, "no timer yet: the connection must set one");
+        assert!(pending.rearm_wanted());
+        assert_eq!(pending.rearm(), Some(start + T));
+        assert!(!pending.rearm_wanted());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let second = register(&pending, 2, Due::After(T));
+        assert_eq!(second.deadline, Some(start + T + Duration::from_secs(1)));
+        assert!(!second.wake, "the timer is before it");
+        // Earlier than the back, which is live: a timer of its own.
+        let third = register(&pending, 3, Due::At(start + Duration::from_secs(5)));
+        assert_eq!(third.deadline, None);
+        assert!(!third.wake);
+        assert_eq!(pending.deadlines_len(), 2);
+        assert_eq!(pending.len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_sweep_ends_what_is_due_and_says_when_to_look_again() {
+        let pending = Pending::new();
+        let start = Instant::now();
+        let mut one = register(&pending, 1, Due::After(T));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let two = register(&pending, 2, Due::After(T));
+        let three = register(&pending, 3, Due::After(T));
+        assert_eq!(
+            pending.expire(start + T),
+            Some(start + T + Duration::from_secs(2))
+        );
+        assert!(one.rx.try_recv().unwrap().is_none(), "expired");
+        assert_eq!(pending.len(), 2);
+        // Answered: the map at once, the deque as its front passes.
+        assert!(pending.complete(3, answer()));
+        assert_eq!(pending.deadlines_len(), 2);
+        drop(two);
+        assert_eq!(pending.deadlines_len(), 0, "the front named a call gone");
+        assert_eq!(pending.len(), 0);
+        // Nothing left: no timer, and the next call asks for one again.
+        assert_eq!(pending.expire(start + T + Duration::from_secs(2)), None);
+        drop(three);
+        let four = register(&pending, 4, Due::After(T));
+        assert!(four.wake);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_deadline_earlier_than_the_timer_moves_it() {
+        let pending = Pending::new();
+        let long = register(&pending, 1, Due::After(T));
+        assert_eq!(pending.rearm(), long.deadline);
+        drop(long);
+        // The timer stays at the old deadline; a shorter call needs it earlier.
+        let short = register(&pending, 2, Due::After(Duration::from_secs(1)));
+        assert!(short.deadline.is_some());
+        assert!(short.wake);
+        assert_eq!(pending.rearm(), short.deadline);
+        // Ended calls at the back do not keep a shorter deadline out.
+        let _later = register(&pending, 3, Due::After(T));
+        assert!(pending.complete(3, answer()));
+        let shorter = register(&pending, 4, Due::After(Duration::from_secs(2)));
+        assert!(shorter.deadline.is_some());
+        assert_eq!(pending.deadlines_len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_call_that_never_ends_does_not_make_the_deque_grow() {
+        let pending = Pending::new();
+        let _stuck = register(&pending, 0, Due::After(T));
+        let mut most = 0;
+        for id in 1..=10_000 {
+            let _call = register(&pending, id, Due::After(T));
+            // Answered out of order (the stuck call stays at the front).
+            if id % 2 == 0 {
+                assert!(pending.complete(id, answer()));
+            }
+            most = most.max(pending.deadlines_len());
+        }
+        // Compacted past twice the live calls (the stuck one and the newest) plus slack.
+        assert!(most <= 2 * 2 + SLACK, "the deque held {most} entries");
+        assert_eq!(pending.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fail_all_empties_both() {
+        let pending = Pending::new();
+        let mut one = register(&pending, 1, Due::After(T));
+        let _two = register(&pending, 2, Due::Own);
+        pending.fail_all(&CloseReason::Eof);
+        assert!(matches!(one.rx.try_recv(), Ok(Some(Err(Error::Closed(_))))));
+        assert_eq!((pending.len(), pending.deadlines_len()), (0, 0));
+        assert!(pending
+            .register(3, Due::After(T), || CloseReason::Eof)
+            .is_err());
+        assert_eq!((pending.len(), pending.deadlines_len()), (0, 0));
     }
 }
