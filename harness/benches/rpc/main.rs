@@ -93,7 +93,8 @@
 //!
 //! Do it with two `--round-ms` values: the difference in instructions over the
 //! difference in the `messages:` count printed on stderr is the cost of one call,
-//! without the setup.
+//! without the setup. (d)'s length is a count of notifications, not a time: use
+//! `--only d --rounds 1` and `--rounds 2` instead.
 //!
 //! The table goes to stdout and, as Markdown, to `target/bench/rpc.md`. Unknown flags
 //! (cargo passes `--bench`) are ignored. The machine is shared and noisy: ratios, not
