@@ -203,21 +203,17 @@ impl Shared {
         self.closed_notify.notify_waiters();
     }
 
+    /// Queues `frame`, waiting for room.
     pub(crate) async fn send(&self, frame: String) -> Result<()> {
-        // Most sends find room: `try_send` skips the future that waits for it.
-        let frame = match self.out.try_send(Outgoing::Frame(Text::from(frame))) {
-            Ok(()) => return Ok(()),
-            Err(TrySendError::Full(frame)) => frame,
-            Err(TrySendError::Closed(_)) => return Err(Error::Closed(self.close_reason())),
-        };
-        self.out
-            .send(frame)
+        // Without a deadline it never gives up, so `None` does not come back.
+        self.send_by(frame, None)
             .await
-            .map_err(|_| Error::Closed(self.close_reason()))
+            .unwrap_or_else(|| Err(Error::Closed(self.close_reason())))
     }
 
-    /// [`send`](Self::send), giving up waiting for room at `deadline` (if any): `None`
-    /// then. Only a full queue makes a timer.
+    /// Queues `frame`, waiting for room until `deadline` (if any): `None` once it
+    /// passes. Most sends find room: `try_send` skips the future that waits for it, and
+    /// only a full queue makes a timer.
     pub(crate) async fn send_by(
         &self,
         frame: String,
