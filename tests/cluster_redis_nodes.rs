@@ -304,9 +304,14 @@ async fn three_nodes_share_broadcasts_topics_calls_and_counts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_for_two_seconds_local_goes_on_then_resubscribe_flush_and_one_gap() {
     let mut redis = RedisServer::start();
-    let a = Node::start(&redis, "a", 500).await;
-    let b = Node::start(&redis, "b", 500).await;
-    let c = Node::start(&redis, "c", 500).await;
+    // After the restart each node redials at a random time within the backoff (up to
+    // 2 s apart, and its first publish may wait for a retry), and A's flush waits for
+    // the others one heartbeat window at most. The default 2 s x 3 missed is well over
+    // that spread; 500 ms x 3 was not (B, back last, once missed the flush: about one
+    // run in 40 by the backoff's numbers).
+    let a = Node::start(&redis, "a", 2000).await;
+    let b = Node::start(&redis, "b", 2000).await;
+    let c = Node::start(&redis, "c", 2000).await;
     let mut ca = Client::connect(&a).await;
     let mut cb = Client::connect(&b).await;
     let mut cc = Client::connect(&c).await;

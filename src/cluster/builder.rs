@@ -49,6 +49,10 @@ impl ClusterBuilder {
     }
 
     /// How often this node announces itself and its connection count (default 2 s).
+    ///
+    /// The heartbeat window (this times [`missed_heartbeats`](Self::missed_heartbeats))
+    /// is also how long the outbox flush after a bus outage waits for the other nodes to
+    /// come back: keep it longer than the bus's redial spread (the backoff's `max`).
     pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
         self.options.heartbeat = interval.max(Duration::from_millis(1));
         self

@@ -25,7 +25,13 @@
 //!   past it; calls and notifies to other nodes fail at once with
 //!   [`ClusterError::Unavailable`], and calls waiting on an answer fail too.
 //! - Bus back: subscriptions are issued again, the outbox is flushed (receivers drop
-//!   duplicates), and one gap is reported per topic with local subscribers.
+//!   duplicates), and one gap is reported per topic with local subscribers. The flush
+//!   of broadcasts and topic messages waits until every node live before the outage
+//!   has announced itself again, for at most one heartbeat window (interval times
+//!   [`missed_heartbeats`](ClusterBuilder::missed_heartbeats), 6 s by default). Nodes
+//!   redial the bus at random times within its backoff (up to 2 s apart with
+//!   `RedisOptions`' defaults): keep the window longer than that, or a node that
+//!   comes back last misses the flush and only sees the gap.
 //! - A node that stops heartbeating is dropped after
 //!   [`missed_heartbeats`](ClusterBuilder::missed_heartbeats) intervals; calls waiting on
 //!   it fail then with [`ClusterError::NodeDown`]. A node that shuts down says goodbye
