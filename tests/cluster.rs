@@ -323,8 +323,10 @@ async fn a_peer_on_another_node_is_called_and_notified_by_address() {
         matches!(err, Error::Cluster(ClusterError::NoSuchPeer(ref p)) if *p == unknown),
         "{err:?}"
     );
+    // At once: not after the call timeout (30 s). The bound leaves room for a busy
+    // machine.
     assert!(
-        started.elapsed() < Duration::from_millis(100),
+        started.elapsed() < Duration::from_secs(1),
         "{:?}",
         started.elapsed()
     );
@@ -496,7 +498,8 @@ async fn a_bus_outage_keeps_local_delivery_flushes_without_duplicates_and_report
         matches!(err, Error::Cluster(ClusterError::Unavailable(_))),
         "{err:?}"
     );
-    assert!(started.elapsed() < Duration::from_millis(100));
+    // At once: not after the call timeout (30 s).
+    assert!(started.elapsed() < Duration::from_secs(1));
     let mut local = Vec::new();
     while local.len() < 49 {
         let (who, method, p) = within(rx.recv()).await.unwrap();

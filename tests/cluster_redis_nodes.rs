@@ -246,8 +246,10 @@ async fn three_nodes_share_broadcasts_topics_calls_and_counts() {
     let unknown_in = asked.elapsed();
     assert_eq!(err.code, -32000, "{err:?}");
     assert!(err.message.contains("no peer"), "{err:?}");
+    // Answered by C at once, not after the call timeout (30 s); the bound leaves room
+    // for a busy machine.
     assert!(
-        unknown_in < Duration::from_millis(500),
+        unknown_in < Duration::from_secs(2),
         "unknown peer took {unknown_in:?}"
     );
     assert_eq!(

@@ -173,8 +173,9 @@ async fn a_message_over_the_limit_closes_with_1009() {
         }
     };
     assert_eq!(code, 1009);
+    // As the frame arrives; the bound leaves room for a busy machine.
     assert!(
-        sent.elapsed() < Duration::from_millis(100),
+        sent.elapsed() < Duration::from_secs(1),
         "closed after {:?}",
         sent.elapsed()
     );

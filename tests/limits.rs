@@ -119,8 +119,10 @@ async fn a_header_announcing_2_pow_63_bytes_closes_at_once() {
         .unwrap();
     let code = stream_payload_then_close_code(&mut tcp, 0).await;
     assert_eq!(code, Some(1009));
+    // At once, not once a payload that never comes has arrived; the bound leaves room
+    // for a busy machine.
     assert!(
-        sent.elapsed() < Duration::from_millis(100),
+        sent.elapsed() < Duration::from_secs(1),
         "closed after {:?}",
         sent.elapsed()
     );
