@@ -223,10 +223,18 @@ pub(crate) async fn flood_scenario(opts: &Opts, servers: &Servers) -> Each<Vec<S
     samples
 }
 
+/// How long our `flood` call may take.
+const FLOOD_TIMEOUT: Duration = Duration::from_secs(600);
+
 pub(crate) async fn ours_flood(peer: &Peer, tracker: &Tracker, n: u64) -> Sample {
     tracker.arm(n as usize);
     let meter = Meter::start();
-    let answered: u64 = peer.call(FLOOD, [n]).await.expect("flood");
+    // Answered once all `n` are sent: a million take over the default 30 s call
+    // timeout under callgrind (the per-notification recipe in main.rs).
+    let answered: u64 = peer
+        .call_with_timeout(FLOOD, [n], FLOOD_TIMEOUT)
+        .await
+        .expect("flood");
     assert_eq!(answered, n);
     let last = tracker.wait().await;
     meter.finish_count(n, last)
