@@ -87,7 +87,11 @@ fn every_rust_block_in_the_readme_is_a_whole_program_with_nothing_hidden() {
         .into_iter()
         .filter(|(_, info, _)| info.starts_with("rust"))
         .collect();
-    assert!(blocks.len() >= 6, "the README's Rust blocks: {}", blocks.len());
+    assert!(
+        blocks.len() >= 6,
+        "the README's Rust blocks: {}",
+        blocks.len()
+    );
     for (line, info, body) in &blocks {
         // Compiled by rustdoc: `ignore` would skip one, and `text` hides none from it.
         assert!(
