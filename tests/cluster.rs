@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::within;
 use jsonrpc_peer::cluster::{
-    Cluster, ClusterError, ClusterState, Gap, MemoryBackplane, MemoryHub, PeerAddr,
+    Backplane, BusEvent, Cluster, ClusterError, ClusterState, Gap, MemoryBackplane, MemoryHub,
+    PeerAddr,
 };
 use jsonrpc_peer::{connect, Context, Error, ErrorCode, Peer, Router, RpcError, Server};
 use serde_json::{json, Value};
@@ -659,17 +660,41 @@ async fn after_an_outage_the_flush_waits_for_the_nodes_that_come_back_later() {
     within(state.wait_for(|s| *s == ClusterState::Down))
         .await
         .unwrap();
+    // A link of the test's own, made after the cut, sees what a sends on the bus.
+    let spy = hub.backplane();
+    let mut seen_on_bus = spy.events().expect("the spy's events");
+    for channel in ["jp:ctl", "jp:t:news"] {
+        within(spy.subscribe(channel))
+            .await
+            .expect("the spy listens");
+    }
     let topics = a.cluster.topics();
     for i in 0..10u64 {
         topics.publish("news", [i]).unwrap();
     }
-    // a's link comes back first; b's and c's a moment later. Flushed at once, a's
-    // messages would reach neither.
+    // a's link comes back first; b's and c's only once a has sent its hello (queued
+    // after the news, and not held): the outbox has had its turn since a is up, so a
+    // flush at once would have sent the news by then, to reach neither b nor c.
     a.bus.restore();
-    within(state.wait_for(|s| *s == ClusterState::Up))
-        .await
-        .unwrap();
-    tokio::task::yield_now().await;
+    let mut hello = false;
+    for _ in 0..1000 {
+        let Some(BusEvent::Message { channel, payload }) = within(seen_on_bus.recv()).await else {
+            panic!("the spy's link is not cut");
+        };
+        assert_eq!(
+            channel, "jp:ctl",
+            "the news went out before b and c were back"
+        );
+        let header: Value =
+            serde_json::from_slice(payload.split(|&b| b == b'\n').next().unwrap_or_default())
+                .expect("an envelope's header line");
+        if header["o"] == "a" && header["hello"] == true {
+            hello = true;
+            break;
+        }
+    }
+    assert!(hello, "a never said hello");
+    assert_eq!(*state.borrow(), ClusterState::Up);
     b.bus.restore();
     c.bus.restore();
     for n in [&a, &b, &c] {

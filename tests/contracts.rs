@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{connections, serve, serve_with, within};
@@ -12,6 +14,7 @@ use jsonrpc_peer::schemars::JsonSchema;
 use jsonrpc_peer::{connect, Api, Error, PeerConfig, Reconnecting, Router, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use tokio::sync::mpsc;
 
 #[derive(Serialize, Deserialize, JsonSchema, Debug, PartialEq)]
 struct SubtractParams {
@@ -206,8 +209,17 @@ async fn a_full_stream_holds_the_connection_back_and_loses_nothing() {
     // Small bounds on the receiving side: a stream of 2, a notification queue of 2.
     let (url, server) = serve(Router::new()).await;
     let mut connected = connections(&server);
+    // `sum` says how many ticks the test had taken from the stream when it ran.
+    let taken = Arc::new(AtomicU64::new(0));
+    let (ran_tx, mut ran) = mpsc::unbounded_channel();
     let (router, mut ticks) = Router::new()
-        .handle(Sum, |_cx, v| async move { Ok(v.iter().sum()) })
+        .handle(Sum, {
+            let taken = taken.clone();
+            move |_cx, v| {
+                let _ = ran_tx.send(taken.load(Ordering::SeqCst));
+                async move { Ok(v.iter().sum()) }
+            }
+        })
         .stream_with_capacity(Tick, 2);
     let config = PeerConfig::default().notification_queue(2);
     let _peer = within(jsonrpc_peer::connect_with_config(&url, router, &config))
@@ -231,9 +243,20 @@ async fn a_full_stream_holds_the_connection_back_and_loses_nothing() {
     for n in 0..SENT {
         let tick = within(ticks.next()).await.expect("stream ended early");
         assert_eq!(tick.n, n);
+        taken.fetch_add(1, Ordering::SeqCst);
     }
     let total = within(on_server.request(Sum, vec![1, 2])).await.unwrap();
     assert_eq!(total, 3);
+    // The timed-out call was read, and run, only once nearly every tick had been taken:
+    // what waits between the socket and the test is the stream (2), the handler that
+    // waits for room in it, the notification queue (2) and a backlog of one. Unlike
+    // the timeout above, this holds however slow the machine, and fails however slowly
+    // a peer that should have stopped reading reads on.
+    let when = within(ran.recv()).await.expect("the held call ran");
+    assert!(
+        when >= SENT - 6,
+        "the call sent after {SENT} ticks ran when the test had taken {when}"
+    );
 }
 
 #[test]
@@ -399,17 +422,52 @@ async fn rpc_discover_cannot_be_registered_by_hand_and_answers_over_any_config()
     let result = std::panic::catch_unwind(|| {
         Router::new().method("rpc.discover", |_cx, (): ()| async { Ok::<_, RpcError>(1) })
     });
-    assert!(
-        result.is_err(),
-        "rpc. names stay reserved for the string API"
+    let panic = result.expect_err("rpc. names stay reserved for the string API");
+    let message = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("(not a string)");
+    assert_eq!(
+        message,
+        "method names beginning with `rpc.` are reserved by JSON-RPC 2.0: `rpc.discover`"
     );
 
+    // Settings that shape how a call is read, run and answered: the document is served
+    // under each (even when it is larger than the outgoing byte bound).
     let api = Api::new("empty", "0.1.0");
-    let (url, _server) = serve_with(Router::new().discover(&api), PeerConfig::default()).await;
-    let peer = within(connect(&url, Router::new())).await.unwrap();
-    let doc: Value = within(peer.call("rpc.discover", ())).await.unwrap();
-    assert_eq!(doc["methods"], json!([]));
-    assert!(doc.get("components").is_none());
+    let configs = [
+        ("default", PeerConfig::default()),
+        ("one call at a time", PeerConfig::default().max_in_flight(1)),
+        (
+            "a queue of one frame and 16 bytes",
+            PeerConfig::default()
+                .outgoing_queue(1)
+                .outgoing_queue_bytes(16),
+        ),
+        (
+            "small messages and batches",
+            PeerConfig::default().max_message_size(256).max_batch_len(1),
+        ),
+        (
+            "no keepalive, no cancel on drop",
+            PeerConfig::default()
+                .ping_interval(None)
+                .cancel_on_drop(false)
+                .notification_queue(1),
+        ),
+    ];
+    for (name, config) in configs {
+        let (url, _server) = serve_with(Router::new().discover(&api), config).await;
+        let peer = within(connect(&url, Router::new())).await.unwrap();
+        let doc: Value = within(peer.call("rpc.discover", ()))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(doc["methods"], json!([]), "{name}");
+        assert!(doc.get("components").is_none(), "{name}");
+        assert!(doc.to_string().len() > 16, "{name}: {doc}");
+        within(peer.close()).await;
+    }
 }
 
 #[tokio::test]

@@ -66,12 +66,14 @@ impl Raw {
         }
     }
 
-    /// The close frame the peer sent, skipping what comes before it.
+    /// The close frame the peer sent, as the next frame: pings and pongs are skipped,
+    /// any other frame before the close fails the test.
     async fn close_frame(&mut self) -> Option<(u16, String)> {
         loop {
             match self.next().await {
                 Some(Frame::Close(frame)) => return frame,
-                Some(_) => continue,
+                Some(Frame::Ping(_) | Frame::Pong(_)) => continue,
+                Some(other) => panic!("expected the close frame, got {other:?} before it"),
                 None => panic!("the peer closed without a close frame"),
             }
         }
@@ -194,11 +196,18 @@ async fn the_outgoing_queue_is_bounded_in_bytes_and_waiting_answers_pause_readin
 #[tokio::test(start_paused = true)]
 async fn a_notification_backlog_pauses_reading_until_the_handler_catches_up() {
     let gate = Arc::new(Semaphore::new(0));
+    let (started_tx, mut started) = mpsc::unbounded_channel();
     let (seen_tx, mut seen) = mpsc::unbounded_channel();
-    let router = Router::with_state((gate.clone(), seen_tx)).notification(
+    type Steps = (
+        Arc<Semaphore>,
+        mpsc::UnboundedSender<u64>,
+        mpsc::UnboundedSender<u64>,
+    );
+    let router = Router::with_state((gate.clone(), started_tx, seen_tx)).notification(
         "step",
-        |cx: Context<(Arc<Semaphore>, mpsc::UnboundedSender<u64>)>, (n,): (u64,)| async move {
-            let (gate, seen) = cx.state();
+        |cx: Context<Steps>, (n,): (u64,)| async move {
+            let (gate, started, seen) = cx.state();
+            let _ = started.send(n);
             if let Ok(permit) = gate.acquire().await {
                 permit.forget();
             }
@@ -225,7 +234,12 @@ async fn a_notification_backlog_pauses_reading_until_the_handler_catches_up() {
     assert!(paused, "the peer kept reading {sent} notifications");
     // At most: one running, the queue (2), one in the backlog, one in the link (1).
     assert!(sent <= 5, "reading paused only after {sent} notifications");
-    assert!(seen.try_recv().is_err(), "no handler finished yet");
+    // Notifications run one at a time, in order: the first is the only one started.
+    assert_eq!(started.try_recv(), Ok(0), "the first handler runs");
+    assert!(
+        started.try_recv().is_err(),
+        "a second handler started while the first waits"
+    );
     assert!(!peer.is_closed());
 
     // The handler catches up: reading resumes, and every notification ran, in order.

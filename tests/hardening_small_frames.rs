@@ -7,11 +7,14 @@ mod common;
 
 use std::time::Duration;
 
+use common::RawClient;
 use tokio::io::AsyncWriteExt;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 #[tokio::test]
 async fn many_small_frames_from_a_peer_that_never_reads_cost_bounded_memory() {
-    let (url, _) = common::serve(common::spec_methods::spec_router()).await;
+    let (url, _handle) = common::serve(common::spec_methods::spec_router()).await;
     let mut tcp = common::raw_upgrade(&url).await;
 
     // One-byte text frames ("x", not JSON): 7 bytes each on the wire, each answered
@@ -24,21 +27,36 @@ async fn many_small_frames_from_a_peer_that_never_reads_cost_bounded_memory() {
         .take(frame.len() * 10_000)
         .collect();
     let before = common::rss();
+    let mut written = 0usize;
     let flood = async {
         for _ in 0..100 {
-            if tcp.write_all(&batch).await.is_err() {
-                return;
-            }
+            tcp.write_all(&batch).await?;
+            written += 1;
         }
+        Ok::<_, std::io::Error>(())
     };
-    // Once the server stops reading, the writes block: that is the bound working.
-    let stopped_reading = tokio::time::timeout(Duration::from_secs(10), flood)
-        .await
-        .is_err();
-    let grown = common::rss().saturating_sub(before);
+    // Once the server stops reading, the writes block: that is the bound working. A
+    // server that hangs up ends the flood with an error, one that reads on ends it.
+    let flood = tokio::time::timeout(Duration::from_secs(10), flood).await;
     assert!(
-        grown < 32 << 20,
-        "the server grew by {} MiB (stopped reading: {stopped_reading})",
-        grown >> 20
+        flood.is_err(),
+        "the server did not stop reading: the flood ended with {flood:?} after {written} of 100 batches"
     );
+    let grown = common::rss().saturating_sub(before);
+    assert!(grown < 32 << 20, "the server grew by {} MiB", grown >> 20);
+
+    // It stopped reading because its answers wait for room, not because it stalled or
+    // gave up: the connection is open, and what it holds is -32700 for each frame.
+    let ws = WebSocketStream::from_raw_socket(MaybeTlsStream::Plain(tcp), Role::Client, None).await;
+    let mut client = RawClient { ws };
+    for n in 0..1000 {
+        let answer = client.recv_json().await;
+        assert_eq!(
+            answer,
+            common::json(
+                r#"{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error"},"id":null}"#
+            ),
+            "answer {n}"
+        );
+    }
 }

@@ -3,11 +3,13 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{json, serve, serve_with, within, RawClient};
 use futures_util::{SinkExt, StreamExt};
-use jsonrpc_peer::PeerConfig;
+use jsonrpc_peer::{Context, PeerConfig, Router, RpcError};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::Message;
@@ -183,10 +185,18 @@ async fn a_message_over_the_limit_closes_with_1009() {
 
 #[tokio::test]
 async fn a_batch_over_the_limit_is_one_error_and_runs_nothing() {
+    // `count` says how many times it ran, this run included: running is observable.
+    let runs = Arc::new(AtomicU64::new(0));
+    let router = Router::with_state(runs.clone()).method(
+        "count",
+        |cx: Context<Arc<AtomicU64>>, (): ()| async move {
+            Ok::<_, RpcError>(cx.state().fetch_add(1, Ordering::SeqCst) + 1)
+        },
+    );
     let config = PeerConfig::default().max_batch_len(10);
-    let (url, _server) = serve_with(common::spec_methods::spec_router(), config).await;
+    let (url, _server) = serve_with(router, config).await;
     let mut c = RawClient::connect(&url).await;
-    let one = r#"{"jsonrpc":"2.0","method":"sum","params":[1],"id":1}"#;
+    let one = r#"{"jsonrpc":"2.0","method":"count","id":1}"#;
     let a = c.ask(&format!("[{}]", [one; 11].join(","))).await;
     assert_eq!(a["error"]["code"], -32600);
     assert_eq!(a["id"], serde_json::Value::Null);
@@ -194,6 +204,20 @@ async fn a_batch_over_the_limit_is_one_error_and_runs_nothing() {
         a["error"]["data"].as_str().unwrap().contains("limit of 10"),
         "{a}"
     );
+    // A batch at the limit runs every element; `count` answers at once, so these are
+    // the first runs if the refused batch ran nothing.
     let a = c.ask(&format!("[{}]", [one; 10].join(","))).await;
-    assert_eq!(a.as_array().map(Vec::len), Some(10));
+    let mut counts: Vec<u64> = a
+        .as_array()
+        .unwrap_or_else(|| panic!("a batch answer: {a}"))
+        .iter()
+        .map(|e| e["result"].as_u64().unwrap_or_else(|| panic!("{e}")))
+        .collect();
+    counts.sort_unstable();
+    assert_eq!(
+        counts,
+        (1..=10).collect::<Vec<_>>(),
+        "the refused batch ran {} handlers",
+        runs.load(Ordering::SeqCst).saturating_sub(10)
+    );
 }

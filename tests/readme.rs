@@ -59,3 +59,61 @@ fn the_install_section_names_this_version() {
     let line = format!("jsonrpc-peer = \"{}\"", minor.join("."));
     assert!(file("README.md").contains(&line), "README lacks {line}");
 }
+
+/// The README's fenced blocks: (line of the opening fence, info string, body lines).
+fn readme_blocks() -> Vec<(usize, String, Vec<String>)> {
+    let readme = file("README.md");
+    let mut blocks = Vec::new();
+    let mut open: Option<(usize, String, Vec<String>)> = None;
+    for (n, line) in readme.lines().enumerate() {
+        match (&mut open, line.strip_prefix("```")) {
+            (None, Some(info)) => open = Some((n + 1, info.trim().to_owned(), Vec::new())),
+            (Some(_), Some("")) => blocks.extend(open.take()),
+            (Some((_, _, body)), _) => body.push(line.to_owned()),
+            (None, None) => {}
+        }
+    }
+    assert!(open.is_none(), "a fence is not closed");
+    blocks
+}
+
+/// GitHub shows rustdoc's hidden lines (`# ...`) as code, so a reader who copies a
+/// block would get lines that are not Rust, or miss the ones hidden: a Rust block
+/// shows all of itself, and is a whole program (compiled, and run unless `no_run`,
+/// by `cargo test --all-features`: src/lib.rs includes the README as doc tests).
+#[test]
+fn every_rust_block_in_the_readme_is_a_whole_program_with_nothing_hidden() {
+    let blocks: Vec<_> = readme_blocks()
+        .into_iter()
+        .filter(|(_, info, _)| info.starts_with("rust"))
+        .collect();
+    assert!(
+        blocks.len() >= 6,
+        "the README's Rust blocks: {}",
+        blocks.len()
+    );
+    for (line, info, body) in &blocks {
+        // Compiled by rustdoc: `ignore` would skip one, and `text` hides none from it.
+        assert!(
+            info == "rust" || info == "rust,no_run",
+            "README.md:{line}: ```{info} is not compiled as shown"
+        );
+        for (i, l) in body.iter().enumerate() {
+            let t = l.trim_start();
+            assert!(
+                !(t == "#" || t.starts_with("# ")),
+                "README.md:{}: a line rustdoc hides and GitHub shows: {l}",
+                line + 1 + i
+            );
+        }
+        assert!(
+            body.iter().any(|l| l.contains("fn main()")),
+            "README.md:{line}: not a whole program (no fn main)"
+        );
+    }
+    let lib = file("src/lib.rs");
+    assert!(
+        lib.contains(r#"#[doc = include_str!("../README.md")]"#),
+        "src/lib.rs no longer compiles the README as doc tests"
+    );
+}

@@ -129,7 +129,7 @@ async fn notifications_arrive_in_order_both_ways() {
 
 #[tokio::test]
 async fn notifications_are_never_answered() {
-    let (tx, _rx) = mpsc::unbounded_channel();
+    let (tx, mut handled) = mpsc::unbounded_channel();
     let (url, _server) = serve(recorder(tx)).await;
     let mut raw = RawClient::connect(&url).await;
     // Unknown method, params of the wrong type, a handler that exists.
@@ -139,6 +139,11 @@ async fn notifications_are_never_answered() {
         .await;
     raw.send(r#"{"jsonrpc":"2.0","method":"note","params":[1]}"#)
         .await;
+    // `note` yields, so it ends after its first poll, on a task of its own: its end
+    // is an event, and only then does the marker prove that no answer went out (a
+    // call does not wait for notifications, so a marker sent earlier could overtake
+    // an answer made when the handler ends).
+    assert_eq!(within(handled.recv()).await, Some(1), "the handler ran");
     raw.assert_nothing_before_marker().await;
 }
 

@@ -76,10 +76,6 @@ impl Notes {
             ),
         }
     }
-
-    fn all(&self) -> Vec<(String, Value)> {
-        self.0.borrow().clone()
-    }
 }
 
 // ==== jsonrpsee's client -> our server ==========================================================
@@ -150,18 +146,12 @@ fn expect_call_error(outcome: Result<Value, ClientError>, what: &str) -> RpcErro
 struct Setup {
     client: WsClient,
     server: jsonrpc_peer::ServerHandle,
-    notes: Notes,
 }
 
 async fn setup() -> Setup {
-    let notes = Notes::new();
-    let (url, server) = common::serve(our_router(notes.clone())).await;
+    let (url, server) = common::serve(our_router(Notes::new())).await;
     let client = jsonrpsee_client(&url).await;
-    Setup {
-        client,
-        server,
-        notes,
-    }
+    Setup { client, server }
 }
 
 /// The server side of the one connection, once a call has gone through it (so the
@@ -270,10 +260,14 @@ async fn jsonrpsee_matches_a_batch_by_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notifications_from_jsonrpsee_get_no_answer() {
-    let Setup { client, notes, .. } = setup().await;
-    // Notifications from jsonrpsee, positional and named; no answer is sent (a call
-    // made after them is answered as the very next frame, or jsonrpsee would have
-    // complained about an answer to nothing).
+    // The jsonrpsee client talks to our server through a tap that keeps what the server
+    // sends: jsonrpsee drops an answer to nothing without a word, the wire does not.
+    let notes = Notes::new();
+    let (url, _server) = common::serve(our_router(notes.clone())).await;
+    let tap = Tap::start(&url).await;
+    let client = jsonrpsee_client(&tap.url).await;
+    // Notifications from jsonrpsee, positional and named; no answer is sent: the answer
+    // to a call made after them is the only frame our server sends.
     within(client.notification("client_note", rpc_params!["hello", 1]))
         .await
         .expect("notify");
@@ -294,11 +288,92 @@ async fn notifications_from_jsonrpsee_get_no_answer() {
         .await
         .expect("sum after notifications");
     assert_eq!(r, 3);
+    let frames = tap.text_frames_from_server();
+    assert_eq!(frames.len(), 1, "our server sent {frames:?}");
+    let answer: Value = serde_json::from_str(&frames[0]).expect("JSON");
+    assert_eq!(answer["result"], 3, "{answer}");
+}
+
+/// A TCP relay between one client and a server that keeps every byte the server sends.
+struct Tap {
+    /// The URL to give the client instead of the server's.
+    url: String,
+    from_server: Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Tap {
+    async fn start(server_url: &str) -> Tap {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("ws://{}", listener.local_addr().expect("local addr"));
+        let server = server_url.trim_start_matches("ws://").to_owned();
+        let from_server = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = from_server.clone();
+        tokio::spawn(async move {
+            let Ok((client, _)) = listener.accept().await else {
+                return;
+            };
+            let Ok(server) = TcpStream::connect(server).await else {
+                return;
+            };
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            let up = tokio::io::copy(&mut client_read, &mut server_write);
+            let down = async {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = server_read.read(&mut buf).await?;
+                    if n == 0 {
+                        return Ok::<_, std::io::Error>(());
+                    }
+                    // Kept before it is passed on: what the client has seen is kept.
+                    log.lock()
+                        .expect("the tap's log")
+                        .extend_from_slice(&buf[..n]);
+                    client_write.write_all(&buf[..n]).await?;
+                }
+            };
+            let _ = tokio::join!(up, down);
+        });
+        Tap { url, from_server }
+    }
+
+    /// The text frames the server has sent so far, after its HTTP answer (server frames
+    /// are not masked; these are small and not fragmented).
+    fn text_frames_from_server(&self) -> Vec<String> {
+        let bytes = self.from_server.lock().expect("the tap's log").clone();
+        let head_end = bytes
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("the server's HTTP answer")
+            + 4;
+        assert!(bytes.starts_with(b"HTTP/1.1 101"), "the upgrade");
+        let mut rest = &bytes[head_end..];
+        let mut texts = Vec::new();
+        while rest.len() >= 2 {
+            let (fin, opcode, short) = (rest[0] & 0x80 != 0, rest[0] & 0x0f, rest[1] & 0x7f);
+            assert_eq!(rest[1] & 0x80, 0, "a server frame is not masked");
+            let (len, at) = match short {
+                126 => (usize::from(u16::from_be_bytes([rest[2], rest[3]])), 4),
+                127 => panic!("a frame over 64 KiB"),
+                n => (usize::from(n), 2),
+            };
+            let payload = &rest[at..at + len];
+            if opcode == 1 {
+                assert!(fin, "a fragmented text frame");
+                texts.push(String::from_utf8(payload.to_vec()).expect("UTF-8 text"));
+            }
+            rest = &rest[at + len..];
+        }
+        assert!(rest.is_empty(), "a partial frame: the answer is not all in");
+        texts
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notifications_our_server_pushes_reach_jsonrpsee_subscribers() {
-    let Setup { client, server, .. } = setup().await;
+    let Setup { client, server } = setup().await;
     // Notifications pushed by our server. jsonrpsee routes a notification (a request
     // without an id) to whoever subscribed to its method name.
     let mut ticks = within(client.subscribe_to_method::<Value>("tick"))
@@ -343,7 +418,7 @@ async fn notifications_our_server_pushes_reach_jsonrpsee_subscribers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_calls_to_a_jsonrpsee_client_time_out_and_leave_nothing_pending() {
-    let Setup { client, server, .. } = setup().await;
+    let Setup { client, server } = setup().await;
     // Our server calls the jsonrpsee client. jsonrpsee's client serves no methods and
     // never answers: the call must end with a timeout, and nothing is left pending.
     let peer = only_peer(&client, &server).await;
@@ -380,11 +455,7 @@ async fn our_calls_to_a_jsonrpsee_client_time_out_and_leave_nothing_pending() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_jsonrpsee_client_closes_the_connection() {
-    let Setup {
-        client,
-        server,
-        notes,
-    } = setup().await;
+    let Setup { client, server } = setup().await;
     let mut gone = common::disconnections(&server);
     let peer = only_peer(&client, &server).await;
     // jsonrpsee's client closes the connection when dropped; our side sees it end.
@@ -399,7 +470,6 @@ async fn dropping_the_jsonrpsee_client_closes_the_connection() {
         .await
         .expect("the server forgets the connection");
     assert_eq!(server.connection_count(), 0);
-    assert!(notes.all().is_empty(), "no notifications arrived");
 }
 
 /// jsonrpsee with string ids (`IdKind::String`): our server echoes each id as the same
