@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::addr::valid_node_id;
+use crate::addr::valid_node_id;
 use super::node::{Node, Options};
 use super::{config, Backplane, Cluster, Gap, Owner};
 use crate::error::Result;

@@ -37,7 +37,6 @@
 //!   it fail then with [`ClusterError::NodeDown`]. A node that shuts down says goodbye
 //!   and is dropped at once.
 
-mod addr;
 mod backplane;
 mod builder;
 mod calls;
@@ -59,7 +58,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::watch;
 
-pub use addr::{ParsePeerAddrError, PeerAddr};
+pub use crate::addr::{ClusterError, ParsePeerAddrError, PeerAddr};
 pub use backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
 pub use builder::ClusterBuilder;
 pub use memory::{MemoryBackplane, MemoryHub};
@@ -96,30 +95,6 @@ pub struct Gap {
     pub origin: Option<String>,
     /// How many went missing, when known.
     pub missed: Option<u64>,
-}
-
-/// What went wrong between nodes.
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum ClusterError {
-    /// The node answered that it has no peer with that id.
-    #[error("no peer {0}")]
-    NoSuchPeer(PeerAddr),
-    /// The node is not live (never seen, gone silent, or said goodbye).
-    #[error("node {0:?} is not live")]
-    NodeDown(String),
-    /// The bus is unreachable.
-    #[error("the bus is unavailable: {0}")]
-    Unavailable(String),
-    /// The other node could not make the call.
-    #[error("the other node failed the call: {0}")]
-    Remote(String),
-    /// This node's cluster is stopped.
-    #[error("the cluster is stopped")]
-    Stopped,
-    /// Bad configuration (node name, a handle already attached).
-    #[error("cluster configuration: {0}")]
-    Config(String),
 }
 
 /// Counters, for logs and tests.
