@@ -120,6 +120,7 @@ mod progress;
 mod queue;
 mod reconnect;
 mod registry;
+mod relay;
 mod router;
 mod server;
 mod topics;

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::addr::valid_node_id;
 use super::node::{Node, Options};
 use super::{config, Backplane, Cluster, Gap, Owner};
+use crate::addr::valid_node_id;
 use crate::error::Result;
 use crate::registry::ServerHandle;
 use crate::topics::Topics;

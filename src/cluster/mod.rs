@@ -47,11 +47,12 @@ mod outbox;
 mod presence;
 #[cfg(feature = "redis")]
 mod redis;
+mod relay;
 mod sequence;
 mod subscriptions;
 
 use std::fmt;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -341,41 +342,5 @@ impl fmt::Debug for Cluster {
             .field("node", &self.node.id)
             .field("state", &self.state())
             .finish()
-    }
-}
-
-/// What a [`ServerHandle`] or [`Topics`] attached to a cluster calls. It holds the node
-/// weakly: the registry and topics never keep a stopped node alive.
-#[derive(Clone)]
-pub(crate) struct Hook(Weak<Node>);
-
-impl Hook {
-    /// A broadcast delivered locally; `frame` goes to the other nodes.
-    pub(crate) fn broadcast(&self, frame: &str) {
-        if let Some(node) = self.0.upgrade() {
-            node.send_broadcast(frame);
-        }
-    }
-
-    /// A publish on `topic` delivered locally; `frame` goes to the other nodes.
-    pub(crate) fn publish(&self, topic: &str, frame: &str) {
-        if let Some(node) = self.0.upgrade() {
-            node.send_topic(topic, frame);
-        }
-    }
-
-    /// The local subscribers of `topic` went from none to some, or back.
-    pub(crate) fn changed(&self, topic: &str) {
-        if let Some(node) = self.0.upgrade() {
-            node.subscriptions.changed(topic);
-        }
-    }
-
-    /// Resolves once the bus listens to `topic` for this node.
-    pub(crate) async fn ready(&self, topic: &str) -> Result<()> {
-        match self.0.upgrade() {
-            Some(node) => node.ready(topic).await,
-            None => Ok(()),
-        }
     }
 }

@@ -19,9 +19,10 @@ use super::calls::Calls;
 use super::envelope::{self, Channels, Header, Kind};
 use super::outbox::Outbox;
 use super::presence::Remote;
+use super::relay::ClusterRelay;
 use super::sequence::{Mark, Seen};
 use super::subscriptions::Subscriptions;
-use super::{Backplane, BusEvent, ClusterError, ClusterState, ClusterStats, Gap, GapHook, Hook};
+use super::{Backplane, BusEvent, ClusterError, ClusterState, ClusterStats, Gap, GapHook};
 use crate::error::{Error, Result};
 use crate::registry::ServerHandle;
 use crate::topics::Topics;
@@ -136,13 +137,13 @@ impl Node {
         for channel in [&node.ch_all, &node.ch_control, &node.ch_self] {
             node.bus.subscribe(channel).await.map_err(unavailable)?;
         }
-        let hook = Hook(Arc::downgrade(&node));
-        if !node.handle.attach(hook.clone()) {
+        let relay = Arc::new(ClusterRelay(Arc::downgrade(&node)));
+        if !node.handle.attach(relay.clone()) {
             return Err(super::config(
                 "this ServerHandle already has a cluster".into(),
             ));
         }
-        if !node.topics.attach(hook) {
+        if !node.topics.attach(relay) {
             return Err(super::config("these Topics already have a cluster".into()));
         }
         tokio::spawn(receive(node.clone(), events));
