@@ -43,13 +43,16 @@ mod calls;
 mod envelope;
 mod memory;
 mod node;
+mod nodes;
 mod outbox;
-mod presence;
+mod receive;
 #[cfg(feature = "redis")]
 mod redis;
 mod relay;
 mod sequence;
+mod status;
 mod subscriptions;
+mod sync;
 
 use std::fmt;
 use std::sync::Arc;
@@ -65,6 +68,7 @@ pub use builder::ClusterBuilder;
 pub use memory::{MemoryBackplane, MemoryHub};
 #[cfg(feature = "redis")]
 pub use redis::{RedisBackplane, RedisOptions};
+pub use status::{ClusterState, ClusterStats, Gap};
 
 use crate::error::{Error, Result};
 use crate::peer::Peer;
@@ -72,55 +76,6 @@ use crate::pending::Reply;
 use crate::registry::ServerHandle;
 use crate::topics::Topics;
 use node::{Node, Options};
-
-/// Whether this node can reach the bus.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ClusterState {
-    /// The bus is reachable.
-    Up,
-    /// The bus is unreachable: local delivery only, the outbox fills.
-    Down,
-    /// [`Cluster::shutdown`] ran (or every handle was dropped).
-    Stopped,
-}
-
-/// Messages this node may have missed: the application refetches what it shows.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Gap {
-    /// The topic, or `None` for broadcasts.
-    pub topic: Option<String>,
-    /// The node whose messages went missing, when known (a sequence number jumped);
-    /// `None` after a bus outage, when any node's may have.
-    pub origin: Option<String>,
-    /// How many went missing, when known.
-    pub missed: Option<u64>,
-}
-
-/// Counters, for logs and tests.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ClusterStats {
-    /// Envelopes waiting for the bus, and their bytes.
-    pub outbox_len: usize,
-    /// Bytes waiting for the bus.
-    pub outbox_bytes: usize,
-    /// Envelopes dropped because the outbox was full.
-    pub outbox_dropped: u64,
-    /// Envelopes received twice and dropped.
-    pub duplicates: u64,
-    /// Gaps reported.
-    pub gaps: u64,
-    /// Times another node with this node's name was seen.
-    pub duplicate_node_seen: u64,
-}
-
-type GapHook = Arc<dyn Fn(&Gap) + Send + Sync>;
-
-fn config(message: String) -> Error {
-    Error::Cluster(ClusterError::Config(message))
-}
 
 /// One node of a cluster. Cheap to clone; the node runs until
 /// [`shutdown`](Self::shutdown) or until every clone is dropped (then without a goodbye:
@@ -149,8 +104,7 @@ fn config(message: String) -> Error {
 pub struct Cluster {
     node: Arc<Node>,
     /// Held only for its drop.
-    #[allow(dead_code)]
-    owner: Arc<Owner>,
+    _owner: Arc<Owner>,
 }
 
 /// Stops the node's tasks when the last [`Cluster`] clone goes.
@@ -177,13 +131,13 @@ impl Cluster {
 
     /// This node's name.
     pub fn node_id(&self) -> &str {
-        &self.node.id
+        &self.node.me.id
     }
 
     /// A random value of this run of the node, so a restarted node is told apart from
     /// its earlier self.
     pub fn incarnation(&self) -> &str {
-        &self.node.incarnation
+        &self.node.me.incarnation
     }
 
     /// The cluster's topics: publishing reaches subscribers on every node, and this
@@ -201,7 +155,7 @@ impl Cluster {
     /// The address of one of this node's peers.
     pub fn addr(&self, peer: &Peer) -> PeerAddr {
         PeerAddr {
-            node: self.node.id.clone(),
+            node: self.node.me.id.clone(),
             peer: peer.id(),
         }
     }
@@ -251,7 +205,7 @@ impl Cluster {
         method: &str,
         params: impl Serialize,
     ) -> Result<Reply> {
-        self.call_raw_with_timeout(to, method, params, self.node.options.call_timeout)
+        self.call_raw_with_timeout(to, method, params, self.node.call_timeout)
             .await
     }
 
@@ -267,11 +221,11 @@ impl Cluster {
         params: impl Serialize,
         timeout: Duration,
     ) -> Result<Reply> {
-        if to.node == self.node.id {
+        if to.node == self.node.me.id {
             let peer = self.local_peer(to)?;
             return peer.call_raw_with_timeout(method, params, timeout).await;
         }
-        self.node.call_remote(to, method, &params, timeout).await
+        self.node.calls.call(to, method, &params, timeout).await
     }
 
     /// Notifies the peer at `to`, wherever it is connected. Returns once the
@@ -284,11 +238,11 @@ impl Cluster {
     /// of [`Peer::call`].
     pub fn notify(&self, to: &PeerAddr, method: &str, params: impl Serialize) -> Result<()> {
         let frame = crate::message::request(method, &params, None)?;
-        if to.node == self.node.id {
+        if to.node == self.node.me.id {
             self.local_peer(to)?.push(frame.into());
             return Ok(());
         }
-        self.node.notify_remote(to, frame.as_bytes())
+        self.node.calls.notify(to, frame.as_bytes())
     }
 
     fn local_peer(&self, to: &PeerAddr) -> Result<Peer> {
@@ -306,12 +260,12 @@ impl Cluster {
 
     /// The live nodes' names (this one included), sorted.
     pub fn nodes(&self) -> Vec<String> {
-        self.node.nodes_watch.borrow().clone()
+        self.node.roster.names()
     }
 
     /// Watches the live nodes' names.
     pub fn watch_nodes(&self) -> watch::Receiver<Vec<String>> {
-        self.node.nodes_watch.subscribe()
+        self.node.roster.watch()
     }
 
     /// Whether the bus is reachable.
@@ -339,7 +293,7 @@ impl Cluster {
 impl fmt::Debug for Cluster {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Cluster")
-            .field("node", &self.node.id)
+            .field("node", &self.node.me.id)
             .field("state", &self.state())
             .finish()
     }
