@@ -4,7 +4,7 @@
 //! - a publishing one (the crate's `ConnectionManager`, which redials by itself), fed by
 //!   one writer task from a queue filled at call time: publishes keep their call order
 //!   and go out as pipelines;
-//! - a subscribing one that this module owns and redials itself, with [`Backoff`]. It
+//! - a subscribing one that this module owns and redials itself, with [`Backoff`](crate::Backoff). It
 //!   keeps the subscription set and issues all of it again on every new connection
 //!   before reporting [`BusEvent::Up`], instead of trusting a client's automatic
 //!   resubscription: Redis adapters that did have lost every message after a restart
@@ -15,124 +15,22 @@
 //! [`RedisOptions::probe_misses`] intervals (a frozen Redis, a half-open socket) is
 //! dropped and dialed again, with `Down` and `Up` reported like any other loss.
 
+mod options;
+mod subscriber;
+
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{
-    AsyncConnectionConfig, Client, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, Value,
-};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, IntoConnectionInfo, ProtocolVersion};
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::Instant;
+
+pub use options::RedisOptions;
+use subscriber::{Control, Shared, Subscriber};
 
 use super::backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
-use crate::reconnect::Backoff;
-
-/// Settings of a [`RedisBackplane`]; every one has a default.
-#[derive(Clone, Debug)]
-pub struct RedisOptions {
-    prefix: String,
-    probe_interval: Duration,
-    probe_misses: u32,
-    event_capacity: usize,
-    publish_queue: usize,
-    batch_max: usize,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-    backoff: Backoff,
-}
-
-impl Default for RedisOptions {
-    fn default() -> Self {
-        RedisOptions {
-            prefix: "jp".to_owned(),
-            probe_interval: Duration::from_secs(1),
-            probe_misses: 2,
-            event_capacity: 4096,
-            publish_queue: 4096,
-            batch_max: 256,
-            connect_timeout: Duration::from_secs(2),
-            response_timeout: Duration::from_secs(2),
-            backoff: Backoff {
-                initial: Duration::from_millis(50),
-                max: Duration::from_secs(2),
-                multiplier: 2.0,
-            },
-        }
-    }
-}
-
-impl RedisOptions {
-    /// The defaults.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The prefix of this backplane's own keys: its probe channel is
-    /// `{prefix}:probe:{random}` (default `"jp"`). Channels given to
-    /// [`Backplane::publish`] and [`Backplane::subscribe`] are used as they are.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// How often the subscribing connection sends itself a probe (default 1 s).
-    pub fn probe_interval(mut self, interval: Duration) -> Self {
-        self.probe_interval = interval.max(Duration::from_millis(1));
-        self
-    }
-
-    /// How many probe intervals without the probe coming back make the subscribing
-    /// connection count as dead and be dialed again (default 2, at least 1).
-    pub fn probe_misses(mut self, misses: u32) -> Self {
-        self.probe_misses = misses.max(1);
-        self
-    }
-
-    /// The bound of the event stream (default 4096 events). A consumer that falls that
-    /// far behind loses messages (counted by [`RedisBackplane::dropped`]); `Down` and
-    /// `Up` are never dropped.
-    pub fn event_capacity(mut self, capacity: usize) -> Self {
-        self.event_capacity = capacity.max(1);
-        self
-    }
-
-    /// How many publishes may wait for the writer (default 4096); past that `publish`
-    /// waits for room.
-    pub fn publish_queue(mut self, len: usize) -> Self {
-        self.publish_queue = len.max(1);
-        self
-    }
-
-    /// The most `publish` calls sent as one pipeline (default 256; a `publish_many`
-    /// counts as one).
-    pub fn batch_max(mut self, len: usize) -> Self {
-        self.batch_max = len.max(1);
-        self
-    }
-
-    /// How long one dial may take (default 2 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// How long Redis may take to answer one command or pipeline (default 2 s).
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    /// The waits between dials of the subscribing connection (default 50 ms growing to
-    /// 2 s, full jitter).
-    pub fn backoff(mut self, backoff: Backoff) -> Self {
-        self.backoff = backoff;
-        self
-    }
-}
 
 /// A [`Backplane`] on a Redis server (standalone), through RESP3 pub/sub.
 ///
@@ -159,21 +57,10 @@ pub struct RedisBackplane {
     shared: Arc<Shared>,
 }
 
-struct Shared {
-    up: AtomicBool,
-    dropped: AtomicU64,
-    reconnects: AtomicU64,
-}
-
 /// One `publish` or `publish_many` call, in the writer's queue.
 struct Publish {
     messages: Vec<(String, Bytes)>,
     done: oneshot::Sender<Result<(), BackplaneError>>,
-}
-
-enum Control {
-    Subscribe(String, oneshot::Sender<Result<(), BackplaneError>>),
-    Unsubscribe(String, oneshot::Sender<Result<(), BackplaneError>>),
 }
 
 impl RedisBackplane {
@@ -184,11 +71,7 @@ impl RedisBackplane {
         let mut info = url.into_connection_info().map_err(unavailable)?;
         info.redis.protocol = ProtocolVersion::RESP3;
         let client = Client::open(info).map_err(unavailable)?;
-        let shared = Arc::new(Shared {
-            up: AtomicBool::new(false),
-            dropped: AtomicU64::new(0),
-            reconnects: AtomicU64::new(0),
-        });
+        let shared = Arc::new(Shared::default());
 
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(options.connect_timeout)
@@ -374,224 +257,4 @@ fn clone_error(e: &BackplaneError) -> BackplaneError {
         BackplaneError::Closed => BackplaneError::Closed,
         other => BackplaneError::Unavailable(other.to_string()),
     }
-}
-
-/// One live subscribing connection and the pushes it delivers.
-struct Link {
-    conn: MultiplexedConnection,
-    pushes: mpsc::Receiver<PushInfo>,
-}
-
-/// The subscribing side: owns the channel set and the connection, redials on loss.
-struct Subscriber {
-    client: Client,
-    options: RedisOptions,
-    probe: String,
-    channels: BTreeSet<String>,
-    events: mpsc::Sender<BusEvent>,
-    shared: Arc<Shared>,
-}
-
-/// Why a connected session ended.
-enum End {
-    /// The backplane was dropped.
-    Shutdown,
-    /// The link is gone (or silent): dial again.
-    Lost(String),
-}
-
-impl Subscriber {
-    /// Dials and issues the probe channel and the whole subscription set.
-    async fn dial(&self) -> redis::RedisResult<Link> {
-        let (tx, pushes) = mpsc::channel(self.options.event_capacity);
-        let shared = self.shared.clone();
-        // Called by the connection's reader, which must not wait: a full queue drops
-        // (counted) rather than letting Redis' output buffer for us grow here instead.
-        let sender = move |info: PushInfo| -> Result<(), ()> {
-            let disconnect = info.kind == PushKind::Disconnection;
-            match tx.try_send(info) {
-                Ok(()) => Ok(()),
-                Err(mpsc::error::TrySendError::Full(_)) if !disconnect => {
-                    shared.dropped.fetch_add(1, Ordering::Relaxed);
-                    Err(())
-                }
-                Err(_) => Err(()),
-            }
-        };
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(self.options.connect_timeout)
-            .set_response_timeout(self.options.response_timeout)
-            .set_push_sender(sender);
-        let mut conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        let all: Vec<&String> = std::iter::once(&self.probe)
-            .chain(self.channels.iter())
-            .collect();
-        // One channel per SUBSCRIBE: each command then has exactly one reply.
-        for chunk in all.chunks(100) {
-            let mut pipe = redis::pipe();
-            for channel in chunk {
-                pipe.cmd("SUBSCRIBE").arg(channel.as_str());
-            }
-            pipe.exec_async(&mut conn).await?;
-        }
-        Ok(Link { conn, pushes })
-    }
-
-    async fn run(mut self, mut link: Link, mut control: mpsc::Receiver<Control>) {
-        loop {
-            let why = match self.session(&mut link, &mut control).await {
-                End::Shutdown => return,
-                End::Lost(why) => why,
-            };
-            tracing::warn!(reason = %why, "redis backplane: subscription link lost, dialing again");
-            self.shared.up.store(false, Ordering::Release);
-            // Dropping the connection closes it (its reader task is aborted with it).
-            drop(link);
-            if self.events.send(BusEvent::Down).await.is_err() {
-                tracing::debug!("redis backplane: nobody reads the events");
-            }
-            link = match self.redial(&mut control).await {
-                Some(link) => link,
-                None => return,
-            };
-            self.shared.reconnects.fetch_add(1, Ordering::Relaxed);
-            self.shared.up.store(true, Ordering::Release);
-            let _ = self.events.send(BusEvent::Up).await;
-        }
-    }
-
-    /// Dials with backoff until it works; meanwhile subscribe calls join the set and
-    /// fail as unavailable. `None` when the backplane was dropped.
-    async fn redial(&mut self, control: &mut mpsc::Receiver<Control>) -> Option<Link> {
-        let mut attempt = 0u32;
-        loop {
-            let wait = tokio::time::sleep(self.options.backoff.delay(attempt));
-            tokio::pin!(wait);
-            loop {
-                tokio::select! {
-                    () = &mut wait => break,
-                    cmd = control.recv() => match cmd? {
-                        Control::Subscribe(channel, done) => {
-                            self.channels.insert(channel);
-                            let _ = done.send(Err(BackplaneError::Unavailable(
-                                "redis link is down; subscribed again once it is back".into(),
-                            )));
-                        }
-                        Control::Unsubscribe(channel, done) => {
-                            self.channels.remove(&channel);
-                            let _ = done.send(Ok(()));
-                        }
-                    },
-                }
-            }
-            match self.dial().await {
-                Ok(link) => return Some(link),
-                Err(e) => {
-                    tracing::debug!(error = %e, attempt, "redis backplane: dial failed");
-                    attempt = attempt.saturating_add(1);
-                }
-            }
-        }
-    }
-
-    async fn session(&mut self, link: &mut Link, control: &mut mpsc::Receiver<Control>) -> End {
-        let interval = self.options.probe_interval;
-        let deadline = interval * self.options.probe_misses;
-        let mut ticks = tokio::time::interval(interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_probe = Instant::now();
-        loop {
-            tokio::select! {
-                push = link.pushes.recv() => {
-                    let Some(push) = push else { return End::Lost("push stream ended".into()) };
-                    match push.kind {
-                        PushKind::Disconnection => return End::Lost("connection closed".into()),
-                        PushKind::Message => {
-                            let Some((channel, payload)) = message_parts(push.data) else { continue };
-                            if channel == self.probe {
-                                last_probe = Instant::now();
-                            } else if self.events.try_send(BusEvent::Message { channel, payload }).is_err() {
-                                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                cmd = control.recv() => {
-                    let Some(cmd) = cmd else { return End::Shutdown };
-                    if let Err(why) = self.apply(&mut link.conn, cmd).await {
-                        return End::Lost(why);
-                    }
-                }
-                _ = ticks.tick() => {
-                    if last_probe.elapsed() > deadline {
-                        return End::Lost(format!("no probe back for {deadline:?}"));
-                    }
-                    let mut conn = link.conn.clone();
-                    let probe = self.probe.clone();
-                    // Not awaited here: a frozen Redis must not stop this loop from
-                    // noticing the silence.
-                    tokio::spawn(async move {
-                        let _ = redis::cmd("PUBLISH").arg(&probe).arg("p").exec_async(&mut conn).await;
-                    });
-                }
-            }
-        }
-    }
-
-    /// Runs one subscribe or unsubscribe on the live connection. An error that means
-    /// the link is gone ends the session (the set already holds the change).
-    async fn apply(
-        &mut self,
-        conn: &mut MultiplexedConnection,
-        cmd: Control,
-    ) -> Result<(), String> {
-        let (result, done, unsubscribing) = match cmd {
-            Control::Subscribe(channel, done) => {
-                self.channels.insert(channel.clone());
-                (conn.subscribe(&channel).await, done, false)
-            }
-            Control::Unsubscribe(channel, done) => {
-                self.channels.remove(&channel);
-                (conn.unsubscribe(&channel).await, done, true)
-            }
-        };
-        match result {
-            Ok(()) => {
-                let _ = done.send(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                let why = e.to_string();
-                // The session ends and the link is dialed again from the set: a
-                // subscribe is issued then (the caller retries after `Up`), an
-                // unsubscribe has taken effect.
-                let _ = done.send(if unsubscribing {
-                    Ok(())
-                } else {
-                    Err(BackplaneError::Unavailable(why.clone()))
-                });
-                Err(why)
-            }
-        }
-    }
-}
-
-/// `[channel, payload]` of a RESP3 `message` push.
-fn message_parts(data: Vec<Value>) -> Option<(String, Bytes)> {
-    let mut parts = data.into_iter();
-    let channel = match parts.next()? {
-        Value::BulkString(b) => String::from_utf8(b).ok()?,
-        Value::SimpleString(s) => s,
-        _ => return None,
-    };
-    let payload = match parts.next()? {
-        Value::BulkString(b) => Bytes::from(b),
-        Value::SimpleString(s) => Bytes::from(s),
-        _ => return None,
-    };
-    Some((channel, payload))
 }
