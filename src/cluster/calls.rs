@@ -14,7 +14,6 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tokio::sync::{oneshot, watch, Semaphore};
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::envelope::{Closed, Header, Kind, Me, Outcome};
 use super::outbox::Outbox;
@@ -121,9 +120,8 @@ impl Calls {
 /// What a reply says, as the caller's result.
 fn outcome(header: &Header<'_>, to: PeerAddr, body: Bytes) -> Result<Reply> {
     let text = || {
-        Utf8Bytes::try_from(body.clone())
-            .map(Text::from)
-            .map_err(|_| Error::InvalidResponse("a reply that is not UTF-8".into()))
+        Text::from_utf8(body.clone())
+            .ok_or_else(|| Error::InvalidResponse("a reply that is not UTF-8".into()))
     };
     match header.e {
         None => {

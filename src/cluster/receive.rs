@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::backplane::BusEvent;
 use super::calls::Calls;
@@ -119,7 +118,7 @@ impl Receive {
             }
             Seen::Fresh => {}
         }
-        let text = || Utf8Bytes::try_from(body.clone()).ok().map(Text::from);
+        let text = || Text::from_utf8(body.clone());
         let heard = match header.k {
             Kind::Broadcast => {
                 if let Some(frame) = text() {
