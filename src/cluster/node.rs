@@ -30,7 +30,7 @@ use tracing::Instrument;
 use super::backplane::{Backplane, BackplaneError};
 use super::calls::Calls;
 use super::envelope::{Kind, Me};
-use super::nodes::{Heard, Nodes, Roster};
+use super::nodes::{Heard, Nodes, Roster, Table};
 use super::outbox::{self, Outbox};
 use super::receive::Receive;
 use super::relay::ClusterRelay;
@@ -168,15 +168,16 @@ impl Node {
         tokio::spawn(
             outbox::run(outbox.clone(), bus.clone(), stop.subscribe()).instrument(span.clone()),
         );
-        let nodes = Nodes::new(
-            me.clone(),
-            roster.clone(),
-            outbox.clone(),
-            calls.clone(),
-            handle.clone(),
-            options.heartbeat,
-            options.missed,
-        );
+        let nodes = Nodes {
+            me: me.clone(),
+            table: Table::default(),
+            roster: roster.clone(),
+            outbox: outbox.clone(),
+            calls: calls.clone(),
+            handle: handle.clone(),
+            interval: options.heartbeat,
+            missed: options.missed,
+        };
         nodes.heartbeat(true);
         tokio::spawn(
             nodes

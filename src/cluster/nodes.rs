@@ -75,45 +75,34 @@ struct Remote {
     last_seen: Instant,
 }
 
-/// The nodes task: the table and the rooms it tells.
+/// The nodes task: the table it owns and the rooms it tells.
 pub(super) struct Nodes {
-    me: Arc<Me>,
-    /// Other live nodes, by name.
-    table: HashMap<String, Remote>,
-    /// Nodes gone, with their incarnation and when: their sequence numbers are
-    /// forgotten [`FORGET_AFTER`] heartbeat intervals later.
+    pub me: Arc<Me>,
+    pub table: Table,
+    /// What the other rooms read of the table.
+    pub roster: Arc<Roster>,
+    /// Told who was heard from: its flush after an outage waits for them.
+    pub outbox: Arc<Outbox>,
+    /// Told when a node goes: the calls waiting on it fail.
+    pub calls: Arc<Calls>,
+    /// This node's peers, counted in its heartbeats.
+    pub handle: ServerHandle,
+    pub interval: Duration,
+    /// Silent intervals after which a node is dropped.
+    pub missed: u32,
+}
+
+/// The other nodes, as the nodes task alone knows them.
+#[derive(Default)]
+pub(super) struct Table {
+    /// Live, by name.
+    live: HashMap<String, Remote>,
+    /// Gone, with their incarnation and when: their sequence numbers are forgotten
+    /// [`FORGET_AFTER`] heartbeat intervals later.
     departed: Vec<(String, String, Instant)>,
-    roster: Arc<Roster>,
-    outbox: Arc<Outbox>,
-    calls: Arc<Calls>,
-    handle: ServerHandle,
-    interval: Duration,
-    missed: u32,
 }
 
 impl Nodes {
-    pub fn new(
-        me: Arc<Me>,
-        roster: Arc<Roster>,
-        outbox: Arc<Outbox>,
-        calls: Arc<Calls>,
-        handle: ServerHandle,
-        interval: Duration,
-        missed: u32,
-    ) -> Self {
-        Nodes {
-            me,
-            table: HashMap::new(),
-            departed: Vec::new(),
-            roster,
-            outbox,
-            calls,
-            handle,
-            interval,
-            missed,
-        }
-    }
-
     /// Announces this node and its connection count. Silent while the bus is down (the
     /// outbox refuses it): a heartbeat flushed before our subscriptions are issued again
     /// would tell the others we can hear them when we cannot yet.
@@ -165,7 +154,7 @@ impl Nodes {
     fn on_heartbeat(&mut self, node: String, incarnation: String, connections: u64, hello: bool) {
         self.outbox.heard_from(&node);
         let now = Instant::now();
-        let restarted = match self.table.get_mut(&node) {
+        let restarted = match self.table.live.get_mut(&node) {
             Some(r) if r.incarnation == incarnation => {
                 r.last_seen = now;
                 r.connections = connections;
@@ -173,7 +162,7 @@ impl Nodes {
             }
             other => {
                 let restarted = other.is_some();
-                self.table.insert(
+                self.table.live.insert(
                     node.clone(),
                     Remote {
                         incarnation,
@@ -196,7 +185,7 @@ impl Nodes {
     }
 
     fn forget_node(&mut self, node: &str, why: &str) {
-        let Some(remote) = self.table.remove(node) else {
+        let Some(remote) = self.table.live.remove(node) else {
             return;
         };
         self.publish(true);
@@ -205,7 +194,8 @@ impl Nodes {
             .fail_node(node, &ClusterError::NodeDown(node.to_owned()));
         // A silent node may be cut off rather than gone: its sequence numbers stay
         // a while, so that copies it re-sends when it is back are still dropped.
-        self.departed
+        self.table
+            .departed
             .push((node.to_owned(), remote.incarnation, Instant::now()));
     }
 
@@ -215,6 +205,7 @@ impl Nodes {
         let now = Instant::now();
         let silent: Vec<String> = self
             .table
+            .live
             .iter()
             .filter(|(_, r)| now.duration_since(r.last_seen) > window)
             .map(|(name, _)| name.clone())
@@ -223,7 +214,7 @@ impl Nodes {
             self.forget_node(&name, "silent for the heartbeat window");
         }
         let after = self.interval * FORGET_AFTER;
-        self.departed.retain(|(node, incarnation, when)| {
+        self.table.departed.retain(|(node, incarnation, when)| {
             let keep = now.duration_since(*when) <= after;
             if !keep {
                 let _ = forget.send(Forget::Origin {
@@ -237,12 +228,12 @@ impl Nodes {
 
     /// Publishes the roster: the connection count always, the names when they changed.
     fn publish(&self, names_changed: bool) {
-        let connections: u64 = self.table.values().map(|r| r.connections).sum();
+        let connections: u64 = self.table.live.values().map(|r| r.connections).sum();
         self.roster
             .connections
             .store(connections, Ordering::Relaxed);
         if names_changed {
-            let mut names: Vec<String> = self.table.keys().cloned().collect();
+            let mut names: Vec<String> = self.table.live.keys().cloned().collect();
             names.push(self.me.id.clone());
             names.sort();
             self.roster.names.send_replace(names);
