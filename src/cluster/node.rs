@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
-use super::backplane::{Backplane, BackplaneError};
+use super::backplane::{Backplane, BackplaneError, BusEvent};
 use super::calls::Calls;
 use super::envelope::{Kind, Me};
 use super::nodes::{Heard, Nodes, Roster, Table};
@@ -87,11 +87,14 @@ pub(crate) struct Node {
     pub roster: Arc<Roster>,
     pub outbox: Arc<Outbox>,
     pub calls: Arc<Calls>,
+    subscriptions: Arc<Subscriptions>,
     counters: Arc<Counters>,
     stop: watch::Sender<bool>,
 }
 
 impl Node {
+    /// Subscribes the node's own channels, builds its rooms, attaches the relay to the
+    /// registry and topics, and starts the tasks.
     pub(crate) async fn start(
         bus: Box<dyn Backplane>,
         id: String,
@@ -99,19 +102,25 @@ impl Node {
         topics: Topics,
         options: Options,
     ) -> Result<Arc<Node>> {
-        let unavailable =
-            |e: BackplaneError| Error::Cluster(ClusterError::Unavailable(e.to_string()));
         let events = bus
             .events()
             .ok_or_else(|| config("the backplane's events were already taken".into()))?;
         let bus: Arc<dyn Backplane> = Arc::from(bus);
         let me = Arc::new(Me::new(id, &options.prefix));
         for channel in [me.channels.all(), me.channels.control(), &me.own] {
-            bus.subscribe(channel).await.map_err(unavailable)?;
+            bus.subscribe(channel).await.map_err(|e: BackplaneError| {
+                Error::Cluster(ClusterError::Unavailable(e.to_string()))
+            })?;
         }
+        let node = Node::new(me, handle, topics, &options);
+        node.attach()?;
+        node.spawn(bus, events, options);
+        Ok(Arc::new(node))
+    }
 
+    /// The rooms' handles; no task runs yet.
+    fn new(me: Arc<Me>, handle: ServerHandle, topics: Topics, options: &Options) -> Node {
         let state = watch::Sender::new(ClusterState::Up);
-        let stop = watch::Sender::new(false);
         let window = options.heartbeat * options.missed;
         let roster = Arc::new(Roster::new(&me.id));
         let outbox = Arc::new(Outbox::new(options.outbox_limit, window, state.subscribe()));
@@ -124,78 +133,7 @@ impl Node {
             options.call_timeout,
             options.max_remote_calls,
         ));
-        let subscriptions = Arc::new(Subscriptions::default());
-        let counters = Arc::new(Counters::default());
-
-        let relay = Arc::new(ClusterRelay {
-            me: me.clone(),
-            outbox: Arc::downgrade(&outbox),
-            subscriptions: Arc::downgrade(&subscriptions),
-            state: state.subscribe(),
-            timeout: options.call_timeout,
-        });
-        if !handle.attach(relay.clone()) {
-            return Err(config("this ServerHandle already has a cluster".into()));
-        }
-        if !topics.attach(relay) {
-            return Err(config("these Topics already have a cluster".into()));
-        }
-
-        let (forget_tx, forget_rx) = mpsc::unbounded_channel();
-        let (heard_tx, heard_rx) = mpsc::channel::<Heard>(HEARD_CAPACITY);
-        let span = tracing::info_span!("cluster", node = %me.id);
-        let receive = Receive {
-            me: me.clone(),
-            handle: handle.clone(),
-            topics: topics.clone(),
-            state: state.clone(),
-            live: roster.watch(),
-            nodes: heard_tx,
-            calls: calls.clone(),
-            outbox: outbox.clone(),
-            subscriptions: subscriptions.clone(),
-            counters: counters.clone(),
-            on_gap: options.on_gap,
-            gap_method: options.gap_method,
-            marks: Marks::default(),
-            before_outage: HashSet::new(),
-        };
-        tokio::spawn(
-            receive
-                .run(events, forget_rx, stop.subscribe())
-                .instrument(span.clone()),
-        );
-        tokio::spawn(
-            outbox::run(outbox.clone(), bus.clone(), stop.subscribe()).instrument(span.clone()),
-        );
-        let nodes = Nodes {
-            me: me.clone(),
-            table: Table::default(),
-            roster: roster.clone(),
-            outbox: outbox.clone(),
-            calls: calls.clone(),
-            handle: handle.clone(),
-            interval: options.heartbeat,
-            missed: options.missed,
-        };
-        nodes.heartbeat(true);
-        tokio::spawn(
-            nodes
-                .run(heard_rx, forget_tx.clone(), stop.subscribe())
-                .instrument(span.clone()),
-        );
-        tokio::spawn(
-            subscriptions::run(
-                subscriptions,
-                bus,
-                topics.clone(),
-                me.clone(),
-                forget_tx,
-                stop.subscribe(),
-            )
-            .instrument(span),
-        );
-        Ok(Arc::new(Node {
+        Node {
             me,
             handle,
             topics,
@@ -204,9 +142,77 @@ impl Node {
             roster,
             outbox,
             calls,
-            counters,
-            stop,
-        }))
+            subscriptions: Arc::new(Subscriptions::default()),
+            counters: Arc::new(Counters::default()),
+            stop: watch::Sender::new(false),
+        }
+    }
+
+    /// Makes the registry's broadcasts and the topics' publishes cluster-wide.
+    fn attach(&self) -> Result<()> {
+        let relay = Arc::new(ClusterRelay {
+            me: self.me.clone(),
+            outbox: Arc::downgrade(&self.outbox),
+            subscriptions: Arc::downgrade(&self.subscriptions),
+            state: self.state.subscribe(),
+            timeout: self.call_timeout,
+        });
+        if !self.handle.attach(relay.clone()) {
+            return Err(config("this ServerHandle already has a cluster".into()));
+        }
+        if !self.topics.attach(relay) {
+            return Err(config("these Topics already have a cluster".into()));
+        }
+        Ok(())
+    }
+
+    /// Starts the four tasks, each in a span that names the node, and says hello.
+    fn spawn(&self, bus: Arc<dyn Backplane>, events: mpsc::Receiver<BusEvent>, options: Options) {
+        let (forget_tx, forget_rx) = mpsc::unbounded_channel();
+        let (heard_tx, heard_rx) = mpsc::channel::<Heard>(HEARD_CAPACITY);
+        let span = tracing::info_span!("cluster", node = %self.me.id);
+        let receive = Receive {
+            me: self.me.clone(),
+            handle: self.handle.clone(),
+            topics: self.topics.clone(),
+            state: self.state.clone(),
+            live: self.roster.watch(),
+            nodes: heard_tx,
+            calls: self.calls.clone(),
+            outbox: self.outbox.clone(),
+            subscriptions: self.subscriptions.clone(),
+            counters: self.counters.clone(),
+            on_gap: options.on_gap,
+            gap_method: options.gap_method,
+            marks: Marks::default(),
+            before_outage: HashSet::new(),
+        };
+        let receive = receive.run(events, forget_rx, self.stop.subscribe());
+        tokio::spawn(receive.instrument(span.clone()));
+        let send = outbox::run(self.outbox.clone(), bus.clone(), self.stop.subscribe());
+        tokio::spawn(send.instrument(span.clone()));
+        let nodes = Nodes {
+            me: self.me.clone(),
+            table: Table::default(),
+            roster: self.roster.clone(),
+            outbox: self.outbox.clone(),
+            calls: self.calls.clone(),
+            handle: self.handle.clone(),
+            interval: options.heartbeat,
+            missed: options.missed,
+        };
+        nodes.heartbeat(true);
+        let nodes = nodes.run(heard_rx, forget_tx.clone(), self.stop.subscribe());
+        tokio::spawn(nodes.instrument(span.clone()));
+        let keep = subscriptions::run(
+            self.subscriptions.clone(),
+            bus,
+            self.topics.clone(),
+            self.me.clone(),
+            forget_tx,
+            self.stop.subscribe(),
+        );
+        tokio::spawn(keep.instrument(span));
     }
 
     pub(crate) fn stop(&self) {
