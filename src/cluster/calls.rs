@@ -302,30 +302,35 @@ impl Calls {
                     return;
                 }
             };
-            match peer
+            let result = peer
                 .call_raw_with_timeout(&call.method, call.params, timeout)
-                .await
-            {
+                .await;
+            match result {
                 Ok(result) => reply(&calls, None, None, result.get().as_bytes()),
-                Err(Error::Rpc { error: e, .. }) => {
-                    let body = serde_json::to_vec(&e).unwrap_or_default();
-                    reply(&calls, Some(Outcome::Rpc), None, &body);
+                Err(e) => {
+                    let (outcome, t, body) = failure(e);
+                    reply(&calls, Some(outcome), t, &body);
                 }
-                Err(Error::Timeout { after: d, .. }) => {
-                    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-                    reply(&calls, Some(Outcome::Timeout), Some(ms), b"");
-                }
-                Err(Error::Closed(reason)) => {
-                    let body = serde_json::to_vec(&closed(&reason)).unwrap_or_default();
-                    reply(&calls, Some(Outcome::Closed), None, &body);
-                }
-                Err(other) => reply(
-                    &calls,
-                    Some(Outcome::Failed),
-                    None,
-                    other.to_string().as_bytes(),
-                ),
             }
         });
+    }
+}
+
+/// A served call's error as a reply: its outcome, its timeout, its body.
+fn failure(error: Error) -> (Outcome, Option<u64>, Vec<u8>) {
+    match error {
+        Error::Rpc { error: e, .. } => {
+            let body = serde_json::to_vec(&e).unwrap_or_default();
+            (Outcome::Rpc, None, body)
+        }
+        Error::Timeout { after: d, .. } => {
+            let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+            (Outcome::Timeout, Some(ms), Vec::new())
+        }
+        Error::Closed(reason) => {
+            let body = serde_json::to_vec(&closed(&reason)).unwrap_or_default();
+            (Outcome::Closed, None, body)
+        }
+        other => (Outcome::Failed, None, other.to_string().into_bytes()),
     }
 }

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::backplane::BusEvent;
 use super::calls::Calls;
-use super::envelope::{self, Kind, Me};
+use super::envelope::{self, Header, Kind, Me};
 use super::nodes::Heard;
 use super::outbox::Outbox;
 use super::sequence::{Forget, Marks, Seen};
@@ -88,35 +88,8 @@ impl Receive {
             tracing::debug!(channel, "not an envelope; ignored");
             return;
         };
-        if header.o == self.me.id {
-            if header.i == self.me.incarnation {
-                return; // our own publish, already delivered here
-            }
-            if header.k == Kind::Heartbeat {
-                self.counters.twins.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(other = %header.i, "another node uses this node's name: calls to it reach both");
-                return;
-            }
-        }
-        match self.marks.check(channel, &header.o, &header.i, header.s) {
-            Seen::Duplicate => {
-                self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            Seen::Gap(missed) => {
-                let topic = match header.k {
-                    Kind::Topic => self.me.channels.topic_of(channel).map(str::to_owned),
-                    _ => None,
-                };
-                if header.k == Kind::Broadcast || topic.is_some() {
-                    self.report_gap(Gap {
-                        topic,
-                        origin: Some(header.o.to_string()),
-                        missed: Some(missed),
-                    });
-                }
-            }
-            Seen::Fresh => {}
+        if !self.is_new(channel, &header) {
+            return;
         }
         let text = || Text::from_utf8(body.clone());
         let heard = match header.k {
@@ -150,6 +123,42 @@ impl Receive {
             Kind::Goodbye => Heard::Goodbye(header.o.to_string()),
         };
         let _ = self.nodes.send(heard).await;
+    }
+
+    /// Whether an envelope is one to act on: not this node's own, not one seen before.
+    /// A jump in its sequence numbers is reported as a gap (and it is still new).
+    fn is_new(&mut self, channel: &str, header: &Header<'_>) -> bool {
+        if header.o == self.me.id {
+            if header.i == self.me.incarnation {
+                return false; // our own publish, already delivered here
+            }
+            if header.k == Kind::Heartbeat {
+                self.counters.twins.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(other = %header.i, "another node uses this node's name: calls to it reach both");
+                return false;
+            }
+        }
+        match self.marks.check(channel, &header.o, &header.i, header.s) {
+            Seen::Duplicate => {
+                self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+            Seen::Gap(missed) => {
+                let topic = match header.k {
+                    Kind::Topic => self.me.channels.topic_of(channel).map(str::to_owned),
+                    _ => None,
+                };
+                if header.k == Kind::Broadcast || topic.is_some() {
+                    self.report_gap(Gap {
+                        topic,
+                        origin: Some(header.o.to_string()),
+                        missed: Some(missed),
+                    });
+                }
+            }
+            Seen::Fresh => {}
+        }
+        true
     }
 
     fn on_down(&mut self) {
