@@ -38,7 +38,21 @@
 //!   on the topics, like deliveries.
 //!
 //! Each of those is a method of this trait (or a sibling trait beside it, held by the
-//! topics) that the cluster implements in a room of its own.
+//! topics) that the cluster implements in a room of its own. Their likely shape, for
+//! whoever writes them (names are theirs to choose):
+//!
+//! ```text
+//! // history: the bus gives the offset; the topics' ordering logic stays the one there is
+//! fn record<'a>(&'a self, topic: &'a str, frame: &'a str) -> BoxFuture<'a, Result<Position>>;
+//! fn read_after<'a>(&'a self, topic: &'a str, after: Position, max: usize)
+//!     -> BoxFuture<'a, Result<Replay>>;
+//! // presence: the topics keep this node's members, the relay the others'
+//! fn joined(&self, topic: &str, member: &Member);
+//! fn left(&self, topic: &str, member: &Member);
+//! fn members<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<Vec<Member>>>;
+//! // and down, from the cluster: Topics::deliver_at(topic, position, frame),
+//! // Topics::member_joined / member_left(topic, member)
+//! ```
 
 use futures_util::future::BoxFuture;
 
