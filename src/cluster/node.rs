@@ -150,13 +150,13 @@ impl Node {
 
     /// Makes the registry's broadcasts and the topics' publishes cluster-wide.
     fn attach(&self) -> Result<()> {
-        let relay = Arc::new(ClusterRelay {
-            me: self.me.clone(),
-            outbox: Arc::downgrade(&self.outbox),
-            subscriptions: Arc::downgrade(&self.subscriptions),
-            state: self.state.subscribe(),
-            timeout: self.call_timeout,
-        });
+        let relay = Arc::new(ClusterRelay::new(
+            self.me.clone(),
+            &self.outbox,
+            &self.subscriptions,
+            self.state.subscribe(),
+            self.call_timeout,
+        ));
         if !self.handle.attach(relay.clone()) {
             return Err(config("this ServerHandle already has a cluster".into()));
         }

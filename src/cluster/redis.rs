@@ -18,7 +18,6 @@
 mod options;
 mod subscriber;
 
-use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -89,16 +88,8 @@ impl RedisBackplane {
             .await
             .map_err(unavailable)?;
 
-        let probe = format!("{}:probe:{:016x}", options.prefix, fastrand::u64(..));
         let (events_tx, events_rx) = mpsc::channel(options.event_capacity);
-        let subscriber = Subscriber {
-            client,
-            options: options.clone(),
-            probe,
-            channels: BTreeSet::new(),
-            events: events_tx,
-            shared: shared.clone(),
-        };
+        let subscriber = Subscriber::new(client, options.clone(), events_tx, shared.clone());
         let link = subscriber.dial().await.map_err(unavailable)?;
         shared.up.store(true, Ordering::Release);
 

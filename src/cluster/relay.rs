@@ -19,12 +19,30 @@ use crate::relay::Relay;
 /// [`Topics`](crate::Topics). It holds the rooms it reaches weakly: the registry and
 /// topics never keep a stopped node alive.
 pub(super) struct ClusterRelay {
-    pub me: Arc<Me>,
-    pub outbox: Weak<Outbox>,
-    pub subscriptions: Weak<Subscriptions>,
-    pub state: watch::Receiver<ClusterState>,
+    me: Arc<Me>,
+    outbox: Weak<Outbox>,
+    subscriptions: Weak<Subscriptions>,
+    state: watch::Receiver<ClusterState>,
     /// How long [`ready`](Relay::ready) waits for the bus.
-    pub timeout: Duration,
+    timeout: Duration,
+}
+
+impl ClusterRelay {
+    pub fn new(
+        me: Arc<Me>,
+        outbox: &Arc<Outbox>,
+        subscriptions: &Arc<Subscriptions>,
+        state: watch::Receiver<ClusterState>,
+        timeout: Duration,
+    ) -> Self {
+        ClusterRelay {
+            me,
+            outbox: Arc::downgrade(outbox),
+            subscriptions: Arc::downgrade(subscriptions),
+            state,
+            timeout,
+        }
+    }
 }
 
 impl Relay for ClusterRelay {

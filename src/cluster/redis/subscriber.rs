@@ -41,13 +41,13 @@ pub(super) struct Link {
 
 /// The subscribing side: owns the channel set and the connection, redials on loss.
 pub(super) struct Subscriber {
-    pub client: Client,
-    pub options: RedisOptions,
+    client: Client,
+    options: RedisOptions,
     /// This link's own channel, for the probe.
-    pub probe: String,
-    pub channels: BTreeSet<String>,
-    pub events: mpsc::Sender<BusEvent>,
-    pub shared: Arc<Shared>,
+    probe: String,
+    channels: BTreeSet<String>,
+    events: mpsc::Sender<BusEvent>,
+    shared: Arc<Shared>,
 }
 
 /// Why a connected session ended.
@@ -59,6 +59,23 @@ enum End {
 }
 
 impl Subscriber {
+    /// Subscribed to nothing yet; reports on `events` and in `shared`.
+    pub fn new(
+        client: Client,
+        options: RedisOptions,
+        events: mpsc::Sender<BusEvent>,
+        shared: Arc<Shared>,
+    ) -> Self {
+        Subscriber {
+            probe: format!("{}:probe:{:016x}", options.prefix, fastrand::u64(..)),
+            client,
+            options,
+            channels: BTreeSet::new(),
+            events,
+            shared,
+        }
+    }
+
     /// Dials and issues the probe channel and the whole subscription set.
     pub async fn dial(&self) -> redis::RedisResult<Link> {
         let (tx, pushes) = mpsc::channel(self.options.event_capacity);
