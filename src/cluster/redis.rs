@@ -4,7 +4,7 @@
 //! - a publishing one (the crate's `ConnectionManager`, which redials by itself), fed by
 //!   one writer task from a queue filled at call time: publishes keep their call order
 //!   and go out as pipelines;
-//! - a subscribing one that this module owns and redials itself, with [`Backoff`](crate::Backoff). It
+//! - a subscribing one that this module owns and redials itself, with [`Backoff`]. It
 //!   keeps the subscription set and issues all of it again on every new connection
 //!   before reporting [`BusEvent::Up`], instead of trusting a client's automatic
 //!   resubscription: Redis adapters that did have lost every message after a restart
@@ -15,21 +15,125 @@
 //! [`RedisOptions::probe_misses`] intervals (a frozen Redis, a half-open socket) is
 //! dropped and dialed again, with `Down` and `Up` reported like any other loss.
 
-mod options;
 mod subscriber;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, IntoConnectionInfo, ProtocolVersion};
 use tokio::sync::{mpsc, oneshot};
 
-pub use options::RedisOptions;
 use subscriber::{Control, Shared, Subscriber};
 
 use super::backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+use crate::reconnect::Backoff;
+
+/// Settings of a [`RedisBackplane`]; every one has a default.
+#[derive(Clone, Debug)]
+pub struct RedisOptions {
+    prefix: String,
+    probe_interval: Duration,
+    probe_misses: u32,
+    event_capacity: usize,
+    publish_queue: usize,
+    batch_max: usize,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    backoff: Backoff,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            prefix: "jp".to_owned(),
+            probe_interval: Duration::from_secs(1),
+            probe_misses: 2,
+            event_capacity: 4096,
+            publish_queue: 4096,
+            batch_max: 256,
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+            backoff: Backoff {
+                initial: Duration::from_millis(50),
+                max: Duration::from_secs(2),
+                multiplier: 2.0,
+            },
+        }
+    }
+}
+
+impl RedisOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The prefix of this backplane's own keys: its probe channel is
+    /// `{prefix}:probe:{random}` (default `"jp"`). Channels given to
+    /// [`Backplane::publish`] and [`Backplane::subscribe`] are used as they are.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How often the subscribing connection sends itself a probe (default 1 s).
+    pub fn probe_interval(mut self, interval: Duration) -> Self {
+        self.probe_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How many probe intervals without the probe coming back make the subscribing
+    /// connection count as dead and be dialed again (default 2, at least 1).
+    pub fn probe_misses(mut self, misses: u32) -> Self {
+        self.probe_misses = misses.max(1);
+        self
+    }
+
+    /// The bound of the event stream (default 4096 events). A consumer that falls that
+    /// far behind loses messages (counted by
+    /// [`RedisBackplane::dropped`]); `Down` and
+    /// `Up` are never dropped.
+    pub fn event_capacity(mut self, capacity: usize) -> Self {
+        self.event_capacity = capacity.max(1);
+        self
+    }
+
+    /// How many publishes may wait for the writer (default 4096); past that `publish`
+    /// waits for room.
+    pub fn publish_queue(mut self, len: usize) -> Self {
+        self.publish_queue = len.max(1);
+        self
+    }
+
+    /// The most `publish` calls sent as one pipeline (default 256; a `publish_many`
+    /// counts as one).
+    pub fn batch_max(mut self, len: usize) -> Self {
+        self.batch_max = len.max(1);
+        self
+    }
+
+    /// How long one dial may take (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long Redis may take to answer one command or pipeline (default 2 s).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// The waits between dials of the subscribing connection (default 50 ms growing to
+    /// 2 s, full jitter).
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+}
 
 /// A [`Backplane`] on a Redis server (standalone), through RESP3 pub/sub.
 ///

@@ -13,7 +13,7 @@ use redis::{AsyncConnectionConfig, Client, PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::options::RedisOptions;
+use super::RedisOptions;
 use crate::cluster::backplane::{BackplaneError, BusEvent};
 
 /// What the subscribing side reports to the backplane's handle.
