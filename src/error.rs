@@ -274,7 +274,7 @@ pub enum Error {
     InvalidResponse(String),
     /// Between the nodes of a cluster: a peer or node that is not there, the bus down.
     #[error("cluster: {0}")]
-    Cluster(crate::cluster::ClusterError),
+    Cluster(crate::addr::ClusterError),
     /// The server refused the WebSocket handshake with an HTTP status (401, 403, 503...).
     /// Distinct from [`Error::Transport`]: trying again unchanged will not help for a
     /// 4xx.

@@ -92,6 +92,7 @@
 // No path a peer can reach may panic: no unwrap outside tests.
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
+mod addr;
 #[cfg(feature = "axum")]
 pub mod axum;
 mod batch;
@@ -119,6 +120,7 @@ mod progress;
 mod queue;
 mod reconnect;
 mod registry;
+mod relay;
 mod router;
 mod server;
 mod topics;

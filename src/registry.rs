@@ -13,6 +13,7 @@ use crate::config::PeerConfig;
 use crate::error::Result;
 use crate::message;
 use crate::peer::{ConnectionInfo, Peer};
+use crate::relay::Relay;
 use crate::router::Router;
 use crate::transport::Text;
 
@@ -37,7 +38,7 @@ struct Registry {
     gone: watch::Sender<()>,
     /// Set once when a cluster node serves these peers; unset, broadcast stays local
     /// at the cost of one load.
-    cluster: OnceLock<crate::cluster::Hook>,
+    relay: OnceLock<Arc<dyn Relay>>,
 }
 
 impl Default for ServerHandle {
@@ -58,7 +59,7 @@ impl ServerHandle {
                 on_connect: RwLock::default(),
                 on_disconnect: RwLock::default(),
                 gone: watch::Sender::new(()),
-                cluster: OnceLock::new(),
+                relay: OnceLock::new(),
             }),
         }
     }
@@ -166,8 +167,8 @@ impl ServerHandle {
     pub fn broadcast(&self, method: &str, params: impl Serialize) -> Result<usize> {
         let frame = Text::from(message::request(method, &params, None)?);
         let queued = self.push_all(&frame);
-        if let Some(cluster) = self.inner.cluster.get() {
-            cluster.broadcast(&frame);
+        if let Some(relay) = self.inner.relay.get() {
+            relay.broadcast(&frame);
         }
         Ok(queued)
     }
@@ -188,9 +189,9 @@ impl ServerHandle {
         self.inner.peers.get(&id).map(|p| p.value().clone())
     }
 
-    /// Makes broadcasts cluster-wide; false if a cluster already was attached.
-    pub(crate) fn attach(&self, hook: crate::cluster::Hook) -> bool {
-        self.inner.cluster.set(hook).is_ok()
+    /// Makes broadcasts cluster-wide; false if a relay already was attached.
+    pub(crate) fn attach(&self, relay: Arc<dyn Relay>) -> bool {
+        self.inner.relay.set(relay).is_ok()
     }
 
     /// Shuts down gracefully with a grace period of 10 s; see

@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::error::Result;
 use crate::message;
 use crate::peer::Peer;
+use crate::relay::Relay;
 use crate::transport::Text;
 
 /// Named topics and the peers subscribed to each. Cheap to clone; share one between
@@ -48,7 +49,7 @@ struct Inner {
     by_peer: DashMap<u64, HashSet<Box<str>>>,
     /// Set once when these topics are cluster-wide; unset, publish stays local at the
     /// cost of one load.
-    cluster: OnceLock<crate::cluster::Hook>,
+    relay: OnceLock<Arc<dyn Relay>>,
 }
 
 impl Topics {
@@ -81,8 +82,8 @@ impl Topics {
             }
         };
         if created {
-            if let Some(cluster) = self.inner.cluster.get() {
-                cluster.changed(topic);
+            if let Some(relay) = self.inner.relay.get() {
+                relay.changed(topic);
             }
         }
         if first_topic {
@@ -109,8 +110,8 @@ impl Topics {
     /// the cluster's call timeout.
     pub async fn subscribe_ready(&self, peer: &Peer, topic: &str) -> Result<bool> {
         let added = self.subscribe(peer, topic);
-        if let Some(cluster) = self.inner.cluster.get() {
-            cluster.ready(topic).await?;
+        if let Some(relay) = self.inner.relay.get() {
+            relay.ready(topic).await?;
         }
         Ok(added)
     }
@@ -138,9 +139,9 @@ impl Topics {
     ///
     /// The params errors of [`Peer::call`].
     pub fn publish(&self, topic: &str, params: impl Serialize) -> Result<usize> {
-        let cluster = self.inner.cluster.get();
+        let relay = self.inner.relay.get();
         let subscribers = self.inner.topics.get(topic);
-        if subscribers.is_none() && cluster.is_none() {
+        if subscribers.is_none() && relay.is_none() {
             return Ok(0);
         }
         let frame = Text::from(message::request(topic, &params, None)?);
@@ -150,8 +151,8 @@ impl Topics {
                 .filter(|entry| entry.value().push(frame.clone()))
                 .count()
         });
-        if let Some(cluster) = cluster {
-            cluster.publish(topic, &frame);
+        if let Some(relay) = relay {
+            relay.publish(topic, &frame);
         }
         Ok(queued)
     }
@@ -175,9 +176,9 @@ impl Topics {
             .collect()
     }
 
-    /// Makes publishing cluster-wide; false if a cluster already was attached.
-    pub(crate) fn attach(&self, hook: crate::cluster::Hook) -> bool {
-        self.inner.cluster.set(hook).is_ok()
+    /// Makes publishing cluster-wide; false if a relay already was attached.
+    pub(crate) fn attach(&self, relay: Arc<dyn Relay>) -> bool {
+        self.inner.relay.set(relay).is_ok()
     }
 
     /// How many peers are subscribed to `topic`.
@@ -216,8 +217,8 @@ impl Topics {
                 .remove_if(topic, |_, s| s.is_empty())
                 .is_some()
         {
-            if let Some(cluster) = self.inner.cluster.get() {
-                cluster.changed(topic);
+            if let Some(relay) = self.inner.relay.get() {
+                relay.changed(topic);
             }
         }
     }

@@ -31,6 +31,12 @@ impl Text {
     pub fn as_str(&self) -> &str {
         self.0.as_str()
     }
+
+    /// `bytes` as text, without a copy, if they are UTF-8 (a frame that crossed a
+    /// cluster's bus).
+    pub(crate) fn from_utf8(bytes: Bytes) -> Option<Text> {
+        Utf8Bytes::try_from(bytes).ok().map(Text)
+    }
 }
 
 impl Deref for Text {

@@ -3,9 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::addr::valid_node_id;
-use super::node::{Node, Options};
-use super::{config, Backplane, Cluster, Gap, Owner};
+use super::backplane::Backplane;
+use super::node::{config, Node, Options};
+use super::status::Gap;
+use super::{Cluster, Owner};
+use crate::addr::valid_node_id;
 use crate::error::Result;
 use crate::registry::ServerHandle;
 use crate::topics::Topics;
@@ -118,7 +120,7 @@ impl ClusterBuilder {
         let topics = self.topics.unwrap_or_default();
         let node = Node::start(self.bus, id, self.handle, topics, self.options).await?;
         Ok(Cluster {
-            owner: Arc::new(Owner(node.clone())),
+            _owner: Arc::new(Owner(node.clone())),
             node,
         })
     }

@@ -1,9 +1,9 @@
 //! Calls and notifies to one peer on another node, over that node's own channel; the
 //! answer comes back on the asking node's channel only.
 //!
-//! A waiting call leaves the pending map in exactly one way each: its answer arrives,
-//! its caller gives up (the guard's drop, on timeout or cancellation), the target node
-//! goes (goodbye or silence), or the bus goes down.
+//! [`Calls`] owns the pending map. A waiting call leaves it in exactly one way each: its
+//! answer arrives, its caller gives up (the guard's drop, on timeout or cancellation),
+//! the target node goes (goodbye or silence), or the bus goes down.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,22 +13,35 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use tokio::sync::oneshot;
-use tokio_tungstenite::tungstenite::Utf8Bytes;
+use tokio::sync::{oneshot, watch, Semaphore};
 
-use super::envelope::{Closed, Header, Kind, Outcome};
-use super::node::{lock, Node};
-use super::{ClusterError, PeerAddr};
+use super::envelope::{Closed, Header, Kind, Me, Outcome};
+use super::outbox::Outbox;
+use super::status::ClusterState;
+use super::sync::lock;
+use crate::addr::{ClusterError, PeerAddr};
 use crate::error::{CloseReason, Error, Result, RpcError};
 use crate::pending::Reply;
+use crate::registry::ServerHandle;
 use crate::transport::Text;
 
 type Slot = oneshot::Sender<Result<Reply>>;
 
-#[derive(Default)]
-pub(crate) struct Calls {
+/// Calls this node makes to peers on other nodes, and serves for them.
+pub(super) struct Calls {
     pending: Mutex<HashMap<u64, (PeerAddr, Slot)>>,
     next: AtomicU64,
+    me: Arc<Me>,
+    outbox: Arc<Outbox>,
+    state: watch::Receiver<ClusterState>,
+    /// The live nodes' names, sorted, as the nodes task publishes them.
+    live: watch::Receiver<Vec<String>>,
+    /// This node's peers, for calls from other nodes.
+    handle: ServerHandle,
+    /// Calls from other nodes in flight.
+    serving: Arc<Semaphore>,
+    /// The timeout of a call from another node that names none.
+    timeout: Duration,
 }
 
 /// Removes a call's entry when its caller stops waiting.
@@ -44,8 +57,30 @@ impl Drop for Guard<'_> {
 }
 
 impl Calls {
+    pub fn new(
+        me: Arc<Me>,
+        outbox: Arc<Outbox>,
+        state: watch::Receiver<ClusterState>,
+        live: watch::Receiver<Vec<String>>,
+        handle: ServerHandle,
+        timeout: Duration,
+        max_serving: usize,
+    ) -> Self {
+        Calls {
+            pending: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(0),
+            me,
+            outbox,
+            state,
+            live,
+            handle,
+            serving: Arc::new(Semaphore::new(max_serving)),
+            timeout,
+        }
+    }
+
     /// Delivers a reply to the call waiting for it (if it still is).
-    pub(crate) fn answer(&self, header: &Header<'_>, body: Bytes) {
+    pub fn answer(&self, header: &Header<'_>, body: Bytes) {
         let Some(corr) = header.c else { return };
         let Some((to, slot)) = lock(&self.pending).remove(&corr) else {
             return; // the caller gave up
@@ -54,7 +89,7 @@ impl Calls {
     }
 
     /// Fails every call waiting on `node`.
-    pub(crate) fn fail_node(&self, node: &str, error: &ClusterError) {
+    pub fn fail_node(&self, node: &str, error: &ClusterError) {
         let failed: Vec<Slot> = {
             let mut pending = lock(&self.pending);
             let corrs: Vec<u64> = pending
@@ -74,7 +109,7 @@ impl Calls {
     }
 
     /// Fails every waiting call.
-    pub(crate) fn fail_all(&self, error: &ClusterError) {
+    pub fn fail_all(&self, error: &ClusterError) {
         let failed: Vec<_> = lock(&self.pending).drain().collect();
         for (_, (_, slot)) in failed {
             let _ = slot.send(Err(Error::Cluster(error.clone())));
@@ -85,9 +120,8 @@ impl Calls {
 /// What a reply says, as the caller's result.
 fn outcome(header: &Header<'_>, to: PeerAddr, body: Bytes) -> Result<Reply> {
     let text = || {
-        Utf8Bytes::try_from(body.clone())
-            .map(Text::from)
-            .map_err(|_| Error::InvalidResponse("a reply that is not UTF-8".into()))
+        Text::from_utf8(body.clone())
+            .ok_or_else(|| Error::InvalidResponse("a reply that is not UTF-8".into()))
     };
     match header.e {
         None => {
@@ -156,20 +190,22 @@ fn unavailable() -> Error {
     Error::Cluster(ClusterError::Unavailable("the bus is down".into()))
 }
 
-impl Node {
+impl Calls {
     /// Checks that a call or notify to `to` can go out now: fails at once, rather than
     /// waiting out a timeout, when it cannot.
     fn reachable(&self, to: &PeerAddr) -> Result<()> {
-        if !self.is_up() {
+        if *self.state.borrow() != ClusterState::Up {
             return Err(unavailable());
         }
-        if !self.is_live(&to.node) {
+        let live = to.node == self.me.id || self.live.borrow().contains(&to.node);
+        if !live {
             return Err(Error::Cluster(ClusterError::NodeDown(to.node.clone())));
         }
         Ok(())
     }
 
-    pub(crate) async fn call_remote(
+    /// Calls the peer at `to` on another node.
+    pub async fn call(
         &self,
         to: &PeerAddr,
         method: &str,
@@ -179,23 +215,16 @@ impl Node {
         // Written as a notification: the target node adds its own id.
         let frame = crate::message::request(method, params, None)?;
         self.reachable(to)?;
-        let corr = self.calls.next.fetch_add(1, Ordering::Relaxed);
+        let corr = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        lock(&self.calls.pending).insert(corr, (to.clone(), tx));
-        let _guard = Guard {
-            calls: &self.calls,
-            corr,
-        };
-        let mut header = Header::new(Kind::Call, &self.id, &self.incarnation);
+        lock(&self.pending).insert(corr, (to.clone(), tx));
+        let _guard = Guard { calls: self, corr };
+        let mut header = self.me.header(Kind::Call);
         header.c = Some(corr);
         header.p = Some(to.peer);
         header.t = Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
-        if !self.enqueue(
-            &self.channels.node(&to.node),
-            header,
-            frame.as_bytes(),
-            false,
-        ) {
+        let channel = self.me.channels.node(&to.node);
+        if !self.outbox.push(&channel, header, frame.as_bytes(), false) {
             return Err(unavailable());
         }
         match tokio::time::timeout(timeout, rx).await {
@@ -205,11 +234,15 @@ impl Node {
         }
     }
 
-    pub(crate) fn notify_remote(&self, to: &PeerAddr, frame: &[u8]) -> Result<()> {
+    /// Notifies the peer at `to` on another node.
+    pub fn notify(&self, to: &PeerAddr, frame: &[u8]) -> Result<()> {
         self.reachable(to)?;
-        let mut header = Header::new(Kind::Notify, &self.id, &self.incarnation);
+        let mut header = self.me.header(Kind::Notify);
         header.p = Some(to.peer);
-        if !self.enqueue(&self.channels.node(&to.node), header, frame, false) {
+        if !self
+            .outbox
+            .push(&self.me.channels.node(&to.node), header, frame, false)
+        {
             return Err(unavailable());
         }
         Ok(())
@@ -224,73 +257,80 @@ struct CallBody<'a> {
     params: Option<&'a RawValue>,
 }
 
-/// Runs a call from another node on the local peer, and answers it.
-pub(crate) fn serve(node: &Arc<Node>, header: &Header<'_>, body: Bytes) {
-    let (Some(corr), Some(peer_id)) = (header.c, header.p) else {
-        return;
-    };
-    let origin = header.o.to_string();
-    let timeout = header
-        .t
-        .map_or(node.options.call_timeout, Duration::from_millis);
-    let reply = move |node: &Node, outcome: Option<Outcome>, t: Option<u64>, body: &[u8]| {
-        let mut header = Header::new(Kind::Reply, &node.id, &node.incarnation);
-        header.c = Some(corr);
-        header.e = outcome;
-        header.t = t;
-        node.enqueue(&node.channels.node(&origin), header, body, false);
-    };
-    let Some(peer) = node.handle.peer(peer_id) else {
-        reply(node, Some(Outcome::NoPeer), None, b"");
-        return;
-    };
-    let Ok(permit) = node.remote_calls.clone().try_acquire_owned() else {
-        reply(
-            node,
-            Some(Outcome::Failed),
-            None,
-            b"too many calls from other nodes in flight",
-        );
-        return;
-    };
-    let node = node.clone();
-    tokio::spawn(async move {
-        let _permit = permit;
-        let call = match serde_json::from_slice::<CallBody<'_>>(&body) {
-            Ok(call) => call,
-            Err(e) => {
-                reply(
-                    &node,
-                    Some(Outcome::Failed),
-                    None,
-                    format!("malformed call: {e}").as_bytes(),
-                );
-                return;
-            }
+impl Calls {
+    /// Runs a call from another node on the local peer, and answers it.
+    pub fn serve(self: &Arc<Self>, header: &Header<'_>, body: Bytes) {
+        let (Some(corr), Some(peer_id)) = (header.c, header.p) else {
+            return;
         };
-        match peer
-            .call_raw_with_timeout(&call.method, call.params, timeout)
-            .await
-        {
-            Ok(result) => reply(&node, None, None, result.get().as_bytes()),
-            Err(Error::Rpc { error: e, .. }) => {
-                let body = serde_json::to_vec(&e).unwrap_or_default();
-                reply(&node, Some(Outcome::Rpc), None, &body);
-            }
-            Err(Error::Timeout { after: d, .. }) => {
-                let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-                reply(&node, Some(Outcome::Timeout), Some(ms), b"");
-            }
-            Err(Error::Closed(reason)) => {
-                let body = serde_json::to_vec(&closed(&reason)).unwrap_or_default();
-                reply(&node, Some(Outcome::Closed), None, &body);
-            }
-            Err(other) => reply(
-                &node,
+        let origin = header.o.to_string();
+        let timeout = header.t.map_or(self.timeout, Duration::from_millis);
+        let reply = move |calls: &Calls, outcome: Option<Outcome>, t: Option<u64>, body: &[u8]| {
+            let mut header = calls.me.header(Kind::Reply);
+            header.c = Some(corr);
+            header.e = outcome;
+            header.t = t;
+            calls
+                .outbox
+                .push(&calls.me.channels.node(&origin), header, body, false);
+        };
+        let Some(peer) = self.handle.peer(peer_id) else {
+            reply(self, Some(Outcome::NoPeer), None, b"");
+            return;
+        };
+        let Ok(permit) = self.serving.clone().try_acquire_owned() else {
+            reply(
+                self,
                 Some(Outcome::Failed),
                 None,
-                other.to_string().as_bytes(),
-            ),
+                b"too many calls from other nodes in flight",
+            );
+            return;
+        };
+        let calls = self.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let call = match serde_json::from_slice::<CallBody<'_>>(&body) {
+                Ok(call) => call,
+                Err(e) => {
+                    reply(
+                        &calls,
+                        Some(Outcome::Failed),
+                        None,
+                        format!("malformed call: {e}").as_bytes(),
+                    );
+                    return;
+                }
+            };
+            let result = peer
+                .call_raw_with_timeout(&call.method, call.params, timeout)
+                .await;
+            match result {
+                Ok(result) => reply(&calls, None, None, result.get().as_bytes()),
+                Err(e) => {
+                    let (outcome, t, body) = failure(e);
+                    reply(&calls, Some(outcome), t, &body);
+                }
+            }
+        });
+    }
+}
+
+/// A served call's error as a reply: its outcome, its timeout, its body.
+fn failure(error: Error) -> (Outcome, Option<u64>, Vec<u8>) {
+    match error {
+        Error::Rpc { error: e, .. } => {
+            let body = serde_json::to_vec(&e).unwrap_or_default();
+            (Outcome::Rpc, None, body)
         }
-    });
+        Error::Timeout { after: d, .. } => {
+            let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+            (Outcome::Timeout, Some(ms), Vec::new())
+        }
+        Error::Closed(reason) => {
+            let body = serde_json::to_vec(&closed(&reason)).unwrap_or_default();
+            (Outcome::Closed, None, body)
+        }
+        other => (Outcome::Failed, None, other.to_string().into_bytes()),
+    }
 }

@@ -136,25 +136,57 @@ pub(crate) fn read(payload: &Bytes) -> Option<(Header<'_>, Bytes)> {
     Some((header, payload.slice(newline + 1..)))
 }
 
+/// This node as its envelopes name it, and the channels it uses.
+#[derive(Debug)]
+pub(crate) struct Me {
+    pub id: String,
+    /// A random value of this run, so a restarted node is told apart from its earlier self.
+    pub incarnation: String,
+    pub channels: Channels,
+    /// This node's own channel: calls, replies and notifies to it.
+    pub own: String,
+}
+
+impl Me {
+    pub fn new(id: String, prefix: &str) -> Self {
+        let channels = Channels::new(prefix);
+        Me {
+            own: channels.node(&id),
+            incarnation: format!("{:012x}", fastrand::u64(..) >> 16),
+            id,
+            channels,
+        }
+    }
+
+    /// A header of `kind` from this node.
+    pub fn header(&self, kind: Kind) -> Header<'_> {
+        Header::new(kind, &self.id, &self.incarnation)
+    }
+}
+
 /// The channels of a cluster, under one prefix.
 #[derive(Debug, Clone)]
 pub(crate) struct Channels {
     prefix: String,
+    all: String,
+    control: String,
 }
 
 impl Channels {
     pub fn new(prefix: &str) -> Self {
         Channels {
             prefix: prefix.to_owned(),
+            all: format!("{prefix}:all"),
+            control: format!("{prefix}:ctl"),
         }
     }
     /// Broadcasts to every connection.
-    pub fn all(&self) -> String {
-        format!("{}:all", self.prefix)
+    pub fn all(&self) -> &str {
+        &self.all
     }
     /// Heartbeats, hellos and goodbyes.
-    pub fn control(&self) -> String {
-        format!("{}:ctl", self.prefix)
+    pub fn control(&self) -> &str {
+        &self.control
     }
     /// Calls, replies and notifies to one node.
     pub fn node(&self, node: &str) -> String {
@@ -200,6 +232,6 @@ mod tests {
     fn topic_channels_name_their_topic() {
         let c = Channels::new("jp");
         assert_eq!(c.topic_of(&c.topic("a:b")), Some("a:b"));
-        assert_eq!(c.topic_of(&c.all()), None);
+        assert_eq!(c.topic_of(c.all()), None);
     }
 }

@@ -3,13 +3,14 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+use super::sync::lock;
 
 /// The hub: every [`MemoryBackplane`] made from it (or from a clone of it) sees the
 /// others' publishes, like clients of one Redis.
@@ -52,10 +53,6 @@ struct Link {
 /// Events a link holds for a consumer that has not read them (default of
 /// [`MemoryHub::backplane`]).
 const EVENT_CAPACITY: usize = 65_536;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 impl MemoryHub {
     /// A hub with no links.

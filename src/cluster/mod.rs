@@ -37,34 +37,38 @@
 //!   it fail then with [`ClusterError::NodeDown`]. A node that shuts down says goodbye
 //!   and is dropped at once.
 
-mod addr;
 mod backplane;
 mod builder;
 mod calls;
 mod envelope;
 mod memory;
 mod node;
+mod nodes;
 mod outbox;
-mod presence;
+mod receive;
 #[cfg(feature = "redis")]
 mod redis;
+mod relay;
 mod sequence;
+mod status;
 mod subscriptions;
+mod sync;
 
 use std::fmt;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::watch;
 
-pub use addr::{ParsePeerAddrError, PeerAddr};
+pub use crate::addr::{ClusterError, ParsePeerAddrError, PeerAddr};
 pub use backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
 pub use builder::ClusterBuilder;
 pub use memory::{MemoryBackplane, MemoryHub};
 #[cfg(feature = "redis")]
 pub use redis::{RedisBackplane, RedisOptions};
+pub use status::{ClusterState, ClusterStats, Gap};
 
 use crate::error::{Error, Result};
 use crate::peer::Peer;
@@ -72,79 +76,6 @@ use crate::pending::Reply;
 use crate::registry::ServerHandle;
 use crate::topics::Topics;
 use node::{Node, Options};
-
-/// Whether this node can reach the bus.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ClusterState {
-    /// The bus is reachable.
-    Up,
-    /// The bus is unreachable: local delivery only, the outbox fills.
-    Down,
-    /// [`Cluster::shutdown`] ran (or every handle was dropped).
-    Stopped,
-}
-
-/// Messages this node may have missed: the application refetches what it shows.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Gap {
-    /// The topic, or `None` for broadcasts.
-    pub topic: Option<String>,
-    /// The node whose messages went missing, when known (a sequence number jumped);
-    /// `None` after a bus outage, when any node's may have.
-    pub origin: Option<String>,
-    /// How many went missing, when known.
-    pub missed: Option<u64>,
-}
-
-/// What went wrong between nodes.
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum ClusterError {
-    /// The node answered that it has no peer with that id.
-    #[error("no peer {0}")]
-    NoSuchPeer(PeerAddr),
-    /// The node is not live (never seen, gone silent, or said goodbye).
-    #[error("node {0:?} is not live")]
-    NodeDown(String),
-    /// The bus is unreachable.
-    #[error("the bus is unavailable: {0}")]
-    Unavailable(String),
-    /// The other node could not make the call.
-    #[error("the other node failed the call: {0}")]
-    Remote(String),
-    /// This node's cluster is stopped.
-    #[error("the cluster is stopped")]
-    Stopped,
-    /// Bad configuration (node name, a handle already attached).
-    #[error("cluster configuration: {0}")]
-    Config(String),
-}
-
-/// Counters, for logs and tests.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ClusterStats {
-    /// Envelopes waiting for the bus, and their bytes.
-    pub outbox_len: usize,
-    /// Bytes waiting for the bus.
-    pub outbox_bytes: usize,
-    /// Envelopes dropped because the outbox was full.
-    pub outbox_dropped: u64,
-    /// Envelopes received twice and dropped.
-    pub duplicates: u64,
-    /// Gaps reported.
-    pub gaps: u64,
-    /// Times another node with this node's name was seen.
-    pub duplicate_node_seen: u64,
-}
-
-type GapHook = Arc<dyn Fn(&Gap) + Send + Sync>;
-
-fn config(message: String) -> Error {
-    Error::Cluster(ClusterError::Config(message))
-}
 
 /// One node of a cluster. Cheap to clone; the node runs until
 /// [`shutdown`](Self::shutdown) or until every clone is dropped (then without a goodbye:
@@ -173,8 +104,7 @@ fn config(message: String) -> Error {
 pub struct Cluster {
     node: Arc<Node>,
     /// Held only for its drop.
-    #[allow(dead_code)]
-    owner: Arc<Owner>,
+    _owner: Arc<Owner>,
 }
 
 /// Stops the node's tasks when the last [`Cluster`] clone goes.
@@ -201,13 +131,13 @@ impl Cluster {
 
     /// This node's name.
     pub fn node_id(&self) -> &str {
-        &self.node.id
+        &self.node.me.id
     }
 
     /// A random value of this run of the node, so a restarted node is told apart from
     /// its earlier self.
     pub fn incarnation(&self) -> &str {
-        &self.node.incarnation
+        &self.node.me.incarnation
     }
 
     /// The cluster's topics: publishing reaches subscribers on every node, and this
@@ -225,7 +155,7 @@ impl Cluster {
     /// The address of one of this node's peers.
     pub fn addr(&self, peer: &Peer) -> PeerAddr {
         PeerAddr {
-            node: self.node.id.clone(),
+            node: self.node.me.id.clone(),
             peer: peer.id(),
         }
     }
@@ -275,7 +205,7 @@ impl Cluster {
         method: &str,
         params: impl Serialize,
     ) -> Result<Reply> {
-        self.call_raw_with_timeout(to, method, params, self.node.options.call_timeout)
+        self.call_raw_with_timeout(to, method, params, self.node.call_timeout)
             .await
     }
 
@@ -291,11 +221,11 @@ impl Cluster {
         params: impl Serialize,
         timeout: Duration,
     ) -> Result<Reply> {
-        if to.node == self.node.id {
+        if to.node == self.node.me.id {
             let peer = self.local_peer(to)?;
             return peer.call_raw_with_timeout(method, params, timeout).await;
         }
-        self.node.call_remote(to, method, &params, timeout).await
+        self.node.calls.call(to, method, &params, timeout).await
     }
 
     /// Notifies the peer at `to`, wherever it is connected. Returns once the
@@ -308,11 +238,11 @@ impl Cluster {
     /// of [`Peer::call`].
     pub fn notify(&self, to: &PeerAddr, method: &str, params: impl Serialize) -> Result<()> {
         let frame = crate::message::request(method, &params, None)?;
-        if to.node == self.node.id {
+        if to.node == self.node.me.id {
             self.local_peer(to)?.push(frame.into());
             return Ok(());
         }
-        self.node.notify_remote(to, frame.as_bytes())
+        self.node.calls.notify(to, frame.as_bytes())
     }
 
     fn local_peer(&self, to: &PeerAddr) -> Result<Peer> {
@@ -330,12 +260,12 @@ impl Cluster {
 
     /// The live nodes' names (this one included), sorted.
     pub fn nodes(&self) -> Vec<String> {
-        self.node.nodes_watch.borrow().clone()
+        self.node.roster.names()
     }
 
     /// Watches the live nodes' names.
     pub fn watch_nodes(&self) -> watch::Receiver<Vec<String>> {
-        self.node.nodes_watch.subscribe()
+        self.node.roster.watch()
     }
 
     /// Whether the bus is reachable.
@@ -363,44 +293,8 @@ impl Cluster {
 impl fmt::Debug for Cluster {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Cluster")
-            .field("node", &self.node.id)
+            .field("node", &self.node.me.id)
             .field("state", &self.state())
             .finish()
-    }
-}
-
-/// What a [`ServerHandle`] or [`Topics`] attached to a cluster calls. It holds the node
-/// weakly: the registry and topics never keep a stopped node alive.
-#[derive(Clone)]
-pub(crate) struct Hook(Weak<Node>);
-
-impl Hook {
-    /// A broadcast delivered locally; `frame` goes to the other nodes.
-    pub(crate) fn broadcast(&self, frame: &str) {
-        if let Some(node) = self.0.upgrade() {
-            node.send_broadcast(frame);
-        }
-    }
-
-    /// A publish on `topic` delivered locally; `frame` goes to the other nodes.
-    pub(crate) fn publish(&self, topic: &str, frame: &str) {
-        if let Some(node) = self.0.upgrade() {
-            node.send_topic(topic, frame);
-        }
-    }
-
-    /// The local subscribers of `topic` went from none to some, or back.
-    pub(crate) fn changed(&self, topic: &str) {
-        if let Some(node) = self.0.upgrade() {
-            node.subscriptions.changed(topic);
-        }
-    }
-
-    /// Resolves once the bus listens to `topic` for this node.
-    pub(crate) async fn ready(&self, topic: &str) -> Result<()> {
-        match self.0.upgrade() {
-            Some(node) => node.ready(topic).await,
-            None => Ok(()),
-        }
     }
 }

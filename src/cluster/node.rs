@@ -1,36 +1,49 @@
-//! A running node: its state, its start and stop, and the receive loop.
+//! A running node: how its rooms are wired at the start, and its stop.
 //!
-//! Four tasks per node, each owning one job: `receive` reads the bus's events in order
-//! (dedupe, gaps, dispatch), `send` (outbox.rs) drains the outbox into the bus in
-//! order, `beat` (presence.rs)
-//! announces this node and expires silent ones, and the subscriptions task keeps the
-//! bus's topic channels in step with local subscribers.
+//! Four tasks per node, each owning its state; they talk by messages or through the
+//! narrow handle of the room they reach, never through each other's fields:
+//!
+//! - the **receive loop** (receive.rs) reads the bus's events in order; it owns the
+//!   sequence numbers seen and moves the state between `Up` and `Down`;
+//! - the **outbox** task (outbox.rs) owns the envelopes waiting for the bus and sends
+//!   them in order; every room pushes into it through [`Outbox::push`];
+//! - the **nodes** task (nodes.rs) owns the table of live nodes: the receive loop hands
+//!   it heartbeats and goodbyes ([`Heard`]), it publishes the [`Roster`];
+//! - the **subscriptions** task (subscriptions.rs) owns the set of topic channels the
+//!   bus has, and keeps it in step with the local subscribers.
+//!
+//! [`Calls`] (calls.rs) owns the pending map of calls to other nodes. The nodes and
+//! subscriptions tasks ask the receive loop to forget sequence numbers by message
+//! ([`Forget`]). A node is the handles of these rooms; a new feature (topic history,
+//! presence) adds a room and its handle here, not fields to the others.
+//!
+//! [`Forget`]: super::sequence::Forget
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use tokio::sync::{mpsc, watch, Notify, Semaphore};
-use tokio::time::Instant;
+use tokio::sync::{mpsc, watch};
+use tracing::Instrument;
 
+use super::backplane::{Backplane, BackplaneError, BusEvent};
 use super::calls::Calls;
-use super::envelope::{self, Channels, Header, Kind};
-use super::outbox::Outbox;
-use super::presence::Remote;
-use super::sequence::{Mark, Seen};
-use super::subscriptions::Subscriptions;
-use super::{Backplane, BusEvent, ClusterError, ClusterState, ClusterStats, Gap, GapHook, Hook};
+use super::envelope::{Kind, Me};
+use super::nodes::{Heard, Nodes, Roster, Table};
+use super::outbox::{self, Outbox};
+use super::receive::Receive;
+use super::relay::ClusterRelay;
+use super::sequence::Marks;
+use super::status::{ClusterState, ClusterStats, Counters, GapHook};
+use super::subscriptions::{self, Subscriptions};
+use crate::addr::ClusterError;
 use crate::error::{Error, Result};
 use crate::registry::ServerHandle;
 use crate::topics::Topics;
-use crate::transport::Text;
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+/// What the nodes task may hold unread from the receive loop before that waits.
+const HEARD_CAPACITY: usize = 256;
 
 /// The builder's settings.
 pub(crate) struct Options {
@@ -59,40 +72,29 @@ impl Default for Options {
     }
 }
 
+/// A configuration error, as [`Error::Cluster`].
+pub(crate) fn config(message: String) -> Error {
+    Error::Cluster(ClusterError::Config(message))
+}
+
+/// A running node: the handles of its rooms, for [`Cluster`](super::Cluster).
 pub(crate) struct Node {
-    pub bus: Box<dyn Backplane>,
-    pub id: String,
-    pub incarnation: String,
-    pub channels: Channels,
-    pub ch_all: String,
-    pub ch_control: String,
-    pub ch_self: String,
+    pub me: Arc<Me>,
     pub handle: ServerHandle,
     pub topics: Topics,
-    pub options: Options,
+    pub call_timeout: Duration,
     pub state: watch::Sender<ClusterState>,
-    pub nodes_watch: watch::Sender<Vec<String>>,
-    pub subscriptions: Subscriptions,
-    pub calls: Calls,
-    pub remote_calls: Arc<Semaphore>,
-    pub(super) outbox: Mutex<Outbox>,
-    pub(super) outbox_wake: Notify,
-    /// Ticks after each batch the bus accepted, for shutdown to wait on.
-    pub(super) sent: watch::Sender<()>,
-    /// Per channel, per origin: the last sequence number seen.
-    pub(super) marks: Mutex<HashMap<String, HashMap<String, Mark>>>,
-    /// Other live nodes, by name.
-    pub(super) nodes: Mutex<HashMap<String, Remote>>,
-    /// Nodes gone, with their incarnation and when: their sequence numbers are
-    /// forgotten [`FORGET_AFTER`] heartbeat intervals later.
-    pub(super) departed: Mutex<Vec<(String, String, Instant)>>,
-    pub(super) duplicates: AtomicU64,
-    pub(super) gaps: AtomicU64,
-    pub(super) twins: AtomicU64,
+    pub roster: Arc<Roster>,
+    pub outbox: Arc<Outbox>,
+    pub calls: Arc<Calls>,
+    subscriptions: Arc<Subscriptions>,
+    counters: Arc<Counters>,
     stop: watch::Sender<bool>,
 }
 
 impl Node {
+    /// Subscribes the node's own channels, builds its rooms, attaches the relay to the
+    /// registry and topics, and starts the tasks.
     pub(crate) async fn start(
         bus: Box<dyn Backplane>,
         id: String,
@@ -100,57 +102,117 @@ impl Node {
         topics: Topics,
         options: Options,
     ) -> Result<Arc<Node>> {
-        let unavailable =
-            |e: super::BackplaneError| Error::Cluster(ClusterError::Unavailable(e.to_string()));
         let events = bus
             .events()
-            .ok_or_else(|| super::config("the backplane's events were already taken".into()))?;
-        let channels = Channels::new(&options.prefix);
-        let node = Arc::new(Node {
-            ch_all: channels.all(),
-            ch_control: channels.control(),
-            ch_self: channels.node(&id),
-            channels,
-            bus,
-            incarnation: format!("{:012x}", fastrand::u64(..) >> 16),
-            nodes_watch: watch::Sender::new(vec![id.clone()]),
-            id,
+            .ok_or_else(|| config("the backplane's events were already taken".into()))?;
+        let bus: Arc<dyn Backplane> = Arc::from(bus);
+        let me = Arc::new(Me::new(id, &options.prefix));
+        for channel in [me.channels.all(), me.channels.control(), &me.own] {
+            bus.subscribe(channel).await.map_err(|e: BackplaneError| {
+                Error::Cluster(ClusterError::Unavailable(e.to_string()))
+            })?;
+        }
+        let node = Node::new(me, handle, topics, &options);
+        node.attach()?;
+        node.spawn(bus, events, options);
+        Ok(Arc::new(node))
+    }
+
+    /// The rooms' handles; no task runs yet.
+    fn new(me: Arc<Me>, handle: ServerHandle, topics: Topics, options: &Options) -> Node {
+        let state = watch::Sender::new(ClusterState::Up);
+        let window = options.heartbeat * options.missed;
+        let roster = Arc::new(Roster::new(&me.id));
+        let outbox = Arc::new(Outbox::new(options.outbox_limit, window, state.subscribe()));
+        let calls = Arc::new(Calls::new(
+            me.clone(),
+            outbox.clone(),
+            state.subscribe(),
+            roster.watch(),
+            handle.clone(),
+            options.call_timeout,
+            options.max_remote_calls,
+        ));
+        Node {
+            me,
             handle,
             topics,
-            state: watch::Sender::new(ClusterState::Up),
-            subscriptions: Subscriptions::default(),
-            calls: Calls::default(),
-            remote_calls: Arc::new(Semaphore::new(options.max_remote_calls)),
-            options,
-            outbox: Mutex::new(Outbox::default()),
-            outbox_wake: Notify::new(),
-            sent: watch::Sender::new(()),
-            marks: Mutex::new(HashMap::new()),
-            nodes: Mutex::new(HashMap::new()),
-            departed: Mutex::new(Vec::new()),
-            duplicates: AtomicU64::new(0),
-            gaps: AtomicU64::new(0),
-            twins: AtomicU64::new(0),
+            call_timeout: options.call_timeout,
+            state,
+            roster,
+            outbox,
+            calls,
+            subscriptions: Arc::new(Subscriptions::default()),
+            counters: Arc::new(Counters::default()),
             stop: watch::Sender::new(false),
-        });
-        for channel in [&node.ch_all, &node.ch_control, &node.ch_self] {
-            node.bus.subscribe(channel).await.map_err(unavailable)?;
         }
-        let hook = Hook(Arc::downgrade(&node));
-        if !node.handle.attach(hook.clone()) {
-            return Err(super::config(
-                "this ServerHandle already has a cluster".into(),
-            ));
+    }
+
+    /// Makes the registry's broadcasts and the topics' publishes cluster-wide.
+    fn attach(&self) -> Result<()> {
+        let relay = Arc::new(ClusterRelay::new(
+            self.me.clone(),
+            &self.outbox,
+            &self.subscriptions,
+            self.state.subscribe(),
+            self.call_timeout,
+        ));
+        if !self.handle.attach(relay.clone()) {
+            return Err(config("this ServerHandle already has a cluster".into()));
         }
-        if !node.topics.attach(hook) {
-            return Err(super::config("these Topics already have a cluster".into()));
+        if !self.topics.attach(relay) {
+            return Err(config("these Topics already have a cluster".into()));
         }
-        tokio::spawn(receive(node.clone(), events));
-        tokio::spawn(super::outbox::send(node.clone()));
-        tokio::spawn(super::presence::beat(node.clone()));
-        tokio::spawn(super::subscriptions::run(node.clone()));
-        node.heartbeat(true);
-        Ok(node)
+        Ok(())
+    }
+
+    /// Starts the four tasks, each in a span that names the node, and says hello.
+    fn spawn(&self, bus: Arc<dyn Backplane>, events: mpsc::Receiver<BusEvent>, options: Options) {
+        let (forget_tx, forget_rx) = mpsc::unbounded_channel();
+        let (heard_tx, heard_rx) = mpsc::channel::<Heard>(HEARD_CAPACITY);
+        let span = tracing::info_span!("cluster", node = %self.me.id);
+        let receive = Receive {
+            me: self.me.clone(),
+            handle: self.handle.clone(),
+            topics: self.topics.clone(),
+            state: self.state.clone(),
+            live: self.roster.watch(),
+            nodes: heard_tx,
+            calls: self.calls.clone(),
+            outbox: self.outbox.clone(),
+            subscriptions: self.subscriptions.clone(),
+            counters: self.counters.clone(),
+            on_gap: options.on_gap,
+            gap_method: options.gap_method,
+            marks: Marks::default(),
+            before_outage: HashSet::new(),
+        };
+        let receive = receive.run(events, forget_rx, self.stop.subscribe());
+        tokio::spawn(receive.instrument(span.clone()));
+        let send = outbox::run(self.outbox.clone(), bus.clone(), self.stop.subscribe());
+        tokio::spawn(send.instrument(span.clone()));
+        let nodes = Nodes {
+            me: self.me.clone(),
+            table: Table::default(),
+            roster: self.roster.clone(),
+            outbox: self.outbox.clone(),
+            calls: self.calls.clone(),
+            handle: self.handle.clone(),
+            interval: options.heartbeat,
+            missed: options.missed,
+        };
+        nodes.heartbeat(true);
+        let nodes = nodes.run(heard_rx, forget_tx.clone(), self.stop.subscribe());
+        tokio::spawn(nodes.instrument(span.clone()));
+        let keep = subscriptions::run(
+            self.subscriptions.clone(),
+            bus,
+            self.topics.clone(),
+            self.me.clone(),
+            forget_tx,
+            self.stop.subscribe(),
+        );
+        tokio::spawn(keep.instrument(span));
     }
 
     pub(crate) fn stop(&self) {
@@ -159,222 +221,33 @@ impl Node {
         self.calls.fail_all(&ClusterError::Stopped);
     }
 
-    pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
-        self.stop.subscribe()
-    }
-
-    pub(crate) fn is_up(&self) -> bool {
-        *self.state.borrow() == ClusterState::Up
-    }
-
     pub(crate) async fn shutdown(&self) {
         if *self.stop.borrow() {
             return;
         }
-        self.enqueue(
-            &self.ch_control,
-            Header::new(Kind::Goodbye, &self.id, &self.incarnation),
-            b"",
-            false,
-        );
-        let mut sent = self.sent.subscribe();
-        let drained = sent.wait_for(|_| lock(&self.outbox).items.is_empty());
-        let _ = tokio::time::timeout(Duration::from_secs(2), drained).await;
+        let goodbye = self.me.header(Kind::Goodbye);
+        self.outbox
+            .push(self.me.channels.control(), goodbye, b"", false);
+        self.outbox.drained(Duration::from_secs(2)).await;
         self.stop();
     }
 
-    pub(crate) fn send_broadcast(&self, frame: &str) {
-        let header = Header::new(Kind::Broadcast, &self.id, &self.incarnation);
-        self.enqueue(&self.ch_all, header, frame.as_bytes(), true);
-    }
-
-    pub(crate) fn send_topic(&self, topic: &str, frame: &str) {
-        let header = Header::new(Kind::Topic, &self.id, &self.incarnation);
-        self.enqueue(&self.channels.topic(topic), header, frame.as_bytes(), true);
-    }
-
     pub(crate) fn stats(&self) -> ClusterStats {
-        let outbox = lock(&self.outbox);
+        let fill = self.outbox.stats();
         ClusterStats {
-            outbox_len: outbox.items.len(),
-            outbox_bytes: outbox.bytes,
-            outbox_dropped: outbox.dropped,
-            duplicates: self.duplicates.load(Ordering::Relaxed),
-            gaps: self.gaps.load(Ordering::Relaxed),
-            duplicate_node_seen: self.twins.load(Ordering::Relaxed),
+            outbox_len: fill.len,
+            outbox_bytes: fill.bytes,
+            outbox_dropped: fill.dropped,
+            duplicates: self.counters.duplicates.load(Ordering::Relaxed),
+            gaps: self.counters.gaps.load(Ordering::Relaxed),
+            duplicate_node_seen: self.counters.twins.load(Ordering::Relaxed),
         }
     }
 
-    pub(crate) async fn ready(self: &Arc<Self>, topic: &str) -> Result<()> {
-        match *self.state.borrow() {
-            ClusterState::Up => {}
-            // Local delivery only, as without a cluster.
-            ClusterState::Stopped => return Ok(()),
-            ClusterState::Down => {
-                self.subscriptions.changed(topic);
-                return Err(Error::Cluster(ClusterError::Unavailable(
-                    "the bus is down".into(),
-                )));
-            }
-        }
-        let waiter = self.subscriptions.wait(topic);
-        match tokio::time::timeout(self.options.call_timeout, waiter).await {
-            Ok(Ok(result)) => result.map_err(Error::Cluster),
-            Ok(Err(_)) => Err(Error::Cluster(ClusterError::Stopped)),
-            Err(_) => Err(Error::timeout(None, self.options.call_timeout)),
-        }
-    }
-
-    pub(crate) fn report_gap(&self, gap: Gap) {
-        self.gaps.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(node = %self.id, ?gap, "gap");
-        if let Some(hook) = &self.options.on_gap {
-            hook(&gap);
-        }
-        if let (Some(method), Some(topic)) = (&self.options.gap_method, &gap.topic) {
-            let params = serde_json::json!({ "topic": topic });
-            if let Ok(frame) = crate::message::request(method, &params, None) {
-                self.topics.deliver(topic, Text::from(frame));
-            }
-        }
-    }
-
-    fn on_message(self: &Arc<Self>, channel: &str, payload: Bytes) {
-        let Some((header, body)) = envelope::read(&payload) else {
-            tracing::debug!(node = %self.id, channel, "not an envelope; ignored");
-            return;
-        };
-        if header.o == self.id {
-            if header.i == self.incarnation {
-                return; // our own publish, already delivered here
-            }
-            if header.k == Kind::Heartbeat {
-                self.twins.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(node = %self.id, other = %header.i, "another node uses this node's name: calls to it reach both");
-                return;
-            }
-        }
-        match self.check_sequence(channel, &header.o, &header.i, header.s) {
-            Seen::Duplicate => {
-                self.duplicates.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            Seen::Gap(missed) => {
-                let topic = match header.k {
-                    Kind::Topic => self.channels.topic_of(channel).map(str::to_owned),
-                    _ => None,
-                };
-                if header.k == Kind::Broadcast || topic.is_some() {
-                    self.report_gap(Gap {
-                        topic,
-                        origin: Some(header.o.to_string()),
-                        missed: Some(missed),
-                    });
-                }
-            }
-            Seen::Fresh => {}
-        }
-        let text = || Utf8Bytes::try_from(body.clone()).ok().map(Text::from);
-        match header.k {
-            Kind::Broadcast => {
-                if let Some(frame) = text() {
-                    self.handle.push_all(&frame);
-                }
-            }
-            Kind::Topic => {
-                if let (Some(topic), Some(frame)) = (self.channels.topic_of(channel), text()) {
-                    self.topics.deliver(topic, frame);
-                }
-            }
-            Kind::Notify => {
-                let peer = header.p.and_then(|p| self.handle.peer(p));
-                if let (Some(peer), Some(frame)) = (peer, text()) {
-                    peer.push(frame);
-                }
-            }
-            Kind::Call => super::calls::serve(self, &header, body),
-            Kind::Reply => self.calls.answer(&header, body),
-            Kind::Heartbeat => self.on_heartbeat(&header),
-            Kind::Goodbye => self.forget_node(&header.o, "said goodbye"),
-        }
-    }
-
-    fn on_down(&self) {
-        if self.state.send_if_modified(|s| {
-            let was_up = *s == ClusterState::Up;
-            if was_up {
-                *s = ClusterState::Down;
-            }
-            was_up
-        }) {
-            tracing::warn!(node = %self.id, "bus down: local delivery only");
-            let live: std::collections::HashSet<String> = self
-                .nodes_watch
-                .borrow()
-                .iter()
-                .filter(|n| **n != self.id)
-                .cloned()
-                .collect();
-            lock(&self.outbox).before_outage = live;
-            self.calls
-                .fail_all(&ClusterError::Unavailable("the bus went down".into()));
-        }
-    }
-
-    fn on_up(&self) {
-        // The hold goes in before the state says Up: the outbox task wakes on that
-        // change, and a flush that saw Up without the hold would go out at once.
-        if *self.state.borrow() == ClusterState::Down {
-            self.hold_flush();
-        }
-        let was_down = self.state.send_if_modified(|s| {
-            let was_down = *s == ClusterState::Down;
-            if was_down {
-                *s = ClusterState::Up;
-            }
-            was_down
-        });
-        if !was_down {
-            return;
-        }
-        tracing::info!(node = %self.id, "bus back");
-        self.resync_all();
-        // Whatever was published elsewhere while we were away is lost to us.
-        self.report_gap(Gap {
-            topic: None,
-            origin: None,
-            missed: None,
-        });
-        for topic in self.topics.topic_names() {
-            self.report_gap(Gap {
-                topic: Some(topic),
-                origin: None,
-                missed: None,
-            });
-        }
-        self.subscriptions.all_changed(self.topics.topic_names());
-        self.outbox_wake.notify_one();
-        self.heartbeat(true);
-    }
-}
-
-async fn receive(node: Arc<Node>, mut events: mpsc::Receiver<BusEvent>) {
-    let mut stop = node.stopping();
-    loop {
-        let event = tokio::select! {
-            biased;
-            _ = stop.wait_for(|s| *s) => break,
-            event = events.recv() => event,
-        };
-        match event {
-            Some(BusEvent::Message { channel, payload }) => node.on_message(&channel, payload),
-            Some(BusEvent::Down) => node.on_down(),
-            Some(BusEvent::Up) => node.on_up(),
-            None => {
-                tracing::error!(node = %node.id, "the backplane's events ended");
-                node.on_down();
-                break;
-            }
-        }
+    /// Connections on every live node: this node's now, the others' from their last
+    /// heartbeat.
+    pub(crate) fn connection_count(&self) -> usize {
+        let remote = usize::try_from(self.roster.remote_connections()).unwrap_or(usize::MAX);
+        self.handle.connection_count().saturating_add(remote)
     }
 }

@@ -1,9 +1,11 @@
 //! The outbox: envelopes waiting for the bus, bounded in bytes, sent in order by one
 //! task in batches (one bus round trip each when the bus can pipeline).
 //!
-//! An envelope leaves the outbox only once the bus accepted it; a failed batch is sent
-//! again (after the bus is back, or a short backoff), and receivers drop the copies
-//! of any part of it that had gone through.
+//! Every other room hands envelopes in through [`Outbox::push`] (it never waits, so a
+//! broadcast or a publish stays a plain function call); only the outbox's own task takes
+//! them out. An envelope leaves the outbox only once the bus accepted it; a failed batch
+//! is sent again (after the bus is back, or a short backoff), and receivers drop the
+//! copies of any part of it that had gone through.
 //!
 //! After an outage, broadcasts and topic messages are held until every node known
 //! before it has been heard from again (each one listens again before it announces
@@ -11,31 +13,43 @@
 //! nodes whose link came back first. Calls, replies and heartbeats are never held.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
+use super::backplane::Backplane;
 use super::envelope::{self, Header, Kind};
-use super::node::{lock, Node};
-use super::ClusterState;
+use super::status::ClusterState;
+use super::sync::lock;
 
 /// Envelopes sent at most per bus round trip.
 const BATCH: usize = 64;
 
-#[derive(Default)]
+/// The handle every room pushes into; the task in [`run`] drains it.
 pub(super) struct Outbox {
-    pub(super) items: VecDeque<Item>,
-    pub(super) bytes: usize,
-    pub(super) next_item: u64,
-    pub(super) dropped: u64,
+    queue: Mutex<Queue>,
+    wake: Notify,
+    /// Ticks after each batch the bus accepted, for shutdown to wait on.
+    sent: watch::Sender<()>,
+    state: watch::Receiver<ClusterState>,
+    limit: usize,
+    /// How long a flush after an outage waits for the nodes live before it.
+    window: Duration,
+}
+
+#[derive(Default)]
+struct Queue {
+    items: VecDeque<Item>,
+    bytes: usize,
+    next_item: u64,
+    dropped: u64,
     /// The last sequence number per channel this node sent on: one entry (a channel
     /// name and a number) per channel published to in this incarnation. Forgetting one
     /// would restart its numbers and make receivers drop what follows as duplicates.
-    pub(super) sequences: HashMap<String, u64>,
-    /// The nodes live when the bus went down, awaited when it is back.
-    pub(super) before_outage: HashSet<String>,
+    sequences: HashMap<String, u64>,
     /// While set, only urgent envelopes go out.
     hold: Option<Hold>,
 }
@@ -45,18 +59,36 @@ struct Hold {
     until: Instant,
 }
 
-pub(super) struct Item {
-    pub(super) id: u64,
-    pub(super) channel: String,
-    pub(super) payload: Bytes,
+struct Item {
+    id: u64,
+    channel: String,
+    payload: Bytes,
     /// Calls, replies and heartbeats: never held after an outage.
     urgent: bool,
 }
 
-impl Node {
+/// What [`Outbox::stats`] counts: envelopes waiting, their bytes, envelopes dropped.
+pub(super) struct Fill {
+    pub len: usize,
+    pub bytes: usize,
+    pub dropped: u64,
+}
+
+impl Outbox {
+    pub fn new(limit: usize, window: Duration, state: watch::Receiver<ClusterState>) -> Self {
+        Outbox {
+            queue: Mutex::new(Queue::default()),
+            wake: Notify::new(),
+            sent: watch::Sender::new(()),
+            state,
+            limit,
+            window,
+        }
+    }
+
     /// Queues one envelope for the bus. Returns false (and queues nothing) when the bus
     /// is down and `keep_when_down` is false, or the node is stopped.
-    pub(crate) fn enqueue(
+    pub fn push(
         &self,
         channel: &str,
         mut header: Header<'_>,
@@ -68,102 +100,148 @@ impl Node {
             ClusterState::Down if keep_when_down => {}
             _ => return false,
         }
-        let mut outbox = lock(&self.outbox);
-        let seq = match outbox.sequences.get_mut(channel) {
+        let mut queue = lock(&self.queue);
+        let seq = match queue.sequences.get_mut(channel) {
             Some(seq) => seq,
-            None => outbox.sequences.entry(channel.to_owned()).or_insert(0),
+            None => queue.sequences.entry(channel.to_owned()).or_insert(0),
         };
         *seq += 1;
         header.s = *seq;
         let urgent = !matches!(header.k, Kind::Broadcast | Kind::Topic);
         let payload = envelope::write(&header, body);
-        let limit = self.options.outbox_limit;
         // Oldest first: the freshest state is what subscribers want; receivers see the
         // hole as a gap.
-        while outbox.bytes + payload.len() > limit {
-            match outbox.items.pop_front() {
+        while queue.bytes + payload.len() > self.limit {
+            match queue.items.pop_front() {
                 Some(old) => {
-                    outbox.bytes -= old.payload.len();
-                    outbox.dropped += 1;
+                    queue.bytes -= old.payload.len();
+                    queue.dropped += 1;
                 }
                 None => break,
             }
         }
-        if payload.len() > limit {
-            outbox.dropped += 1;
+        if payload.len() > self.limit {
+            queue.dropped += 1;
             return true;
         }
-        outbox.bytes += payload.len();
-        let id = outbox.next_item;
-        outbox.next_item += 1;
-        outbox.items.push_back(Item {
+        queue.bytes += payload.len();
+        let id = queue.next_item;
+        queue.next_item += 1;
+        queue.items.push_back(Item {
             id,
             channel: channel.to_owned(),
             payload,
             urgent,
         });
-        drop(outbox);
-        self.outbox_wake.notify_one();
+        drop(queue);
+        self.wake.notify_one();
         true
     }
 
-    /// The bus is back: hold the flush until the nodes live before the outage are heard
-    /// from, or the heartbeat window has passed.
-    pub(super) fn hold_flush(&self) {
-        let window = self.options.heartbeat * self.options.missed;
-        let mut outbox = lock(&self.outbox);
-        let waiting = std::mem::take(&mut outbox.before_outage);
+    /// The bus is back: hold the flush until the nodes in `waiting` (live before the
+    /// outage) are heard from, or the heartbeat window has passed.
+    pub fn hold(&self, waiting: HashSet<String>) {
         if !waiting.is_empty() {
-            outbox.hold = Some(Hold {
+            lock(&self.queue).hold = Some(Hold {
                 waiting,
-                until: Instant::now() + window,
+                until: Instant::now() + self.window,
             });
         }
+        self.wake.notify_one();
     }
 
     /// `node` announced itself: it listens again.
-    pub(super) fn heard_from(&self, node: &str) {
-        let mut outbox = lock(&self.outbox);
-        if let Some(hold) = &mut outbox.hold {
+    pub fn heard_from(&self, node: &str) {
+        let mut queue = lock(&self.queue);
+        if let Some(hold) = &mut queue.hold {
             hold.waiting.remove(node);
             if hold.waiting.is_empty() {
-                outbox.hold = None;
-                drop(outbox);
-                self.outbox_wake.notify_one();
+                queue.hold = None;
+                drop(queue);
+                self.wake.notify_one();
             }
         }
     }
+
+    pub fn stats(&self) -> Fill {
+        let queue = lock(&self.queue);
+        Fill {
+            len: queue.items.len(),
+            bytes: queue.bytes,
+            dropped: queue.dropped,
+        }
+    }
+
+    /// Waits until the outbox is empty, for at most `limit`.
+    pub async fn drained(&self, limit: Duration) {
+        let mut sent = self.sent.subscribe();
+        let empty = sent.wait_for(|_| lock(&self.queue).items.is_empty());
+        let _ = tokio::time::timeout(limit, empty).await;
+    }
+
+    /// The next batch (held envelopes left out) and, while a hold lasts, its end.
+    fn next_batch(&self) -> (Vec<(u64, String, Bytes)>, Option<Instant>) {
+        let mut queue = lock(&self.queue);
+        if queue
+            .hold
+            .as_ref()
+            .is_some_and(|h| Instant::now() >= h.until)
+        {
+            queue.hold = None;
+        }
+        let held = queue.hold.as_ref().map(|h| h.until);
+        let batch = queue
+            .items
+            .iter()
+            .filter(|i| held.is_none() || i.urgent)
+            .take(BATCH)
+            .map(|i| (i.id, i.channel.clone(), i.payload.clone()))
+            .collect();
+        (batch, held)
+    }
+
+    /// The bus accepted a batch: it leaves the outbox. `ids` is empty when the batch
+    /// was the front (through `last`), else it names what was sent around held ones.
+    fn sent(&self, last: u64, ids: &HashSet<u64>) {
+        let mut queue = lock(&self.queue);
+        if ids.is_empty() {
+            // The overflow may have dropped some of it meanwhile.
+            while queue.items.front().is_some_and(|i| i.id <= last) {
+                if let Some(item) = queue.items.pop_front() {
+                    queue.bytes -= item.payload.len();
+                }
+            }
+        } else {
+            let mut freed = 0;
+            queue.items.retain(|i| {
+                let sent = ids.contains(&i.id);
+                if sent {
+                    freed += i.payload.len();
+                }
+                !sent
+            });
+            queue.bytes -= freed;
+        }
+        drop(queue);
+        self.sent.send_replace(());
+    }
 }
 
-pub(super) async fn send(node: Arc<Node>) {
-    let mut stop = node.stopping();
-    let mut state = node.state.subscribe();
+/// The outbox's task: sends what it holds, in order, while the node runs.
+pub(super) async fn run(
+    outbox: Arc<Outbox>,
+    bus: Arc<dyn Backplane>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut state = outbox.state.clone();
     let mut retry = Duration::from_millis(20);
     loop {
-        let (batch, held): (Vec<(u64, String, Bytes)>, Option<Instant>) = {
-            let mut outbox = lock(&node.outbox);
-            if outbox
-                .hold
-                .as_ref()
-                .is_some_and(|h| Instant::now() >= h.until)
-            {
-                outbox.hold = None;
-            }
-            let held = outbox.hold.as_ref().map(|h| h.until);
-            let batch = outbox
-                .items
-                .iter()
-                .filter(|i| held.is_none() || i.urgent)
-                .take(BATCH)
-                .map(|i| (i.id, i.channel.clone(), i.payload.clone()))
-                .collect();
-            (batch, held)
-        };
+        let (batch, held) = outbox.next_batch();
         let Some(&(last, _, _)) = batch.last() else {
             let until = held.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
-                _ = node.outbox_wake.notified() => continue,
+                _ = outbox.wake.notified() => continue,
                 _ = tokio::time::sleep_until(until) => continue,
             }
         };
@@ -171,40 +249,20 @@ pub(super) async fn send(node: Arc<Node>) {
             Some(_) => batch.iter().map(|(id, _, _)| *id).collect(),
             None => HashSet::new(),
         };
-        if !node.is_up() {
+        if *state.borrow() != ClusterState::Up {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
                 _ = state.wait_for(|s| *s != ClusterState::Down) => continue,
             }
         }
         let messages = batch.into_iter().map(|(_, c, p)| (c, p)).collect();
-        match node.bus.publish_many(messages).await {
+        match bus.publish_many(messages).await {
             Ok(()) => {
                 retry = Duration::from_millis(20);
-                let mut outbox = lock(&node.outbox);
-                if ids.is_empty() {
-                    // The batch was the front (the overflow may have dropped some of it).
-                    while outbox.items.front().is_some_and(|i| i.id <= last) {
-                        if let Some(item) = outbox.items.pop_front() {
-                            outbox.bytes -= item.payload.len();
-                        }
-                    }
-                } else {
-                    let mut freed = 0;
-                    outbox.items.retain(|i| {
-                        let sent = ids.contains(&i.id);
-                        if sent {
-                            freed += i.payload.len();
-                        }
-                        !sent
-                    });
-                    outbox.bytes -= freed;
-                }
-                drop(outbox);
-                node.sent.send_replace(());
+                outbox.sent(last, &ids);
             }
             Err(e) => {
-                tracing::debug!(node = %node.id, error = %e, "publish failed; will retry");
+                tracing::debug!(error = %e, "publish failed; will retry");
                 tokio::select! {
                     _ = stop.wait_for(|s| *s) => return,
                     _ = state.changed() => {}

@@ -1,16 +1,15 @@
 //! Sequence numbers per (origin, incarnation, channel): what makes delivery "never
-//! twice", and what tells a gap.
+//! twice", and what tells a gap. The receive loop owns the [`Marks`]; the other tasks
+//! ask it to [`Forget`] what no longer applies.
 
 use std::collections::HashMap;
 
-use super::node::{lock, Node};
-
-pub(super) struct Mark {
-    pub(super) incarnation: String,
-    pub(super) last: u64,
+struct Mark {
+    incarnation: String,
+    last: u64,
     /// After a bus outage the gap is already reported: the next number sets a new
     /// baseline (anything at or below the old one is still a duplicate).
-    pub(super) resync: bool,
+    resync: bool,
 }
 
 /// What the receive loop makes of a sequence number.
@@ -20,18 +19,26 @@ pub(super) enum Seen {
     Gap(u64),
 }
 
-impl Node {
-    pub(super) fn check_sequence(
-        &self,
-        channel: &str,
-        origin: &str,
-        incarnation: &str,
-        s: u64,
-    ) -> Seen {
-        let mut marks = lock(&self.marks);
-        let per_origin = match marks.get_mut(channel) {
+/// Marks that no longer apply, sent to the receive loop.
+#[derive(Debug)]
+pub(super) enum Forget {
+    /// A channel this node no longer listens to (the subscriptions task unsubscribed
+    /// it): a later subscription starts a new baseline rather than seeing a false gap.
+    Channel(String),
+    /// A node gone long ago (the nodes task keeps it a while first, so that copies it
+    /// re-sends when it is back are still dropped).
+    Origin { node: String, incarnation: String },
+}
+
+/// Per channel, per origin: the last sequence number seen.
+#[derive(Default)]
+pub(super) struct Marks(HashMap<String, HashMap<String, Mark>>);
+
+impl Marks {
+    pub fn check(&mut self, channel: &str, origin: &str, incarnation: &str, s: u64) -> Seen {
+        let per_origin = match self.0.get_mut(channel) {
             Some(m) => m,
-            None => marks.entry(channel.to_owned()).or_default(),
+            None => self.0.entry(channel.to_owned()).or_default(),
         };
         let fresh = || Mark {
             incarnation: incarnation.to_owned(),
@@ -63,34 +70,32 @@ impl Node {
         }
     }
 
-    /// Forgets the sequence numbers of a channel this node no longer listens to, so a
-    /// later subscription starts a new baseline rather than seeing a false gap.
-    pub(crate) fn forget_channel(&self, channel: &str) {
-        lock(&self.marks).remove(channel);
+    pub fn forget(&mut self, what: Forget) {
+        match what {
+            Forget::Channel(channel) => {
+                self.0.remove(&channel);
+            }
+            Forget::Origin { node, incarnation } => {
+                for per_origin in self.0.values_mut() {
+                    if per_origin
+                        .get(&node)
+                        .is_some_and(|m| m.incarnation == incarnation)
+                    {
+                        per_origin.remove(&node);
+                    }
+                }
+                self.0.retain(|_, per_origin| !per_origin.is_empty());
+            }
+        }
     }
 
     /// After a bus outage, whose gap is reported once for all: the next number from
     /// each origin sets a new baseline.
-    pub(super) fn resync_all(&self) {
-        for per_origin in lock(&self.marks).values_mut() {
+    pub fn resync(&mut self) {
+        for per_origin in self.0.values_mut() {
             for mark in per_origin.values_mut() {
                 mark.resync = true;
             }
-        }
-    }
-}
-
-pub(super) trait RemoveIfIncarnation {
-    fn remove_if_incarnation(&mut self, origin: &str, incarnation: &str);
-}
-
-impl RemoveIfIncarnation for HashMap<String, Mark> {
-    fn remove_if_incarnation(&mut self, origin: &str, incarnation: &str) {
-        if self
-            .get(origin)
-            .is_some_and(|m| m.incarnation == incarnation)
-        {
-            self.remove(origin);
         }
     }
 }

@@ -5,19 +5,25 @@
 //! bus has with what the topics have *now* and issues the difference, one operation at
 //! a time. Reading the truth at that moment (rather than replaying events) makes a
 //! quick subscribe-unsubscribe-subscribe come out right whatever the interleaving.
+//! The set (what the bus has, who waits for what) is the task's; the relay and the
+//! receive loop reach it only through [`Subscriptions`]' methods.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 
-use super::node::{lock, Node};
-use super::ClusterError;
+use super::backplane::Backplane;
+use super::envelope::Me;
+use super::sequence::Forget;
+use super::sync::lock;
+use crate::addr::ClusterError;
+use crate::topics::Topics;
 
 type Waiter = oneshot::Sender<Result<(), ClusterError>>;
 
 #[derive(Default)]
-pub(crate) struct Subscriptions {
+pub(super) struct Subscriptions {
     inner: Mutex<Inner>,
     wake: Notify,
 }
@@ -48,13 +54,13 @@ impl Inner {
 
 impl Subscriptions {
     /// `topic`'s local subscribers may have gone from none to some or back.
-    pub(crate) fn changed(&self, topic: &str) {
+    pub fn changed(&self, topic: &str) {
         lock(&self.inner).mark(topic);
         self.wake.notify_one();
     }
 
     /// After the bus is back: look at every topic again.
-    pub(crate) fn all_changed(&self, local: Vec<String>) {
+    pub fn all_changed(&self, local: Vec<String>) {
         let mut inner = lock(&self.inner);
         let known: Vec<String> = inner.have.keys().cloned().collect();
         for topic in known.iter().chain(&local) {
@@ -65,7 +71,7 @@ impl Subscriptions {
     }
 
     /// Resolves once the bus has `topic` (at once if it has).
-    pub(crate) fn wait(&self, topic: &str) -> oneshot::Receiver<Result<(), ClusterError>> {
+    pub fn wait(&self, topic: &str) -> oneshot::Receiver<Result<(), ClusterError>> {
         let (tx, rx) = oneshot::channel();
         let mut inner = lock(&self.inner);
         if inner.have.get(topic) == Some(&Have::Yes) && !inner.queued.contains(topic) {
@@ -104,40 +110,47 @@ impl Subscriptions {
     }
 }
 
-/// Keeps the bus's topic channels in step with the local subscribers.
-pub(crate) async fn run(node: Arc<Node>) {
-    let mut stop = node.stopping();
+/// Keeps the bus's topic channels in step with the local subscribers of `topics`;
+/// sends `forget` the channels it unsubscribed.
+pub(super) async fn run(
+    subscriptions: Arc<Subscriptions>,
+    bus: Arc<dyn Backplane>,
+    topics: Topics,
+    me: Arc<Me>,
+    forget: mpsc::UnboundedSender<Forget>,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
-        while let Some((topic, have)) = node.subscriptions.next() {
-            let want = node.topics.subscriber_count(&topic) > 0;
-            let channel = node.channels.topic(&topic);
+        while let Some((topic, have)) = subscriptions.next() {
+            let want = topics.subscriber_count(&topic) > 0;
+            let channel = me.channels.topic(&topic);
             let (have, result) = match (want, have) {
                 (true, Some(Have::Yes)) | (false, None) => (have, Ok(())),
-                (true, _) => match node.bus.subscribe(&channel).await {
+                (true, _) => match bus.subscribe(&channel).await {
                     Ok(()) => (Some(Have::Yes), Ok(())),
                     Err(e) => (Some(Have::Unknown), Err(e)),
                 },
-                (false, Some(_)) => match node.bus.unsubscribe(&channel).await {
+                (false, Some(_)) => match bus.unsubscribe(&channel).await {
                     Ok(()) => {
-                        node.forget_channel(&channel);
+                        let _ = forget.send(Forget::Channel(channel));
                         (None, Ok(()))
                     }
                     Err(e) => (Some(Have::Unknown), Err(e)),
                 },
             };
             let result = result.map_err(|e| {
-                tracing::debug!(node = %node.id, topic, error = %e, "topic channel not updated; again when the bus is back");
+                tracing::debug!(topic, error = %e, "topic channel not updated; again when the bus is back");
                 ClusterError::Unavailable(e.to_string())
             });
-            node.subscriptions.settle(&topic, have, result);
+            subscriptions.settle(&topic, have, result);
             // Subscribers may have come or gone while the bus answered.
-            if (node.topics.subscriber_count(&topic) > 0) != want {
-                node.subscriptions.changed(&topic);
+            if (topics.subscriber_count(&topic) > 0) != want {
+                subscriptions.changed(&topic);
             }
         }
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            _ = node.subscriptions.wake.notified() => {}
+            _ = subscriptions.wake.notified() => {}
         }
     }
 }

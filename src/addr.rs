@@ -1,9 +1,38 @@
-//! Where a peer is: its node's name and its local id.
+//! Where a peer is in a cluster (its node's name and its local id), and what goes wrong
+//! between nodes. A leaf that imports nothing of the crate: [`Error::Cluster`] names
+//! [`ClusterError`] from the ground floor, and the cluster re-exports both
+//! (`jsonrpc_peer::cluster::{ClusterError, PeerAddr}`).
+//!
+//! [`Error::Cluster`]: crate::Error::Cluster
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::Serialize;
+
+/// What went wrong between nodes.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// The node answered that it has no peer with that id.
+    #[error("no peer {0}")]
+    NoSuchPeer(PeerAddr),
+    /// The node is not live (never seen, gone silent, or said goodbye).
+    #[error("node {0:?} is not live")]
+    NodeDown(String),
+    /// The bus is unreachable.
+    #[error("the bus is unavailable: {0}")]
+    Unavailable(String),
+    /// The other node could not make the call.
+    #[error("the other node failed the call: {0}")]
+    Remote(String),
+    /// This node's cluster is stopped.
+    #[error("the cluster is stopped")]
+    Stopped,
+    /// Bad configuration (node name, a handle already attached).
+    #[error("cluster configuration: {0}")]
+    Config(String),
+}
 
 /// The address of a peer anywhere in a cluster: its node's name and its local
 /// [`Peer::id`](crate::Peer::id). Written `node/42` ([`Display`](fmt::Display), [`FromStr`], and serde

@@ -1,0 +1,242 @@
+//! Who else is in the cluster: heartbeats with connection counts, hellos (answered at
+//! once, so a new node sees the others without waiting an interval), goodbyes, and
+//! the expiry of nodes gone silent.
+//!
+//! One task owns the table of live nodes. The receive loop hands it what it heard
+//! ([`Heard`]); it publishes what the others read ([`Roster`]) and tells the rooms that
+//! care when a node goes: the calls waiting on it fail, the outbox stops waiting for it,
+//! and, long after, the receive loop forgets its sequence numbers.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::calls::Calls;
+use super::envelope::{Kind, Me};
+use super::outbox::Outbox;
+use super::sequence::Forget;
+use crate::addr::ClusterError;
+use crate::registry::ServerHandle;
+
+/// Heartbeat intervals after which a gone node's sequence numbers are forgotten.
+const FORGET_AFTER: u32 = 100;
+
+/// What the receive loop heard on the control channel, for the nodes task.
+#[derive(Debug)]
+pub(super) enum Heard {
+    Heartbeat {
+        node: String,
+        incarnation: String,
+        connections: u64,
+        /// It asks every other node to announce itself at once.
+        hello: bool,
+    },
+    Goodbye(String),
+    /// The bus is back: say hello, so the others see this node again at once.
+    BusBack,
+}
+
+/// The live nodes as the nodes task last saw them; it alone writes them.
+pub(super) struct Roster {
+    /// Their names, this node's included, sorted.
+    names: watch::Sender<Vec<String>>,
+    /// Connections on the other nodes, from their last heartbeats.
+    connections: AtomicU64,
+}
+
+impl Roster {
+    pub fn new(me: &str) -> Self {
+        Roster {
+            names: watch::Sender::new(vec![me.to_owned()]),
+            connections: AtomicU64::new(0),
+        }
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.names.borrow().clone()
+    }
+
+    pub fn watch(&self) -> watch::Receiver<Vec<String>> {
+        self.names.subscribe()
+    }
+
+    pub fn remote_connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
+    }
+}
+
+struct Remote {
+    incarnation: String,
+    connections: u64,
+    last_seen: Instant,
+}
+
+/// The nodes task: the table it owns and the rooms it tells.
+pub(super) struct Nodes {
+    pub me: Arc<Me>,
+    pub table: Table,
+    /// What the other rooms read of the table.
+    pub roster: Arc<Roster>,
+    /// Told who was heard from: its flush after an outage waits for them.
+    pub outbox: Arc<Outbox>,
+    /// Told when a node goes: the calls waiting on it fail.
+    pub calls: Arc<Calls>,
+    /// This node's peers, counted in its heartbeats.
+    pub handle: ServerHandle,
+    pub interval: Duration,
+    /// Silent intervals after which a node is dropped.
+    pub missed: u32,
+}
+
+/// The other nodes, as the nodes task alone knows them.
+#[derive(Default)]
+pub(super) struct Table {
+    /// Live, by name.
+    live: HashMap<String, Remote>,
+    /// Gone, with their incarnation and when: their sequence numbers are forgotten
+    /// [`FORGET_AFTER`] heartbeat intervals later.
+    departed: Vec<(String, String, Instant)>,
+}
+
+impl Nodes {
+    /// Announces this node and its connection count. Silent while the bus is down (the
+    /// outbox refuses it): a heartbeat flushed before our subscriptions are issued again
+    /// would tell the others we can hear them when we cannot yet.
+    pub fn heartbeat(&self, hello: bool) {
+        let mut header = self.me.header(Kind::Heartbeat);
+        header.n = Some(self.handle.connection_count() as u64);
+        header.hello = hello;
+        self.outbox
+            .push(self.me.channels.control(), header, b"", false);
+    }
+
+    /// Runs until `stop`: takes what the receive loop heard from `inbox`, and sends
+    /// `forget` the nodes gone long enough.
+    pub async fn run(
+        mut self,
+        mut inbox: mpsc::Receiver<Heard>,
+        forget: mpsc::UnboundedSender<Forget>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let window = self.interval * self.missed;
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                heard = inbox.recv() => match heard {
+                    Some(heard) => self.on(heard),
+                    None => return,
+                },
+                _ = tick.tick() => self.beat(window, &forget),
+            }
+        }
+    }
+
+    fn on(&mut self, heard: Heard) {
+        match heard {
+            Heard::Heartbeat {
+                node,
+                incarnation,
+                connections,
+                hello,
+            } => self.on_heartbeat(node, incarnation, connections, hello),
+            Heard::Goodbye(node) => self.forget_node(&node, "said goodbye"),
+            Heard::BusBack => self.heartbeat(true),
+        }
+    }
+
+    fn on_heartbeat(&mut self, node: String, incarnation: String, connections: u64, hello: bool) {
+        self.outbox.heard_from(&node);
+        let now = Instant::now();
+        let restarted = match self.table.live.get_mut(&node) {
+            Some(r) if r.incarnation == incarnation => {
+                r.last_seen = now;
+                r.connections = connections;
+                None
+            }
+            other => {
+                let restarted = other.is_some();
+                self.table.live.insert(
+                    node.clone(),
+                    Remote {
+                        incarnation,
+                        connections,
+                        last_seen: now,
+                    },
+                );
+                Some(restarted)
+            }
+        };
+        self.publish(restarted.is_some());
+        if restarted == Some(true) {
+            // Calls to its earlier run will never be answered.
+            self.calls
+                .fail_node(&node, &ClusterError::NodeDown(node.clone()));
+        }
+        if hello {
+            self.heartbeat(false);
+        }
+    }
+
+    fn forget_node(&mut self, node: &str, why: &str) {
+        let Some(remote) = self.table.live.remove(node) else {
+            return;
+        };
+        self.publish(true);
+        tracing::info!(other = node, why, "node left the cluster");
+        self.calls
+            .fail_node(node, &ClusterError::NodeDown(node.to_owned()));
+        // A silent node may be cut off rather than gone: its sequence numbers stay
+        // a while, so that copies it re-sends when it is back are still dropped.
+        self.table
+            .departed
+            .push((node.to_owned(), remote.incarnation, Instant::now()));
+    }
+
+    /// Every interval: announce this node, drop the silent ones, forget the long gone.
+    fn beat(&mut self, window: Duration, forget: &mpsc::UnboundedSender<Forget>) {
+        self.heartbeat(false);
+        let now = Instant::now();
+        let silent: Vec<String> = self
+            .table
+            .live
+            .iter()
+            .filter(|(_, r)| now.duration_since(r.last_seen) > window)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in silent {
+            self.forget_node(&name, "silent for the heartbeat window");
+        }
+        let after = self.interval * FORGET_AFTER;
+        self.table.departed.retain(|(node, incarnation, when)| {
+            let keep = now.duration_since(*when) <= after;
+            if !keep {
+                let _ = forget.send(Forget::Origin {
+                    node: node.clone(),
+                    incarnation: incarnation.clone(),
+                });
+            }
+            keep
+        });
+    }
+
+    /// Publishes the roster: the connection count always, the names when they changed.
+    fn publish(&self, names_changed: bool) {
+        let connections: u64 = self.table.live.values().map(|r| r.connections).sum();
+        self.roster
+            .connections
+            .store(connections, Ordering::Relaxed);
+        if names_changed {
+            let mut names: Vec<String> = self.table.live.keys().cloned().collect();
+            names.push(self.me.id.clone());
+            names.sort();
+            self.roster.names.send_replace(names);
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! The receive loop: reads the bus's events in order and hands each to its room.
+//!
+//! It owns what only the order of events decides: the sequence numbers seen (duplicates
+//! dropped, gaps reported), whether the bus is up (the state it alone moves between
+//! `Up` and `Down`), and which nodes were live when the bus went down. Broadcasts,
+//! topic messages and notifies go down to this node's peers; calls and replies to
+//! [`Calls`]; heartbeats and goodbyes to the nodes task, as messages.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, watch};
+
+use super::backplane::BusEvent;
+use super::calls::Calls;
+use super::envelope::{self, Header, Kind, Me};
+use super::nodes::Heard;
+use super::outbox::Outbox;
+use super::sequence::{Forget, Marks, Seen};
+use super::status::{ClusterState, Counters, Gap, GapHook};
+use super::subscriptions::Subscriptions;
+use crate::addr::ClusterError;
+use crate::registry::ServerHandle;
+use crate::topics::Topics;
+use crate::transport::Text;
+
+/// The receive loop's state and the rooms it hands events to.
+pub(super) struct Receive {
+    pub me: Arc<Me>,
+    pub handle: ServerHandle,
+    pub topics: Topics,
+    /// It alone moves the state between `Up` and `Down`.
+    pub state: watch::Sender<ClusterState>,
+    /// The live nodes, as the nodes task publishes them.
+    pub live: watch::Receiver<Vec<String>>,
+    pub nodes: mpsc::Sender<Heard>,
+    pub calls: Arc<Calls>,
+    pub outbox: Arc<Outbox>,
+    pub subscriptions: Arc<Subscriptions>,
+    pub counters: Arc<Counters>,
+    pub on_gap: Option<GapHook>,
+    pub gap_method: Option<String>,
+    pub marks: Marks,
+    /// The other nodes live when the bus went down, awaited by the flush when it is back.
+    pub before_outage: HashSet<String>,
+}
+
+impl Receive {
+    /// Runs until `stop` (or until the bus's events end): bus events from `events`,
+    /// marks to forget from the other tasks on `forget`.
+    pub async fn run(
+        mut self,
+        mut events: mpsc::Receiver<BusEvent>,
+        mut forget: mpsc::UnboundedReceiver<Forget>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        loop {
+            // A forget sent before a subscription was issued again is read before any
+            // message on that subscription.
+            let event = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => break,
+                Some(what) = forget.recv() => {
+                    self.marks.forget(what);
+                    continue;
+                }
+                event = events.recv() => event,
+            };
+            match event {
+                Some(BusEvent::Message { channel, payload }) => {
+                    self.on_message(&channel, payload).await;
+                }
+                Some(BusEvent::Down) => self.on_down(),
+                Some(BusEvent::Up) => self.on_up().await,
+                None => {
+                    tracing::error!("the backplane's events ended");
+                    self.on_down();
+                    break;
+                }
+            }
+        }
+    }
+
+    async fn on_message(&mut self, channel: &str, payload: Bytes) {
+        let Some((header, body)) = envelope::read(&payload) else {
+            tracing::debug!(channel, "not an envelope; ignored");
+            return;
+        };
+        if !self.is_new(channel, &header) {
+            return;
+        }
+        let text = || Text::from_utf8(body.clone());
+        let heard = match header.k {
+            Kind::Broadcast => {
+                if let Some(frame) = text() {
+                    self.handle.push_all(&frame);
+                }
+                return;
+            }
+            Kind::Topic => {
+                if let (Some(topic), Some(frame)) = (self.me.channels.topic_of(channel), text()) {
+                    self.topics.deliver(topic, frame);
+                }
+                return;
+            }
+            Kind::Notify => {
+                let peer = header.p.and_then(|p| self.handle.peer(p));
+                if let (Some(peer), Some(frame)) = (peer, text()) {
+                    peer.push(frame);
+                }
+                return;
+            }
+            Kind::Call => return self.calls.serve(&header, body),
+            Kind::Reply => return self.calls.answer(&header, body),
+            Kind::Heartbeat => Heard::Heartbeat {
+                node: header.o.to_string(),
+                incarnation: header.i.to_string(),
+                connections: header.n.unwrap_or(0),
+                hello: header.hello,
+            },
+            Kind::Goodbye => Heard::Goodbye(header.o.to_string()),
+        };
+        let _ = self.nodes.send(heard).await;
+    }
+
+    /// Whether an envelope is one to act on: not this node's own, not one seen before.
+    /// A jump in its sequence numbers is reported as a gap (and it is still new).
+    fn is_new(&mut self, channel: &str, header: &Header<'_>) -> bool {
+        if header.o == self.me.id {
+            if header.i == self.me.incarnation {
+                return false; // our own publish, already delivered here
+            }
+            if header.k == Kind::Heartbeat {
+                self.counters.twins.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(other = %header.i, "another node uses this node's name: calls to it reach both");
+                return false;
+            }
+        }
+        match self.marks.check(channel, &header.o, &header.i, header.s) {
+            Seen::Duplicate => {
+                self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+            Seen::Gap(missed) => {
+                let topic = match header.k {
+                    Kind::Topic => self.me.channels.topic_of(channel).map(str::to_owned),
+                    _ => None,
+                };
+                if header.k == Kind::Broadcast || topic.is_some() {
+                    self.report_gap(Gap {
+                        topic,
+                        origin: Some(header.o.to_string()),
+                        missed: Some(missed),
+                    });
+                }
+            }
+            Seen::Fresh => {}
+        }
+        true
+    }
+
+    fn on_down(&mut self) {
+        let went_down = self.state.send_if_modified(|s| {
+            let was_up = *s == ClusterState::Up;
+            if was_up {
+                *s = ClusterState::Down;
+            }
+            was_up
+        });
+        if went_down {
+            tracing::warn!("bus down: local delivery only");
+            self.before_outage = self
+                .live
+                .borrow()
+                .iter()
+                .filter(|n| **n != self.me.id)
+                .cloned()
+                .collect();
+            self.calls
+                .fail_all(&ClusterError::Unavailable("the bus went down".into()));
+        }
+    }
+
+    async fn on_up(&mut self) {
+        // The hold goes in before the state says Up: the outbox task wakes on that
+        // change, and a flush that saw Up without the hold would go out at once.
+        if *self.state.borrow() == ClusterState::Down {
+            self.outbox.hold(std::mem::take(&mut self.before_outage));
+        }
+        let was_down = self.state.send_if_modified(|s| {
+            let was_down = *s == ClusterState::Down;
+            if was_down {
+                *s = ClusterState::Up;
+            }
+            was_down
+        });
+        if !was_down {
+            return;
+        }
+        tracing::info!("bus back");
+        self.marks.resync();
+        // Whatever was published elsewhere while we were away is lost to us.
+        self.report_gap(Gap {
+            topic: None,
+            origin: None,
+            missed: None,
+        });
+        for topic in self.topics.topic_names() {
+            self.report_gap(Gap {
+                topic: Some(topic),
+                origin: None,
+                missed: None,
+            });
+        }
+        self.subscriptions.all_changed(self.topics.topic_names());
+        let _ = self.nodes.send(Heard::BusBack).await;
+    }
+
+    fn report_gap(&self, gap: Gap) {
+        self.counters.gaps.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(?gap, "gap");
+        if let Some(hook) = &self.on_gap {
+            hook(&gap);
+        }
+        if let (Some(method), Some(topic)) = (&self.gap_method, &gap.topic) {
+            let params = serde_json::json!({ "topic": topic });
+            if let Ok(frame) = crate::message::request(method, &params, None) {
+                self.topics.deliver(topic, Text::from(frame));
+            }
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! The subscribing side of a [`RedisBackplane`](super::RedisBackplane): one connection
+//! it owns and redials itself, the subscription set it issues again on every new
+//! connection before reporting [`BusEvent::Up`], and the probe that tells a silent link
+//! from a quiet one.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, PushInfo, PushKind, Value};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::RedisOptions;
+use crate::cluster::backplane::{BackplaneError, BusEvent};
+
+/// What the subscribing side reports to the backplane's handle.
+#[derive(Default)]
+pub(super) struct Shared {
+    /// The link is up: every subscription issued.
+    pub up: AtomicBool,
+    /// Messages dropped because the event stream was full.
+    pub dropped: AtomicU64,
+    /// Times the link was dialed again after a loss.
+    pub reconnects: AtomicU64,
+}
+
+/// A subscribe or unsubscribe, for the subscribing side to issue.
+pub(super) enum Control {
+    Subscribe(String, oneshot::Sender<Result<(), BackplaneError>>),
+    Unsubscribe(String, oneshot::Sender<Result<(), BackplaneError>>),
+}
+
+/// One live subscribing connection and the pushes it delivers.
+pub(super) struct Link {
+    conn: MultiplexedConnection,
+    pushes: mpsc::Receiver<PushInfo>,
+}
+
+/// The subscribing side: owns the channel set and the connection, redials on loss.
+pub(super) struct Subscriber {
+    client: Client,
+    options: RedisOptions,
+    /// This link's own channel, for the probe.
+    probe: String,
+    channels: BTreeSet<String>,
+    events: mpsc::Sender<BusEvent>,
+    shared: Arc<Shared>,
+}
+
+/// Why a connected session ended.
+enum End {
+    /// The backplane was dropped.
+    Shutdown,
+    /// The link is gone (or silent): dial again.
+    Lost(String),
+}
+
+impl Subscriber {
+    /// Subscribed to nothing yet; reports on `events` and in `shared`.
+    pub fn new(
+        client: Client,
+        options: RedisOptions,
+        events: mpsc::Sender<BusEvent>,
+        shared: Arc<Shared>,
+    ) -> Self {
+        Subscriber {
+            probe: format!("{}:probe:{:016x}", options.prefix, fastrand::u64(..)),
+            client,
+            options,
+            channels: BTreeSet::new(),
+            events,
+            shared,
+        }
+    }
+
+    /// Dials and issues the probe channel and the whole subscription set.
+    pub async fn dial(&self) -> redis::RedisResult<Link> {
+        let (tx, pushes) = mpsc::channel(self.options.event_capacity);
+        let shared = self.shared.clone();
+        // Called by the connection's reader, which must not wait: a full queue drops
+        // (counted) rather than letting Redis' output buffer for us grow here instead.
+        let sender = move |info: PushInfo| -> Result<(), ()> {
+            let disconnect = info.kind == PushKind::Disconnection;
+            match tx.try_send(info) {
+                Ok(()) => Ok(()),
+                Err(mpsc::error::TrySendError::Full(_)) if !disconnect => {
+                    shared.dropped.fetch_add(1, Ordering::Relaxed);
+                    Err(())
+                }
+                Err(_) => Err(()),
+            }
+        };
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(self.options.connect_timeout)
+            .set_response_timeout(self.options.response_timeout)
+            .set_push_sender(sender);
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let all: Vec<&String> = std::iter::once(&self.probe)
+            .chain(self.channels.iter())
+            .collect();
+        // One channel per SUBSCRIBE: each command then has exactly one reply.
+        for chunk in all.chunks(100) {
+            let mut pipe = redis::pipe();
+            for channel in chunk {
+                pipe.cmd("SUBSCRIBE").arg(channel.as_str());
+            }
+            pipe.exec_async(&mut conn).await?;
+        }
+        Ok(Link { conn, pushes })
+    }
+
+    pub async fn run(mut self, mut link: Link, mut control: mpsc::Receiver<Control>) {
+        loop {
+            let why = match self.session(&mut link, &mut control).await {
+                End::Shutdown => return,
+                End::Lost(why) => why,
+            };
+            tracing::warn!(reason = %why, "redis backplane: subscription link lost, dialing again");
+            self.shared.up.store(false, Ordering::Release);
+            // Dropping the connection closes it (its reader task is aborted with it).
+            drop(link);
+            if self.events.send(BusEvent::Down).await.is_err() {
+                tracing::debug!("redis backplane: nobody reads the events");
+            }
+            link = match self.redial(&mut control).await {
+                Some(link) => link,
+                None => return,
+            };
+            self.shared.reconnects.fetch_add(1, Ordering::Relaxed);
+            self.shared.up.store(true, Ordering::Release);
+            let _ = self.events.send(BusEvent::Up).await;
+        }
+    }
+
+    /// Dials with backoff until it works; meanwhile subscribe calls join the set and
+    /// fail as unavailable. `None` when the backplane was dropped.
+    async fn redial(&mut self, control: &mut mpsc::Receiver<Control>) -> Option<Link> {
+        let mut attempt = 0u32;
+        loop {
+            let wait = tokio::time::sleep(self.options.backoff.delay(attempt));
+            tokio::pin!(wait);
+            loop {
+                tokio::select! {
+                    () = &mut wait => break,
+                    cmd = control.recv() => match cmd? {
+                        Control::Subscribe(channel, done) => {
+                            self.channels.insert(channel);
+                            let _ = done.send(Err(BackplaneError::Unavailable(
+                                "redis link is down; subscribed again once it is back".into(),
+                            )));
+                        }
+                        Control::Unsubscribe(channel, done) => {
+                            self.channels.remove(&channel);
+                            let _ = done.send(Ok(()));
+                        }
+                    },
+                }
+            }
+            match self.dial().await {
+                Ok(link) => return Some(link),
+                Err(e) => {
+                    tracing::debug!(error = %e, attempt, "redis backplane: dial failed");
+                    attempt = attempt.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    async fn session(&mut self, link: &mut Link, control: &mut mpsc::Receiver<Control>) -> End {
+        let interval = self.options.probe_interval;
+        let deadline = interval * self.options.probe_misses;
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_probe = Instant::now();
+        loop {
+            tokio::select! {
+                push = link.pushes.recv() => {
+                    let Some(push) = push else { return End::Lost("push stream ended".into()) };
+                    match push.kind {
+                        PushKind::Disconnection => return End::Lost("connection closed".into()),
+                        PushKind::Message => {
+                            let Some((channel, payload)) = message_parts(push.data) else { continue };
+                            if channel == self.probe {
+                                last_probe = Instant::now();
+                            } else if self.events.try_send(BusEvent::Message { channel, payload }).is_err() {
+                                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                cmd = control.recv() => {
+                    let Some(cmd) = cmd else { return End::Shutdown };
+                    if let Err(why) = self.apply(&mut link.conn, cmd).await {
+                        return End::Lost(why);
+                    }
+                }
+                _ = ticks.tick() => {
+                    if last_probe.elapsed() > deadline {
+                        return End::Lost(format!("no probe back for {deadline:?}"));
+                    }
+                    let mut conn = link.conn.clone();
+                    let probe = self.probe.clone();
+                    // Not awaited here: a frozen Redis must not stop this loop from
+                    // noticing the silence.
+                    tokio::spawn(async move {
+                        let _ = redis::cmd("PUBLISH").arg(&probe).arg("p").exec_async(&mut conn).await;
+                    });
+                }
+            }
+        }
+    }
+
+    /// Runs one subscribe or unsubscribe on the live connection. An error that means
+    /// the link is gone ends the session (the set already holds the change).
+    async fn apply(
+        &mut self,
+        conn: &mut MultiplexedConnection,
+        cmd: Control,
+    ) -> Result<(), String> {
+        let (result, done, unsubscribing) = match cmd {
+            Control::Subscribe(channel, done) => {
+                self.channels.insert(channel.clone());
+                (conn.subscribe(&channel).await, done, false)
+            }
+            Control::Unsubscribe(channel, done) => {
+                self.channels.remove(&channel);
+                (conn.unsubscribe(&channel).await, done, true)
+            }
+        };
+        match result {
+            Ok(()) => {
+                let _ = done.send(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                let why = e.to_string();
+                // The session ends and the link is dialed again from the set: a
+                // subscribe is issued then (the caller retries after `Up`), an
+                // unsubscribe has taken effect.
+                let _ = done.send(if unsubscribing {
+                    Ok(())
+                } else {
+                    Err(BackplaneError::Unavailable(why.clone()))
+                });
+                Err(why)
+            }
+        }
+    }
+}
+
+/// `[channel, payload]` of a RESP3 `message` push.
+fn message_parts(data: Vec<Value>) -> Option<(String, Bytes)> {
+    let mut parts = data.into_iter();
+    let channel = match parts.next()? {
+        Value::BulkString(b) => String::from_utf8(b).ok()?,
+        Value::SimpleString(s) => s,
+        _ => return None,
+    };
+    let payload = match parts.next()? {
+        Value::BulkString(b) => Bytes::from(b),
+        Value::SimpleString(s) => Bytes::from(s),
+        _ => return None,
+    };
+    Some((channel, payload))
+}

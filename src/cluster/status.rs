@@ -1,0 +1,61 @@
+//! What a node says about itself: whether it reaches the bus, the gaps it saw, its
+//! counters. Plain values, written by the node's tasks and read through [`Cluster`].
+//!
+//! [`Cluster`]: super::Cluster
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// Whether this node can reach the bus.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClusterState {
+    /// The bus is reachable.
+    Up,
+    /// The bus is unreachable: local delivery only, the outbox fills.
+    Down,
+    /// [`Cluster::shutdown`](super::Cluster::shutdown) ran (or every handle was dropped).
+    Stopped,
+}
+
+/// Messages this node may have missed: the application refetches what it shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Gap {
+    /// The topic, or `None` for broadcasts.
+    pub topic: Option<String>,
+    /// The node whose messages went missing, when known (a sequence number jumped);
+    /// `None` after a bus outage, when any node's may have.
+    pub origin: Option<String>,
+    /// How many went missing, when known.
+    pub missed: Option<u64>,
+}
+
+/// Counters, for logs and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterStats {
+    /// Envelopes waiting for the bus, and their bytes.
+    pub outbox_len: usize,
+    /// Bytes waiting for the bus.
+    pub outbox_bytes: usize,
+    /// Envelopes dropped because the outbox was full.
+    pub outbox_dropped: u64,
+    /// Envelopes received twice and dropped.
+    pub duplicates: u64,
+    /// Gaps reported.
+    pub gaps: u64,
+    /// Times another node with this node's name was seen.
+    pub duplicate_node_seen: u64,
+}
+
+/// What [`ClusterBuilder::on_gap`](super::ClusterBuilder::on_gap) runs.
+pub(super) type GapHook = Arc<dyn Fn(&Gap) + Send + Sync>;
+
+/// The receive loop's counters: it alone writes them, [`ClusterStats`] reads them.
+#[derive(Default)]
+pub(super) struct Counters {
+    pub duplicates: AtomicU64,
+    pub gaps: AtomicU64,
+    pub twins: AtomicU64,
+}

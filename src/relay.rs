@@ -1,0 +1,79 @@
+//! The seam between this node's peers and the other nodes: what the registry and the
+//! topics tell whatever carries their messages further, without knowing what it is.
+//!
+//! [`ServerHandle::broadcast`](crate::ServerHandle::broadcast) and
+//! [`Topics::publish`](crate::Topics::publish) deliver to this node's peers first, then
+//! hand the same frame (serialized once) to the [`Relay`] attached to them, if any. A
+//! [`Cluster`](crate::cluster::Cluster) attaches one when it starts; without one, the
+//! seam costs a `OnceLock` load per broadcast or publish.
+//!
+//! The other direction needs no trait: the cluster sits above the registry and the
+//! topics and calls them down through their crate-level methods (`ServerHandle::push_all`
+//! and `peer`, `Topics::deliver`, `topic_names` and `subscriber_count`).
+//!
+//! # Who owns what
+//!
+//! The registry and the topics own this node's state: which peers are connected, who is
+//! subscribed to what. The relay owns what the nodes share: the bus, which topic
+//! channels this node listens to, what the other nodes said. A relay never keeps the
+//! cluster alive (it holds it weakly) and never calls back into the registry or the
+//! topics from these methods.
+//!
+//! # What comes next plugs in here
+//!
+//! Topic history and presence are features of topics, so they meet the relay at
+//! [`Topics`](crate::Topics); the registry, which only broadcasts, does not change.
+//!
+//! - **History** adds methods here for what the bus records: a publish on a topic with
+//!   history, awaited, answered with the position (epoch and offset) the bus gave it (in
+//!   a cluster, Redis: one order for every node and publisher); and the publications
+//!   after a position, for a subscriber that resumes and for a node that must fill a hole
+//!   before delivering later ones. The topics keep the local side: the history of a node
+//!   without a cluster, the offset each topic's subscribers have reached, a live message
+//!   held while a replay runs. Deliveries coming down from the cluster then carry their
+//!   position.
+//! - **Presence** adds methods here for members: a local member joined or left a topic
+//!   (with its info), and the members on the other nodes. The topics keep this node's
+//!   members beside its subscribers; joins and leaves from other nodes come down as calls
+//!   on the topics, like deliveries.
+//!
+//! Each of those is a method of this trait (or a sibling trait beside it, held by the
+//! topics) that the cluster implements in a room of its own. Their likely shape, for
+//! whoever writes them (names are theirs to choose):
+//!
+//! ```text
+//! // history: the bus gives the offset; the topics' ordering logic stays the one there is
+//! fn record<'a>(&'a self, topic: &'a str, frame: &'a str) -> BoxFuture<'a, Result<Position>>;
+//! fn read_after<'a>(&'a self, topic: &'a str, after: Position, max: usize)
+//!     -> BoxFuture<'a, Result<Replay>>;
+//! // presence: the topics keep this node's members, the relay the others'
+//! fn joined(&self, topic: &str, member: &Member);
+//! fn left(&self, topic: &str, member: &Member);
+//! fn members<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<Vec<Member>>>;
+//! // and down, from the cluster: Topics::deliver_at(topic, position, frame),
+//! // Topics::member_joined / member_left(topic, member)
+//! ```
+
+use futures_util::future::BoxFuture;
+
+use crate::error::Result;
+
+/// What the registry and the topics hand on to the other nodes; implemented by the
+/// cluster. `frame` is the JSON-RPC notification exactly as it was delivered here.
+pub(crate) trait Relay: Send + Sync {
+    /// A broadcast was delivered to this node's peers: deliver `frame` to every other
+    /// node's.
+    fn broadcast(&self, frame: &str);
+
+    /// A publish on `topic` was delivered to this node's subscribers: deliver `frame` to
+    /// the subscribers on every other node.
+    fn publish(&self, topic: &str, frame: &str);
+
+    /// `topic`'s local subscribers went from none to some, or back: this node should (or
+    /// need no longer) hear the other nodes' publishes on it.
+    fn changed(&self, topic: &str);
+
+    /// Resolves once this node hears the other nodes' publishes on `topic`: a publish on
+    /// any node after that reaches this node's subscribers.
+    fn ready<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<()>>;
+}
