@@ -2,7 +2,7 @@
 // each other (nested calls from inside handlers).
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
-import { Peer, RpcError, ErrorCode } from '../jsonrpc-peer.js';
+import { Peer, RpcError, ErrorCode, ClosedError } from '../jsonrpc-peer.js';
 import { FakeSocket, socketPair, within, signal } from './helpers.mjs';
 
 function server(options = {}) {
@@ -133,7 +133,7 @@ describe('registration', () => {
     const p = peer.call('rpc.discover', undefined, { timeoutMs: 0 });
     assert.equal((await socket.frame(0)).method, 'rpc.discover');
     peer.close();
-    await assert.rejects(within(p));
+    await assert.rejects(within(p), ClosedError);
   });
 });
 

@@ -1,13 +1,17 @@
 // Test helpers: a fake WebSocket (the shape Peer expects) and bounded waits.
 import assert from 'node:assert/strict';
 
+// Taken at load, before any test mocks the clock (`t.mock.timers`): a test on a controlled
+// clock still has its waits bounded in real time.
+const { setTimeout: realSetTimeout, clearTimeout: realClearTimeout } = globalThis;
+
 /** Reject after `ms` unless `promise` settles first, so no test can hang. */
 export function within(promise, ms = 2000, what = 'operation') {
   let timer;
   const limit = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} did not finish within ${ms} ms`)), ms);
+    timer = realSetTimeout(() => reject(new Error(`${what} did not finish within ${ms} ms`)), ms);
   });
-  return Promise.race([promise, limit]).finally(() => clearTimeout(timer));
+  return Promise.race([promise, limit]).finally(() => realClearTimeout(timer));
 }
 
 /** Resolve on the next macrotask: every frame delivered before it has been handled. */

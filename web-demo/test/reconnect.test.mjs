@@ -161,18 +161,29 @@ describe('reconnecting', () => {
     link.close();
   });
 
-  test('close() stops: state stopped, waiting calls reject with ClosedError, no more dialing', async () => {
+  test('close() stops: state stopped, waiting calls reject with ClosedError, no more dialing', async (t) => {
+    // The retry waits on a clock the test moves: past the whole backoff window, a dial
+    // that close() failed to stop would have happened by the time of the last check.
+    t.mock.timers.enable({ apis: ['setTimeout'] });
     const s = server(Array(1000).fill('fail'));
-    const link = reconnecting('ws://x/rpc', { WebSocket: s.WebSocket, backoff: { initialMs: 1000, maxMs: 1000 } });
+    const link = reconnecting('ws://x/rpc', {
+      WebSocket: s.WebSocket, backoff: { initialMs: 1000, maxMs: 1000 }, random: () => 0.5,
+    });
     const st = states(link);
     const waiting = link.call('sum', [1]);
-    await st.until(isState('waiting'), 'the first failure');
+    await st.until((x) => x.state === 'waiting' && x.attempt === 1, 'the first failure');
+    // The clock drives the retries: past the window, the second attempt dials (and fails).
+    t.mock.timers.tick(1000);
+    assert.equal(s.made.length, 2, 'the retry dialed once the window passed');
+    await st.until((x) => x.state === 'waiting' && x.attempt === 2, 'the second failure');
     link.close();
     const e = await within(waiting.catch((e) => e));
     assert.ok(e instanceof ClosedError, String(e));
     assert.deepEqual(link.state, { state: 'stopped' });
     await assert.rejects(within(link.call('sum', [1])), ClosedError);
-    assert.equal(s.made.length, 1, 'no socket after close');
+    t.mock.timers.tick(10 * 1000); // ten times the largest wait
+    assert.equal(s.made.length, 2, 'no socket after close');
+    assert.deepEqual(link.state, { state: 'stopped' });
   });
 
   test('close() closes the live connection', async () => {
