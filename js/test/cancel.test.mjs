@@ -2,7 +2,7 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 
-import { Peer, ErrorCode, TimeoutError } from '../jsonrpc-peer.js';
+import { Peer, ErrorCode, TimeoutError } from 'jsonrpc-peer';
 import { FakeSocket, socketPair, within, signal } from './helpers.mjs';
 
 const cancelOf = (id) => ({ jsonrpc: '2.0', method: '$/cancelRequest', params: { id } });
@@ -85,7 +85,7 @@ function serving(outcome) {
   const socket = new FakeSocket();
   const peer = new Peer(socket, { onHandlerError: () => {} });
   const started = signal();
-  peer.method('slow', async (_params, _peer, cx) => {
+  peer.method('slow', async (cx) => {
     started.resolve(cx);
     await new Promise((resolve) => cx.signal.addEventListener('abort', resolve, { once: true }));
     if (outcome === 'throw') throw cx.signal.reason;
@@ -144,7 +144,7 @@ test('progress reaches a caller that asked, in order, before the answer', async 
   const [a, b] = socketPair();
   const caller = new Peer(a);
   const callee = new Peer(b);
-  callee.method('work', async ([n], _peer, cx) => {
+  callee.method('work', async (cx, [n]) => {
     for (let i = 1; i <= n; i++) cx.progress({ done: i });
     return cx.wantsProgress;
   });
@@ -164,7 +164,7 @@ test('progress whose token is not ours is an ordinary notification', async () =>
   const socket = new FakeSocket();
   const peer = new Peer(socket);
   const got = signal();
-  peer.notification('$/progress', (params) => got.resolve(params));
+  peer.notification('$/progress', (_cx, params) => got.resolve(params));
   socket.receive('{"jsonrpc":"2.0","method":"$/progress","params":{"token":"x","value":1}}');
   assert.deepEqual(await within(got.promise), { token: 'x', value: 1 });
 });
@@ -172,7 +172,7 @@ test('progress whose token is not ours is an ordinary notification', async () =>
 test('the wire form of progress carries the caller token', async () => {
   const socket = new FakeSocket();
   const peer = new Peer(socket);
-  peer.method('work', (_p, _peer, cx) => {
+  peer.method('work', (cx) => {
     cx.progress(50);
     return 'done';
   });

@@ -32,6 +32,8 @@ export function signal() {
 export class FakeSocket {
   constructor({ open = true } = {}) {
     this.readyState = open ? 1 : 0;
+    /** What the socket holds unsent, in bytes; a test sets it to play a slow network. */
+    this.bufferedAmount = 0;
     this.sent = [];
     this.remote = null;
     this._waiters = [];
