@@ -6,7 +6,8 @@
 //   errors.js     what goes wrong locally: TimeoutError, ClosedError, LimitError, ...
 //   limits.js     the bounds and their defaults
 //   pending.js    our calls waiting for their answers (internal)
-//   peer.js       Peer and connect(): one connection, both directions
+//   peer.js       Peer and connect(): one connection, both directions; what it sends
+//   dispatch.js   what arrives on a connection: handlers, answers, cancels (internal)
 //   batch.js      Batch: several calls and notifications in one frame
 //   reconnect.js  ReconnectingPeer and reconnecting(): a link that comes back by itself
 

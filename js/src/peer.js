@@ -18,10 +18,8 @@ import { Batch } from './batch.js';
 import { ClosedError, LimitError } from './errors.js';
 import { WaitingSends, limitOf } from './limits.js';
 import { Pending } from './pending.js';
-import {
-  CANCEL_LSP, CANCEL_MCP, ErrorCode, PROGRESS, RpcError, cancelNotification, checkName, errorResponse,
-  has, invalidRequest, isResponse, isValidId, progressNotification, request, resultResponse, utf8Length,
-} from './wire.js';
+import { Dispatch } from './dispatch.js';
+import { cancelNotification, request, utf8Length } from './wire.js';
 
 // WebSocket readyState values; the socket may be a fake without the static constants.
 const CONNECTING = 0;
@@ -107,29 +105,17 @@ export async function connect(url, options = {}) {
 export class Peer {
   #socket;
   #onFrame;
-  #onHandlerError;
   #cancelStyle;
   #maxBufferedAmount;
   #nextId = 1;
   #pending;
-  // Incoming calls still running, by their id's JSON text: what a cancel reaches.
-  /** @type {Map<string, {controller: AbortController, style: null|'lsp'|'mcp'}>} */
-  #running = new Map();
-  /** @type {Map<string, Handler>} */
-  #methods = new Map();
-  /** @type {Map<string, Handler>} */
-  #notifications = new Map();
-  // Notifications run one after another, in arrival order (as in the Rust peer):
-  // a stream of updates must not be applied out of order by async handlers.
-  #notifyChain = Promise.resolve();
+  #dispatch;
   /** @type {{text: string, release: () => void}[]} frames sent while the socket connects */
   #queued = [];
   #waiting;
   /** @type {ClosedError | null} set once closed, locally or by the socket */
   #closedBy = null;
   #lastError;
-  /** @type {HandlerContext} what a notification's handler gets: nothing to cancel */
-  #notificationContext;
 
   /** @param {WebSocket} socket @param {PeerOptions} [options] */
   constructor(socket, options = {}) {
@@ -138,16 +124,15 @@ export class Peer {
     this.timeoutMs = options.timeoutMs ?? 30000;
     this.#onFrame = options.onFrame;
     this.#cancelStyle = options.cancelStyle === undefined ? 'lsp' : options.cancelStyle;
-    this.#onHandlerError =
-      options.onHandlerError ?? ((e, m) => console.error(`jsonrpc-peer: handler "${m}" failed:`, e));
     this.#pending = new Pending(limitOf(options, 'maxPendingCalls'));
     this.#waiting = new WaitingSends(limitOf(options, 'maxQueued'), limitOf(options, 'maxQueuedBytes'));
     this.#maxBufferedAmount = limitOf(options, 'maxBufferedAmount');
-    this.#notificationContext = Object.freeze({
+    this.#dispatch = new Dispatch({
       peer: this,
-      signal: new AbortController().signal,
-      wantsProgress: false,
-      progress: () => false,
+      pending: this.#pending,
+      reply: (text) => this.#reply(text),
+      notice: (text) => this.#notice(text),
+      onHandlerError: options.onHandlerError ?? ((e, m) => console.error(`jsonrpc-peer: handler "${m}" failed:`, e)),
     });
 
     /** @type {any} */
@@ -199,7 +184,7 @@ export class Peer {
 
   /** Number of incoming calls whose handlers are still running. */
   get runningCount() {
-    return this.#running.size;
+    return this.#dispatch.runningCount;
   }
 
   /** Number of frames sent while the socket connects, waiting for it to open. */
@@ -289,8 +274,7 @@ export class Peer {
    * @returns {this} to chain
    */
   method(name, handler) {
-    if (this.#methods.has(checkName(name, handler))) throw new Error(`method "${name}" is registered twice`);
-    this.#methods.set(name, handler);
+    this.#dispatch.method(name, handler);
     return this;
   }
 
@@ -304,10 +288,7 @@ export class Peer {
    * @returns {this} to chain
    */
   notification(name, handler) {
-    if (this.#notifications.has(checkName(name, handler))) {
-      throw new Error(`notification "${name}" is registered twice`);
-    }
-    this.#notifications.set(name, handler);
+    this.#dispatch.notification(name, handler);
     return this;
   }
 
@@ -439,123 +420,11 @@ export class Peer {
 
   // ---- incoming ------------------------------------------------------------------
 
+  /** @param {unknown} data */
   #receive(data) {
     if (typeof data !== 'string') return; // binary frame: see the class comment
     this.#frame('in', data);
     if (this.#closedBy) return;
-    let msg;
-    try {
-      msg = JSON.parse(data);
-    } catch {
-      // Even for a broken batch the answer is ONE object (spec, "Batch Request Invalid JSON").
-      this.#reply(errorResponse(null, new RpcError(ErrorCode.PARSE_ERROR)));
-      return;
-    }
-    if (!Array.isArray(msg)) {
-      this.#handleOne(msg).then((ans) => ans && this.#reply(ans));
-      return;
-    }
-    if (msg.length === 0) {
-      this.#reply(errorResponse(null, new RpcError(ErrorCode.INVALID_REQUEST)));
-      return;
-    }
-    Promise.all(msg.map((m) => this.#handleOne(m))).then((answers) => {
-      const parts = answers.filter(Boolean);
-      // An all-notification (or all-response) batch gets nothing at all.
-      if (parts.length) this.#reply(`[${parts.join(',')}]`);
-    });
-  }
-
-  /** Handle one message; resolves to the answer's JSON text, or null for none. */
-  async #handleOne(m) {
-    if (isResponse(m)) {
-      this.#pending.answer(m);
-      return null;
-    }
-    const bad = invalidRequest(m);
-    if (bad) return errorResponse(bad.id, new RpcError(ErrorCode.INVALID_REQUEST));
-    // Only a valid Request without an `id` member is a notification; `"id": null` is not.
-    if (!has(m, 'id')) {
-      // Cancels and progress are handled as they arrive, not behind the ordered chain.
-      if (m.method === CANCEL_LSP || m.method === CANCEL_MCP) {
-        this.#onCancel(m.method === CANCEL_MCP ? 'mcp' : 'lsp', m.params);
-        return null;
-      }
-      if (m.method === PROGRESS && this.#pending.progress(m.params, (e) => this.#onHandlerError(e, PROGRESS))) {
-        return null;
-      }
-      this.#runNotification(m.method, m.params);
-      return null;
-    }
-    const handler = this.#methods.get(m.method);
-    if (!handler) return errorResponse(m.id, new RpcError(ErrorCode.METHOD_NOT_FOUND));
-    const key = JSON.stringify(m.id);
-    // A second call with the id of one still running cannot be told apart by a cancel:
-    // it runs, but only the first is cancellable.
-    const own = !this.#running.has(key);
-    /** @type {{controller: AbortController, style: null|'lsp'|'mcp'}} */
-    const running = { controller: new AbortController(), style: null };
-    if (own) this.#running.set(key, running);
-    const token = has(m, 'progressToken') ? m.progressToken : undefined;
-    /** @type {HandlerContext} */
-    const cx = Object.freeze({
-      peer: this,
-      signal: running.controller.signal,
-      wantsProgress: token !== undefined,
-      progress: (value) => token !== undefined && !running.style && this.#notice(progressNotification(token, value)),
-    });
-    let answer;
-    try {
-      answer = resultResponse(m.id, await handler(cx, m.params));
-    } catch (e) {
-      answer = cx.signal.aborted
-        ? errorResponse(m.id, new RpcError(ErrorCode.REQUEST_CANCELLED))
-        : errorResponse(m.id, this.#asRpcError(e, m.method));
-    } finally {
-      if (own) this.#running.delete(key);
-    }
-    // The MCP form of cancel asks for no answer at all.
-    return running.style === 'mcp' ? null : answer;
-  }
-
-  /** An incoming cancel: aborts the handler of the call it names, if it still runs. */
-  #onCancel(style, params) {
-    const id = style === 'mcp' ? params?.requestId : params?.id;
-    if (!isValidId(id)) return;
-    const running = this.#running.get(JSON.stringify(id));
-    // Finished or unknown: nothing changes, and a cancel is never answered.
-    if (!running || running.style) return;
-    running.style = style;
-    running.controller.abort(new RpcError(ErrorCode.REQUEST_CANCELLED));
-  }
-
-  #runNotification(method, params) {
-    const cx = this.#notificationContext;
-    const handler = this.#notifications.get(method);
-    if (!handler) {
-      // A notification is a request without an id: a method of that name runs, as a call
-      // would (not in the notifications' order), and its answer is dropped. Unknown:
-      // dropped, never answered, not even an error.
-      const asMethod = this.#methods.get(method);
-      if (asMethod) {
-        Promise.resolve()
-          .then(() => asMethod(cx, params))
-          .catch((e) => {
-            if (!(e instanceof RpcError)) this.#onHandlerError(e, method);
-          });
-      }
-      return;
-    }
-    this.#notifyChain = this.#notifyChain
-      .then(() => handler(cx, params))
-      .catch((e) => {
-        if (!(e instanceof RpcError)) this.#onHandlerError(e, method);
-      });
-  }
-
-  #asRpcError(e, method) {
-    if (e instanceof RpcError) return e;
-    this.#onHandlerError(e, method);
-    return new RpcError(ErrorCode.INTERNAL_ERROR);
+    this.#dispatch.receive(data);
   }
 }
