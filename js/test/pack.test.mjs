@@ -4,6 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -52,6 +53,7 @@ test('npm pack holds the modules, their .d.ts, README, LICENSE, package.json and
 });
 
 test('unpacked into a project, it imports by name and its types check a user program', async (t) => {
+  assert.ok(existsSync(tsc), `no TypeScript at ${tsc}: run (cd js && npm ci)`);
   const { dir, report } = await pack(t);
   const project = join(dir, 'project');
   await mkdir(join(project, 'node_modules'), { recursive: true });
