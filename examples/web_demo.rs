@@ -3,11 +3,11 @@
 //! URL` lets pages from another origin connect, besides the ones this demo serves). The first line on
 //! stdout is `listening on http://HOST:PORT (WebSocket: ws://HOST:PORT/rpc)`.
 //!
-//! One axum app serves the page (`web-demo/`) and the JSON-RPC endpoint (`/rpc`). The
-//! browser calls the server (`subtract`, `sum`, `get_data`, `chat.send`), the server
-//! pushes `metrics` to every page four times a second and broadcasts `chat.message`,
-//! and `demo.ask_browser` makes the server call the page's own `ui.describe` before it
-//! answers: a nested round trip. `demo.long_task {"seconds": S}` runs S seconds,
+//! One axum app serves the page (`web-demo/`, with the browser peer's package `js/src/`
+//! at `/js/`) and the JSON-RPC endpoint (`/rpc`). The browser calls the server
+//! (`subtract`, `sum`, `get_data`, `chat.send`), the server pushes `metrics` to every
+//! page four times a second and broadcasts `chat.message`, and `demo.ask_browser` makes
+//! the server call the page's own `ui.describe` before it answers: a nested round trip. `demo.long_task {"seconds": S}` runs S seconds,
 //! reporting progress to a caller that asks for it, and answers `"done"` (or `-32800`
 //! when its caller cancels it); `demo.tasks_running []` says how many run now.
 //!
@@ -216,7 +216,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         &["allow-origin"]
     };
     let args = cli::Args::parse("127.0.0.1:8080", flags)?;
-    let site = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web-demo");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let site = root.join("web-demo");
+    // The browser peer is the jsonrpc-peer package: its modules (js/src, nothing else of
+    // the package) at /js/, where the page's import map points.
+    let package = root.join("js").join("src");
 
     let listener = tokio::net::TcpListener::bind(args.listen.as_str()).await?;
     let addr = listener.local_addr()?;
@@ -257,6 +261,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .handshake_policy(HandshakePolicy::default().allowed_origins(origins(addr, &args)));
     let app = axum::Router::new()
         .route("/rpc", endpoint.into_route())
+        .nest_service("/js", ServeDir::new(&package))
         .fallback_service(ServeDir::new(&site));
 
     println!("listening on http://{addr} (WebSocket: ws://{addr}/rpc)");

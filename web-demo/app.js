@@ -1,5 +1,5 @@
 // The demo page: one reconnecting peer to ws://<this host>/rpc, six panels.
-import { reconnecting, RpcError } from './jsonrpc-peer.js';
+import { reconnecting, RpcError } from 'jsonrpc-peer';
 
 /** @typedef {import('./demo-api.js').DemoPeer} DemoPeer the peer, typed by the server's rpc.discover */
 
@@ -112,7 +112,7 @@ const samples = [];
 let pushes = 0;
 let drawQueued = false;
 
-function onMetrics(m) {
+function onMetrics(_cx, m) {
   pushes += 1;
   $('push-count').textContent = String(pushes);
   if (typeof m?.value === 'number') $('metric-value').textContent = m.value.toFixed(2);
@@ -367,7 +367,7 @@ const nameInput = $('chat-name');
 nameInput.value = localStorage.getItem('jsonrpc-peer-demo.name') || `guest-${Math.floor(1000 + Math.random() * 9000)}`;
 nameInput.addEventListener('change', () => localStorage.setItem('jsonrpc-peer-demo.name', nameInput.value));
 
-function onChatMessage(m) {
+function onChatMessage(_cx, m) {
   const log = $('chat-log');
   log.querySelector('.empty')?.remove();
   const li = document.createElement('li');

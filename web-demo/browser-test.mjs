@@ -166,7 +166,7 @@ test('the demo page, as a person would check it', { timeout: 120000 }, async (t)
   /** `demo.tasks_running`, asked over a connection of its own from the page. */
   const tasksRunning = (p) =>
     p.evaluate(async () => {
-      const { connect } = await import('./jsonrpc-peer.js');
+      const { connect } = await import('jsonrpc-peer');
       const own = await connect(`ws://${location.host}/rpc`);
       try {
         return await own.call('demo.tasks_running', []);
@@ -209,7 +209,7 @@ test('the demo page, as a person would check it', { timeout: 120000 }, async (t)
 
   await t.test('AbortSignal: abort rejects with its reason, the server answers -32800 and stops', async () => {
     const outcome = await page.evaluate(async () => {
-      const { connect, ErrorCode } = await import('./jsonrpc-peer.js');
+      const { connect, ErrorCode } = await import('jsonrpc-peer');
       let sawCancelled;
       const cancelledAnswer = new Promise((r) => (sawCancelled = r));
       const own = await connect(`ws://${location.host}/rpc`, {

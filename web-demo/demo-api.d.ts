@@ -1,6 +1,6 @@
 // Generated from the OpenRPC document of jsonrpc-peer web demo 0.1.0 by
 // tools/openrpc-to-ts.mjs: do not edit. CI regenerates it and fails when it differs.
-import type { Peer, ReconnectingPeer } from './jsonrpc-peer.js';
+import type { HandlerContext, ReconnectingPeer } from 'jsonrpc-peer';
 
 /**
  * @minItems 2
@@ -217,8 +217,8 @@ type Answer<R> = R | Promise<R>;
 export interface TypedPeer {
   call<M extends keyof ServerMethods>(method: M, ...args: Args<ServerMethods[M]['params']>): Promise<ServerMethods[M]['result']>;
   notify<N extends keyof ClientNotifications>(method: N, ...args: Args<ClientNotifications[N]>): Promise<void>;
-  method<M extends keyof ClientMethods>(name: M, handler: (params: ClientMethods[M]['params'], peer: Peer) => Answer<ClientMethods[M]['result']>): this;
-  notification<N extends keyof ServerNotifications>(name: N, handler: (params: ServerNotifications[N], peer: Peer) => unknown): this;
+  method<M extends keyof ClientMethods>(name: M, handler: (cx: HandlerContext, params: ClientMethods[M]['params']) => Answer<ClientMethods[M]['result']>): this;
+  notification<N extends keyof ServerNotifications>(name: N, handler: (cx: HandlerContext, params: ServerNotifications[N]) => unknown): this;
 }
 
 /** A ReconnectingPeer typed by this API: cast what reconnecting() returns to it. */

@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { copyFile, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { copyFile, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -17,7 +17,9 @@ const tsc = join(demo, 'node_modules', 'typescript', 'bin', 'tsc');
 async function check(t, doc) {
   const dir = await mkdtemp(join(tmpdir(), 'demo-types-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
-  for (const f of ['app.js', 'jsonrpc-peer.d.ts', 'tsconfig.json']) await copyFile(join(demo, f), join(dir, f));
+  for (const f of ['app.js', 'tsconfig.json']) await copyFile(join(demo, f), join(dir, f));
+  // The page imports the jsonrpc-peer package by name, from the demo's node_modules.
+  await symlink(join(demo, 'node_modules'), join(dir, 'node_modules'), 'dir');
   await writeFile(join(dir, 'demo-api.d.ts'), await toTypeScript(doc));
   return new Promise((resolve) => {
     execFile(process.execPath, [tsc, '-p', join(dir, 'tsconfig.json')], { timeout: 120000 }, (error, stdout, stderr) => {

@@ -5,7 +5,7 @@
 //
 // Each NAME must be a method of the document. Exits non-zero on the first problem.
 import { createRequire } from 'node:module';
-import { connect } from '../jsonrpc-peer.js';
+import { connect } from 'jsonrpc-peer';
 
 const require = createRequire(import.meta.url);
 const Ajv = require('ajv').default;

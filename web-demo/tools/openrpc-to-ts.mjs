@@ -57,7 +57,7 @@ export async function toTypeScript(doc) {
   const map = (filter, shape) => entries.filter(filter).map((e) => `  ${JSON.stringify(e.name)}: ${shape(e)};`).join('\n');
   return `// Generated from the OpenRPC document of ${doc.info.title} ${doc.info.version} by
 // tools/openrpc-to-ts.mjs: do not edit. CI regenerates it and fails when it differs.
-import type { Peer, ReconnectingPeer } from './jsonrpc-peer.js';
+import type { HandlerContext, ReconnectingPeer } from 'jsonrpc-peer';
 
 ${types.replace(/^export interface ApiTypes \{[\s\S]*?\n\}\n/m, '')}
 /** Methods the server serves: the page calls them. */
@@ -85,8 +85,8 @@ type Answer<R> = R | Promise<R>;
 export interface TypedPeer {
   call<M extends keyof ServerMethods>(method: M, ...args: Args<ServerMethods[M]['params']>): Promise<ServerMethods[M]['result']>;
   notify<N extends keyof ClientNotifications>(method: N, ...args: Args<ClientNotifications[N]>): Promise<void>;
-  method<M extends keyof ClientMethods>(name: M, handler: (params: ClientMethods[M]['params'], peer: Peer) => Answer<ClientMethods[M]['result']>): this;
-  notification<N extends keyof ServerNotifications>(name: N, handler: (params: ServerNotifications[N], peer: Peer) => unknown): this;
+  method<M extends keyof ClientMethods>(name: M, handler: (cx: HandlerContext, params: ClientMethods[M]['params']) => Answer<ClientMethods[M]['result']>): this;
+  notification<N extends keyof ServerNotifications>(name: N, handler: (cx: HandlerContext, params: ServerNotifications[N]) => unknown): this;
 }
 
 /** A ReconnectingPeer typed by this API: cast what reconnecting() returns to it. */
@@ -101,7 +101,7 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
     const doc = JSON.parse(await readFile(args[1], 'utf8'));
     await writeFile(args[2], await toTypeScript(doc));
   } else if (args.length === 3) {
-    const { connect } = await import('../jsonrpc-peer.js');
+    const { connect } = await import('jsonrpc-peer');
     const peer = await connect(args[0], { timeoutMs: 10000 });
     const doc = await peer.call('rpc.discover');
     peer.close();

@@ -2,7 +2,7 @@
 // wait for the link. Over fake sockets whose "server" each test scripts.
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
-import { reconnecting, backoffDelay, ClosedError, TimeoutError, RpcError } from '../jsonrpc-peer.js';
+import { reconnecting, backoffDelay, ClosedError, TimeoutError, RpcError, LimitError } from 'jsonrpc-peer';
 import { FakeSocket, within, signal } from './helpers.mjs';
 
 /**
@@ -161,18 +161,29 @@ describe('reconnecting', () => {
     link.close();
   });
 
-  test('close() stops: state stopped, waiting calls reject with ClosedError, no more dialing', async () => {
+  test('close() stops: state stopped, waiting calls reject with ClosedError, no more dialing', async (t) => {
+    // The retry waits on a clock the test moves: past the whole backoff window, a dial
+    // that close() failed to stop would have happened by the time of the last check.
+    t.mock.timers.enable({ apis: ['setTimeout'] });
     const s = server(Array(1000).fill('fail'));
-    const link = reconnecting('ws://x/rpc', { WebSocket: s.WebSocket, backoff: { initialMs: 1000, maxMs: 1000 } });
+    const link = reconnecting('ws://x/rpc', {
+      WebSocket: s.WebSocket, backoff: { initialMs: 1000, maxMs: 1000 }, random: () => 0.5,
+    });
     const st = states(link);
     const waiting = link.call('sum', [1]);
-    await st.until(isState('waiting'), 'the first failure');
+    await st.until((x) => x.state === 'waiting' && x.attempt === 1, 'the first failure');
+    // The clock drives the retries: past the window, the second attempt dials (and fails).
+    t.mock.timers.tick(1000);
+    assert.equal(s.made.length, 2, 'the retry dialed once the window passed');
+    await st.until((x) => x.state === 'waiting' && x.attempt === 2, 'the second failure');
     link.close();
     const e = await within(waiting.catch((e) => e));
     assert.ok(e instanceof ClosedError, String(e));
     assert.deepEqual(link.state, { state: 'stopped' });
     await assert.rejects(within(link.call('sum', [1])), ClosedError);
-    assert.equal(s.made.length, 1, 'no socket after close');
+    t.mock.timers.tick(10 * 1000); // ten times the largest wait
+    assert.equal(s.made.length, 2, 'no socket after close');
+    assert.deepEqual(link.state, { state: 'stopped' });
   });
 
   test('close() closes the live connection', async () => {
@@ -213,6 +224,22 @@ describe('reconnecting', () => {
     link.close();
   });
 
+  test('a handler gets the connection it serves as cx.peer; a name registers once', async () => {
+    const s = server();
+    const link = reconnecting('ws://x/rpc', { WebSocket: s.WebSocket });
+    let served;
+    link.method('who', (cx, params) => ((served = cx.peer), params));
+    assert.throws(() => link.method('who', () => 1), /registered twice/);
+    assert.throws(() => link.notification('n', () => 1).notification('n', () => 2), /registered twice/);
+    const st = states(link);
+    await st.until(isState('connected'));
+    const sock = await s.socket(0);
+    assert.deepEqual(await sock.exchange('{"jsonrpc":"2.0","method":"who","params":[7],"id":1}'), { jsonrpc: '2.0', result: [7], id: 1 });
+    assert.equal(served, link.peer);
+    assert.equal(served.socket, sock);
+    link.close();
+  });
+
   test('an error answer is the call\'s RpcError, as with Peer', async () => {
     const s = server();
     const link = reconnecting('ws://x/rpc', { WebSocket: s.WebSocket });
@@ -223,5 +250,58 @@ describe('reconnecting', () => {
     const e = await within(call.catch((e) => e));
     assert.ok(e instanceof RpcError && e.code === -32601, String(e));
     link.close();
+  });
+});
+
+describe('sends while the link is down (maxQueued, maxQueuedBytes)', () => {
+  const limitError = (limit, value) => (e) => e instanceof LimitError && e.limit === limit && e.value === value;
+
+  test('past the count, calls and notifications reject at once; those that waited go once the link is up', async () => {
+    const s = server(['fail']);
+    const link = reconnecting('ws://x/rpc', { WebSocket: s.WebSocket, maxQueued: 2, backoff: { initialMs: 1, maxMs: 1 } });
+    const first = link.call('subtract', [5, 3]);
+    const note = link.notify('hello');
+    const e = await within(link.call('subtract', [1, 1]).catch((e) => e));
+    assert.ok(limitError('maxQueued', 2)(e), String(e));
+    assert.equal(e.message, 'call to "subtract" refused: 2 sends already wait for the connection (maxQueued is 2)');
+    await assert.rejects(within(link.notify('bye')), limitError('maxQueued', 2));
+    assert.equal(link.queuedCount, 2);
+    const sock = await s.socket(1);
+    answer(sock, (m, [a, b]) => a - b);
+    assert.equal(await within(first), 2);
+    await within(note);
+    assert.deepEqual(sock.sent.map((t) => JSON.parse(t).method).sort(), ['hello', 'subtract']);
+    assert.equal(link.queuedCount, 0);
+    assert.equal(await within(link.call('subtract', [9, 1])), 8, 'the link is up: nothing waits');
+    link.close();
+  });
+
+  test('past the bytes, sends are refused; one larger than the limit still waits alone', async () => {
+    const s = server(Array(1000).fill('fail'));
+    const link = reconnecting('ws://x/rpc', { WebSocket: s.WebSocket, maxQueuedBytes: 64, backoff: { initialMs: 1000, maxMs: 1000 } });
+    const big = link.call('store', ['x'.repeat(100)]).catch((e) => e);
+    const e = await within(link.notify('small').catch((e) => e));
+    assert.ok(limitError('maxQueuedBytes', 64)(e), String(e));
+    assert.match(e.message, /^notification "small" refused: 1\d\d bytes already wait for the connection \(maxQueuedBytes is 64\)$/);
+    link.close();
+    assert.ok((await within(big)) instanceof ClosedError);
+    assert.equal(link.queuedCount, 0);
+  });
+
+  test('a wait that ends (timeout, abort) frees its place', async () => {
+    const s = server(Array(1000).fill('fail'));
+    const link = reconnecting('ws://x/rpc', { WebSocket: s.WebSocket, maxQueued: 1, backoff: { initialMs: 1000, maxMs: 1000 } });
+    await assert.rejects(within(link.call('a', [], { timeoutMs: 20 })), TimeoutError);
+    assert.equal(link.queuedCount, 0);
+    const controller = new AbortController();
+    const aborted = link.call('b', [], { signal: controller.signal }).catch((e) => e);
+    assert.equal(link.queuedCount, 1);
+    controller.abort(new Error('no'));
+    assert.equal((await within(aborted)).message, 'no');
+    assert.equal(link.queuedCount, 0);
+    const last = link.call('c').catch((e) => e);
+    assert.equal(link.queuedCount, 1, 'admitted again');
+    link.close();
+    assert.ok((await within(last)) instanceof ClosedError);
   });
 });

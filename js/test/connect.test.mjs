@@ -1,7 +1,7 @@
 // connect(), opening, and the onFrame hook.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { connect, Peer, ClosedError } from '../jsonrpc-peer.js';
+import { connect, Peer, ClosedError } from 'jsonrpc-peer';
 import { FakeSocket, within } from './helpers.mjs';
 
 /** A WebSocket constructor stand-in that opens (or fails) on the next macrotask. */
@@ -41,7 +41,7 @@ test('connect passes options through: timeoutMs and onFrame', async () => {
   const peer = await within(connect('ws://x/rpc', {
     WebSocket: FakeWS, timeoutMs: 25, onFrame: (dir, text) => frames.push([dir, text]),
   }));
-  peer.method('sum', (p) => p[0] + p[1]);
+  peer.method('sum', (_cx, p) => p[0] + p[1]);
   await assert.rejects(within(peer.call('slow')), /timed out after 25 ms/);
   await made[0].exchange('{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":"k"}');
   assert.deepEqual(frames, [

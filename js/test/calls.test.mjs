@@ -1,7 +1,7 @@
 // Outgoing traffic: call, notify, batch; ids, strictness, timeouts, close.
 import { test, describe, mock } from 'node:test';
 import assert from 'node:assert/strict';
-import { Peer, RpcError, TimeoutError, ClosedError, InvalidResponseError } from '../jsonrpc-peer.js';
+import { Peer, RpcError, TimeoutError, ClosedError, InvalidResponseError } from 'jsonrpc-peer';
 import { FakeSocket, within } from './helpers.mjs';
 
 function client(options = {}) {
@@ -292,7 +292,7 @@ describe('close', () => {
 
   test('after close: call rejects with ClosedError, notify and batch throw it, incoming is ignored', async () => {
     const { socket, peer } = client();
-    peer.method('sum', (p) => p[0] + p[1]);
+    peer.method('sum', (_cx, p) => p[0] + p[1]);
     peer.close();
     await within(peer.closed);
     await assert.rejects(within(peer.call('a')), ClosedError);

@@ -2,7 +2,7 @@
 // each other (nested calls from inside handlers).
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
-import { Peer, RpcError, ErrorCode } from '../jsonrpc-peer.js';
+import { Peer, RpcError, ErrorCode, ClosedError } from 'jsonrpc-peer';
 import { FakeSocket, socketPair, within, signal } from './helpers.mjs';
 
 function server(options = {}) {
@@ -14,12 +14,12 @@ const req = (method, params, id = 1) =>
   JSON.stringify(params === undefined ? { jsonrpc: '2.0', method, id } : { jsonrpc: '2.0', method, params, id });
 
 describe('handler outcomes', () => {
-  test('sync and async return values are the result; params and peer are passed', async () => {
+  test('sync and async return values are the result; (cx, params) are passed, cx.peer the peer', async () => {
     const { socket, peer } = server();
     let seenPeer;
-    peer.method('sync', (p, who) => { seenPeer = who; return { got: p }; });
-    peer.method('async', async (p) => { await new Promise((r) => setTimeout(r, 5)); return p.length; });
-    peer.method('noparams', (p) => (p === undefined ? 'absent' : 'present'));
+    peer.method('sync', (cx, p) => { seenPeer = cx.peer; return { got: p }; });
+    peer.method('async', async (_cx, p) => { await new Promise((r) => setTimeout(r, 5)); return p.length; });
+    peer.method('noparams', (_cx, p) => (p === undefined ? 'absent' : 'present'));
     assert.deepEqual(await socket.exchange(req('sync', { a: 1 })), { jsonrpc: '2.0', result: { got: { a: 1 } }, id: 1 });
     assert.equal(seenPeer, peer);
     assert.deepEqual(await socket.exchange(req('async', [1, 2, 3], 2)), { jsonrpc: '2.0', result: 3, id: 2 });
@@ -85,11 +85,11 @@ describe('handler outcomes', () => {
     const { socket, peer } = server();
     const ran = [];
     const first = signal();
-    peer.method('log', (p) => { ran.push(['method', p]); first.resolve(); return 'dropped'; });
+    peer.method('log', (_cx, p) => { ran.push(['method', p]); first.resolve(); return 'dropped'; });
     await socket.expectSilence('{"jsonrpc": "2.0", "method": "log", "params": ["hi"]}');
     await within(first.promise, 1000, 'the method run by a notification');
     assert.deepEqual(ran, [['method', ['hi']]]);
-    peer.notification('log', (p) => ran.push(['notification', p]));
+    peer.notification('log', (_cx, p) => ran.push(['notification', p]));
     await socket.expectSilence('{"jsonrpc": "2.0", "method": "log", "params": ["again"]}');
     assert.deepEqual(await socket.exchange(req('log', ['call'])), { jsonrpc: '2.0', result: 'dropped', id: 1 });
     assert.deepEqual(ran, [['method', ['hi']], ['notification', ['again']], ['method', ['call']]]);
@@ -102,6 +102,45 @@ describe('handler outcomes', () => {
     peer.method('save', () => { throw new Error('disk full'); });
     await socket.expectSilence('{"jsonrpc": "2.0", "method": "save", "params": [1]}');
     assert.deepEqual(await within(failed.promise), ['disk full', 'save']);
+  });
+});
+
+describe('the handler context', () => {
+  test('a method gets cx first: peer, a signal, progress; a notification the same shape', async () => {
+    const { socket, peer } = server();
+    const seen = {};
+    const done = signal();
+    peer.method('m', (cx, params) => {
+      seen.method = { peer: cx.peer === peer, aborted: cx.signal.aborted, wants: cx.wantsProgress, params };
+      return 'ok';
+    });
+    peer.notification('n', (cx, params) => {
+      seen.notification = { peer: cx.peer === peer, aborted: cx.signal.aborted, wants: cx.wantsProgress, sent: cx.progress(1), params };
+      done.resolve();
+    });
+    assert.deepEqual(await socket.exchange(req('m', [1])), { jsonrpc: '2.0', result: 'ok', id: 1 });
+    await socket.expectSilence('{"jsonrpc":"2.0","method":"n","params":{"x":2}}');
+    await within(done.promise);
+    assert.deepEqual(seen, {
+      method: { peer: true, aborted: false, wants: false, params: [1] },
+      notification: { peer: true, aborted: false, wants: false, sent: false, params: { x: 2 } },
+    });
+    assert.equal(peer.runningCount, 0);
+  });
+
+  test('a method run by a notification gets a context too: it can call back, progress sends nothing', async () => {
+    const [sa, sb] = socketPair();
+    const a = new Peer(sa);
+    const b = new Peer(sb);
+    const got = signal();
+    b.method('pong', (_cx, p) => got.resolve(p));
+    a.method('ping', async (cx, [n]) => {
+      assert.equal(cx.progress('x'), false);
+      cx.peer.notify('pong', [n + 1]);
+    });
+    b.notify('ping', [1]);
+    assert.deepEqual(await within(got.promise), [2]);
+    assert.ok(sa.sent.every((t) => JSON.parse(t).method === 'pong'), sa.sent.join(' | '));
   });
 });
 
@@ -133,7 +172,7 @@ describe('registration', () => {
     const p = peer.call('rpc.discover', undefined, { timeoutMs: 0 });
     assert.equal((await socket.frame(0)).method, 'rpc.discover');
     peer.close();
-    await assert.rejects(within(p));
+    await assert.rejects(within(p), ClosedError);
   });
 });
 
@@ -147,11 +186,11 @@ describe('two peers wired to each other', () => {
 
   test('calls, errors and notifications both ways', async () => {
     const { a, b } = wired();
-    a.method('subtract', ([x, y]) => x - y);
-    b.method('sum', (p) => p.reduce((s, n) => s + n, 0));
+    a.method('subtract', (_cx, [x, y]) => x - y);
+    b.method('sum', (_cx, p) => p.reduce((s, n) => s + n, 0));
     const got = [];
     const hello = signal();
-    a.notification('hello', (p) => { got.push(p); hello.resolve(); });
+    a.notification('hello', (_cx, p) => { got.push(p); hello.resolve(); });
     assert.equal(await within(b.call('subtract', [42, 23])), 19);
     assert.equal(await within(a.call('sum', [1, 2, 4])), 7);
     await assert.rejects(within(a.call('nope')), (e) => e instanceof RpcError && e.code === -32601);
@@ -164,17 +203,17 @@ describe('two peers wired to each other', () => {
   test('a handler that calls back through the peer (nested, three levels)', async () => {
     const { a, b, sa } = wired();
     // server-style: "ask" calls back into the caller before answering
-    a.method('ask', async (params, peer) => {
+    a.method('ask', async ({ peer }, params) => {
       const t0 = Date.now();
       const answer = await peer.call('describe', { depth: params.depth });
       return { asked: 'describe', answer, elapsed_ms: Date.now() - t0 };
     });
-    b.method('describe', async ({ depth }, peer) => {
+    b.method('describe', async ({ peer }, { depth }) => {
       // and the callee calls back again while the outer call is still pending
       const inner = depth > 0 ? await peer.call('ping', [depth]) : null;
       return { depth, inner };
     });
-    a.method('ping', ([n]) => `pong ${n}`);
+    a.method('ping', (_cx, [n]) => `pong ${n}`);
     const out = await within(b.call('ask', { depth: 1 }));
     assert.equal(out.asked, 'describe');
     assert.deepEqual(out.answer, { depth: 1, inner: 'pong 1' });
@@ -186,7 +225,7 @@ describe('two peers wired to each other', () => {
 
   test('batches both ways, with a failing member', async () => {
     const { a, b } = wired();
-    b.method('sum', (p) => p.reduce((s, n) => s + n, 0)).method('get_data', () => ['hello', 5]);
+    b.method('sum', (_cx, p) => p.reduce((s, n) => s + n, 0)).method('get_data', () => ['hello', 5]);
     b.method('fail', () => { throw new RpcError(42, 'failed on purpose'); });
     const out = await within(
       a.batch().call('sum', [1, 2, 4]).notify('whatever').call('fail').call('get_data').call('missing').send(),

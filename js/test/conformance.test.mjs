@@ -4,7 +4,7 @@
 import { readFileSync } from 'node:fs';
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
-import { Peer, RpcError } from '../jsonrpc-peer.js';
+import { Peer, RpcError } from 'jsonrpc-peer';
 import { FakeSocket, byId, within, signal } from './helpers.mjs';
 
 /** A peer serving the specification's example methods, over a fake socket. */
@@ -12,18 +12,18 @@ function specServer() {
   const socket = new FakeSocket();
   const peer = new Peer(socket, { onHandlerError: () => {} });
   const seen = [];
-  const subtract = (p) => {
+  const subtract = (_cx, p) => {
     const [a, b] = Array.isArray(p) ? p : [p?.minuend, p?.subtrahend];
     if (typeof a !== 'number' || typeof b !== 'number') throw new RpcError(-32602, 'Invalid params');
     return a - b;
   };
   peer
     .method('subtract', subtract)
-    .method('sum', (p) => p.reduce((a, b) => a + b, 0))
+    .method('sum', (_cx, p) => p.reduce((a, b) => a + b, 0))
     .method('get_data', () => ['hello', 5])
-    .notification('update', (p) => seen.push(['update', p]))
-    .notification('notify_sum', (p) => seen.push(['notify_sum', p]))
-    .notification('notify_hello', (p) => seen.push(['notify_hello', p]));
+    .notification('update', (_cx, p) => seen.push(['update', p]))
+    .notification('notify_sum', (_cx, p) => seen.push(['notify_sum', p]))
+    .notification('notify_hello', (_cx, p) => seen.push(['notify_hello', p]));
   return { socket, peer, seen };
 }
 
@@ -178,7 +178,7 @@ describe('notifications are never answered', () => {
     const log = [];
     const gate = signal();
     const done = signal();
-    peer.notification('step', async (p) => {
+    peer.notification('step', async (_cx, p) => {
       log.push(`start ${p[0]}`);
       if (p[0] === 1) await gate.promise;
       log.push(`end ${p[0]}`);

@@ -1,13 +1,17 @@
 // Test helpers: a fake WebSocket (the shape Peer expects) and bounded waits.
 import assert from 'node:assert/strict';
 
+// Taken at load, before any test mocks the clock (`t.mock.timers`): a test on a controlled
+// clock still has its waits bounded in real time.
+const { setTimeout: realSetTimeout, clearTimeout: realClearTimeout } = globalThis;
+
 /** Reject after `ms` unless `promise` settles first, so no test can hang. */
 export function within(promise, ms = 2000, what = 'operation') {
   let timer;
   const limit = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} did not finish within ${ms} ms`)), ms);
+    timer = realSetTimeout(() => reject(new Error(`${what} did not finish within ${ms} ms`)), ms);
   });
-  return Promise.race([promise, limit]).finally(() => clearTimeout(timer));
+  return Promise.race([promise, limit]).finally(() => realClearTimeout(timer));
 }
 
 /** Resolve on the next macrotask: every frame delivered before it has been handled. */
@@ -28,6 +32,8 @@ export function signal() {
 export class FakeSocket {
   constructor({ open = true } = {}) {
     this.readyState = open ? 1 : 0;
+    /** What the socket holds unsent, in bytes; a test sets it to play a slow network. */
+    this.bufferedAmount = 0;
     this.sent = [];
     this.remote = null;
     this._waiters = [];

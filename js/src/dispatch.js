@@ -1,0 +1,201 @@
+// dispatch.js: what arrives on a connection, after the frame was read. Parses it, routes
+// responses to our waiting calls, runs handlers, and hands each answer back to the Peer
+// to send. It owns the handler table and what runs: the incoming calls a cancel can
+// reach, and the chain that keeps notifications in order.
+import {
+  CANCEL_LSP, CANCEL_MCP, ErrorCode, PROGRESS, RpcError, checkName, errorResponse, has,
+  invalidRequest, isResponse, isValidId, progressNotification, resultResponse,
+} from './wire.js';
+
+/**
+ * @typedef {import('./peer.js').Handler} Handler
+ * @typedef {import('./peer.js').HandlerContext} HandlerContext
+ */
+
+export class Dispatch {
+  /** @type {Map<string, Handler>} */
+  #methods = new Map();
+  /** @type {Map<string, Handler>} */
+  #notifications = new Map();
+  // Incoming calls still running, by their id's JSON text: what a cancel reaches.
+  /** @type {Map<string, {controller: AbortController, style: null|'lsp'|'mcp'}>} */
+  #running = new Map();
+  // Notifications run one after another, in arrival order (as in the Rust peer):
+  // a stream of updates must not be applied out of order by async handlers.
+  /** @type {Promise<any>} */
+  #notifyChain = Promise.resolve();
+  #pending;
+  #reply;
+  #notice;
+  #onHandlerError;
+  #peer;
+  /** @type {HandlerContext} what a notification's handler gets: nothing to cancel */
+  #notificationContext;
+
+  /**
+   * @param {object} parts
+   * @param {import('./peer.js').Peer} parts.peer what handlers get as `cx.peer`
+   * @param {import('./pending.js').Pending} parts.pending our calls, for their answers and progress
+   * @param {(text: string) => void} parts.reply sends an answer
+   * @param {(text: string) => boolean} parts.notice sends a progress value; false when skipped
+   * @param {(error: unknown, method: string) => void} parts.onHandlerError
+   */
+  constructor({ peer, pending, reply, notice, onHandlerError }) {
+    this.#peer = peer;
+    this.#pending = pending;
+    this.#reply = reply;
+    this.#notice = notice;
+    this.#onHandlerError = onHandlerError;
+    this.#notificationContext = Object.freeze({
+      peer,
+      signal: new AbortController().signal,
+      wantsProgress: false,
+      progress: () => false,
+    });
+  }
+
+  /** Number of incoming calls whose handlers are still running. */
+  get runningCount() {
+    return this.#running.size;
+  }
+
+  /** @param {string} name @param {Handler} handler */
+  method(name, handler) {
+    if (this.#methods.has(checkName(name, handler))) throw new Error(`method "${name}" is registered twice`);
+    this.#methods.set(name, handler);
+  }
+
+  /** @param {string} name @param {Handler} handler */
+  notification(name, handler) {
+    if (this.#notifications.has(checkName(name, handler))) {
+      throw new Error(`notification "${name}" is registered twice`);
+    }
+    this.#notifications.set(name, handler);
+  }
+
+  /** One text frame from the other side. @param {string} text */
+  receive(text) {
+    let msg;
+    try {
+      msg = JSON.parse(text);
+    } catch {
+      // Even for a broken batch the answer is ONE object (spec, "Batch Request Invalid JSON").
+      this.#reply(errorResponse(null, new RpcError(ErrorCode.PARSE_ERROR)));
+      return;
+    }
+    if (!Array.isArray(msg)) {
+      this.#handleOne(msg).then((ans) => ans && this.#reply(ans));
+      return;
+    }
+    if (msg.length === 0) {
+      this.#reply(errorResponse(null, new RpcError(ErrorCode.INVALID_REQUEST)));
+      return;
+    }
+    Promise.all(msg.map((m) => this.#handleOne(m))).then((answers) => {
+      const parts = answers.filter(Boolean);
+      // An all-notification (or all-response) batch gets nothing at all.
+      if (parts.length) this.#reply(`[${parts.join(',')}]`);
+    });
+  }
+
+  /**
+   * Handle one message; resolves to the answer's JSON text, or null for none.
+   * @param {any} m @returns {Promise<string | null>}
+   */
+  async #handleOne(m) {
+    if (isResponse(m)) {
+      this.#pending.answer(m);
+      return null;
+    }
+    const bad = invalidRequest(m);
+    if (bad) return errorResponse(bad.id, new RpcError(ErrorCode.INVALID_REQUEST));
+    // Only a valid Request without an `id` member is a notification; `"id": null` is not.
+    if (!has(m, 'id')) {
+      // Cancels and progress are handled as they arrive, not behind the ordered chain.
+      if (m.method === CANCEL_LSP || m.method === CANCEL_MCP) {
+        this.#onCancel(m.method === CANCEL_MCP ? 'mcp' : 'lsp', m.params);
+        return null;
+      }
+      if (m.method === PROGRESS && this.#pending.progress(m.params, (e) => this.#onHandlerError(e, PROGRESS))) {
+        return null;
+      }
+      this.#runNotification(m.method, m.params);
+      return null;
+    }
+    const handler = this.#methods.get(m.method);
+    if (!handler) return errorResponse(m.id, new RpcError(ErrorCode.METHOD_NOT_FOUND));
+    const key = JSON.stringify(m.id);
+    // A second call with the id of one still running cannot be told apart by a cancel:
+    // it runs, but only the first is cancellable.
+    const own = !this.#running.has(key);
+    /** @type {{controller: AbortController, style: null|'lsp'|'mcp'}} */
+    const running = { controller: new AbortController(), style: null };
+    if (own) this.#running.set(key, running);
+    const token = has(m, 'progressToken') ? m.progressToken : undefined;
+    /** @type {HandlerContext} */
+    const cx = Object.freeze({
+      peer: this.#peer,
+      signal: running.controller.signal,
+      wantsProgress: token !== undefined,
+      progress: (value) => token !== undefined && !running.style && this.#notice(progressNotification(token, value)),
+    });
+    let answer;
+    try {
+      answer = resultResponse(m.id, await handler(cx, m.params));
+    } catch (e) {
+      answer = cx.signal.aborted
+        ? errorResponse(m.id, new RpcError(ErrorCode.REQUEST_CANCELLED))
+        : errorResponse(m.id, this.#asRpcError(e, m.method));
+    } finally {
+      if (own) this.#running.delete(key);
+    }
+    // The MCP form of cancel asks for no answer at all.
+    return running.style === 'mcp' ? null : answer;
+  }
+
+  /**
+   * An incoming cancel: aborts the handler of the call it names, if it still runs.
+   * @param {'lsp'|'mcp'} style @param {any} params
+   */
+  #onCancel(style, params) {
+    const id = style === 'mcp' ? params?.requestId : params?.id;
+    if (!isValidId(id)) return;
+    const running = this.#running.get(JSON.stringify(id));
+    // Finished or unknown: nothing changes, and a cancel is never answered.
+    if (!running || running.style) return;
+    running.style = style;
+    running.controller.abort(new RpcError(ErrorCode.REQUEST_CANCELLED));
+  }
+
+  /** @param {string} method @param {any} params */
+  #runNotification(method, params) {
+    const cx = this.#notificationContext;
+    const handler = this.#notifications.get(method);
+    if (!handler) {
+      // A notification is a request without an id: a method of that name runs, as a call
+      // would (not in the notifications' order), and its answer is dropped. Unknown:
+      // dropped, never answered, not even an error.
+      const asMethod = this.#methods.get(method);
+      if (asMethod) {
+        Promise.resolve()
+          .then(() => asMethod(cx, params))
+          .catch((e) => {
+            if (!(e instanceof RpcError)) this.#onHandlerError(e, method);
+          });
+      }
+      return;
+    }
+    this.#notifyChain = this.#notifyChain
+      .then(() => handler(cx, params))
+      .catch((e) => {
+        if (!(e instanceof RpcError)) this.#onHandlerError(e, method);
+      });
+  }
+
+  /** @param {unknown} e @param {string} method @returns {RpcError} */
+  #asRpcError(e, method) {
+    if (e instanceof RpcError) return e;
+    this.#onHandlerError(e, method);
+    return new RpcError(ErrorCode.INTERNAL_ERROR);
+  }
+}

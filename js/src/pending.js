@@ -1,0 +1,119 @@
+// pending.js: our calls that wait for their answers, by id. An answer, a timeout, an
+// abort or the close settles each one exactly once, and it then leaves the map, so a
+// late answer is simply unmatched.
+import { InvalidResponseError, LimitError, TimeoutError } from './errors.js';
+import { RpcError, has, responseProblem } from './wire.js';
+
+/**
+ * @typedef {object} Entry
+ * @property {(value: any) => void} resolve
+ * @property {(error: any) => void} reject
+ * @property {any} timer
+ * @property {boolean} sent whether the request left (only then is a cancel worth sending)
+ * @property {(value: any) => void} [onProgress]
+ * @property {() => void} [unlisten] removes the abort listener
+ */
+
+export class Pending {
+  /** @type {Map<number, Entry>} */
+  #calls = new Map();
+  #max;
+
+  /** @param {number} max how many calls may wait at once (`maxPendingCalls`) */
+  constructor(max) {
+    this.#max = max;
+  }
+
+  /** How many calls wait. */
+  get size() {
+    return this.#calls.size;
+  }
+
+  /**
+   * Throws LimitError unless `n` more calls may wait.
+   * @param {number} n @param {string} what what is refused, for the error
+   */
+  check(n, what) {
+    if (this.#calls.size + n > this.#max) {
+      throw new LimitError(what, 'maxPendingCalls', this.#max, `${this.#calls.size} calls already wait for their answers`);
+    }
+  }
+
+  /**
+   * Registers call `id` and returns the promise of its outcome. Past `timeoutMs` (0 or
+   * Infinity: never) `onTimeout(error)` runs, which is to give the call up.
+   * @param {number} id @param {string} method @param {number} timeoutMs
+   * @param {(error: TimeoutError) => void} onTimeout
+   * @returns {{promise: Promise<any>, entry: Entry}}
+   */
+  add(id, method, timeoutMs, onTimeout) {
+    /** @type {Entry} */
+    let entry;
+    const promise = new Promise((resolve, reject) => {
+      entry = { resolve, reject, timer: null, sent: false };
+    });
+    if (timeoutMs > 0 && timeoutMs < Infinity) {
+      entry.timer = setTimeout(() => onTimeout(new TimeoutError(method, timeoutMs)), timeoutMs);
+    }
+    this.#calls.set(id, entry);
+    return { promise, entry };
+  }
+
+  /** @param {number} id @returns {Entry | undefined} */
+  get(id) {
+    return this.#calls.get(id);
+  }
+
+  /**
+   * Ends call `id`: it leaves the map, its timer and abort listener go, then `fn` gets
+   * its entry (to resolve or reject it). False when it was not waiting.
+   * @param {number} id @param {(entry: Entry) => void} fn @returns {boolean}
+   */
+  settle(id, fn) {
+    const entry = this.#calls.get(id);
+    if (!entry) return false;
+    this.#calls.delete(id);
+    clearTimeout(entry.timer);
+    entry.unlisten?.();
+    fn(entry);
+    return true;
+  }
+
+  /** Rejects every waiting call with `error`. @param {Error} error */
+  rejectAll(error) {
+    for (const id of [...this.#calls.keys()]) this.settle(id, (p) => p.reject(error));
+  }
+
+  /**
+   * A response: the call it answers resolves with its result, or rejects with its
+   * RpcError (or InvalidResponseError when it is malformed). Unknown ids are dropped.
+   * @param {any} m
+   */
+  answer(m) {
+    // Our ids are numbers; anything else (null included) cannot be one of our calls.
+    if (typeof m.id !== 'number') return;
+    this.settle(m.id, (p) => {
+      const problem = responseProblem(m);
+      if (problem) p.reject(new InvalidResponseError(problem, m));
+      else if (has(m, 'error')) p.reject(new RpcError(m.error.code, m.error.message, m.error.data));
+      else p.resolve(m.result);
+    });
+  }
+
+  /**
+   * A `$/progress` for one of our calls goes to its `onProgress`; false when it is not
+   * for a call of ours that asked (then it is an ordinary notification).
+   * @param {any} params @param {(error: unknown) => void} onError a throwing onProgress
+   * @returns {boolean}
+   */
+  progress(params, onError) {
+    const entry = typeof params?.token === 'number' ? this.#calls.get(params.token) : undefined;
+    if (!entry?.onProgress) return false;
+    try {
+      entry.onProgress(params.value);
+    } catch (e) {
+      onError(e);
+    }
+    return true;
+  }
+}

@@ -1,0 +1,319 @@
+// reconnect.js: a connection that comes back by itself, like the Rust `Reconnecting`.
+//
+// The life of a link: dial (#dial) -> the socket opens -> set the new connection up
+// (#setUp) -> connected: calls waiting for the link go through -> the socket closes ->
+// wait (backoff) -> dial again. What must outlive one connection lives here, not in a
+// Peer: the handlers (given to every new Peer), the sends waiting for the link, and what
+// #setUp restores on each new connection before calls go through (today the onConnect
+// hook; per-topic subscription state, such as positions to resume from, belongs there).
+import { ClosedError, TimeoutError } from './errors.js';
+import { WaitingSends, limitOf } from './limits.js';
+import { Peer } from './peer.js';
+import { checkName, request, utf8Length } from './wire.js';
+
+/**
+ * @typedef {object} Backoff
+ * @property {number} [initialMs=100] the cap of the first wait
+ * @property {number} [maxMs=10000] the largest cap
+ * @property {number} [multiplier=2] how much the cap grows per failed attempt
+ */
+
+/**
+ * The wait before attempt `attempt` (counted from 0 since the last success): a random
+ * time between zero and `min(maxMs, initialMs * multiplier ** attempt)` ("full jitter"),
+ * so pages that lost the same server at the same moment do not all come back at once.
+ * The same rule as the Rust `Backoff`.
+ * @param {Backoff | undefined} backoff
+ * @param {number} attempt
+ * @param {() => number} [random] a number in [0, 1)
+ * @returns {number} milliseconds
+ */
+export function backoffDelay({ initialMs = 100, maxMs = 10000, multiplier = 2 } = {}, attempt, random = Math.random) {
+  const cap = Math.max(0, Math.min(maxMs, initialMs * multiplier ** Math.min(attempt, 64)));
+  return random() * cap;
+}
+
+/**
+ * @typedef {object} ReconnectOptions
+ * @property {Backoff} [backoff] the wait between attempts
+ * @property {(peer: Peer) => any} [onConnect] runs after every (re)connect, before calls
+ *   made through the ReconnectingPeer go through (subscribe again here); may be async.
+ *   If it throws, the connection is closed (code 4000) and dialed again.
+ * @property {typeof WebSocket} [WebSocket] the WebSocket class (default the global one)
+ * @property {() => number} [random] for the jitter (default Math.random)
+ */
+
+/**
+ * Where a ReconnectingPeer stands: `{ state: 'connecting', attempt }`,
+ * `{ state: 'connected' }` (the onConnect hook has run), `{ state: 'waiting', attempt,
+ * retryInMs }` (before the next attempt), `{ state: 'stopped' }` (after `close()`).
+ * `attempt` counts failures since the last success.
+ * @typedef {{state: 'connecting'|'connected'|'waiting'|'stopped', attempt?: number, retryInMs?: number}} LinkState
+ */
+
+/**
+ * A connection that comes back by itself, like the Rust `Reconnecting`: when the socket
+ * closes it dials again with exponential backoff and full jitter, runs the `onConnect`
+ * hook, and carries on. Handlers registered on it serve every connection.
+ *
+ * Calls in flight when the link drops reject with ClosedError; calls and notifications
+ * made while it is down wait for the next connection, up to their timeout, at most
+ * `maxQueued` of them holding at most `maxQueuedBytes` (past either, they reject at once
+ * with LimitError). It dispatches a `statechange` event (an Event with `detail`, the new
+ * LinkState) on every change of `state`.
+ *
+ * @param {string} url
+ * @param {import('./peer.js').PeerOptions & ReconnectOptions} [options]
+ * @returns {ReconnectingPeer}
+ */
+export function reconnecting(url, options = {}) {
+  return new ReconnectingPeer(url, options);
+}
+
+/** See `reconnecting`. */
+export class ReconnectingPeer extends EventTarget {
+  #url;
+  #options;
+  #WS;
+  #random;
+  /** @type {Map<string, import('./peer.js').Handler>} */
+  #methods = new Map();
+  /** @type {Map<string, import('./peer.js').Handler>} */
+  #notifications = new Map();
+  /** @type {Peer | null} */
+  #peer = null;
+  /** @type {LinkState} */
+  #state = { state: 'connecting', attempt: 0 };
+  #attempt = 0;
+  #retryTimer = null;
+  #stopped = false;
+  /** @type {Set<(outcome: Peer | Error) => void>} whoever waits for the link */
+  #waiters = new Set();
+  #waiting; // the calls and notifications among them: bounded
+
+  /** @param {string} url @param {import('./peer.js').PeerOptions & ReconnectOptions} [options] */
+  constructor(url, options = {}) {
+    super();
+    this.#url = url;
+    this.#options = options;
+    this.#WS = options.WebSocket ?? globalThis.WebSocket;
+    this.#random = options.random ?? Math.random;
+    // Every limit is checked now: a bad one throws here, not at each dial.
+    limitOf(options, 'maxPendingCalls');
+    limitOf(options, 'maxBufferedAmount');
+    this.#waiting = new WaitingSends(limitOf(options, 'maxQueued'), limitOf(options, 'maxQueuedBytes'));
+    /** Default per-call timeout in ms, covering the wait for the link. */
+    this.timeoutMs = options.timeoutMs ?? 30000;
+    // Dial on the next microtask, so handlers chained right after construction serve the
+    // very first connection.
+    queueMicrotask(() => this.#dial());
+  }
+
+  /** @returns {LinkState} where the link stands now */
+  get state() {
+    return this.#state;
+  }
+
+  /** The current connection once `onConnect` has run on it, or null while the link is down. */
+  get peer() {
+    return this.#state.state === 'connected' ? this.#peer : null;
+  }
+
+  /** Number of calls and notifications waiting for the link. */
+  get queuedCount() {
+    return this.#waiting.count;
+  }
+
+  /**
+   * Serve calls of `name` on every connection; as `Peer.method`.
+   * @param {string} name @param {import('./peer.js').Handler} handler @returns {this}
+   */
+  method(name, handler) {
+    if (this.#methods.has(checkName(name, handler))) throw new Error(`method "${name}" is registered twice`);
+    this.#methods.set(name, handler);
+    this.#peer?.method(name, handler);
+    return this;
+  }
+
+  /**
+   * Handle notifications of `name` on every connection; as `Peer.notification`.
+   * @param {string} name @param {import('./peer.js').Handler} handler @returns {this}
+   */
+  notification(name, handler) {
+    if (this.#notifications.has(checkName(name, handler))) {
+      throw new Error(`notification "${name}" is registered twice`);
+    }
+    this.#notifications.set(name, handler);
+    this.#peer?.notification(name, handler);
+    return this;
+  }
+
+  /**
+   * Resolves with the current Peer once the link is up (at once if it is).
+   * @param {number} [timeoutMs] default `this.timeoutMs`
+   * @returns {Promise<Peer>} rejects with TimeoutError, or ClosedError once stopped
+   */
+  connected(timeoutMs = this.timeoutMs) {
+    const up = this.peer;
+    if (up) return Promise.resolve(up);
+    if (this.#stopped) return Promise.reject(stoppedError());
+    return new Promise((resolve, reject) => {
+      let timer = null;
+      const waiter = (outcome) => {
+        clearTimeout(timer);
+        this.#waiters.delete(waiter);
+        if (outcome instanceof Error) reject(outcome);
+        else resolve(outcome);
+      };
+      if (timeoutMs > 0 && timeoutMs < Infinity) {
+        timer = setTimeout(() => waiter(new TimeoutError('(waiting for the connection)', timeoutMs)), timeoutMs);
+      }
+      this.#waiters.add(waiter);
+    });
+  }
+
+  /**
+   * `Peer.call` on the current connection, waiting for one if the link is down; the
+   * timeout covers the wait.
+   * @param {string} method @param {Array|object} [params]
+   * @param {{ timeoutMs?: number, signal?: AbortSignal, onProgress?: (value: any) => void }} [options]
+   *   as for `Peer.call`; an abort while waiting for the link rejects at once
+   * @returns {Promise<*>} as `Peer.call`; also LimitError when `maxQueued` or
+   *   `maxQueuedBytes` is reached while the link is down
+   */
+  async call(method, params, { timeoutMs = this.timeoutMs, signal, onProgress } = {}) {
+    const start = Date.now();
+    const peer = await this.#link(method, params, `call to "${method}"`, timeoutMs, signal);
+    const left = timeoutMs > 0 && timeoutMs < Infinity ? Math.max(1, timeoutMs - (Date.now() - start)) : timeoutMs;
+    try {
+      return await peer.call(method, params, { timeoutMs: left, signal, onProgress });
+    } catch (e) {
+      if (e instanceof TimeoutError) throw new TimeoutError(method, timeoutMs);
+      throw e;
+    }
+  }
+
+  /**
+   * `Peer.notify` on the current connection, waiting for one (up to `timeoutMs`) if the
+   * link is down. Resolves once sent.
+   * @param {string} method @param {Array|object} [params] @param {{ timeoutMs?: number }} [options]
+   * @returns {Promise<void>} rejects as `Peer.notify` throws, and with TimeoutError
+   */
+  async notify(method, params, { timeoutMs = this.timeoutMs } = {}) {
+    (await this.#link(method, params, `notification "${method}"`, timeoutMs)).notify(method, params);
+  }
+
+  /**
+   * Stop reconnecting and close the current connection. Calls waiting for the link reject
+   * with ClosedError.
+   * @param {number} [code=1000] @param {string} [reason]
+   */
+  close(code = 1000, reason = '') {
+    if (this.#stopped) return;
+    this.#stopped = true;
+    clearTimeout(this.#retryTimer);
+    const peer = this.#peer;
+    this.#peer = null;
+    peer?.close(code, reason);
+    this.#setState({ state: 'stopped' });
+    for (const w of [...this.#waiters]) w(stoppedError());
+  }
+
+  /**
+   * The connection to send `method` on: the current one, or else the next, waited for
+   * up to `timeoutMs`. A send that waits counts against `maxQueued` and `maxQueuedBytes`.
+   * @param {string} method @param {Array|object | undefined} params @param {string} what
+   * @param {number} timeoutMs @param {AbortSignal} [signal]
+   * @returns {Promise<Peer>}
+   */
+  async #link(method, params, what, timeoutMs, signal) {
+    const msg = request(method, params); // a bad argument throws now, not after the wait
+    if (signal?.aborted) throw signal.reason;
+    const up = this.peer;
+    if (up) return up;
+    if (this.#stopped) throw stoppedError();
+    const release = this.#waiting.admit(utf8Length(JSON.stringify(msg)), what);
+    try {
+      return await abortable(this.connected(timeoutMs), signal);
+    } catch (e) {
+      if (e instanceof TimeoutError) throw new TimeoutError(method, timeoutMs);
+      throw e;
+    } finally {
+      release();
+    }
+  }
+
+  #setState(state) {
+    this.#state = Object.freeze(state);
+    const ev = new Event('statechange');
+    // @ts-ignore: an Event with `detail`, as the statechange event is documented
+    ev.detail = this.#state;
+    this.dispatchEvent(ev);
+  }
+
+  #dial() {
+    if (this.#stopped) return;
+    this.#setState({ state: 'connecting', attempt: this.#attempt });
+    let peer;
+    try {
+      peer = new Peer(new this.#WS(this.#url), this.#options);
+    } catch {
+      // A malformed URL throws at once; it never gets better, but it is retried like any
+      // failure so that a page fixed under it (a proxy coming up) still connects.
+      this.#retry();
+      return;
+    }
+    for (const [n, h] of this.#methods) peer.method(n, h);
+    for (const [n, h] of this.#notifications) peer.notification(n, h);
+    this.#peer = peer;
+    peer.closed.then(() => {
+      if (this.#peer !== peer) return;
+      this.#peer = null;
+      this.#retry();
+    });
+    peer.opened.then(() => this.#setUp(peer), () => {}); // a failed open is handled by `closed`
+  }
+
+  /**
+   * The new connection `peer` is open: restore on it what the link keeps across
+   * connections, then offer it to the calls that wait. Today that is the onConnect hook;
+   * per-topic state (a subscription's position, to resume from) is re-sent here first.
+   * @param {Peer} peer
+   */
+  async #setUp(peer) {
+    try {
+      await this.#options.onConnect?.(peer);
+    } catch (e) {
+      (this.#options.onHandlerError ?? console.error)(e, 'onConnect');
+      peer.close(4000, 'onConnect failed');
+      return;
+    }
+    if (this.#peer !== peer || peer.isClosed) return;
+    this.#attempt = 0;
+    this.#setState({ state: 'connected' });
+    for (const w of [...this.#waiters]) w(peer);
+  }
+
+  #retry() {
+    if (this.#stopped) return;
+    // A link that came up starts the count again; one that never did counts a failure.
+    const retryInMs = backoffDelay(this.#options.backoff, this.#attempt, this.#random);
+    this.#attempt += 1;
+    this.#setState({ state: 'waiting', attempt: this.#attempt, retryInMs });
+    this.#retryTimer = setTimeout(() => this.#dial(), retryInMs);
+  }
+}
+
+/** `promise`, or a rejection with the signal's reason as soon as it aborts. */
+function abortable(promise, signal) {
+  if (!signal) return promise;
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
+function stoppedError() {
+  return new ClosedError('the reconnecting peer was stopped');
+}

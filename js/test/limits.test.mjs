@@ -1,0 +1,194 @@
+// The bounds: calls waiting for their answers, sends waiting for the socket to open, and
+// what the socket buffers. Each has a default and an option; past it a send is refused at
+// once with LimitError and nothing is sent.
+import { test, describe } from 'node:test';
+import assert from 'node:assert/strict';
+import { Peer, LIMITS, LimitError, ClosedError } from 'jsonrpc-peer';
+import { FakeSocket, within, signal } from './helpers.mjs';
+
+const limitError = (limit, value) => (e) =>
+  e instanceof LimitError && e.limit === limit && e.value === value;
+
+test('the defaults are the Rust peer\'s queue bounds: 1,024 and 1 MiB', () => {
+  assert.deepEqual({ ...LIMITS }, {
+    maxPendingCalls: 1024, maxQueued: 1024, maxQueuedBytes: 1048576, maxBufferedAmount: 1048576,
+  });
+  assert.ok(Object.isFrozen(LIMITS));
+});
+
+test('a limit must be a number from 0 up; Infinity turns it off', () => {
+  const socket = new FakeSocket();
+  for (const bad of [-1, NaN, '10', null]) {
+    for (const name of Object.keys(LIMITS)) {
+      if (bad === null) continue; // null means the default, as undefined does
+      assert.throws(() => new Peer(socket, { [name]: bad }), RangeError, `${name}: ${bad}`);
+    }
+  }
+  const peer = new Peer(socket, { maxPendingCalls: Infinity });
+  const waiting = [];
+  for (let i = 0; i < 2000; i++) waiting.push(peer.call('x', [], { timeoutMs: 0 }).catch(() => {}));
+  assert.equal(peer.pendingCount, 2000);
+  peer.close();
+  return Promise.all(waiting);
+});
+
+describe('calls in flight (maxPendingCalls)', () => {
+  test('past the limit a call rejects at once, sends nothing, and says which limit', async () => {
+    const socket = new FakeSocket();
+    const peer = new Peer(socket, { maxPendingCalls: 2 });
+    const a = peer.call('a');
+    const b = peer.call('b', [], { timeoutMs: 0 }).catch((e) => e);
+    const e = await within(peer.call('sum', [1, 2]).catch((e) => e));
+    assert.ok(limitError('maxPendingCalls', 2)(e), String(e));
+    assert.equal(e.message, 'call to "sum" refused: 2 calls already wait for their answers (maxPendingCalls is 2)');
+    assert.equal(socket.sent.length, 2, 'the refused call was not sent');
+    assert.equal(peer.pendingCount, 2);
+    // An answer frees a place.
+    socket.receive(JSON.stringify({ jsonrpc: '2.0', result: 'A', id: JSON.parse(socket.sent[0]).id }));
+    assert.equal(await within(a), 'A');
+    const c = peer.call('c', [], { timeoutMs: 0 }).catch((e) => e);
+    assert.equal(JSON.parse(socket.sent[2]).method, 'c');
+    peer.close();
+    for (const left of [b, c]) assert.ok((await within(left)) instanceof ClosedError);
+  });
+
+  test('the default lets 1,024 calls wait and refuses the next', async () => {
+    const socket = new FakeSocket();
+    const peer = new Peer(socket);
+    const waiting = [];
+    for (let i = 0; i < 1024; i++) waiting.push(peer.call('x', [i], { timeoutMs: 0 }).catch((e) => e));
+    await assert.rejects(within(peer.call('x', [1024])), limitError('maxPendingCalls', 1024));
+    assert.equal(socket.sent.length, 1024);
+    peer.close();
+    assert.ok((await within(Promise.all(waiting))).every((e) => e instanceof ClosedError));
+  });
+
+  test('a batch whose calls do not fit is refused whole; one that fits goes', async () => {
+    const socket = new FakeSocket();
+    const peer = new Peer(socket, { maxPendingCalls: 3 });
+    const held = peer.call('held', [], { timeoutMs: 0 }).catch((e) => e);
+    await assert.rejects(
+      within(peer.batch().call('a').call('b').call('c').send()),
+      limitError('maxPendingCalls', 3),
+    );
+    assert.equal(socket.sent.length, 1, 'nothing of the batch was sent');
+    assert.equal(peer.pendingCount, 1);
+    const two = peer.batch().call('a').notify('n').call('b').send();
+    assert.equal(JSON.parse(socket.sent[1]).length, 3);
+    assert.equal(peer.pendingCount, 3);
+    peer.close();
+    const outcomes = await within(two);
+    assert.ok(outcomes.every((o) => !o.ok && o.error instanceof ClosedError));
+    assert.ok((await within(held)) instanceof ClosedError);
+  });
+});
+
+describe('sends while the socket connects (maxQueued, maxQueuedBytes)', () => {
+  test('past the count, a notify throws and a call rejects; on open the queued ones go, in order', async () => {
+    const socket = new FakeSocket({ open: false });
+    const peer = new Peer(socket, { maxQueued: 2 });
+    peer.notify('one');
+    const call = peer.call('two');
+    assert.throws(() => peer.notify('three'), limitError('maxQueued', 2));
+    await assert.rejects(within(peer.call('four')), limitError('maxQueued', 2));
+    assert.equal(peer.queuedCount, 2);
+    assert.equal(peer.pendingCount, 1, 'the refused call does not wait');
+    socket.open();
+    assert.deepEqual(socket.sent.map((t) => JSON.parse(t).method), ['one', 'two']);
+    assert.equal(peer.queuedCount, 0);
+    peer.notify('five');
+    assert.equal(socket.sent.length, 3);
+    socket.receive(JSON.stringify({ jsonrpc: '2.0', result: 2, id: JSON.parse(socket.sent[1]).id }));
+    assert.equal(await within(call), 2);
+  });
+
+  test('past the bytes, sends are refused; one frame larger than the limit still goes alone', () => {
+    const socket = new FakeSocket({ open: false });
+    const peer = new Peer(socket, { maxQueuedBytes: 100 });
+    const big = 'é'.repeat(100); // 200 bytes in UTF-8
+    peer.notify('big', [big]);
+    const e = (() => { try { peer.notify('small'); } catch (e) { return e; } })();
+    assert.ok(limitError('maxQueuedBytes', 100)(e), String(e));
+    assert.match(e.message, /^notification "small" refused: 2\d\d bytes already wait for the connection \(maxQueuedBytes is 100\)$/);
+    assert.equal(peer.queuedCount, 1);
+    socket.open();
+    assert.equal(JSON.parse(socket.sent[0]).params[0], big);
+    peer.notify('small'); // the queue emptied on open
+  });
+
+  test('a close drops what waits and frees the count: later sends say closed', () => {
+    const socket = new FakeSocket({ open: false });
+    const peer = new Peer(socket, { maxQueued: 1 });
+    peer.notify('one');
+    socket.closedByServer(1006);
+    assert.equal(peer.queuedCount, 0);
+    assert.throws(() => peer.notify('two'), ClosedError);
+  });
+});
+
+describe("the socket's buffer (maxBufferedAmount)", () => {
+  test('past it, call, notify and batch are refused at once and nothing is sent; below, they go', async () => {
+    const socket = new FakeSocket();
+    const peer = new Peer(socket, { maxBufferedAmount: 1000 });
+    socket.bufferedAmount = 1000;
+    const e = await within(peer.call('sum', [1]).catch((e) => e));
+    assert.ok(limitError('maxBufferedAmount', 1000)(e), String(e));
+    assert.equal(e.message, 'call to "sum" refused: the socket already buffers 1000 bytes (maxBufferedAmount is 1000)');
+    assert.equal(peer.pendingCount, 0);
+    assert.throws(() => peer.notify('n'), limitError('maxBufferedAmount', 1000));
+    await assert.rejects(within(peer.batch().call('a').send()), limitError('maxBufferedAmount', 1000));
+    assert.equal(peer.pendingCount, 0);
+    assert.deepEqual(socket.sent, []);
+    socket.bufferedAmount = 999;
+    peer.notify('n');
+    assert.equal(socket.sent.length, 1);
+  });
+
+  test('the default refuses past 1 MiB buffered', () => {
+    const socket = new FakeSocket();
+    const peer = new Peer(socket);
+    socket.bufferedAmount = 1048575;
+    peer.notify('fits');
+    socket.bufferedAmount = 1048576;
+    assert.throws(() => peer.notify('does not'), limitError('maxBufferedAmount', 1048576));
+  });
+
+  test('an answer past it closes the connection with 4008: the other side does not read', async () => {
+    const socket = new FakeSocket();
+    const peer = new Peer(socket, { maxBufferedAmount: 1000 });
+    peer.method('echo', (_cx, p) => p);
+    const mine = peer.call('mine').catch((e) => e);
+    socket.bufferedAmount = 5000;
+    socket.receive('{"jsonrpc":"2.0","method":"echo","params":[1],"id":1}');
+    assert.deepEqual(await within(peer.closed), { code: 4008, reason: 'outgoing buffer full', wasClean: true });
+    assert.equal(socket.sent.length, 1, 'only our own call went out, no answer');
+    const e = await within(mine);
+    assert.ok(e instanceof ClosedError && /closed locally with code 4008 \(outgoing buffer full\)/.test(e.message), String(e));
+  });
+
+  test('past it, progress values and cancels are skipped; the connection stays', async () => {
+    const socket = new FakeSocket();
+    const peer = new Peer(socket, { maxBufferedAmount: 1000 });
+    const sent = [];
+    const release = signal();
+    peer.method('work', async (cx) => {
+      sent.push(cx.progress('skipped'));
+      await release.promise;
+      socket.bufferedAmount = 0;
+      sent.push(cx.progress('sent'));
+      return 'done';
+    });
+    const controller = new AbortController();
+    const call = peer.call('slow', [], { signal: controller.signal });
+    socket.bufferedAmount = 5000;
+    socket.receive('{"jsonrpc":"2.0","method":"work","id":"w","progressToken":"t"}');
+    controller.abort(new Error('given up'));
+    await assert.rejects(within(call), /given up/);
+    assert.equal(socket.sent.length, 1, 'no cancel went out');
+    release.resolve();
+    assert.deepEqual(await socket.frame(2), { jsonrpc: '2.0', result: 'done', id: 'w' });
+    assert.deepEqual(JSON.parse(socket.sent[1]), { jsonrpc: '2.0', method: '$/progress', params: { token: 't', value: 'sent' } });
+    assert.deepEqual(sent, [false, true]);
+    assert.equal(peer.isClosed, false);
+  });
+});

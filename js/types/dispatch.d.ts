@@ -1,0 +1,32 @@
+/**
+ * @typedef {import('./peer.js').Handler} Handler
+ * @typedef {import('./peer.js').HandlerContext} HandlerContext
+ */
+export class Dispatch {
+    /**
+     * @param {object} parts
+     * @param {import('./peer.js').Peer} parts.peer what handlers get as `cx.peer`
+     * @param {import('./pending.js').Pending} parts.pending our calls, for their answers and progress
+     * @param {(text: string) => void} parts.reply sends an answer
+     * @param {(text: string) => boolean} parts.notice sends a progress value; false when skipped
+     * @param {(error: unknown, method: string) => void} parts.onHandlerError
+     */
+    constructor({ peer, pending, reply, notice, onHandlerError }: {
+        peer: import("./peer.js").Peer;
+        pending: import("./pending.js").Pending;
+        reply: (text: string) => void;
+        notice: (text: string) => boolean;
+        onHandlerError: (error: unknown, method: string) => void;
+    });
+    /** Number of incoming calls whose handlers are still running. */
+    get runningCount(): number;
+    /** @param {string} name @param {Handler} handler */
+    method(name: string, handler: Handler): void;
+    /** @param {string} name @param {Handler} handler */
+    notification(name: string, handler: Handler): void;
+    /** One text frame from the other side. @param {string} text */
+    receive(text: string): void;
+    #private;
+}
+export type Handler = import("./peer.js").Handler;
+export type HandlerContext = import("./peer.js").HandlerContext;

@@ -1,0 +1,13 @@
+export { LIMITS } from "./limits.js";
+export { Batch } from "./batch.js";
+export type PeerOptions = import("./peer.js").PeerOptions;
+export type HandlerContext = import("./peer.js").HandlerContext;
+export type Handler = import("./peer.js").Handler;
+export type BatchItem = import("./batch.js").BatchItem;
+export type Backoff = import("./reconnect.js").Backoff;
+export type ReconnectOptions = import("./reconnect.js").ReconnectOptions;
+export type LinkState = import("./reconnect.js").LinkState;
+export { ErrorCode, RpcError } from "./wire.js";
+export { ClosedError, InvalidResponseError, LimitError, TimeoutError } from "./errors.js";
+export { Peer, connect } from "./peer.js";
+export { ReconnectingPeer, backoffDelay, reconnecting } from "./reconnect.js";

@@ -1,0 +1,41 @@
+/**
+ * The value of limit `name` in `options`, or its default. A limit is a number from 0 up;
+ * `Infinity` turns it off.
+ * @param {Record<string, any>} options @param {keyof LIMITS} name @returns {number}
+ */
+export function limitOf(options: Record<string, any>, name: "maxPendingCalls" | "maxQueued" | "maxQueuedBytes" | "maxBufferedAmount"): number;
+/**
+ * The limits' defaults, those of the Rust peer where it has the same bound: 1,024 frames
+ * and 1 MiB for what waits to be sent (its `outgoing_queue` and `outgoing_queue_bytes`).
+ */
+export const LIMITS: Readonly<{
+    /** Our calls that may wait for their answers at once. */
+    maxPendingCalls: 1024;
+    /** Sends that may wait for the connection (a socket still connecting, a link that is down). */
+    maxQueued: 1024;
+    /** Bytes (UTF-8) of those sends. */
+    maxQueuedBytes: number;
+    /** Bytes the socket may buffer (its `bufferedAmount`) before our sends are refused. */
+    maxBufferedAmount: number;
+}>;
+/**
+ * Sends that wait for a connection, bounded in count and bytes. As in the Rust peer's
+ * queue, a send goes in while fewer than the limit wait, so one frame larger than
+ * `maxQueuedBytes` can still go (the bytes waiting stay under the limit plus one send).
+ */
+export class WaitingSends {
+    /** @param {number} maxCount @param {number} maxBytes */
+    constructor(maxCount: number, maxBytes: number);
+    /** How many sends wait. */
+    get count(): number;
+    /** How many bytes they hold. */
+    get bytes(): number;
+    /**
+     * Counts in a send of `bytes`, or throws LimitError (and counts nothing) when the
+     * limit is reached. Returns the function that counts it out again (once).
+     * @param {number} bytes @param {string} what what is sent, for the error
+     * @returns {() => void}
+     */
+    admit(bytes: number, what: string): () => void;
+    #private;
+}

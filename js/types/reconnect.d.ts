@@ -1,0 +1,154 @@
+/**
+ * @typedef {object} Backoff
+ * @property {number} [initialMs=100] the cap of the first wait
+ * @property {number} [maxMs=10000] the largest cap
+ * @property {number} [multiplier=2] how much the cap grows per failed attempt
+ */
+/**
+ * The wait before attempt `attempt` (counted from 0 since the last success): a random
+ * time between zero and `min(maxMs, initialMs * multiplier ** attempt)` ("full jitter"),
+ * so pages that lost the same server at the same moment do not all come back at once.
+ * The same rule as the Rust `Backoff`.
+ * @param {Backoff | undefined} backoff
+ * @param {number} attempt
+ * @param {() => number} [random] a number in [0, 1)
+ * @returns {number} milliseconds
+ */
+export function backoffDelay({ initialMs, maxMs, multiplier }: Backoff | undefined, attempt: number, random?: () => number): number;
+/**
+ * @typedef {object} ReconnectOptions
+ * @property {Backoff} [backoff] the wait between attempts
+ * @property {(peer: Peer) => any} [onConnect] runs after every (re)connect, before calls
+ *   made through the ReconnectingPeer go through (subscribe again here); may be async.
+ *   If it throws, the connection is closed (code 4000) and dialed again.
+ * @property {typeof WebSocket} [WebSocket] the WebSocket class (default the global one)
+ * @property {() => number} [random] for the jitter (default Math.random)
+ */
+/**
+ * Where a ReconnectingPeer stands: `{ state: 'connecting', attempt }`,
+ * `{ state: 'connected' }` (the onConnect hook has run), `{ state: 'waiting', attempt,
+ * retryInMs }` (before the next attempt), `{ state: 'stopped' }` (after `close()`).
+ * `attempt` counts failures since the last success.
+ * @typedef {{state: 'connecting'|'connected'|'waiting'|'stopped', attempt?: number, retryInMs?: number}} LinkState
+ */
+/**
+ * A connection that comes back by itself, like the Rust `Reconnecting`: when the socket
+ * closes it dials again with exponential backoff and full jitter, runs the `onConnect`
+ * hook, and carries on. Handlers registered on it serve every connection.
+ *
+ * Calls in flight when the link drops reject with ClosedError; calls and notifications
+ * made while it is down wait for the next connection, up to their timeout, at most
+ * `maxQueued` of them holding at most `maxQueuedBytes` (past either, they reject at once
+ * with LimitError). It dispatches a `statechange` event (an Event with `detail`, the new
+ * LinkState) on every change of `state`.
+ *
+ * @param {string} url
+ * @param {import('./peer.js').PeerOptions & ReconnectOptions} [options]
+ * @returns {ReconnectingPeer}
+ */
+export function reconnecting(url: string, options?: import("./peer.js").PeerOptions & ReconnectOptions): ReconnectingPeer;
+/** See `reconnecting`. */
+export class ReconnectingPeer extends EventTarget {
+    /** @param {string} url @param {import('./peer.js').PeerOptions & ReconnectOptions} [options] */
+    constructor(url: string, options?: import("./peer.js").PeerOptions & ReconnectOptions);
+    /** Default per-call timeout in ms, covering the wait for the link. */
+    timeoutMs: number;
+    /** @returns {LinkState} where the link stands now */
+    get state(): LinkState;
+    /** The current connection once `onConnect` has run on it, or null while the link is down. */
+    get peer(): Peer;
+    /** Number of calls and notifications waiting for the link. */
+    get queuedCount(): number;
+    /**
+     * Serve calls of `name` on every connection; as `Peer.method`.
+     * @param {string} name @param {import('./peer.js').Handler} handler @returns {this}
+     */
+    method(name: string, handler: import("./peer.js").Handler): this;
+    /**
+     * Handle notifications of `name` on every connection; as `Peer.notification`.
+     * @param {string} name @param {import('./peer.js').Handler} handler @returns {this}
+     */
+    notification(name: string, handler: import("./peer.js").Handler): this;
+    /**
+     * Resolves with the current Peer once the link is up (at once if it is).
+     * @param {number} [timeoutMs] default `this.timeoutMs`
+     * @returns {Promise<Peer>} rejects with TimeoutError, or ClosedError once stopped
+     */
+    connected(timeoutMs?: number): Promise<Peer>;
+    /**
+     * `Peer.call` on the current connection, waiting for one if the link is down; the
+     * timeout covers the wait.
+     * @param {string} method @param {Array|object} [params]
+     * @param {{ timeoutMs?: number, signal?: AbortSignal, onProgress?: (value: any) => void }} [options]
+     *   as for `Peer.call`; an abort while waiting for the link rejects at once
+     * @returns {Promise<*>} as `Peer.call`; also LimitError when `maxQueued` or
+     *   `maxQueuedBytes` is reached while the link is down
+     */
+    call(method: string, params?: any[] | object, { timeoutMs, signal, onProgress }?: {
+        timeoutMs?: number;
+        signal?: AbortSignal;
+        onProgress?: (value: any) => void;
+    }): Promise<any>;
+    /**
+     * `Peer.notify` on the current connection, waiting for one (up to `timeoutMs`) if the
+     * link is down. Resolves once sent.
+     * @param {string} method @param {Array|object} [params] @param {{ timeoutMs?: number }} [options]
+     * @returns {Promise<void>} rejects as `Peer.notify` throws, and with TimeoutError
+     */
+    notify(method: string, params?: any[] | object, { timeoutMs }?: {
+        timeoutMs?: number;
+    }): Promise<void>;
+    /**
+     * Stop reconnecting and close the current connection. Calls waiting for the link reject
+     * with ClosedError.
+     * @param {number} [code=1000] @param {string} [reason]
+     */
+    close(code?: number, reason?: string): void;
+    #private;
+}
+export type Backoff = {
+    /**
+     * the cap of the first wait
+     */
+    initialMs?: number;
+    /**
+     * the largest cap
+     */
+    maxMs?: number;
+    /**
+     * how much the cap grows per failed attempt
+     */
+    multiplier?: number;
+};
+export type ReconnectOptions = {
+    /**
+     * the wait between attempts
+     */
+    backoff?: Backoff;
+    /**
+     * runs after every (re)connect, before calls
+     * made through the ReconnectingPeer go through (subscribe again here); may be async.
+     * If it throws, the connection is closed (code 4000) and dialed again.
+     */
+    onConnect?: (peer: Peer) => any;
+    /**
+     * the WebSocket class (default the global one)
+     */
+    WebSocket?: typeof WebSocket;
+    /**
+     * for the jitter (default Math.random)
+     */
+    random?: () => number;
+};
+/**
+ * Where a ReconnectingPeer stands: `{ state: 'connecting', attempt }`,
+ * `{ state: 'connected' }` (the onConnect hook has run), `{ state: 'waiting', attempt,
+ * retryInMs }` (before the next attempt), `{ state: 'stopped' }` (after `close()`).
+ * `attempt` counts failures since the last success.
+ */
+export type LinkState = {
+    state: "connecting" | "connected" | "waiting" | "stopped";
+    attempt?: number;
+    retryInMs?: number;
+};
+import { Peer } from './peer.js';
