@@ -1,0 +1,284 @@
+//! The bench's side of the client fleets and servers: starting them, asking them, and
+//! adding up what they answer; the control client that triggers broadcasts and
+//! publishes; one measured delivery.
+
+use std::time::Duration;
+
+use jsonrpc_peer::{connect, Peer, Router};
+use serde_json::Value;
+
+use crate::procs::{cpu_ns_of, unix_nanos, Proc};
+
+/// Most clients one fleet process holds (the hard open-files limit is 20,000).
+pub(crate) const MAX_PER_FLEET: usize = 19_000;
+
+/// The source addresses of fleet number `index`: two of its own, 127.0.0.(10 + 2i) and
+/// the next, so that no address nears its 28,000 ephemeral ports.
+fn sources(index: usize) -> String {
+    let first = 10 + 2 * index;
+    assert!(first + 1 < 255, "too many fleets for 127.0.0.x");
+    format!("127.0.0.{first},127.0.0.{}", first + 1)
+}
+
+/// `n` split into `parts` near-equal counts.
+pub(crate) fn split(n: usize, parts: usize) -> Vec<usize> {
+    let parts = parts.max(1);
+    (0..parts)
+        .map(|i| n / parts + usize::from(i < n % parts))
+        .collect()
+}
+
+/// What `connect` gave, over all fleets.
+#[derive(Debug, Default)]
+pub(crate) struct Connected {
+    pub(crate) connected: usize,
+    pub(crate) called: usize,
+    pub(crate) subscribed: usize,
+    /// When the last client connected, called, subscribed (ns since the epoch).
+    pub(crate) t_connected: u128,
+    pub(crate) t_called: u128,
+    pub(crate) t_subscribed: u128,
+    pub(crate) retries: u64,
+    pub(crate) errors: u64,
+}
+
+/// Client processes, each with its clients on one server URL.
+pub(crate) struct Fleets {
+    pub(crate) procs: Vec<Proc>,
+    pub(crate) total: usize,
+}
+
+impl Fleets {
+    /// One fleet per `(url, clients)`, fleet `i` on its own source addresses; at most
+    /// `inflight` dials at once across them all.
+    pub(crate) fn start(groups: &[(String, usize)], call: &str, inflight: usize) -> Fleets {
+        let per_fleet = (inflight / groups.len().max(1)).max(1).to_string();
+        let procs = groups
+            .iter()
+            .enumerate()
+            .map(|(i, (url, count))| {
+                assert!(
+                    *count <= MAX_PER_FLEET,
+                    "{count} clients do not fit in one process"
+                );
+                let (count, sources) = (count.to_string(), sources(i));
+                let mut command = Proc::own(&[
+                    "--fleet",
+                    "--url",
+                    url,
+                    "--sources",
+                    &sources,
+                    "--count",
+                    &count,
+                    "--call",
+                    call,
+                    "--inflight",
+                    &per_fleet,
+                ]);
+                Proc::spawn(format!("fleet {i}"), &mut command)
+            })
+            .collect();
+        Fleets {
+            procs,
+            total: groups.iter().map(|(_, n)| n).sum(),
+        }
+    }
+
+    fn ask_all(&mut self, command: &str, answer: &str, timeout: Duration) -> Vec<Vec<u128>> {
+        for fleet in &mut self.procs {
+            fleet.send(command);
+        }
+        // Every fleet has the same deadline; the answers come within it and a second.
+        let grace = timeout + Duration::from_secs(5);
+        self.procs
+            .iter_mut()
+            .map(|fleet| {
+                fleet
+                    .expect(answer, grace)
+                    .iter()
+                    .map(|w| w.parse().expect("a number"))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// (Re)connects every client that is not connected; each calls, and subscribes
+    /// again once `subscribe` was used.
+    pub(crate) fn connect(&mut self, timeout: Duration) -> Connected {
+        let command = format!("connect {}", timeout.as_millis());
+        let mut sum = Connected::default();
+        for w in self.ask_all(&command, "connected", timeout) {
+            sum.connected += w[0] as usize;
+            sum.called += w[1] as usize;
+            sum.subscribed += w[2] as usize;
+            sum.t_connected = sum.t_connected.max(w[3]);
+            sum.t_called = sum.t_called.max(w[4]);
+            sum.t_subscribed = sum.t_subscribed.max(w[5]);
+            sum.retries += w[6] as u64;
+            sum.errors += w[7] as u64;
+        }
+        sum
+    }
+
+    /// Subscribes every client to `topic`: (how many did, when the last did).
+    pub(crate) fn subscribe(&mut self, topic: &str, timeout: Duration) -> (usize, u128) {
+        let command = format!("subscribe {topic} {}", timeout.as_millis());
+        self.ask_all(&command, "subscribed", timeout)
+            .iter()
+            .fold((0, 0), |(n, t), w| (n + w[0] as usize, t.max(w[1])))
+    }
+
+    /// Waits until every client has message `seq`: (how many have it, when the last
+    /// got it).
+    pub(crate) fn arrivals(&mut self, seq: u64, timeout: Duration) -> (usize, u128) {
+        let command = format!("await {seq} {}", timeout.as_millis());
+        self.ask_all(&command, "got", timeout)
+            .iter()
+            .fold((0, 0), |(n, t), w| (n + w[1] as usize, t.max(w[2])))
+    }
+
+    /// Waits until every connection has ended: how many have.
+    pub(crate) fn dropped(&mut self, timeout: Duration) -> usize {
+        let command = format!("dropped {}", timeout.as_millis());
+        self.ask_all(&command, "dropped", timeout)
+            .iter()
+            .map(|w| w[0] as usize)
+            .sum()
+    }
+}
+
+/// Starts a server process and reads its `listening on ws://HOST:PORT ...` line:
+/// the process and its URL, or why it did not start.
+pub(crate) fn start_server(
+    name: &str,
+    command: &mut std::process::Command,
+) -> Result<(Proc, String), String> {
+    let mut server = Proc::spawn(name, command);
+    match server.try_line(Duration::from_secs(30)) {
+        Some(line) => {
+            let url = line
+                .strip_prefix("listening on ")
+                .and_then(|rest| rest.split_whitespace().next())
+                .ok_or_else(|| format!("{name}: expected `listening on ...`, got `{line}`"))?
+                .to_owned();
+            Ok((server, url))
+        }
+        None => Err(format!("{name} did not start (see its error above)")),
+    }
+}
+
+/// A jsonrpc-peer client on its own runtime thread that asks a server to broadcast or
+/// publish.
+pub(crate) struct Control {
+    runtime: tokio::runtime::Runtime,
+    peer: Peer,
+}
+
+impl Control {
+    pub(crate) fn connect(url: &str) -> Control {
+        // A worker thread of its own, so the connection answers pings while the bench
+        // waits on its children.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("control runtime");
+        let peer = runtime
+            .block_on(connect(url, Router::new()))
+            .unwrap_or_else(|e| panic!("control client to {url}: {e}"));
+        Control { runtime, peer }
+    }
+
+    pub(crate) fn call(&self, method: &str, params: Value) -> Value {
+        self.runtime
+            .block_on(self.peer.call::<Value>(method, params))
+            .unwrap_or_else(|e| panic!("{method}: {e}"))
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        self.runtime.block_on(self.peer.close());
+    }
+}
+
+/// How a message is triggered: `broadcast [[SEQ]]` or `publish [TOPIC, [SEQ]]`.
+#[derive(Clone, Copy)]
+pub(crate) enum Trigger {
+    Broadcast,
+    Publish(&'static str),
+}
+
+/// Medians over the measured rounds of one kind of delivery.
+pub(crate) struct Delivered {
+    /// ms from just before the trigger call until the last client has it.
+    pub(crate) ms: f64,
+    /// µs of CPU per recipient for each group of processes.
+    pub(crate) cpu_us: Vec<f64>,
+    /// The fewest recipients any round reached (all of them, unless something is lost).
+    pub(crate) reached: usize,
+}
+
+/// A sequence number no other message of this run has.
+fn next_seq() -> u64 {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// `rounds` messages (after one not counted, which warms up), one at a time, each
+/// waited for at every client. CPU is read per group of processes over the span from
+/// before the trigger until the fleets report the last arrival.
+pub(crate) fn deliver(
+    control: &Control,
+    fleets: &mut Fleets,
+    trigger: Trigger,
+    groups: &[&[u32]],
+    rounds: usize,
+) -> Delivered {
+    let recipients = fleets.total;
+    let (mut ms, mut cpu) = (Vec::new(), vec![Vec::new(); groups.len()]);
+    let mut reached = recipients;
+    for round in 0..=rounds {
+        let seq = next_seq();
+        let params = match trigger {
+            Trigger::Broadcast => serde_json::json!([[seq]]),
+            Trigger::Publish(topic) => serde_json::json!([topic, [seq]]),
+        };
+        let method = match trigger {
+            Trigger::Broadcast => "broadcast",
+            Trigger::Publish(_) => "publish",
+        };
+        let before: Vec<u64> = groups.iter().map(|g| cpu_ns_of(g)).collect();
+        let start = unix_nanos();
+        control.call(method, params);
+        let (n, last) = fleets.arrivals(seq, Duration::from_secs(60));
+        let after: Vec<u64> = groups.iter().map(|g| cpu_ns_of(g)).collect();
+        reached = reached.min(n);
+        if round == 0 {
+            continue;
+        }
+        ms.push(last.saturating_sub(start) as f64 / 1e6);
+        for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+            cpu[i].push(a.saturating_sub(*b) as f64 / 1e3 / recipients as f64);
+        }
+    }
+    Delivered {
+        ms: median(ms),
+        cpu_us: cpu.into_iter().map(median).collect(),
+        reached,
+    }
+}
+
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
+    values.retain(|v| v.is_finite());
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    }
+}

@@ -1,0 +1,414 @@
+//! The three scenarios: one node near its limit, a cluster of nodes over one Redis, and
+//! a reconnect storm against the raw baseline.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::fleets::{
+    deliver, median, split, start_server, Control, Fleets, Trigger, MAX_PER_FLEET,
+};
+use crate::procs::{cpu_ns, rss_kib, unix_nanos, Proc};
+use crate::redis_server::RedisServer;
+use crate::report::{Growth, Row, StormRow, Target};
+use crate::Opts;
+
+/// The topic every client subscribes to.
+const TOPIC: &str = "scale";
+/// Today's server RSS per idle connection (bench rpc (f)), the issue's bound.
+const RSS_KIB: f64 = 5.0;
+/// How long connecting a whole size may take.
+const CONNECT: Duration = Duration::from_secs(300);
+
+/// Clients per fleet process in the one-node scenario: 19,000 become two fleets.
+const ONE_NODE_FLEET: usize = 10_000;
+
+fn settle() {
+    // Buffers of the handshakes freed, the allocator's caches trimmed: RSS is read
+    // after the server has been idle a moment.
+    std::thread::sleep(Duration::from_millis(500));
+}
+
+fn ms_since(start: u128, t: u128) -> f64 {
+    t.saturating_sub(start) as f64 / 1e6
+}
+
+fn check_connected(what: &str, fleets: &Fleets, c: &crate::fleets::Connected) {
+    assert!(
+        c.called == fleets.total,
+        "{what}: only {} of {} clients connected and called ({} connected, {} retries, {} errors)",
+        c.called,
+        fleets.total,
+        c.connected,
+        c.retries,
+        c.errors
+    );
+}
+
+fn reached_note(reached: usize, of: usize) -> String {
+    if reached < of {
+        format!("only {reached} of {of} got every message")
+    } else {
+        String::new()
+    }
+}
+
+/// One server process with `n` idle connections (each made one call): RSS per
+/// connection, a broadcast to all, a topic all of them subscribed to.
+pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) {
+    const S: &str = "one node";
+    for &n in &opts.one_node_sizes {
+        eprintln!("one node: {n} connections");
+        let (server, url) = start_server(
+            "server ours",
+            &mut Proc::own(&["--serve", "ours", "--listen", "127.0.0.1:0"]),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let pid = server.pid();
+        settle();
+        let rss0 = rss_kib(pid);
+        let fleet_count = n.div_ceil(ONE_NODE_FLEET);
+        let groups: Vec<(String, usize)> = split(n, fleet_count)
+            .into_iter()
+            .map(|k| (url.clone(), k))
+            .collect();
+        let mut fleets = Fleets::start(&groups, "whoami", opts.inflight);
+        let start = unix_nanos();
+        let c = fleets.connect(CONNECT);
+        check_connected(S, &fleets, &c);
+        rows.push(
+            Row::new(
+                S,
+                n,
+                "all connected and called (ms)",
+                ms_since(start, c.t_called),
+                Growth::Total,
+            )
+            .note(format!("{} dials in flight", opts.inflight)),
+        );
+        settle();
+        let rss1 = rss_kib(pid);
+        rows.push(
+            Row::new(
+                S,
+                n,
+                "server RSS per idle conn (KiB)",
+                rss1.saturating_sub(rss0) as f64 / n as f64,
+                Growth::PerPeer,
+            )
+            .target(Target::AtMost(RSS_KIB)),
+        );
+        let control = Control::connect(&url);
+        let pids = [pid];
+        let b = deliver(
+            &control,
+            &mut fleets,
+            Trigger::Broadcast,
+            &[&pids],
+            opts.rounds,
+        );
+        rows.push(
+            Row::new(S, n, "broadcast: last has it (ms)", b.ms, Growth::Total)
+                .note(reached_note(b.reached, n)),
+        );
+        rows.push(Row::new(
+            S,
+            n,
+            "broadcast: server CPU per recipient (µs)",
+            b.cpu_us[0],
+            Growth::PerPeer,
+        ));
+        let (subscribed, _) = fleets.subscribe(TOPIC, CONNECT);
+        assert_eq!(subscribed, n, "every client subscribed");
+        settle();
+        rows.push(Row::new(
+            S,
+            n,
+            "server RSS per subscribed conn (KiB)",
+            rss_kib(pid).saturating_sub(rss0) as f64 / n as f64,
+            Growth::PerPeer,
+        ));
+        let t = deliver(
+            &control,
+            &mut fleets,
+            Trigger::Publish(TOPIC),
+            &[&pids],
+            opts.rounds,
+        );
+        rows.push(
+            Row::new(S, n, "topic publish: last has it (ms)", t.ms, Growth::Total)
+                .note(reached_note(t.reached, n)),
+        );
+        rows.push(Row::new(
+            S,
+            n,
+            "topic publish: server CPU per recipient (µs)",
+            t.cpu_us[0],
+            Growth::PerPeer,
+        ));
+        drop(control);
+        drop(fleets);
+        drop(server);
+    }
+}
+
+/// `total` peers on `opts.nodes` cluster nodes (examples/cluster_node.rs) over one
+/// Redis: a broadcast and a topic publish from node 0 reaching all of them.
+pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) {
+    const S: &str = "cluster";
+    let redis = RedisServer::start();
+    let redis_pid = [redis.pid().expect("redis runs")];
+    for &total in &opts.cluster_sizes {
+        eprintln!("cluster: {total} peers on {} nodes", opts.nodes);
+        let per_node = split(total, opts.nodes);
+        assert!(
+            per_node[0] <= MAX_PER_FLEET,
+            "{total} peers on {} nodes is {} per node: more than one process holds here",
+            opts.nodes,
+            per_node[0]
+        );
+        let mut nodes = Vec::new();
+        let mut urls = Vec::new();
+        for i in 0..opts.nodes {
+            let mut command = std::process::Command::new(node_bin);
+            command.args([
+                "--listen",
+                "127.0.0.1:0",
+                "--redis",
+                &redis.url(),
+                "--node",
+                &format!("n{i}"),
+                "--max-connections",
+                "100000",
+            ]);
+            let (node, url) =
+                start_server(&format!("node n{i}"), &mut command).unwrap_or_else(|e| panic!("{e}"));
+            nodes.push(node);
+            urls.push(url);
+        }
+        let pids: Vec<u32> = nodes.iter().map(Proc::pid).collect();
+        settle();
+        let rss0: Vec<u64> = pids.iter().map(|&p| rss_kib(p)).collect();
+        let groups: Vec<(String, usize)> = urls.iter().cloned().zip(per_node).collect();
+        let mut fleets = Fleets::start(&groups, "whoami", opts.inflight);
+        let start = unix_nanos();
+        let c = fleets.connect(CONNECT);
+        check_connected(S, &fleets, &c);
+        rows.push(
+            Row::new(
+                S,
+                total,
+                "all connected and called (ms)",
+                ms_since(start, c.t_called),
+                Growth::Total,
+            )
+            .note(format!(
+                "{} nodes, {} dials in flight",
+                opts.nodes, opts.inflight
+            )),
+        );
+        settle();
+        let grown: u64 = pids
+            .iter()
+            .zip(&rss0)
+            .map(|(&p, &before)| rss_kib(p).saturating_sub(before))
+            .sum();
+        rows.push(
+            Row::new(
+                S,
+                total,
+                "node RSS per idle conn (KiB)",
+                grown as f64 / total as f64,
+                Growth::PerPeer,
+            )
+            .target(Target::AtMost(RSS_KIB)),
+        );
+        let control = Control::connect(&urls[0]);
+        let groups: [&[u32]; 2] = [&pids, &redis_pid];
+        let b = deliver(
+            &control,
+            &mut fleets,
+            Trigger::Broadcast,
+            &groups,
+            opts.rounds,
+        );
+        let t = {
+            let (subscribed, _) = fleets.subscribe(TOPIC, CONNECT);
+            assert_eq!(subscribed, total, "every client subscribed");
+            deliver(
+                &control,
+                &mut fleets,
+                Trigger::Publish(TOPIC),
+                &groups,
+                opts.rounds,
+            )
+        };
+        for (what, d) in [("broadcast", &b), ("topic publish", &t)] {
+            rows.push(
+                Row::new(
+                    S,
+                    total,
+                    format!("{what}: last has it (ms)"),
+                    d.ms,
+                    Growth::Total,
+                )
+                .note(reached_note(d.reached, total)),
+            );
+            rows.push(Row::new(
+                S,
+                total,
+                format!("{what}: nodes' CPU per recipient (µs)"),
+                d.cpu_us[0],
+                Growth::PerPeer,
+            ));
+            // Redis works per node, not per client: its CPU per message is the figure,
+            // and per recipient it shrinks as the peers grow.
+            rows.push(
+                Row::new(
+                    S,
+                    total,
+                    format!("{what}: Redis CPU per message (µs)"),
+                    d.cpu_us[1] * total as f64,
+                    Growth::PerPeer,
+                )
+                .note("per publish, not per recipient"),
+            );
+        }
+        drop(control);
+        drop(fleets);
+        drop(nodes);
+    }
+    drop(redis);
+}
+
+/// The storm's figures of one server kind, one value per storm.
+#[derive(Default)]
+struct StormRuns {
+    connected_ms: Vec<f64>,
+    called_ms: Vec<f64>,
+    subscribed_ms: Vec<f64>,
+    cpu_us: Vec<f64>,
+    retries: u64,
+    errors: u64,
+}
+
+/// The server of the storm: ours or raw, on `listen`.
+fn storm_server(kind: &str, listen: &str, history: bool) -> Result<(Proc, String), String> {
+    let mut args = vec!["--serve", kind, "--listen", listen];
+    if history {
+        args.push("--history");
+    }
+    start_server(&format!("server {kind}"), &mut Proc::own(&args))
+}
+
+/// `opts.storm_clients` clients connected and subscribed; the server is killed and a
+/// server started on the same port, alternately ours and the raw baseline; every
+/// client reconnects, calls and subscribes again. Returns the notes for the table.
+pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
+    let n = opts.storm_clients;
+    eprintln!("storm: {n} clients");
+    let (mut server, url) =
+        storm_server("ours", "127.0.0.1:0", false).unwrap_or_else(|e| panic!("{e}"));
+    let listen = url.trim_start_matches("ws://").to_owned();
+    let fleet_count = n.div_ceil(ONE_NODE_FLEET).max(2);
+    let groups: Vec<(String, usize)> = split(n, fleet_count)
+        .into_iter()
+        .map(|k| (url.clone(), k))
+        .collect();
+    let mut fleets = Fleets::start(&groups, "whoami", opts.inflight);
+    let c = fleets.connect(CONNECT);
+    check_connected("storm", &fleets, &c);
+    let (subscribed, _) = fleets.subscribe(TOPIC, CONNECT);
+    assert_eq!(subscribed, n, "every client subscribed");
+
+    let (mut ours, mut raw) = (StormRuns::default(), StormRuns::default());
+    let mut notes = Vec::new();
+    // The first storm brings the raw server up, the next ours, and so on.
+    for storm in 0..2 * opts.storm_rounds {
+        let kind = if storm % 2 == 0 { "raw" } else { "ours" };
+        server.kill();
+        let dropped = fleets.dropped(Duration::from_secs(60));
+        assert_eq!(dropped, n, "every client saw its connection end");
+        let history = opts.history && kind == "ours";
+        let started = storm_server(kind, &listen, history);
+        let (next, _) = match started {
+            Ok(started) => started,
+            Err(e) if history => {
+                notes.push(format!(
+                    "--history: the server refused it (topics with history are not built yet): {e}"
+                ));
+                return notes;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        server = next;
+        let cpu0 = cpu_ns(server.pid());
+        let go = unix_nanos();
+        let c = fleets.connect(CONNECT);
+        let cpu1 = cpu_ns(server.pid());
+        let runs = if kind == "ours" { &mut ours } else { &mut raw };
+        runs.retries += c.retries;
+        runs.errors += c.errors;
+        if c.subscribed < n {
+            notes.push(format!(
+                "storm {storm} ({kind}): only {} of {n} back and subscribed ({} connected, {} called)",
+                c.subscribed, c.connected, c.called
+            ));
+        }
+        runs.connected_ms.push(ms_since(go, c.t_connected));
+        runs.called_ms.push(ms_since(go, c.t_called));
+        runs.subscribed_ms.push(ms_since(go, c.t_subscribed));
+        runs.cpu_us
+            .push(cpu1.saturating_sub(cpu0) as f64 / 1e3 / n as f64);
+        eprintln!(
+            "    {kind}: all connected {:.0} ms, called {:.0} ms, subscribed {:.0} ms, server CPU {:.1} µs per client",
+            ms_since(go, c.t_connected),
+            ms_since(go, c.t_called),
+            ms_since(go, c.t_subscribed),
+            cpu1.saturating_sub(cpu0) as f64 / 1e3 / n as f64
+        );
+    }
+    drop(fleets);
+    drop(server);
+    let pair =
+        |f: &dyn Fn(&StormRuns) -> &Vec<f64>| (median(f(&ours).clone()), median(f(&raw).clone()));
+    for (metric, (o, r), target) in [
+        ("all connected (ms)", pair(&|s| &s.connected_ms), None),
+        (
+            "all made their first call (ms)",
+            pair(&|s| &s.called_ms),
+            None,
+        ),
+        ("all resubscribed (ms)", pair(&|s| &s.subscribed_ms), None),
+        ("server CPU per reconnect (µs)", pair(&|s| &s.cpu_us), None),
+    ] {
+        rows.push(StormRow {
+            metric,
+            ours: o,
+            raw: r,
+            lower_is_better: true,
+            target,
+        });
+    }
+    let (o, r) = pair(&|s| &s.connected_ms);
+    rows.push(StormRow {
+        metric: "accept + handshake rate (conn/s)",
+        ours: n as f64 / o * 1e3,
+        raw: n as f64 / r * 1e3,
+        lower_is_better: false,
+        target: Some(0.9),
+    });
+    notes.push(format!(
+        "{n} clients in {fleet_count} fleet processes, at most {} dials in flight in all; \
+         median of {} storms per server; retries (refused or failed dials, retried after \
+         10-50 ms): ours {}, raw {}; errors: ours {}, raw {}",
+        opts.inflight, opts.storm_rounds, ours.retries, raw.retries, ours.errors, raw.errors
+    ));
+    if !opts.history {
+        notes.push(
+            "resume with history: not measured (`--history` passes it to the server, which \
+             refuses until topics with history exist)"
+                .to_owned(),
+        );
+    }
+    notes
+}
