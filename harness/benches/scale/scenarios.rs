@@ -54,15 +54,14 @@ fn reached_note(reached: usize, of: usize) -> String {
 
 /// One server process with `n` idle connections (each made one call): RSS per
 /// connection, a broadcast to all, a topic all of them subscribed to.
-pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) {
+pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
     const S: &str = "one node";
+    // Per size: (connections, KiB grown idle, KiB grown subscribed).
+    let mut grown = Vec::new();
     for &n in &opts.one_node_sizes {
         eprintln!("one node: {n} connections");
-        let (server, url) = start_server(
-            "server ours",
-            &mut Proc::own(&["--serve", "ours", "--listen", "127.0.0.1:0"]),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let (server, url) =
+            serve(opts, "ours", "127.0.0.1:0", false).unwrap_or_else(|e| panic!("{e}"));
         let pid = server.pid();
         settle();
         let rss0 = rss_kib(pid);
@@ -120,11 +119,13 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) {
         let (subscribed, _) = fleets.subscribe(TOPIC, CONNECT);
         assert_eq!(subscribed, n, "every client subscribed");
         settle();
+        let rss2 = rss_kib(pid);
+        grown.push((n, rss1.saturating_sub(rss0), rss2.saturating_sub(rss0)));
         rows.push(Row::new(
             S,
             n,
             "server RSS per subscribed conn (KiB)",
-            rss_kib(pid).saturating_sub(rss0) as f64 / n as f64,
+            rss2.saturating_sub(rss0) as f64 / n as f64,
             Growth::PerPeer,
         ));
         let t = deliver(
@@ -149,14 +150,37 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) {
         drop(fleets);
         drop(server);
     }
+    slopes("one node: server", &grown)
+}
+
+/// The RSS per connection between one size and the next (the slope, without the
+/// fixed costs that weigh on the smallest size), as notes.
+fn slopes(what: &str, grown: &[(usize, u64, u64)]) -> Vec<String> {
+    grown
+        .windows(2)
+        .filter(|w| w[1].0 > w[0].0)
+        .map(|w| {
+            let (n0, idle0, sub0) = w[0];
+            let (n1, idle1, sub1) = w[1];
+            let per = |a: u64, b: u64| (b as f64 - a as f64) / (n1 - n0) as f64;
+            format!(
+                "{what} RSS per connection from {n0} to {n1} connections (the slope, without \
+                 fixed costs): {:.2} KiB idle, {:.2} KiB subscribed",
+                per(idle0, idle1),
+                per(sub0, sub1)
+            )
+        })
+        .collect()
 }
 
 /// `total` peers on `opts.nodes` cluster nodes (examples/cluster_node.rs) over one
 /// Redis: a broadcast and a topic publish from node 0 reaching all of them.
-pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) {
+pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) -> Vec<String> {
     const S: &str = "cluster";
     let redis = RedisServer::start();
     let redis_pid = [redis.pid().expect("redis runs")];
+    let mut grown = Vec::new();
+    let mut notes = Vec::new();
     for &total in &opts.cluster_sizes {
         eprintln!("cluster: {total} peers on {} nodes", opts.nodes);
         let per_node = split(total, opts.nodes);
@@ -207,21 +231,31 @@ pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) {
             )),
         );
         settle();
-        let grown: u64 = pids
-            .iter()
-            .zip(&rss0)
-            .map(|(&p, &before)| rss_kib(p).saturating_sub(before))
-            .sum();
+        let rss_grown = |pids: &[u32]| -> u64 {
+            pids.iter()
+                .zip(&rss0)
+                .map(|(&p, &before)| rss_kib(p).saturating_sub(before))
+                .sum()
+        };
+        let idle = rss_grown(&pids);
         rows.push(
             Row::new(
                 S,
                 total,
                 "node RSS per idle conn (KiB)",
-                grown as f64 / total as f64,
+                idle as f64 / total as f64,
                 Growth::PerPeer,
             )
             .target(Target::AtMost(RSS_KIB)),
         );
+        // What Redis spends doing nothing (its cron, the nodes' heartbeats): it is in
+        // the per-message figures below, over spans of milliseconds.
+        let before = cpu_ns(redis_pid[0]);
+        std::thread::sleep(Duration::from_secs(1));
+        notes.push(format!(
+            "cluster {total}: Redis idle CPU {:.0} µs per second (cron, heartbeats), inside its per-message figures",
+            cpu_ns(redis_pid[0]).saturating_sub(before) as f64 / 1e3
+        ));
         let control = Control::connect(&urls[0]);
         let groups: [&[u32]; 2] = [&pids, &redis_pid];
         let b = deliver(
@@ -231,17 +265,17 @@ pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) {
             &groups,
             opts.rounds,
         );
-        let t = {
-            let (subscribed, _) = fleets.subscribe(TOPIC, CONNECT);
-            assert_eq!(subscribed, total, "every client subscribed");
-            deliver(
-                &control,
-                &mut fleets,
-                Trigger::Publish(TOPIC),
-                &groups,
-                opts.rounds,
-            )
-        };
+        let (subscribed, _) = fleets.subscribe(TOPIC, CONNECT);
+        assert_eq!(subscribed, total, "every client subscribed");
+        settle();
+        grown.push((total, idle, rss_grown(&pids)));
+        let t = deliver(
+            &control,
+            &mut fleets,
+            Trigger::Publish(TOPIC),
+            &groups,
+            opts.rounds,
+        );
         for (what, d) in [("broadcast", &b), ("topic publish", &t)] {
             rows.push(
                 Row::new(
@@ -278,6 +312,8 @@ pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) {
         drop(nodes);
     }
     drop(redis);
+    notes.extend(slopes("cluster: the nodes'", &grown));
+    notes
 }
 
 /// The storm's figures of one server kind, one value per storm.
@@ -291,9 +327,13 @@ struct StormRuns {
     errors: u64,
 }
 
-/// The server of the storm: ours or raw, on `listen`.
-fn storm_server(kind: &str, listen: &str, history: bool) -> Result<(Proc, String), String> {
+/// A one-process server (server.rs): ours or raw, on `listen`.
+fn serve(opts: &Opts, kind: &str, listen: &str, history: bool) -> Result<(Proc, String), String> {
+    let backlog = opts.backlog.map(|b| b.to_string());
     let mut args = vec!["--serve", kind, "--listen", listen];
+    if let Some(backlog) = &backlog {
+        args.extend(["--backlog", backlog]);
+    }
     if history {
         args.push("--history");
     }
@@ -307,7 +347,7 @@ pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
     let n = opts.storm_clients;
     eprintln!("storm: {n} clients");
     let (mut server, url) =
-        storm_server("ours", "127.0.0.1:0", false).unwrap_or_else(|e| panic!("{e}"));
+        serve(opts, "ours", "127.0.0.1:0", false).unwrap_or_else(|e| panic!("{e}"));
     let listen = url.trim_start_matches("ws://").to_owned();
     let fleet_count = n.div_ceil(ONE_NODE_FLEET).max(2);
     let groups: Vec<(String, usize)> = split(n, fleet_count)
@@ -329,7 +369,7 @@ pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
         let dropped = fleets.dropped(Duration::from_secs(60));
         assert_eq!(dropped, n, "every client saw its connection end");
         let history = opts.history && kind == "ours";
-        let started = storm_server(kind, &listen, history);
+        let started = serve(opts, kind, &listen, history);
         let (next, _) = match started {
             Ok(started) => started,
             Err(e) if history => {
@@ -398,10 +438,17 @@ pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
         target: Some(0.9),
     });
     notes.push(format!(
-        "{n} clients in {fleet_count} fleet processes, at most {} dials in flight in all; \
-         median of {} storms per server; retries (refused or failed dials, retried after \
-         10-50 ms): ours {}, raw {}; errors: ours {}, raw {}",
-        opts.inflight, opts.storm_rounds, ours.retries, raw.retries, ours.errors, raw.errors
+        "{n} clients in {fleet_count} fleet processes, at most {} dials in flight in all, \
+         listen backlog {}; median of {} storms per server; retries (refused or failed \
+         dials, retried after 10-50 ms): ours {}, raw {}; errors: ours {}, raw {}",
+        opts.inflight,
+        opts.backlog
+            .map_or("128 (tokio's)".to_owned(), |b| b.to_string()),
+        opts.storm_rounds,
+        ours.retries,
+        raw.retries,
+        ours.errors,
+        raw.errors
     ));
     if !opts.history {
         notes.push(

@@ -1,6 +1,9 @@
-//! `--serve ours|raw --listen ADDR [--history]`: the one-process servers. Each prints
+//! `--serve ours|raw --listen ADDR [--backlog N] [--history]`: the one-process servers.
+//! Each prints
 //! `listening on ws://HOST:PORT` first (as examples/cluster_node.rs does) and exits
-//! when its stdin closes. Both run on tokio's multi-thread runtime with its default
+//! when its stdin closes. Both listen as `Server::bind` does (tokio's
+//! `TcpListener::bind`: SO_REUSEADDR, a backlog of 128), or with `--backlog N` on a
+//! `TcpSocket` (ours through `Server::from_listener`). Both run on tokio's multi-thread runtime with its default
 //! workers (one per CPU), as `#[tokio::main]` and the cluster nodes do.
 //!
 //! - `ours`: jsonrpc-peer's `Server` with the default `PeerConfig` and
@@ -25,14 +28,14 @@ use jsonrpc_peer::{Context, HandshakePolicy, Router, RpcError, Server, ServerHan
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 /// Exit status of `--history` until topics with history exist.
 pub(crate) const NO_HISTORY: i32 = 2;
 
-pub(crate) fn run(kind: &str, listen: &str, history: bool) {
+pub(crate) fn run(kind: &str, listen: &str, backlog: Option<u32>, history: bool) {
     if history {
         eprintln!(
             "--history: topics with history (resume after a reconnect) are not built yet \
@@ -55,8 +58,8 @@ pub(crate) fn run(kind: &str, listen: &str, history: bool) {
         .expect("runtime");
     let served = runtime.block_on(async {
         match kind {
-            "ours" => ours(listen).await,
-            "raw" => raw(listen).await,
+            "ours" => ours(listen, backlog).await,
+            "raw" => raw(listen, backlog).await,
             other => panic!("--serve ours|raw, not {other}"),
         }
     });
@@ -81,9 +84,21 @@ fn rpc_error(e: jsonrpc_peer::Error) -> RpcError {
     RpcError::new(-32000, e.to_string())
 }
 
-async fn ours(listen: &str) -> Result<(), Box<dyn std::error::Error>> {
-    let server = Server::bind(listen)
-        .await?
+/// tokio's `TcpListener::bind` (what `Server::bind` does), or a listener with a
+/// backlog of `backlog`.
+async fn listener(listen: &str, backlog: Option<u32>) -> std::io::Result<TcpListener> {
+    let Some(backlog) = backlog else {
+        return TcpListener::bind(listen).await;
+    };
+    let addr: std::net::SocketAddr = listen.parse().map_err(std::io::Error::other)?;
+    let socket = TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
+}
+
+async fn ours(listen: &str, backlog: Option<u32>) -> Result<(), Box<dyn std::error::Error>> {
+    let server = Server::from_listener(listener(listen, backlog).await?)
         .handshake_policy(HandshakePolicy::default().max_connections(100_000));
     let state = State {
         topics: Topics::new(),
@@ -132,8 +147,8 @@ fn ws_config() -> WebSocketConfig {
         .max_frame_size(Some(1 << 20))
 }
 
-async fn raw(listen: &str) -> Result<(), Box<dyn std::error::Error>> {
-    let listener = TcpListener::bind(listen).await?;
+async fn raw(listen: &str, backlog: Option<u32>) -> Result<(), Box<dyn std::error::Error>> {
+    let listener = listener(listen, backlog).await?;
     listening(listener.local_addr()?);
     loop {
         let (stream, _) = listener.accept().await?;
