@@ -47,8 +47,8 @@
 //! **The storm's baseline** (`--serve raw`, server.rs) accepts with tokio, shakes hands
 //! with tokio-tungstenite and answers every call frame `true`: what ours adds (HTTP
 //! parse, Origin and auth checks, the registry, the router, topics) is the difference.
-//! The ratio is the raw server's time over ours (target: accept and handshake rate
-//! >= 0.9x raw). `--history` would start our server with topics with history, so that
+//! The ratio is the raw server's time over ours (target: an accept and handshake
+//! rate at least 0.9x raw's). `--history` would start our server with topics with history, so that
 //! clients resume where they were: not built yet, the server refuses it and the
 //! storm says so.
 //!
