@@ -6,8 +6,8 @@
 //! | command | answer |
 //! |---|---|
 //! | `connect MS` | `connected CONN CALLED SUBSCRIBED T_CONN T_CALL T_SUB RETRIES ERRORS` |
-//! | `subscribe TOPIC MS` | `subscribed N T_LAST` |
-//! | `await SEQ MS` | `got SEQ N T_LAST` |
+//! | `subscribe TOPIC MS` | `subscribed N T_LAST ERRORS` |
+//! | `await SEQ MS` | `got SEQ N T_LAST GAPS` |
 //! | `dropped MS` | `dropped N` |
 //!
 //! `connect` (re)connects every client that is not connected, at most `--inflight` of
@@ -18,8 +18,9 @@
 //! Unix epoch). A refused or failed attempt is retried after 10 to 50 ms (counted in
 //! RETRIES), 50 times at most (then counted in ERRORS, as error answers are).
 //! `await` waits until every client has a notification whose params are `[SEQ]` (a
-//! broadcast or a topic message); `dropped` until every connection has ended (its
-//! server was killed). The process ends when stdin closes.
+//! broadcast or a topic message), and says how many `$/gap` notifications came since
+//! the last `await` (a cluster node tells its subscribers so when it may have missed
+//! messages); `dropped` until every connection has ended (its server was killed). The process ends when stdin closes.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, Mutex};
@@ -106,6 +107,10 @@ struct State {
     dropped: usize,
     retries: u64,
     errors: u64,
+    /// Error answers to `subscribe`.
+    subscribe_errors: u64,
+    /// `$/gap` notifications since the last `await`.
+    gaps: u64,
     /// Per sequence number: how many clients have it, and when the last got it.
     arrivals: std::collections::HashMap<u64, Step>,
 }
@@ -165,8 +170,12 @@ pub(crate) fn run(args: FleetArgs) {
                     fleet.topic.send_replace(Some(topic));
                     let n = fleet.args.count;
                     wait(ms(2), || fleet.state().subscribed.count >= n).await;
-                    let s = fleet.state().subscribed;
-                    format!("subscribed {} {}", s.count, s.last)
+                    let state = fleet.state();
+                    let s = state.subscribed;
+                    format!(
+                        "subscribed {} {} {}",
+                        s.count, s.last, state.subscribe_errors
+                    )
                 }
                 Some("await") => {
                     let seq: u64 = words.get(1).and_then(|w| w.parse().ok()).unwrap_or(0);
@@ -181,8 +190,10 @@ pub(crate) fn run(args: FleetArgs) {
                     };
                     wait(ms(2), || got().count >= n).await;
                     let s = got();
-                    fleet.state().arrivals.remove(&seq);
-                    format!("got {seq} {} {}", s.count, s.last)
+                    let mut state = fleet.state();
+                    state.arrivals.remove(&seq);
+                    let gaps = std::mem::take(&mut state.gaps);
+                    format!("got {seq} {} {} {gaps}", s.count, s.last)
                 }
                 Some("dropped") => {
                     let n = fleet.args.count;
@@ -309,6 +320,8 @@ struct Incoming<'a> {
     #[serde(default)]
     id: Option<u64>,
     #[serde(default, borrow)]
+    method: Option<&'a str>,
+    #[serde(default, borrow)]
     params: Option<&'a RawValue>,
     #[serde(default, borrow)]
     error: Option<&'a RawValue>,
@@ -357,8 +370,22 @@ async fn session(mut ws: Ws, fleet: &Fleet, topics: &mut watch::Receiver<Option<
             fleet.state().errors += 1;
             continue;
         };
+        if incoming.method == Some("$/gap") {
+            fleet.state().gaps += 1;
+            continue;
+        }
         match (incoming.id, incoming.params, incoming.error) {
-            (Some(_), _, Some(_)) => fleet.state().errors += 1,
+            (Some(id), _, Some(error)) => {
+                let mut state = fleet.state();
+                state.errors += 1;
+                // The first error answer of each kind shows why, on stderr.
+                if state.errors == 1 || id == SUBSCRIBE_ID && state.subscribe_errors == 0 {
+                    eprintln!("fleet: error answer to call {id}: {}", error.get());
+                }
+                if id == SUBSCRIBE_ID {
+                    state.subscribe_errors += 1;
+                }
+            }
             (Some(CALL_ID), _, None) => {
                 called = true;
                 fleet.state().called.hit();

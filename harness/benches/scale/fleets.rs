@@ -45,6 +45,8 @@ pub(crate) struct Connected {
 /// Client processes, each with its clients on one server URL.
 pub(crate) struct Fleets {
     pub(crate) procs: Vec<Proc>,
+    /// Clients per fleet.
+    pub(crate) counts: Vec<usize>,
     pub(crate) total: usize,
 }
 
@@ -80,8 +82,13 @@ impl Fleets {
             .collect();
         Fleets {
             procs,
+            counts: groups.iter().map(|(_, n)| *n).collect(),
             total: groups.iter().map(|(_, n)| n).sum(),
         }
+    }
+
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        self.procs.iter().map(Proc::pid).collect()
     }
 
     fn ask_all(&mut self, command: &str, answer: &str, timeout: Duration) -> Vec<Vec<u128>> {
@@ -120,19 +127,32 @@ impl Fleets {
         sum
     }
 
-    /// Subscribes every client to `topic`: (how many did, when the last did).
-    pub(crate) fn subscribe(&mut self, topic: &str, timeout: Duration) -> (usize, u128) {
+    /// Subscribes every client to `topic`: (how many did, when the last did, how many
+    /// were answered with an error).
+    pub(crate) fn subscribe(&mut self, topic: &str, timeout: Duration) -> (usize, u128, u64) {
         let command = format!("subscribe {topic} {}", timeout.as_millis());
         self.ask_all(&command, "subscribed", timeout)
             .iter()
-            .fold((0, 0), |(n, t), w| (n + w[0] as usize, t.max(w[1])))
+            .fold((0, 0, 0), |(n, t, e), w| {
+                (n + w[0] as usize, t.max(w[1]), e + w[2] as u64)
+            })
     }
 
     /// Waits until every client has message `seq`: (how many have it, when the last
-    /// got it).
+    /// got it). A fleet whose clients did not all get it is named on stderr, with the
+    /// `$/gap` notifications they had.
     pub(crate) fn arrivals(&mut self, seq: u64, timeout: Duration) -> (usize, u128) {
         let command = format!("await {seq} {}", timeout.as_millis());
-        self.ask_all(&command, "got", timeout)
+        let answers = self.ask_all(&command, "got", timeout);
+        for (i, (w, &count)) in answers.iter().zip(&self.counts).enumerate() {
+            if (w[1] as usize) < count || w[3] > 0 {
+                eprintln!(
+                    "    fleet {i}: {} of {count} got message {seq}; {} `$/gap` notifications",
+                    w[1], w[3]
+                );
+            }
+        }
+        answers
             .iter()
             .fold((0, 0), |(n, t), w| (n + w[1] as usize, t.max(w[2])))
     }
@@ -225,14 +245,31 @@ fn next_seq() -> u64 {
     SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
+/// What each group of processes spends idle, in CPU ns per second of wall time,
+/// measured over `span`: subtracted from the per-message figures, whose spans grow
+/// with the peers (Redis's cron alone is some 2 ms per second).
+pub(crate) fn idle_rates(groups: &[&[u32]], span: Duration) -> Vec<f64> {
+    let before: Vec<u64> = groups.iter().map(|g| cpu_ns_of(g)).collect();
+    let start = std::time::Instant::now();
+    std::thread::sleep(span);
+    let took = start.elapsed().as_secs_f64();
+    groups
+        .iter()
+        .zip(before)
+        .map(|(g, b)| cpu_ns_of(g).saturating_sub(b) as f64 / took)
+        .collect()
+}
+
 /// `rounds` messages (after one not counted, which warms up), one at a time, each
 /// waited for at every client. CPU is read per group of processes over the span from
-/// before the trigger until the fleets report the last arrival.
+/// before the trigger until the fleets report the last arrival, less the group's
+/// `idle` rate (ns per second) over that span.
 pub(crate) fn deliver(
     control: &Control,
     fleets: &mut Fleets,
     trigger: Trigger,
     groups: &[&[u32]],
+    idle: &[f64],
     rounds: usize,
 ) -> Delivered {
     let recipients = fleets.total;
@@ -253,13 +290,15 @@ pub(crate) fn deliver(
         control.call(method, params);
         let (n, last) = fleets.arrivals(seq, Duration::from_secs(60));
         let after: Vec<u64> = groups.iter().map(|g| cpu_ns_of(g)).collect();
+        let span_s = unix_nanos().saturating_sub(start) as f64 / 1e9;
         reached = reached.min(n);
         if round == 0 {
             continue;
         }
         ms.push(last.saturating_sub(start) as f64 / 1e6);
         for (i, (b, a)) in before.iter().zip(&after).enumerate() {
-            cpu[i].push(a.saturating_sub(*b) as f64 / 1e3 / recipients as f64);
+            let busy = a.saturating_sub(*b) as f64 - idle.get(i).copied().unwrap_or(0.0) * span_s;
+            cpu[i].push(busy.max(0.0) / 1e3 / recipients as f64);
         }
     }
     Delivered {

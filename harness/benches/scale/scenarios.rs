@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::fleets::{
-    deliver, median, split, start_server, Control, Fleets, Trigger, MAX_PER_FLEET,
+    deliver, idle_rates, median, split, start_server, Control, Fleets, Trigger, MAX_PER_FLEET,
 };
 use crate::procs::{cpu_ns, rss_kib, unix_nanos, Proc};
 use crate::redis_server::RedisServer;
@@ -97,27 +97,22 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
             .target(Target::AtMost(RSS_KIB)),
         );
         let control = Control::connect(&url);
-        let pids = [pid];
+        let (pids, fleet_pids) = ([pid], fleets.pids());
+        let groups: [&[u32]; 2] = [&pids, &fleet_pids];
+        let idle = idle_rates(&groups, Duration::from_secs(1));
         let b = deliver(
             &control,
             &mut fleets,
             Trigger::Broadcast,
-            &[&pids],
+            &groups,
+            &idle,
             opts.rounds,
         );
-        rows.push(
-            Row::new(S, n, "broadcast: last has it (ms)", b.ms, Growth::Total)
-                .note(reached_note(b.reached, n)),
+        let (subscribed, _, errors) = fleets.subscribe(TOPIC, CONNECT);
+        assert_eq!(
+            subscribed, n,
+            "every client subscribed ({errors} error answers)"
         );
-        rows.push(Row::new(
-            S,
-            n,
-            "broadcast: server CPU per recipient (µs)",
-            b.cpu_us[0],
-            Growth::PerPeer,
-        ));
-        let (subscribed, _) = fleets.subscribe(TOPIC, CONNECT);
-        assert_eq!(subscribed, n, "every client subscribed");
         settle();
         let rss2 = rss_kib(pid);
         grown.push((n, rss1.saturating_sub(rss0), rss2.saturating_sub(rss0)));
@@ -132,20 +127,39 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
             &control,
             &mut fleets,
             Trigger::Publish(TOPIC),
-            &[&pids],
+            &groups,
+            &idle,
             opts.rounds,
         );
-        rows.push(
-            Row::new(S, n, "topic publish: last has it (ms)", t.ms, Growth::Total)
-                .note(reached_note(t.reached, n)),
-        );
-        rows.push(Row::new(
-            S,
-            n,
-            "topic publish: server CPU per recipient (µs)",
-            t.cpu_us[0],
-            Growth::PerPeer,
-        ));
+        for (what, d) in [("broadcast", &b), ("topic publish", &t)] {
+            rows.push(
+                Row::new(
+                    S,
+                    n,
+                    format!("{what}: last has it (ms)"),
+                    d.ms,
+                    Growth::Total,
+                )
+                .note(reached_note(d.reached, n)),
+            );
+            rows.push(Row::new(
+                S,
+                n,
+                format!("{what}: server CPU per recipient (µs)"),
+                d.cpu_us[0],
+                Growth::PerPeer,
+            ));
+            rows.push(
+                Row::new(
+                    S,
+                    n,
+                    format!("{what}: clients' CPU per recipient (µs)"),
+                    d.cpu_us[1],
+                    Growth::PerPeer,
+                )
+                .note("the fleets: reading and parsing, for scale"),
+            );
+        }
         drop(control);
         drop(fleets);
         drop(server);
@@ -237,43 +251,48 @@ pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) -> Vec<
                 .map(|(&p, &before)| rss_kib(p).saturating_sub(before))
                 .sum()
         };
-        let idle = rss_grown(&pids);
+        let idle_kib = rss_grown(&pids);
         rows.push(
             Row::new(
                 S,
                 total,
                 "node RSS per idle conn (KiB)",
-                idle as f64 / total as f64,
+                idle_kib as f64 / total as f64,
                 Growth::PerPeer,
             )
             .target(Target::AtMost(RSS_KIB)),
         );
-        // What Redis spends doing nothing (its cron, the nodes' heartbeats): it is in
-        // the per-message figures below, over spans of milliseconds.
-        let before = cpu_ns(redis_pid[0]);
-        std::thread::sleep(Duration::from_secs(1));
-        notes.push(format!(
-            "cluster {total}: Redis idle CPU {:.0} µs per second (cron, heartbeats), inside its per-message figures",
-            cpu_ns(redis_pid[0]).saturating_sub(before) as f64 / 1e3
-        ));
         let control = Control::connect(&urls[0]);
-        let groups: [&[u32]; 2] = [&pids, &redis_pid];
+        let fleet_pids = fleets.pids();
+        let groups: [&[u32]; 3] = [&pids, &redis_pid, &fleet_pids];
+        let idle = idle_rates(&groups, Duration::from_secs(1));
+        notes.push(format!(
+            "cluster {total}: idle CPU (heartbeats, probes, Redis's cron) {:.0} µs/s on the \
+             nodes, {:.0} µs/s in Redis, taken off the per-message figures",
+            idle[0] / 1e3,
+            idle[1] / 1e3
+        ));
         let b = deliver(
             &control,
             &mut fleets,
             Trigger::Broadcast,
             &groups,
+            &idle,
             opts.rounds,
         );
-        let (subscribed, _) = fleets.subscribe(TOPIC, CONNECT);
-        assert_eq!(subscribed, total, "every client subscribed");
+        let (subscribed, _, errors) = fleets.subscribe(TOPIC, CONNECT);
+        assert_eq!(
+            subscribed, total,
+            "every client subscribed ({errors} error answers)"
+        );
         settle();
-        grown.push((total, idle, rss_grown(&pids)));
+        grown.push((total, idle_kib, rss_grown(&pids)));
         let t = deliver(
             &control,
             &mut fleets,
             Trigger::Publish(TOPIC),
             &groups,
+            &idle,
             opts.rounds,
         );
         for (what, d) in [("broadcast", &b), ("topic publish", &t)] {
@@ -294,8 +313,7 @@ pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) -> Vec<
                 d.cpu_us[0],
                 Growth::PerPeer,
             ));
-            // Redis works per node, not per client: its CPU per message is the figure,
-            // and per recipient it shrinks as the peers grow.
+            // Redis works per node, not per client: its CPU per message is the figure.
             rows.push(
                 Row::new(
                     S,
@@ -304,7 +322,17 @@ pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) -> Vec<
                     d.cpu_us[1] * total as f64,
                     Growth::PerPeer,
                 )
-                .note("per publish, not per recipient"),
+                .note("per message, not per recipient; idle taken off"),
+            );
+            rows.push(
+                Row::new(
+                    S,
+                    total,
+                    format!("{what}: clients' CPU per recipient (µs)"),
+                    d.cpu_us[2],
+                    Growth::PerPeer,
+                )
+                .note("the fleets: reading and parsing, for scale"),
             );
         }
         drop(control);
@@ -357,8 +385,11 @@ pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
     let mut fleets = Fleets::start(&groups, "whoami", opts.inflight);
     let c = fleets.connect(CONNECT);
     check_connected("storm", &fleets, &c);
-    let (subscribed, _) = fleets.subscribe(TOPIC, CONNECT);
-    assert_eq!(subscribed, n, "every client subscribed");
+    let (subscribed, _, errors) = fleets.subscribe(TOPIC, CONNECT);
+    assert_eq!(
+        subscribed, n,
+        "every client subscribed ({errors} error answers)"
+    );
 
     let (mut ours, mut raw) = (StormRuns::default(), StormRuns::default());
     let mut notes = Vec::new();
