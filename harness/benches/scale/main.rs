@@ -5,7 +5,7 @@
 //! ports toward one server port).
 //!
 //! ```text
-//! cargo bench -p harness --bench scale                              # all three, full (about 10 min)
+//! cargo bench -p harness --bench scale                              # all three, full (8 min or more)
 //! cargo bench -p harness --bench scale -- --scenario one-node       # 1,000 / 10,000 / 19,000 on one server
 //! cargo bench -p harness --bench scale -- --scenario cluster        # 1,000 / 10,000 / 100,000 on six nodes
 //! cargo bench -p harness --bench scale -- --scenario storm          # 10,000 reconnecting, ours vs raw
@@ -27,8 +27,13 @@
 //! call `broadcast` / `publish`, or the `connect` command to the fleets) to the last
 //! client's clock when it had the message (nanoseconds since the Unix epoch, one clock
 //! for all processes). **CPU** is from `/proc/PID/task/*/schedstat` (nanoseconds, every
-//! thread) over the same span; the processes do nothing else meanwhile. Each message
-//! figure is the median of `--rounds` (5; --quick 2) after one that warms up. The
+//! thread) over the same span. Before the messages every process sits idle for
+//! `--idle-secs` (30, one keepalive ping interval, so every connection pings once; 1
+//! in --quick): that idle CPU per connection is a row of its own, and each group's
+//! idle rate over a message's span is taken off its CPU for that message (at 100,000
+//! peers the pings alone keep the nodes busy, and Redis's cron costs some 2 ms per
+//! second: over spans of seconds they outweigh the message). Each message figure is
+//! the median of `--rounds` (5; --quick 2) after one that warms up. The
 //! client fleets share the machine's cores with the servers: their reading is part
 //! of "last has it".
 //!
@@ -55,6 +60,7 @@
 //! Options (after `--`): `--quick`; `--scenario one-node|cluster|storm|all`;
 //! `--one-node-sizes 1000,10000,19000`, `--cluster-sizes 1000,10000,100000`,
 //! `--nodes 6`, `--storm-clients 10000`, `--storm-rounds 3`, `--rounds 5`,
+//! `--idle-secs 30`,
 //! `--inflight 100`, `--backlog N` (one-node and storm servers), `--history`. The tables go to stdout and, as Markdown, to
 //! `target/bench/scale.md`, with the load average before and after (the machine is
 //! shared: note it). Targets are reported, never asserted; a message that does not
@@ -92,6 +98,9 @@ pub(crate) struct Opts {
     pub(crate) storm_rounds: usize,
     pub(crate) rounds: usize,
     pub(crate) inflight: usize,
+    /// How long the servers sit idle (with every client connected) to measure what
+    /// idle costs: a keepalive ping interval (30 s), so every connection pings once.
+    pub(crate) idle: Duration,
     /// The servers' listen backlog; tokio's (128) when not given.
     pub(crate) backlog: Option<u32>,
     pub(crate) history: bool,
@@ -121,8 +130,8 @@ impl Opts {
             Some(one @ ("one-node" | "cluster" | "storm")) => vec![one.to_owned()],
             Some(other) => panic!("--scenario one-node|cluster|storm|all, not {other}"),
         };
-        let (one_node, cluster, nodes, storm, storm_rounds, rounds) = if quick {
-            (vec![500], vec![500], 2, 500, 1, 2)
+        let (one_node, cluster, nodes, storm, storm_rounds, rounds, idle) = if quick {
+            (vec![500], vec![500], 2, 500, 1, 2, 1)
         } else {
             (
                 vec![1_000, 10_000, 19_000],
@@ -131,6 +140,7 @@ impl Opts {
                 10_000,
                 3,
                 5,
+                30,
             )
         };
         Opts {
@@ -142,6 +152,7 @@ impl Opts {
             storm_clients: number("--storm-clients", storm).max(1),
             storm_rounds: number("--storm-rounds", storm_rounds).max(1),
             rounds: number("--rounds", rounds).max(1),
+            idle: Duration::from_secs(number("--idle-secs", idle).max(1) as u64),
             inflight: number("--inflight", 100).max(1),
             backlog: value("--backlog").map(|b| b.parse().expect("--backlog N")),
             history: args.iter().any(|a| a == "--history"),

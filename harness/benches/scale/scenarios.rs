@@ -99,7 +99,18 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
         let control = Control::connect(&url);
         let (pids, fleet_pids) = ([pid], fleets.pids());
         let groups: [&[u32]; 2] = [&pids, &fleet_pids];
-        let idle = idle_rates(&groups, Duration::from_secs(1));
+        eprintln!("    idle for {} s", opts.idle.as_secs());
+        let idle = idle_rates(&groups, opts.idle);
+        rows.push(
+            Row::new(
+                S,
+                n,
+                "idle: server CPU per conn (µs per s)",
+                idle[0] / 1e3 / n as f64,
+                Growth::PerPeer,
+            )
+            .note("keepalive pings (every 30 s)"),
+        );
         let b = deliver(
             &control,
             &mut fleets,
@@ -225,6 +236,7 @@ pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) -> Vec<
         }
         let pids: Vec<u32> = nodes.iter().map(Proc::pid).collect();
         settle();
+        let dialed = redis_connections(&redis);
         let rss0: Vec<u64> = pids.iter().map(|&p| rss_kib(p)).collect();
         let groups: Vec<(String, usize)> = urls.iter().cloned().zip(per_node).collect();
         let mut fleets = Fleets::start(&groups, "whoami", opts.inflight);
@@ -265,11 +277,21 @@ pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) -> Vec<
         let control = Control::connect(&urls[0]);
         let fleet_pids = fleets.pids();
         let groups: [&[u32]; 3] = [&pids, &redis_pid, &fleet_pids];
-        let idle = idle_rates(&groups, Duration::from_secs(1));
+        eprintln!("    idle for {} s", opts.idle.as_secs());
+        let idle = idle_rates(&groups, opts.idle);
+        rows.push(
+            Row::new(
+                S,
+                total,
+                "idle: nodes' CPU per conn (µs per s)",
+                idle[0] / 1e3 / total as f64,
+                Growth::PerPeer,
+            )
+            .note("keepalive pings, heartbeats, probes"),
+        );
         notes.push(format!(
-            "cluster {total}: idle CPU (heartbeats, probes, Redis's cron) {:.0} µs/s on the \
-             nodes, {:.0} µs/s in Redis, taken off the per-message figures",
-            idle[0] / 1e3,
+            "cluster {total}: Redis idle (its cron, the nodes' heartbeats and probes) {:.0} µs \
+             of CPU per second, taken off its per-message figures as the others' idle are",
             idle[1] / 1e3
         ));
         let b = deliver(
@@ -335,6 +357,16 @@ pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) -> Vec<
                 .note("the fleets: reading and parsing, for scale"),
             );
         }
+        // Less the connection of redis-cli itself, which asks.
+        let redials = redis_connections(&redis).saturating_sub(dialed + 1);
+        if redials > 0 {
+            notes.push(format!(
+                "cluster {total}: the nodes dialed Redis {redials} more times while measured \
+                 (a node that hears nothing back within its probe deadline, 2 s by default, \
+                 counts the link as lost, dials again and sends its subscribers `$/gap`: \
+                 what was published meanwhile is lost to it)"
+            ));
+        }
         drop(control);
         drop(fleets);
         drop(nodes);
@@ -342,6 +374,16 @@ pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) -> Vec<
     drop(redis);
     notes.extend(slopes("cluster: the nodes'", &grown));
     notes
+}
+
+/// Connections Redis has accepted since it started (`INFO stats`).
+fn redis_connections(redis: &RedisServer) -> u64 {
+    redis
+        .cli(&["INFO", "stats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The storm's figures of one server kind, one value per storm.
