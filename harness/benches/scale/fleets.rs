@@ -235,6 +235,8 @@ pub(crate) struct Delivered {
     pub(crate) ms: f64,
     /// µs of CPU per recipient for each group of processes.
     pub(crate) cpu_us: Vec<f64>,
+    /// µs of idle CPU per recipient taken off `cpu_us`, for each group.
+    pub(crate) idle_us: Vec<f64>,
     /// The fewest recipients any round reached (all of them, unless something is lost).
     pub(crate) reached: usize,
 }
@@ -274,6 +276,7 @@ pub(crate) fn deliver(
 ) -> Delivered {
     let recipients = fleets.total;
     let (mut ms, mut cpu) = (Vec::new(), vec![Vec::new(); groups.len()]);
+    let mut idle_off = vec![Vec::new(); groups.len()];
     let mut reached = recipients;
     for round in 0..=rounds {
         let seq = next_seq();
@@ -297,13 +300,16 @@ pub(crate) fn deliver(
         }
         ms.push(last.saturating_sub(start) as f64 / 1e6);
         for (i, (b, a)) in before.iter().zip(&after).enumerate() {
-            let busy = a.saturating_sub(*b) as f64 - idle.get(i).copied().unwrap_or(0.0) * span_s;
+            let off = idle.get(i).copied().unwrap_or(0.0) * span_s;
+            let busy = a.saturating_sub(*b) as f64 - off;
             cpu[i].push(busy.max(0.0) / 1e3 / recipients as f64);
+            idle_off[i].push(off / 1e3 / recipients as f64);
         }
     }
     Delivered {
         ms: median(ms),
         cpu_us: cpu.into_iter().map(median).collect(),
+        idle_us: idle_off.into_iter().map(median).collect(),
         reached,
     }
 }
