@@ -5,13 +5,13 @@
 //!
 //! | command | answer |
 //! |---|---|
-//! | `connect MS` | `connected CONN CALLED SUBSCRIBED T_CONN T_CALL T_SUB RETRIES ERRORS` |
+//! | `connect MS [INFLIGHT]` | `connected CONN CALLED SUBSCRIBED T_CONN T_CALL T_SUB RETRIES ERRORS` |
 //! | `subscribe TOPIC MS` | `subscribed N T_LAST ERRORS` |
 //! | `await SEQ MS` | `got SEQ N T_LAST GAPS` |
 //! | `dropped MS` | `dropped N` |
 //!
-//! `connect` (re)connects every client that is not connected, at most `--inflight` of
-//! them in their TCP connect and handshake at once; each then makes its one call
+//! `connect` (re)connects every client that is not connected, at most INFLIGHT (or
+//! `--inflight`) of them in their TCP connect and handshake at once; each then makes its one call
 //! (`--call METHOD`, params `[]`) and, once a topic was given, subscribes (`subscribe
 //! [TOPIC]`) again. It answers when every client has done all that, or at its
 //! deadline, with how many did each step and when the last did (nanoseconds since the
@@ -122,7 +122,8 @@ struct Fleet {
     round: watch::Sender<u64>,
     /// The topic every client subscribes to, once given.
     topic: watch::Sender<Option<String>>,
-    dialing: Semaphore,
+    /// The dials in flight at once, for this round.
+    dialing: Mutex<Arc<Semaphore>>,
 }
 
 impl Fleet {
@@ -139,7 +140,7 @@ pub(crate) fn run(args: FleetArgs) {
         .expect("runtime");
     runtime.block_on(async move {
         let fleet = Arc::new(Fleet {
-            dialing: Semaphore::new(args.inflight),
+            dialing: Mutex::new(Arc::new(Semaphore::new(args.inflight))),
             args,
             state: Mutex::default(),
             round: watch::Sender::new(0),
@@ -164,7 +165,13 @@ pub(crate) fn run(args: FleetArgs) {
                 Instant::now() + Duration::from_millis(ms)
             };
             let answer = match words.first().copied() {
-                Some("connect") => connect(&fleet, ms(1)).await,
+                Some("connect") => {
+                    let inflight = words.get(2).and_then(|w| w.parse().ok());
+                    let inflight = inflight.unwrap_or(fleet.args.inflight).max(1);
+                    *fleet.dialing.lock().expect("not poisoned") =
+                        Arc::new(Semaphore::new(inflight));
+                    connect(&fleet, ms(1)).await
+                }
                 Some("subscribe") => {
                     let topic = words.get(1).copied().unwrap_or("scale").to_owned();
                     fleet.topic.send_replace(Some(topic));
@@ -278,7 +285,8 @@ async fn client(i: usize, fleet: Arc<Fleet>) {
 
 async fn dial_retrying(fleet: &Fleet, source: Ipv4Addr) -> Option<Ws> {
     for _ in 0..ATTEMPTS {
-        let permit = fleet.dialing.acquire().await.ok()?;
+        let dialing = fleet.dialing.lock().expect("not poisoned").clone();
+        let permit = dialing.acquire_owned().await.ok()?;
         let dialed = tokio::time::timeout(DIAL_TIMEOUT, dial(fleet, source)).await;
         drop(permit);
         if let Ok(Ok(ws)) = dialed {

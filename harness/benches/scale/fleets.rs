@@ -109,10 +109,14 @@ impl Fleets {
             .collect()
     }
 
-    /// (Re)connects every client that is not connected; each calls, and subscribes
+    /// (Re)connects every client that is not connected, at most `inflight` dials at
+    /// once across the fleets (as started when `None`); each calls, and subscribes
     /// again once `subscribe` was used.
-    pub(crate) fn connect(&mut self, timeout: Duration) -> Connected {
-        let command = format!("connect {}", timeout.as_millis());
+    pub(crate) fn connect(&mut self, timeout: Duration, inflight: Option<usize>) -> Connected {
+        let per_fleet = inflight.map_or(String::new(), |n| {
+            format!(" {}", (n / self.procs.len().max(1)).max(1))
+        });
+        let command = format!("connect {}{per_fleet}", timeout.as_millis());
         let mut sum = Connected::default();
         for w in self.ask_all(&command, "connected", timeout) {
             sum.connected += w[0] as usize;
@@ -139,9 +143,9 @@ impl Fleets {
     }
 
     /// Waits until every client has message `seq`: (how many have it, when the last
-    /// got it). A fleet whose clients did not all get it is named on stderr, with the
-    /// `$/gap` notifications they had.
-    pub(crate) fn arrivals(&mut self, seq: u64, timeout: Duration) -> (usize, u128) {
+    /// got it, how many `$/gap` notifications came since the last call). A fleet whose
+    /// clients did not all get it, or had gaps, is named on stderr.
+    pub(crate) fn arrivals(&mut self, seq: u64, timeout: Duration) -> (usize, u128, u64) {
         let command = format!("await {seq} {}", timeout.as_millis());
         let answers = self.ask_all(&command, "got", timeout);
         for (i, (w, &count)) in answers.iter().zip(&self.counts).enumerate() {
@@ -152,9 +156,9 @@ impl Fleets {
                 );
             }
         }
-        answers
-            .iter()
-            .fold((0, 0), |(n, t), w| (n + w[1] as usize, t.max(w[2])))
+        answers.iter().fold((0, 0, 0), |(n, t, g), w| {
+            (n + w[1] as usize, t.max(w[2]), g + w[3] as u64)
+        })
     }
 
     /// Waits until every connection has ended: how many have.
@@ -239,6 +243,8 @@ pub(crate) struct Delivered {
     pub(crate) idle_us: Vec<f64>,
     /// The fewest recipients any round reached (all of them, unless something is lost).
     pub(crate) reached: usize,
+    /// `$/gap` notifications the clients had over all rounds.
+    pub(crate) gaps: u64,
 }
 
 /// A sequence number no other message of this run has.
@@ -277,7 +283,7 @@ pub(crate) fn deliver(
     let recipients = fleets.total;
     let (mut ms, mut cpu) = (Vec::new(), vec![Vec::new(); groups.len()]);
     let mut idle_off = vec![Vec::new(); groups.len()];
-    let mut reached = recipients;
+    let (mut reached, mut gaps) = (recipients, 0);
     for round in 0..=rounds {
         let seq = next_seq();
         let params = match trigger {
@@ -291,7 +297,8 @@ pub(crate) fn deliver(
         let before: Vec<u64> = groups.iter().map(|g| cpu_ns_of(g)).collect();
         let start = unix_nanos();
         control.call(method, params);
-        let (n, last) = fleets.arrivals(seq, Duration::from_secs(60));
+        let (n, last, gapped) = fleets.arrivals(seq, Duration::from_secs(60));
+        gaps += gapped;
         let after: Vec<u64> = groups.iter().map(|g| cpu_ns_of(g)).collect();
         let span_s = unix_nanos().saturating_sub(start) as f64 / 1e9;
         reached = reached.min(n);
@@ -311,6 +318,7 @@ pub(crate) fn deliver(
         cpu_us: cpu.into_iter().map(median).collect(),
         idle_us: idle_off.into_iter().map(median).collect(),
         reached,
+        gaps,
     }
 }
 

@@ -68,6 +68,8 @@ impl Row {
 
 /// One storm figure for both servers.
 pub(crate) struct StormRow {
+    /// Paced or herd.
+    pub(crate) variant: String,
     pub(crate) metric: &'static str,
     pub(crate) ours: f64,
     pub(crate) raw: f64,
@@ -206,13 +208,21 @@ pub(crate) fn render_sizes(rows: &[Row]) -> String {
 pub(crate) fn render_storm(rows: &[StormRow]) -> String {
     let cells: Vec<Vec<String>> = rows
         .iter()
-        .map(|row| {
+        .enumerate()
+        .map(|(i, row)| {
             let ratio = row.ratio();
+            // The variant once, on the first of its rows.
+            let first = i == 0 || rows[i - 1].variant != row.variant;
             let (target, met) = match row.target {
                 Some(t) => (format!(">= {t}x"), verdict(ratio >= t)),
                 None => (String::new(), ""),
             };
             vec![
+                if first {
+                    row.variant.clone()
+                } else {
+                    String::new()
+                },
                 row.metric.to_owned(),
                 number(row.ours),
                 number(row.raw),
@@ -229,6 +239,7 @@ pub(crate) fn render_storm(rows: &[StormRow]) -> String {
     table(
         &[
             "reconnect storm",
+            "metric",
             "jsonrpc-peer",
             "raw tokio-tungstenite",
             "ours vs raw (higher is better)",
@@ -236,7 +247,7 @@ pub(crate) fn render_storm(rows: &[StormRow]) -> String {
             "",
         ],
         &cells,
-        &[1, 2, 3],
+        &[2, 3, 4],
     )
 }
 

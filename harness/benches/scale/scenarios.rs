@@ -5,7 +5,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::fleets::{
-    deliver, idle_rates, median, split, start_server, Control, Fleets, Trigger, MAX_PER_FLEET,
+    deliver, idle_rates, median, split, start_server, Control, Delivered, Fleets, Trigger,
+    MAX_PER_FLEET,
 };
 use crate::procs::{cpu_ns, rss_kib, unix_nanos, Proc};
 use crate::redis_server::RedisServer;
@@ -44,12 +45,16 @@ fn check_connected(what: &str, fleets: &Fleets, c: &crate::fleets::Connected) {
     );
 }
 
-fn reached_note(reached: usize, of: usize) -> String {
-    if reached < of {
-        format!("only {reached} of {of} got every message")
-    } else {
-        String::new()
+/// What went missing: messages some clients never got, `$/gap` notifications.
+fn loss_note(d: &Delivered, of: usize) -> String {
+    let mut note = Vec::new();
+    if d.reached < of {
+        note.push(format!("only {} of {of} got every message", d.reached));
     }
+    if d.gaps > 0 {
+        note.push(format!("{} `$/gap` notifications", d.gaps));
+    }
+    note.join("; ")
 }
 
 /// One server process with `n` idle connections (each made one call): RSS per
@@ -72,7 +77,7 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
             .collect();
         let mut fleets = Fleets::start(&groups, "whoami", opts.inflight);
         let start = unix_nanos();
-        let c = fleets.connect(CONNECT);
+        let c = fleets.connect(CONNECT, None);
         check_connected(S, &fleets, &c);
         rows.push(
             Row::new(
@@ -151,7 +156,7 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
                     d.ms,
                     Growth::Total,
                 )
-                .note(reached_note(d.reached, n)),
+                .note(loss_note(d, n)),
             );
             rows.push(Row::new(
                 S,
@@ -241,7 +246,7 @@ pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) -> Vec<
         let groups: Vec<(String, usize)> = urls.iter().cloned().zip(per_node).collect();
         let mut fleets = Fleets::start(&groups, "whoami", opts.inflight);
         let start = unix_nanos();
-        let c = fleets.connect(CONNECT);
+        let c = fleets.connect(CONNECT, None);
         check_connected(S, &fleets, &c);
         rows.push(
             Row::new(
@@ -327,7 +332,7 @@ pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) -> Vec<
                     d.ms,
                     Growth::Total,
                 )
-                .note(reached_note(d.reached, total)),
+                .note(loss_note(d, total)),
             );
             rows.push(Row::new(
                 S,
@@ -452,7 +457,9 @@ fn serve(opts: &Opts, kind: &str, listen: &str, history: bool) -> Result<(Proc, 
 
 /// `opts.storm_clients` clients connected and subscribed; the server is killed and a
 /// server started on the same port, alternately ours and the raw baseline; every
-/// client reconnects, calls and subscribes again. Returns the notes for the table.
+/// client reconnects, calls and subscribes again. Twice: paced (`opts.inflight` dials
+/// at once, which times the server's handshake path) and as a herd (every client at
+/// once, as after a real restart). Returns the notes for the table.
 pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
     let n = opts.storm_clients;
     eprintln!("storm: {n} clients");
@@ -465,7 +472,7 @@ pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
         .map(|k| (url.clone(), k))
         .collect();
     let mut fleets = Fleets::start(&groups, "whoami", opts.inflight);
-    let c = fleets.connect(CONNECT);
+    let c = fleets.connect(CONNECT, None);
     check_connected("storm", &fleets, &c);
     let (subscribed, _, errors) = fleets.subscribe(TOPIC, CONNECT);
     assert_eq!(
@@ -473,95 +480,73 @@ pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
         "every client subscribed ({errors} error answers)"
     );
 
-    let (mut ours, mut raw) = (StormRuns::default(), StormRuns::default());
     let mut notes = Vec::new();
-    // The first storm brings the raw server up, the next ours, and so on.
-    for storm in 0..2 * opts.storm_rounds {
-        let kind = if storm % 2 == 0 { "raw" } else { "ours" };
-        server.kill();
-        let dropped = fleets.dropped(Duration::from_secs(60));
-        assert_eq!(dropped, n, "every client saw its connection end");
-        let history = opts.history && kind == "ours";
-        let started = serve(opts, kind, &listen, history);
-        let (next, _) = match started {
-            Ok(started) => started,
-            Err(e) if history => {
+    let variants = [
+        (format!("paced ({} at once)", opts.inflight), opts.inflight),
+        ("herd (all at once)".to_owned(), n),
+    ];
+    for (variant, inflight) in variants {
+        eprintln!("  {variant}");
+        let (mut ours, mut raw) = (StormRuns::default(), StormRuns::default());
+        // The first storm brings the raw server up, the next ours, and so on.
+        for storm in 0..2 * opts.storm_rounds {
+            let kind = if storm % 2 == 0 { "raw" } else { "ours" };
+            server.kill();
+            let dropped = fleets.dropped(Duration::from_secs(60));
+            assert_eq!(dropped, n, "every client saw its connection end");
+            let history = opts.history && kind == "ours";
+            server = match serve(opts, kind, &listen, history) {
+                Ok((next, _)) => next,
+                Err(e) if history => {
+                    notes.push(format!(
+                        "--history: the server refused it (topics with history are not built \
+                         yet): {e}"
+                    ));
+                    return notes;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            let cpu0 = cpu_ns(server.pid());
+            let go = unix_nanos();
+            let c = fleets.connect(CONNECT, Some(inflight));
+            let cpu = cpu_ns(server.pid()).saturating_sub(cpu0) as f64 / 1e3 / n as f64;
+            let runs = if kind == "ours" { &mut ours } else { &mut raw };
+            runs.retries += c.retries;
+            runs.errors += c.errors;
+            if c.subscribed < n {
                 notes.push(format!(
-                    "--history: the server refused it (topics with history are not built yet): {e}"
+                    "{variant}, storm {storm} ({kind}): only {} of {n} back and subscribed \
+                     ({} connected, {} called)",
+                    c.subscribed, c.connected, c.called
                 ));
-                return notes;
             }
-            Err(e) => panic!("{e}"),
-        };
-        server = next;
-        let cpu0 = cpu_ns(server.pid());
-        let go = unix_nanos();
-        let c = fleets.connect(CONNECT);
-        let cpu1 = cpu_ns(server.pid());
-        let runs = if kind == "ours" { &mut ours } else { &mut raw };
-        runs.retries += c.retries;
-        runs.errors += c.errors;
-        if c.subscribed < n {
-            notes.push(format!(
-                "storm {storm} ({kind}): only {} of {n} back and subscribed ({} connected, {} called)",
-                c.subscribed, c.connected, c.called
-            ));
+            runs.connected_ms.push(ms_since(go, c.t_connected));
+            runs.called_ms.push(ms_since(go, c.t_called));
+            runs.subscribed_ms.push(ms_since(go, c.t_subscribed));
+            runs.cpu_us.push(cpu);
+            eprintln!(
+                "    {kind}: all connected {:.0} ms, called {:.0} ms, subscribed {:.0} ms, \
+                 server CPU {cpu:.1} µs per client, {} retries",
+                ms_since(go, c.t_connected),
+                ms_since(go, c.t_called),
+                ms_since(go, c.t_subscribed),
+                c.retries
+            );
         }
-        runs.connected_ms.push(ms_since(go, c.t_connected));
-        runs.called_ms.push(ms_since(go, c.t_called));
-        runs.subscribed_ms.push(ms_since(go, c.t_subscribed));
-        runs.cpu_us
-            .push(cpu1.saturating_sub(cpu0) as f64 / 1e3 / n as f64);
-        eprintln!(
-            "    {kind}: all connected {:.0} ms, called {:.0} ms, subscribed {:.0} ms, server CPU {:.1} µs per client",
-            ms_since(go, c.t_connected),
-            ms_since(go, c.t_called),
-            ms_since(go, c.t_subscribed),
-            cpu1.saturating_sub(cpu0) as f64 / 1e3 / n as f64
-        );
+        storm_rows(rows, &variant, n, &ours, &raw);
+        notes.push(format!(
+            "{variant}: retries (dials refused, dropped or failed, each retried after 10-50 ms): \
+             ours {}, raw {}; clients that gave up: ours {}, raw {}",
+            ours.retries, raw.retries, ours.errors, raw.errors
+        ));
     }
-    drop(fleets);
-    drop(server);
-    let pair =
-        |f: &dyn Fn(&StormRuns) -> &Vec<f64>| (median(f(&ours).clone()), median(f(&raw).clone()));
-    for (metric, (o, r), target) in [
-        ("all connected (ms)", pair(&|s| &s.connected_ms), None),
-        (
-            "all made their first call (ms)",
-            pair(&|s| &s.called_ms),
-            None,
-        ),
-        ("all resubscribed (ms)", pair(&|s| &s.subscribed_ms), None),
-        ("server CPU per reconnect (µs)", pair(&|s| &s.cpu_us), None),
-    ] {
-        rows.push(StormRow {
-            metric,
-            ours: o,
-            raw: r,
-            lower_is_better: true,
-            target,
-        });
-    }
-    let (o, r) = pair(&|s| &s.connected_ms);
-    rows.push(StormRow {
-        metric: "accept + handshake rate (conn/s)",
-        ours: n as f64 / o * 1e3,
-        raw: n as f64 / r * 1e3,
-        lower_is_better: false,
-        target: Some(0.9),
-    });
     notes.push(format!(
-        "{n} clients in {fleet_count} fleet processes, at most {} dials in flight in all, \
-         listen backlog {}; median of {} storms per server; retries (refused or failed \
-         dials, retried after 10-50 ms): ours {}, raw {}; errors: ours {}, raw {}",
-        opts.inflight,
+        "{n} clients in {fleet_count} fleet processes; listen backlog {}; median of {} \
+         storms per server and variant",
         opts.backlog
-            .map_or("128 (tokio's)".to_owned(), |b| b.to_string()),
+            .map_or("128 (tokio's, as Server::bind)".to_owned(), |b| b
+                .to_string()),
         opts.storm_rounds,
-        ours.retries,
-        raw.retries,
-        ours.errors,
-        raw.errors
     ));
     if !opts.history {
         notes.push(
@@ -571,4 +556,44 @@ pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
         );
     }
     notes
+}
+
+/// One figure of the storm's, as the runs hold it.
+type Figure = fn(&StormRuns) -> &Vec<f64>;
+
+/// The table's rows of one storm variant.
+fn storm_rows(
+    rows: &mut Vec<StormRow>,
+    variant: &str,
+    n: usize,
+    ours: &StormRuns,
+    raw: &StormRuns,
+) {
+    let pair = |f: Figure| (median(f(ours).clone()), median(f(raw).clone()));
+    let times: [(&'static str, Figure); 4] = [
+        ("all connected (ms)", |s| &s.connected_ms),
+        ("all made their first call (ms)", |s| &s.called_ms),
+        ("all resubscribed (ms)", |s| &s.subscribed_ms),
+        ("server CPU per reconnect (µs)", |s| &s.cpu_us),
+    ];
+    for (metric, figure) in times {
+        let (o, r) = pair(figure);
+        rows.push(StormRow {
+            variant: variant.to_owned(),
+            metric,
+            ours: o,
+            raw: r,
+            lower_is_better: true,
+            target: None,
+        });
+    }
+    let (o, r) = pair(|s| &s.connected_ms);
+    rows.push(StormRow {
+        variant: variant.to_owned(),
+        metric: "accept + handshake rate (conn/s)",
+        ours: n as f64 / o * 1e3,
+        raw: n as f64 / r * 1e3,
+        lower_is_better: false,
+        target: Some(0.9),
+    });
 }
