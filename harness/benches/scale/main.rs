@@ -65,9 +65,11 @@
 //! shared: note it). Targets are reported, never asserted; a message that does not
 //! reach every client within 60 s is reported in the row's note.
 //!
-//! Everything the bench starts is killed when it ends, on every path (each child is
-//! killed and reaped on drop, Redis too); fleets and servers also exit when their stdin
-//! closes, so even a killed bench leaves none of them behind.
+//! Everything the bench starts is killed when it ends, on every path: each child is
+//! killed and reaped on drop (Redis too), and SIGINT, SIGTERM or SIGHUP kill them all
+//! before the bench exits. Fleets and one-process servers also exit when their stdin
+//! closes, so even a bench killed with SIGKILL leaves none of them behind (cluster
+//! nodes and Redis do not read stdin: after a SIGKILL they stay).
 
 #[allow(dead_code)] // the tests use more of it
 #[path = "../../../tests/common/redis_server.rs"]
@@ -84,7 +86,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::procs::{load_average, nofile_limit, raise_nofile_limit};
+use crate::procs::{kill_children_on_signals, load_average, nofile_limit, raise_nofile_limit};
 use crate::report::{notes, render_sizes, render_storm};
 
 pub(crate) struct Opts {
@@ -185,6 +187,7 @@ fn main() {
         return;
     }
     raise_nofile_limit();
+    kill_children_on_signals();
     let opts = Opts::parse(&args);
     let (soft, _) = nofile_limit();
     let load_before = load_average();

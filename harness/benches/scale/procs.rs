@@ -2,15 +2,88 @@
 //! the bench leaves by), the lines they print, and what `/proc` says about them.
 
 use std::io::{BufRead, BufReader, Write as _};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The processes this bench runs now, killed by [`kill_children_on_signals`]: a drop
+/// kills them on every path the bench leaves by itself, this on SIGINT, SIGTERM and
+/// SIGHUP. (SIGKILL cannot be caught: fleets and servers then exit as their stdin
+/// closes, cluster nodes and Redis stay.)
+static CHILDREN: Mutex<Vec<(u32, Option<PathBuf>)>> = Mutex::new(Vec::new());
+
+/// Keeps `pid` on the list of processes killed on a signal while it lives (and the
+/// directory removed after it, if one is given).
+pub(crate) struct Registered(u32);
+
+impl Registered {
+    pub(crate) fn new(pid: u32, dir: Option<PathBuf>) -> Registered {
+        CHILDREN
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((pid, dir));
+        Registered(pid)
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        CHILDREN
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(p, _)| *p != self.0);
+    }
+}
+
+/// On SIGINT, SIGTERM or SIGHUP: SIGKILL every registered child, then exit (130).
+pub(crate) fn kill_children_on_signals() {
+    std::thread::spawn(|| {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        let caught = runtime.block_on(async {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+                signal(SignalKind::interrupt()),
+                signal(SignalKind::terminate()),
+                signal(SignalKind::hangup()),
+            ) else {
+                return false;
+            };
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+                _ = hup.recv() => {}
+            }
+            true
+        });
+        if !caught {
+            return;
+        }
+        let children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for (pid, dir) in children {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            if let Some(dir) = dir {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+        eprintln!("scale: stopped by a signal; its processes are killed");
+        std::process::exit(130);
+    });
+}
 
 /// A child process whose stdout lines arrive on a channel (read by a thread of its
 /// own), so that every wait for a line has a deadline.
 pub(crate) struct Proc {
     name: String,
     child: Child,
+    registered: Option<Registered>,
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
 }
@@ -43,6 +116,7 @@ impl Proc {
         Proc {
             name,
             stdin: child.stdin.take(),
+            registered: Some(Registered::new(child.id(), None)),
             child,
             lines,
         }
@@ -97,6 +171,8 @@ impl Proc {
         drop(self.stdin.take());
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Reaped: its pid may be another process's from now on.
+        self.registered = None;
     }
 }
 

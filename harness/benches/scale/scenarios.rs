@@ -8,7 +8,7 @@ use crate::fleets::{
     deliver, idle_rates, median, split, start_server, Control, Delivered, Fleets, Trigger,
     MAX_PER_FLEET,
 };
-use crate::procs::{cpu_ns, rss_kib, unix_nanos, Proc};
+use crate::procs::{cpu_ns, rss_kib, unix_nanos, Proc, Registered};
 use crate::redis_server::RedisServer;
 use crate::report::{Growth, Row, StormRow, Target};
 use crate::Opts;
@@ -209,6 +209,8 @@ pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) -> Vec<
     const S: &str = "cluster";
     let redis = RedisServer::start();
     let redis_pid = [redis.pid().expect("redis runs")];
+    // Dropped before `redis` (declared after it), so no stale pid stays listed.
+    let _registered = Registered::new(redis_pid[0], redis.socket().parent().map(Path::to_path_buf));
     let mut grown = Vec::new();
     let mut notes = Vec::new();
     for &total in &opts.cluster_sizes {
@@ -383,14 +385,12 @@ pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) -> Vec<
         ));
         // Less the connection of redis-cli itself, which asks.
         let redials = redis_connections(&redis).saturating_sub(dialed + 1);
-        if redials > 0 {
-            notes.push(format!(
-                "cluster {total}: the nodes dialed Redis {redials} more times while measured \
-                 (a node that hears nothing back within its probe deadline, 2 s by default, \
-                 counts the link as lost, dials again and sends its subscribers `$/gap`: \
-                 what was published meanwhile is lost to it)"
-            ));
-        }
+        notes.push(format!(
+            "cluster {total}: the nodes dialed Redis {redials} times while measured (a node \
+             that hears nothing back within its probe deadline, 2 s by default, counts the \
+             link as lost, dials again and sends its subscribers `$/gap`: what was \
+             published meanwhile is lost to it)"
+        ));
         drop(control);
         drop(fleets);
         drop(nodes);
