@@ -18,9 +18,10 @@
 //!
 //! Errors between nodes (no such peer, node down, bus down, timeout) answer -32000 with
 //! the reason as the message. `--heartbeat-ms N` (default 2000) sets the heartbeat; a
-//! node is dropped after three missed ones. Ctrl-C (SIGINT) or SIGTERM says goodbye.
-//! Subscribers of a topic that may have missed messages (Redis was down, say) get the
-//! notification `$/gap` with `{"topic": topic}`.
+//! node is dropped after three missed ones. `--max-connections N` (default 10,000, the
+//! `HandshakePolicy` default) caps this node's connections. Ctrl-C (SIGINT) or SIGTERM
+//! says goodbye. Subscribers of a topic that may have missed messages (Redis was down,
+//! say) get the notification `$/gap` with `{"topic": topic}`.
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -29,7 +30,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use jsonrpc_peer::cluster::{Cluster, PeerAddr, RedisBackplane, RedisOptions};
-use jsonrpc_peer::{Context, Error, Router, RpcError, Server};
+use jsonrpc_peer::{Context, Error, HandshakePolicy, Router, RpcError, Server};
 use serde_json::Value;
 
 /// Local errors of a cross-node call, as the answer's error.
@@ -118,10 +119,17 @@ fn router(cluster: Cluster) -> Router<Cluster> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = cli::Args::parse("127.0.0.1:9000", &["redis", "node", "heartbeat-ms"])?;
+    let args = cli::Args::parse(
+        "127.0.0.1:9000",
+        &["redis", "node", "heartbeat-ms", "max-connections"],
+    )?;
     let url = args.text("redis", "redis://127.0.0.1:6379");
     let heartbeat = Duration::from_millis(args.number("heartbeat-ms", 2000)?.max(10));
-    let server = Server::bind(args.listen.as_str()).await?;
+    let policy = HandshakePolicy::default();
+    let max_connections = args.number("max-connections", policy.max_connections as u64)?;
+    let server = Server::bind(args.listen.as_str())
+        .await?
+        .handshake_policy(policy.max_connections(max_connections as usize));
     let bus = RedisBackplane::connect(&url, RedisOptions::default()).await?;
     let mut builder = Cluster::builder(bus, server.handle())
         .heartbeat_interval(heartbeat)
