@@ -139,7 +139,9 @@ pub use peer::{ConnectionInfo, Peer};
 pub use pending::Reply;
 pub use policy::{HandshakePolicy, Refusal};
 pub use progress::Progress;
-pub use reconnect::{Backoff, LinkState, Reconnecting, ReconnectingBuilder};
+pub use reconnect::{
+    Backoff, LinkState, Reconnecting, ReconnectingBuilder, TopicEvent, TopicEvents, TopicOptions,
+};
 pub use registry::ServerHandle;
 pub use router::{Context, Router};
 /// The schemars crate this one describes types with (feature `schemars`).
@@ -151,7 +153,9 @@ pub use server::Server;
 pub use tokio_tungstenite::tungstenite::client::{ClientRequestBuilder, IntoClientRequest};
 /// The `http` crate's types, as the handshake uses them (headers in [`ConnectionInfo`]).
 pub use tokio_tungstenite::tungstenite::http;
-pub use topics::Topics;
+pub use topics::{
+    HistoryConfig, HistoryError, Position, Published, Subscribed, TopicMethods, Topics,
+};
 
 /// The README's code, compiled and run as a doc test so it stays true (with the axum
 /// feature, which its axum snippet needs; `cargo test --workspace` turns it on).
