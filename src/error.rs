@@ -290,7 +290,7 @@ pub enum Error {
     Transport(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A topic's history: the topic keeps none, or a publication does not fit it.
     #[error("{0}")]
-    History(#[from] crate::topics::HistoryError),
+    History(#[from] crate::history::HistoryError),
 }
 
 fn called(method: Option<&str>) -> String {

@@ -110,6 +110,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handshake;
+mod history;
 mod lanes;
 mod message;
 mod peer;
@@ -134,6 +135,7 @@ pub use contract::{Api, ApiMismatch, Method, Notification, Notifications};
 #[cfg(feature = "schemars")]
 pub use discover::OPENRPC_VERSION;
 pub use error::{CloseReason, Error, ErrorCode, Result, RpcError};
+pub use history::{HistoryConfig, HistoryError, Position, Published, Subscribed};
 pub use lanes::MethodOptions;
 pub use peer::{ConnectionInfo, Peer};
 pub use pending::Reply;
@@ -153,9 +155,7 @@ pub use server::Server;
 pub use tokio_tungstenite::tungstenite::client::{ClientRequestBuilder, IntoClientRequest};
 /// The `http` crate's types, as the handshake uses them (headers in [`ConnectionInfo`]).
 pub use tokio_tungstenite::tungstenite::http;
-pub use topics::{
-    HistoryConfig, HistoryError, Position, Published, Subscribed, TopicMethods, Topics,
-};
+pub use topics::{TopicMethods, Topics};
 
 /// The README's code, compiled and run as a doc test so it stays true (with the axum
 /// feature, which its axum snippet needs; `cargo test --workspace` turns it on).

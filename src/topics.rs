@@ -8,12 +8,10 @@
 //! back resumes from its last one (`histories.rs`, `log.rs`, `store.rs`).
 
 mod histories;
-mod history;
 mod log;
 mod methods;
 mod store;
 
-pub use history::{HistoryConfig, HistoryError, Position, Published, Subscribed};
 pub use methods::TopicMethods;
 
 use std::collections::HashSet;
@@ -24,6 +22,7 @@ use dashmap::DashMap;
 use serde::Serialize;
 
 use crate::error::Result;
+use crate::history::Published;
 use crate::message;
 use crate::peer::Peer;
 use crate::transport::Text;

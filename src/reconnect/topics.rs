@@ -20,9 +20,9 @@ use tokio::sync::{mpsc, Mutex};
 
 use super::ReconnectingBuilder;
 use crate::error::Error;
+use crate::history::{Position, Subscribed};
 use crate::peer::Peer;
 use crate::router::Context;
-use crate::topics::{Position, Subscribed};
 
 type Params = Arc<dyn Fn(&str, Option<&Position>) -> Value + Send + Sync>;
 

@@ -7,10 +7,10 @@ use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use serde::Serialize;
 
-use super::history::{HistoryConfig, HistoryError, Position, Published, Subscribed};
 use super::log::TopicLog;
 use super::Topics;
 use crate::error::{Error, Result};
+use crate::history::{HistoryConfig, HistoryError, Position, Published, Subscribed};
 use crate::peer::Peer;
 
 /// How many times a subscribe or publish looks a topic up again when the history it

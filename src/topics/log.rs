@@ -17,9 +17,9 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
-use super::history::{HistoryConfig, HistoryError, Position, Subscribed};
 use super::store::{MemoryStore, Store};
 use crate::error::{Error, Result};
+use crate::history::{HistoryConfig, HistoryError, Position, Subscribed};
 use crate::message;
 use crate::peer::Peer;
 use crate::router::FxHashMap;

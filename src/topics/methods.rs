@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::history::{Position, Subscribed};
 use super::Topics;
 use crate::error::RpcError;
+use crate::history::{Position, Subscribed};
 use crate::router::{Context, Router};
 
 type Allow = Arc<dyn Fn(&str) -> Result<(), RpcError> + Send + Sync>;

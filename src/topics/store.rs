@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use tokio::time::Instant;
 
-use super::history::HistoryConfig;
+use crate::history::HistoryConfig;
 use crate::transport::Text;
 
 /// A publication that does not fit the store: its data alone is over `max_bytes`.

@@ -1,5 +1,6 @@
-//! The public face of topic history: its bounds, positions, and what publishing and
-//! subscribing answer.
+//! The public face of topic history: its bounds, positions, what publishing and
+//! subscribing answer, and its error. A leaf: it imports nothing of the crate, so
+//! `error.rs` names `HistoryError` without pointing up at `topics/`.
 
 use std::time::Duration;
 
