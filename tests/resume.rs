@@ -216,3 +216,80 @@ async fn a_client_given_a_position_resumes_from_it_on_its_first_connect() {
     }
     within(client.close()).await;
 }
+
+#[tokio::test]
+async fn a_server_that_sends_more_than_max_held_before_its_answer_costs_the_position_not_memory() {
+    use jsonrpc_peer::{Context, RpcError, TopicOptions};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    // A server of our own making: its first `subscribe` sends 20 notifications before
+    // answering; later ones answer at once.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let router = Router::with_state(calls.clone()).method(
+        "subscribe",
+        |cx: Context<Arc<AtomicUsize>>, params: Value| async move {
+            let first = cx.state().fetch_add(1, Ordering::SeqCst) == 0;
+            if first {
+                for i in 1..=20u64 {
+                    let _ = cx.peer().notify("t", json!({"offset": i, "data": i})).await;
+                }
+            }
+            assert_eq!(params, json!(["t"]), "no position: none was ever confirmed");
+            Ok::<_, RpcError>(json!({"epoch": "e", "offset": 20}))
+        },
+    );
+    let (url, handle) = common::serve(router).await;
+    let (builder, mut events) = Reconnecting::builder(url, Router::new())
+        .backoff(Backoff::default().initial(Duration::from_millis(5)))
+        .topic_with::<u64>("t", TopicOptions::default().max_held(10));
+    let client = builder.start();
+    // The first link is given up (the 20 held were over the bound), the second
+    // subscribes afresh: that is reported, since what came before is unknown.
+    match next(&mut events).await {
+        TopicEvent::Missed { epoch, offset } => assert_eq!((epoch.as_str(), offset), ("e", 20)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let peer = within(client.connected(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    // Every link the server has (the first may still be closing: the client ignores
+    // what comes on it) gets the next publication.
+    for server_side in handle.peers() {
+        let _ = server_side
+            .notify("t", json!({"offset": 21, "data": 21}))
+            .await;
+    }
+    assert!(matches!(next(&mut events).await, TopicEvent::Data(21)));
+    drop(peer);
+    within(client.close()).await;
+}
+
+#[tokio::test]
+async fn a_refused_subscription_is_reported_once_and_not_retried_in_a_loop() {
+    let topics = Topics::new();
+    let (url, _handle) = common::serve_with(
+        Router::new().topics(TopicMethods::new(&topics).only(["allowed"])),
+        PeerConfig::default(),
+    )
+    .await;
+    let (builder, mut events) = Reconnecting::builder(url, Router::new()).topic::<Value>("refused");
+    let client = builder.start();
+    match next(&mut events).await {
+        TopicEvent::Failed(error) => {
+            assert_eq!(
+                error.rpc().map(|e| e.code),
+                Some(jsonrpc_peer::ErrorCode::INVALID_PARAMS),
+                "{error}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // The link stays up: a refusal is the application's answer, not a broken link.
+    within(client.connected(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(client.state(), jsonrpc_peer::LinkState::Connected);
+    within(client.close()).await;
+}

@@ -233,7 +233,10 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
     /// [`TopicEvent::Missed`] when the server could not replay what was missed.
     ///
     /// It serves the notifications named `topic` (so the router must not) and adds an
-    /// `on_connect` hook, which runs in the order hooks were added.
+    /// `on_connect` hook, which runs in the order hooks were added. Read the events:
+    /// while [`TopicOptions::capacity`] of them wait, the client stops reading the
+    /// connection, and a reconnect is not complete until what arrived before the
+    /// subscribe answer has been handed over.
     ///
     /// ```no_run
     /// use jsonrpc_peer::{Reconnecting, Router, TopicEvent};
