@@ -28,6 +28,9 @@ use crate::transport::Text;
 /// Publications a catching-up subscriber reads from the history per turn of the lock.
 const REPLAY_BATCH: usize = 64;
 
+/// The close reason of a subscriber that fell out of the history while catching up.
+const FELL_BEHIND: &str = "fell behind the topic's history";
+
 /// A notification's params on a topic with history: `{"offset":N,"data":PAYLOAD}`.
 #[derive(Serialize)]
 struct Envelope<'a> {
@@ -216,23 +219,30 @@ impl TopicLog {
                         recovered: Some(true),
                     });
                 }
-                let now = Instant::now();
-                if state.store.epoch() != epoch
-                    || !state.store.read_after(after, REPLAY_BATCH, now, &mut batch)
-                {
-                    // The oldest it needs is gone: it read slower than publications came.
+                if state.store.epoch() != epoch {
+                    // The history itself was lost meanwhile (a store kept elsewhere came
+                    // back empty): live from its newest, and the answer says so.
                     state.catching.remove(&id);
-                    drop(state);
-                    if peer.fell_behind("fell behind the topic's history") {
+                    state.live.insert(id, peer.clone());
+                    return Ok(Subscribed {
+                        epoch: state.store.epoch().to_owned(),
+                        offset: state.store.last(),
+                        recovered: Some(false),
+                    });
+                }
+                let now = Instant::now();
+                if !state.store.read_after(after, REPLAY_BATCH, now, &mut batch) {
+                    // The oldest it needs is gone: it read slower than publications came.
+                    // (Asking for the close under the lock is fine: it only sets a flag.)
+                    if peer.fell_behind(FELL_BEHIND) {
+                        state.catching.remove(&id);
                         return Err(Error::Closed(crate::CloseReason::Local {
                             code: 1008,
-                            reason: "fell behind the topic's history".into(),
+                            reason: FELL_BEHIND.into(),
                         }));
                     }
                     // SlowPeer::Drop: on from the oldest kept; the offsets show the jump.
-                    let mut state = self.state();
                     after = state.store.first(now).saturating_sub(1);
-                    state.catching.insert(id, subscription);
                     continue;
                 }
                 if batch.is_empty() {
