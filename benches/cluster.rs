@@ -255,13 +255,16 @@ async fn clients(url: &str, n: usize, arrivals: &Arc<Arrivals>) -> Vec<Peer> {
     peers
 }
 
-async fn steady(n: usize, mut send: impl FnMut(usize)) -> Vec<Instant> {
+async fn steady<F: std::future::Future<Output = ()>>(
+    n: usize,
+    mut send: impl FnMut(usize) -> F,
+) -> Vec<Instant> {
     let mut sent = Vec::with_capacity(n);
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     for seq in 0..n {
         tick.tick().await;
         sent.push(Instant::now());
-        send(seq);
+        send(seq).await;
     }
     sent
 }
@@ -328,7 +331,10 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
     assert!(subscribed);
     let topics = a.cluster.topics();
     let sent = steady(opts.latency_msgs, |seq| {
-        let _ = topics.publish(TOPIC, [seq]);
+        let topics = topics.clone();
+        async move {
+            let _ = topics.publish(TOPIC, [seq]).await;
+        }
     })
     .await;
     ours_arrivals.wait("ours latency").await;
@@ -337,7 +343,7 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
     ours_arrivals.reset(opts.throughput_msgs);
     let start = Instant::now();
     for seq in 0..opts.throughput_msgs {
-        let _ = topics.publish(TOPIC, [seq]);
+        let _ = topics.publish(TOPIC, [seq]).await;
         if seq % 64 == 63 {
             tokio::task::yield_now().await;
         }

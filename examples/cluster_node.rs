@@ -81,6 +81,8 @@ fn router(cluster: Cluster) -> Router<Cluster> {
                 cx.state()
                     .topics()
                     .publish(&topic, payload)
+                    .await
+                    .map(|published| published.delivered)
                     .map_err(answer_error)
             },
         )

@@ -2,6 +2,11 @@
 //! --count 10` against `cargo run --example push_ticker`. Connects (and reconnects, with
 //! backoff, if the server goes away), subscribes to the topic after every connect, and
 //! prints what it receives; exits 0 after `--count` topic messages (default: never).
+//!
+//! Against `push_ticker --history N` it resumes: after a reconnect it subscribes from
+//! the last offset it has, so no message is lost or seen twice; each topic line then
+//! ends with its offset, and a line `missed TOPIC {...}` says when the server could not
+//! replay what was missed.
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -9,8 +14,8 @@ mod cli;
 use std::io::Write;
 use std::time::Duration;
 
-use jsonrpc_peer::{Context, Reconnecting, Router};
-use serde_json::Value;
+use jsonrpc_peer::{Context, Reconnecting, Router, TopicEvent};
+use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 #[tokio::main]
@@ -20,44 +25,43 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let topic = args.text("topic", "prices");
     let count = args.number("count", u64::MAX)?;
 
-    let (tx, mut received) = mpsc::unbounded_channel::<(String, Value)>();
-    let router = Router::with_state(tx)
-        .notification("tick", |cx: Context<_>, params: Value| async move {
-            let _ = cx.state().send(("tick".to_owned(), params));
-        })
-        .notification(&topic, {
-            let topic = topic.clone();
-            move |cx: Context<_>, params: Value| {
-                let topic = topic.clone();
-                async move {
-                    let _ = cx.state().send((topic, params));
-                }
-            }
+    let (tx, mut ticks) = mpsc::unbounded_channel::<Value>();
+    let router =
+        Router::with_state(tx).notification("tick", |cx: Context<_>, params: Value| async move {
+            let _ = cx.state().send(params);
         });
-    let client = Reconnecting::builder(url.clone(), router)
-        .on_connect({
-            let topic = topic.clone();
-            move |peer| {
-                let topic = topic.clone();
-                async move {
-                    match peer.call::<bool>("subscribe", (topic.as_str(),)).await {
-                        Ok(_) => eprintln!("connected; subscribed to `{topic}`"),
-                        Err(e) => eprintln!("connected; subscribing to `{topic}` failed: {e}"),
-                    }
-                }
-            }
-        })
+    // The topic: subscribed after every connect, from the last offset once there is one.
+    let (builder, mut events) = Reconnecting::builder(url.clone(), router).topic::<Value>(&topic);
+    let client = builder
+        .on_connect(|_peer| async { eprintln!("connected") })
         .start();
     client.connected(Duration::from_secs(30)).await?;
 
     let mut seen = 0u64;
     while seen < count {
-        let Some((method, params)) = received.recv().await else {
-            break;
+        let line = tokio::select! {
+            Some(params) = ticks.recv() => format!("tick {params}"),
+            event = events.recv() => match event {
+                Some(TopicEvent::Data(data)) => {
+                    seen += 1;
+                    match events.position() {
+                        Some(at) => format!("{topic} {data} (offset {})", at.offset),
+                        None => format!("{topic} {data}"),
+                    }
+                }
+                Some(TopicEvent::Missed { epoch, offset }) => {
+                    format!("missed {topic} {}", json!({ "epoch": epoch, "offset": offset }))
+                }
+                Some(TopicEvent::Failed(error)) => {
+                    eprintln!("{topic}: {error}");
+                    continue;
+                }
+                Some(_) => continue,
+                None => break,
+            },
         };
-        println!("{method} {params}");
+        println!("{line}");
         std::io::stdout().flush()?;
-        seen += u64::from(method == topic);
     }
     client.close().await;
     Ok(())

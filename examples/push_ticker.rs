@@ -5,6 +5,13 @@
 //! offers topics: a client calls `subscribe` / `unsubscribe` with `["prices"]` or
 //! `["heartbeat"]` and then receives notifications whose method is the topic's name.
 //! `cargo run --example push_client` is a client for it.
+//!
+//! With `--history N` both topics keep their last N publications: a notification's
+//! params are then `{"offset":K,"data":{...}}`, `subscribe ["prices"]` answers
+//! `{"epoch":E,"offset":K}`, and `subscribe ["prices", {"epoch":E,"offset":K0}]` replays
+//! what came after K0 and answers `{"epoch":E,"offset":K,"recovered":true}` (or
+//! `"recovered":false`, replaying nothing, when K0 is no longer kept or E is not this
+//! process's epoch).
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -12,30 +19,16 @@ mod cli;
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use jsonrpc_peer::{Context, Router, RpcError, Server, Topics};
+use jsonrpc_peer::{Context, HistoryConfig, Router, RpcError, Server, TopicMethods, Topics};
 use serde_json::json;
 
 const TOPICS: [&str; 2] = ["prices", "heartbeat"];
 
 fn router(topics: Topics) -> Router<Topics> {
+    // `subscribe` and `unsubscribe`, for these two topics only.
+    let methods = TopicMethods::new(&topics).only(TOPICS);
     Router::with_state(topics)
-        .method(
-            "subscribe",
-            |cx: Context<Topics>, (topic,): (String,)| async move {
-                if !TOPICS.contains(&topic.as_str()) {
-                    return Err(RpcError::invalid_params(format!(
-                        "no topic `{topic}`; topics: {TOPICS:?}"
-                    )));
-                }
-                Ok(cx.state().subscribe(cx.peer(), &topic))
-            },
-        )
-        .method(
-            "unsubscribe",
-            |cx: Context<Topics>, (topic,): (String,)| async move {
-                Ok::<_, RpcError>(cx.state().unsubscribe(cx.peer(), &topic))
-            },
-        )
+        .topics(methods)
         .method("topics", |_cx: Context<Topics>, (): ()| async {
             Ok::<_, RpcError>(TOPICS)
         })
@@ -50,9 +43,20 @@ fn now_ms() -> u64 {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = cli::Args::parse("127.0.0.1:9000", &["interval-ms"])?;
+    let args = cli::Args::parse("127.0.0.1:9000", &["interval-ms", "history"])?;
     let interval = Duration::from_millis(args.number("interval-ms", 100)?.max(1));
     let topics = Topics::new();
+    match args.number("history", 0)? {
+        0 => {}
+        // The last N, whatever their age: the publications are this program's own and
+        // small, so N bounds the bytes too.
+        n => topics.keep_history_for_all(
+            HistoryConfig::default()
+                .max_len(usize::try_from(n).unwrap_or(usize::MAX))
+                .max_bytes(usize::MAX)
+                .max_age(Duration::MAX),
+        ),
+    }
     let server = Server::bind(args.listen.as_str()).await?;
     println!("listening on ws://{}", server.local_addr()?);
     std::io::stdout().flush()?;
@@ -83,12 +87,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let _ = clients.broadcast("tick", json!({ "seq": seq, "time_ms": now_ms() }));
             // Subscribers only.
             price = (price * (1.0 + (fastrand::f64() - 0.5) / 50.0)).max(1.0);
-            let _ = publisher.publish(
-                "prices",
-                json!({ "seq": seq, "BTC": (price * 100.0).round() / 100.0 }),
-            );
+            let _ = publisher
+                .publish(
+                    "prices",
+                    json!({ "seq": seq, "BTC": (price * 100.0).round() / 100.0 }),
+                )
+                .await;
             if seq % 10 == 0 {
-                let _ = publisher.publish("heartbeat", json!({ "seq": seq }));
+                let _ = publisher.publish("heartbeat", json!({ "seq": seq })).await;
             }
         }
     });

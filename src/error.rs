@@ -288,6 +288,9 @@ pub enum Error {
     /// Connecting, binding or accepting failed (I/O, DNS, TLS, a broken handshake).
     #[error("transport: {0}")]
     Transport(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A topic's history: the topic keeps none, or a publication does not fit it.
+    #[error("{0}")]
+    History(#[from] crate::history::HistoryError),
 }
 
 fn called(method: Option<&str>) -> String {

@@ -111,6 +111,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handshake;
+mod history;
 mod lanes;
 mod message;
 mod peer;
@@ -136,12 +137,15 @@ pub use contract::{Api, ApiMismatch, Method, Notification, Notifications};
 #[cfg(feature = "schemars")]
 pub use discover::OPENRPC_VERSION;
 pub use error::{CloseReason, Error, ErrorCode, Result, RpcError};
+pub use history::{HistoryConfig, HistoryError, Position, Published, Subscribed};
 pub use lanes::MethodOptions;
 pub use peer::{ConnectionInfo, Peer};
 pub use pending::Reply;
 pub use policy::{HandshakePolicy, Refusal};
 pub use progress::Progress;
-pub use reconnect::{Backoff, LinkState, Reconnecting, ReconnectingBuilder};
+pub use reconnect::{
+    Backoff, LinkState, Reconnecting, ReconnectingBuilder, TopicEvent, TopicEvents, TopicOptions,
+};
 pub use registry::ServerHandle;
 pub use router::{Context, Router};
 /// The schemars crate this one describes types with (feature `schemars`).
@@ -153,7 +157,7 @@ pub use server::Server;
 pub use tokio_tungstenite::tungstenite::client::{ClientRequestBuilder, IntoClientRequest};
 /// The `http` crate's types, as the handshake uses them (headers in [`ConnectionInfo`]).
 pub use tokio_tungstenite::tungstenite::http;
-pub use topics::Topics;
+pub use topics::{TopicMethods, Topics};
 
 /// The README's code, compiled and run as a doc test so it stays true (with the axum
 /// feature, which its axum snippet needs; `cargo test --workspace` turns it on).

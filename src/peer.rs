@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::task::AtomicWaker;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{LazyLock, Mutex, OnceLock};
 
 use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::http::HeaderMap;
@@ -104,7 +104,21 @@ impl ConnectionInfo {
     }
 }
 
-static NEXT_PEER_ID: AtomicU64 = AtomicU64::new(1);
+/// The next connection's id. It counts up from the moment this process made its first
+/// connection, in microseconds since the Unix epoch, so a restarted process starts above
+/// every id the one before it gave (unless that one made more connections than
+/// microseconds passed between the two starts, or the clock went back): an address from
+/// before a restart names no one after it. Below 2^53 until the year 2255, so
+/// JavaScript reads it exactly.
+static NEXT_PEER_ID: LazyLock<AtomicU64> = LazyLock::new(|| AtomicU64::new(first_peer_id()));
+
+fn first_peer_id() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+        .clamp(1, (1 << 53) - (1 << 40))
+}
 
 impl Shared {
     pub(crate) fn new(config: &PeerConfig, info: ConnectionInfo) -> Self {
@@ -503,24 +517,72 @@ impl Peer {
         match self.shared.out.try_send(Outgoing::Frame(frame)) {
             Ok(()) => true,
             Err(TrySendError::Full(_)) => {
-                match self.shared.slow_peer {
-                    SlowPeer::Close => {
-                        tracing::debug!(remote = ?self.remote_addr(), "outgoing queue full; closing with 1008");
-                        self.ask_close(CloseRequest {
-                            code: 1008,
-                            reason: "outgoing queue full".to_owned(),
-                            drain_until: None,
-                            discard_queued: true,
-                        });
-                    }
-                    SlowPeer::Drop => {
-                        tracing::debug!(remote = ?self.remote_addr(), "outgoing queue full; notification dropped");
-                    }
-                }
+                self.fell_behind("outgoing queue full");
                 false
             }
             Err(TrySendError::Closed(_)) => false,
         }
+    }
+
+    /// Applies the [`SlowPeer`] policy: with `Close`, closes with 1008 and `reason`,
+    /// dropping what is queued; with `Drop`, only logs (the caller drops the message).
+    /// Returns whether the connection is being closed.
+    pub(crate) fn fell_behind(&self, reason: &str) -> bool {
+        match self.shared.slow_peer {
+            SlowPeer::Close => {
+                tracing::debug!(remote = ?self.remote_addr(), reason, "slow peer; closing with 1008");
+                self.ask_close(CloseRequest {
+                    code: 1008,
+                    reason: reason.to_owned(),
+                    drain_until: None,
+                    discard_queued: true,
+                });
+                true
+            }
+            SlowPeer::Drop => {
+                tracing::debug!(remote = ?self.remote_addr(), reason, "slow peer; message dropped");
+                false
+            }
+        }
+    }
+
+    /// Queues an already serialized frame, waiting for room: back-pressure for a
+    /// replay, where the slow-peer policy would punish a peer for the replay's length.
+    pub(crate) async fn push_waiting(&self, frame: Text) -> Result<()> {
+        self.shared
+            .out
+            .send(Outgoing::Frame(frame))
+            .await
+            .map_err(|_| Error::Closed(self.shared.close_reason()))
+    }
+
+    /// Whether the outgoing queue holds at most half of each of its bounds.
+    pub(crate) fn queue_half_empty(&self) -> bool {
+        self.shared.out.half_empty()
+    }
+
+    /// Resolves once the outgoing queue holds at most half of each bound.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`] once the connection is ending.
+    pub(crate) async fn wait_queue_half_empty(&self) -> Result<()> {
+        if self.shared.out.wait_half_empty().await {
+            Ok(())
+        } else {
+            Err(Error::Closed(self.shared.close_reason()))
+        }
+    }
+
+    /// Whether the connection is ending: its `on_close` callbacks have been taken (they
+    /// run before [`is_closed`](Self::is_closed) turns true), so a registry that adds the
+    /// peer now must remove it itself.
+    pub(crate) fn is_ending(&self) -> bool {
+        self.shared
+            .on_close
+            .lock()
+            .map(|list| list.is_none())
+            .unwrap_or(true)
     }
 
     /// Runs `callback` once when the connection ends (at once if it already has),
@@ -537,7 +599,12 @@ impl Peer {
         }
     }
 
-    /// A number that tells this connection apart from every other in the process.
+    /// A number that tells this connection apart from every other in the process, and
+    /// from those of the process's earlier runs: ids count up from the time the process
+    /// made its first connection, in microseconds since the Unix epoch. So an id (or a
+    /// cluster's [`PeerAddr`](crate::cluster::PeerAddr)) from before a restart never
+    /// names a connection after it, unless the system clock went back in between. Ids
+    /// stay below 2^53, so JavaScript reads them exactly.
     pub fn id(&self) -> u64 {
         self.shared.id
     }

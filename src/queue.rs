@@ -92,6 +92,12 @@ impl State {
     fn full(&self, max_frames: usize, max_bytes: usize) -> bool {
         self.frames.len() >= max_frames || self.bytes >= max_bytes
     }
+
+    /// Over half of either bound: a replay waits below it before the subscriber goes
+    /// live, so the first live publications find room (`topics/log.rs`).
+    fn over_half(&self, max_frames: usize, max_bytes: usize) -> bool {
+        self.frames.len() > max_frames / 2 || self.bytes > max_bytes / 2
+    }
 }
 
 impl OutQueue {
@@ -170,12 +176,16 @@ impl OutQueue {
     pub(crate) fn try_next(&self) -> Option<Outgoing> {
         let mut state = self.state();
         let was_full = state.full(self.max_frames, self.max_bytes);
+        let was_over_half = state.over_half(self.max_frames, self.max_bytes);
         let frame = state.frames.pop_front()?;
         state.bytes -= frame.len();
         if state.frames.is_empty() && state.frames.capacity() > KEEP_CAPACITY {
             state.frames = VecDeque::new();
         }
-        let room = was_full && !state.full(self.max_frames, self.max_bytes);
+        // Waiters for room, and for the queue to be half empty (`wait_half_empty`):
+        // each crossing happens once per fill, so waking both costs nothing per frame.
+        let room = (was_full && !state.full(self.max_frames, self.max_bytes))
+            || (was_over_half && !state.over_half(self.max_frames, self.max_bytes));
         drop(state);
         if room {
             self.room.notify_waiters();
@@ -197,6 +207,32 @@ impl OutQueue {
         state.bytes = 0;
         drop(state);
         drop(frames);
+    }
+
+    /// Resolves once the queue holds at most half of each bound (true), or has closed
+    /// (false).
+    pub(crate) async fn wait_half_empty(&self) -> bool {
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            // Registered before looking, so a drain in between is not missed.
+            room.as_mut().enable();
+            {
+                let state = self.state();
+                if state.closed {
+                    return false;
+                }
+                if !state.over_half(self.max_frames, self.max_bytes) {
+                    return true;
+                }
+            }
+            room.await;
+        }
+    }
+
+    /// Whether the queue holds at most half of each bound.
+    pub(crate) fn half_empty(&self) -> bool {
+        !self.state().over_half(self.max_frames, self.max_bytes)
     }
 
     /// Bytes in the queue now.

@@ -1,5 +1,10 @@
 //! A client that reconnects: exponential backoff with jitter, a hook after each
-//! (re)connect, and calls that wait for the link up to their timeout.
+//! (re)connect, and calls that wait for the link up to their timeout. Topics it follows
+//! resume from their last position after each reconnect (`reconnect/topics.rs`).
+
+mod topics;
+
+pub use topics::{TopicEvent, TopicEvents, TopicOptions};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -168,7 +173,7 @@ pub struct Reconnecting {
 /// Settings for a [`Reconnecting`] client; see [`Reconnecting::builder`].
 pub struct ReconnectingBuilder<S> {
     request: Result<Request, Arc<Error>>,
-    router: Arc<Router<S>>,
+    router: Router<S>,
     config: PeerConfig,
     backoff: Backoff,
     on_connect: Vec<Hook>,
@@ -239,6 +244,7 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
         state: watch::Sender<LinkState>,
         last_error: Arc<std::sync::Mutex<Option<Arc<Error>>>>,
     ) {
+        let router = Arc::new(self.router);
         let remember = |e: Error| {
             if let Ok(mut slot) = last_error.lock() {
                 *slot = Some(Arc::new(e));
@@ -266,7 +272,7 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
         let mut attempt = 0u32;
         loop {
             state.send_replace(LinkState::Connecting { attempt });
-            let dial = connect_shared(again(request), self.router.clone(), &self.config);
+            let dial = connect_shared(again(request), router.clone(), &self.config);
             let connected = tokio::select! {
                 biased;
                 _ = stopped(&mut stop) => break,
@@ -343,7 +349,7 @@ impl Reconnecting {
     ) -> ReconnectingBuilder<S> {
         ReconnectingBuilder {
             request: client_request(request).map_err(Arc::new),
-            router: Arc::new(router),
+            router,
             config: PeerConfig::default(),
             backoff: Backoff::default(),
             on_connect: Vec::new(),

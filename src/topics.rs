@@ -2,7 +2,17 @@
 //!
 //! A topic is a name; publishing to it sends each subscriber one notification whose
 //! method is the topic's name. Which methods subscribe and unsubscribe is the
-//! application's choice (see [`Topics`]); a peer that disconnects leaves every topic.
+//! application's choice (see [`Topics`], and [`TopicMethods`] for ready-made ones); a
+//! peer that disconnects leaves every topic. A topic may keep history
+//! ([`Topics::keep_history`]): its publications get offsets, and a subscriber that comes
+//! back resumes from its last one (`histories.rs`, `log.rs`, `store.rs`).
+
+mod histories;
+mod log;
+mod methods;
+mod store;
+
+pub use methods::TopicMethods;
 
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
@@ -12,6 +22,7 @@ use dashmap::DashMap;
 use serde::Serialize;
 
 use crate::error::Result;
+use crate::history::Published;
 use crate::message;
 use crate::peer::Peer;
 use crate::relay::Relay;
@@ -23,7 +34,10 @@ use crate::transport::Text;
 /// ```
 /// use jsonrpc_peer::{Context, Router, RpcError, Topics};
 ///
-/// // The application decides how peers subscribe: here, two methods.
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> jsonrpc_peer::Result<()> {
+/// // The application decides how peers subscribe: here, two methods of its own
+/// // (`TopicMethods` has ready-made ones).
 /// let router = Router::with_state(Topics::new())
 ///     .method("subscribe", |cx: Context<Topics>, (topic,): (String,)| async move {
 ///         Ok::<_, RpcError>(cx.state().subscribe(cx.peer(), &topic))
@@ -33,8 +47,9 @@ use crate::transport::Text;
 ///     });
 /// // Elsewhere: every subscriber of "prices" gets {"method":"prices","params":{...}}.
 /// let topics = Topics::new();
-/// let sent = topics.publish("prices", serde_json::json!({"BTC": 1})).unwrap();
-/// assert_eq!(sent, 0); // nobody subscribed yet
+/// let published = topics.publish("prices", serde_json::json!({"BTC": 1})).await?;
+/// assert_eq!(published.delivered, 0); // nobody subscribed yet
+/// # Ok(()) }
 /// ```
 #[derive(Clone, Default)]
 pub struct Topics {
@@ -50,6 +65,8 @@ struct Inner {
     /// Set once when these topics are cluster-wide; unset, publish stays local at the
     /// cost of one load.
     relay: OnceLock<Arc<dyn Relay>>,
+    /// The topics that keep history.
+    history: histories::Histories,
 }
 
 impl Topics {
@@ -58,8 +75,20 @@ impl Topics {
         Topics::default()
     }
 
-    /// Subscribes `peer` to `topic`. Returns false if it already was.
+    /// Subscribes `peer` to `topic`. Returns false if it already was. On a topic with
+    /// history, the subscription starts from now (as
+    /// [`subscribe_from`](Self::subscribe_from) without a position).
     pub fn subscribe(&self, peer: &Peer, topic: &str) -> bool {
+        let added = self.join(peer, topic);
+        if added {
+            self.subscribe_history(peer, topic);
+        }
+        added
+    }
+
+    /// Adds `peer` to `topic`'s subscribers (not to its history's live ones). Returns
+    /// false if it already was.
+    fn join(&self, peer: &Peer, topic: &str) -> bool {
         let id = peer.id();
         let first_topic = !self.inner.by_peer.contains_key(&id);
         let added = self
@@ -131,20 +160,45 @@ impl Topics {
     }
 
     /// Notifies every subscriber of `topic` once, with `topic` as the method; with a
-    /// cluster, on every node. The notification is serialized once; a subscriber that does not keep up gets its
-    /// [`SlowPeer`](crate::SlowPeer) policy. Returns how many of this node's subscribers
-    /// it was queued for.
+    /// cluster, on every node. The notification is serialized once; a subscriber that
+    /// does not keep up gets its [`SlowPeer`](crate::SlowPeer) policy. Says how many of
+    /// this node's subscribers it was queued for.
+    ///
+    /// What it promises:
+    /// - On a topic with history ([`keep_history`](Self::keep_history)), `Ok` means
+    ///   recorded: the publication has its [`offset`](Published::offset), and a
+    ///   subscriber gets it live or when it resumes, unless the history's bounds trimmed
+    ///   it first. The params are `{"offset":N,"data":PAYLOAD}`; any JSON value is a
+    ///   payload. (In a cluster, such a topic is delivered on this node only for now.)
+    /// - Without history, at most once: queued for each subscriber connected now (and,
+    ///   in a cluster, handed to the bus's outbox); a subscriber whose link drops misses
+    ///   what was published meanwhile. The params are the payload, an array or object.
     ///
     /// # Errors
     ///
-    /// The params errors of [`Peer::call`].
-    pub fn publish(&self, topic: &str, params: impl Serialize) -> Result<usize> {
+    /// The params errors of [`Peer::call`];
+    /// [`HistoryError::TooLarge`](crate::HistoryError::TooLarge) (as
+    /// [`Error::History`](crate::Error::History)) when the data alone is over the
+    /// history's byte bound: then it reached no one.
+    pub async fn publish(&self, topic: &str, params: impl Serialize) -> Result<Published> {
+        if let Some(published) = self.publish_recorded(topic, &params)? {
+            return Ok(published);
+        }
+        self.publish_plain(topic, &params)
+            .map(|delivered| Published {
+                delivered,
+                offset: None,
+            })
+    }
+
+    /// A publication on a topic without history.
+    fn publish_plain(&self, topic: &str, params: &impl Serialize) -> Result<usize> {
         let relay = self.inner.relay.get();
         let subscribers = self.inner.topics.get(topic);
         if subscribers.is_none() && relay.is_none() {
             return Ok(0);
         }
-        let frame = Text::from(message::request(topic, &params, None)?);
+        let frame = Text::from(message::request(topic, params, None)?);
         let queued = subscribers.map_or(0, |subscribers| {
             subscribers
                 .iter()
@@ -209,6 +263,7 @@ impl Topics {
             subscribers.remove(&id);
             subscribers.is_empty()
         });
+        self.leave_history(topic, id, now_empty);
         // Only if no one subscribed in between.
         if now_empty
             && self

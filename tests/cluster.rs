@@ -211,7 +211,7 @@ async fn a_topic_goes_only_to_the_nodes_with_subscribers() {
     let topics = a.cluster.topics();
     for i in 0..20u64 {
         assert_eq!(
-            topics.publish("prices", [i]).unwrap(),
+            topics.publish("prices", [i]).await.unwrap().delivered,
             0,
             "no subscriber on a"
         );
@@ -234,7 +234,7 @@ async fn a_topic_goes_only_to_the_nodes_with_subscribers() {
         assert!(Instant::now() < deadline, "c still listens to the topic");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    topics.publish("prices", [99]).unwrap();
+    topics.publish("prices", [99]).await.unwrap();
     a.cluster.handle().broadcast("done", ()).unwrap();
     let got = until_done(&mut rx, &[0, 1, 2]).await;
     assert_eq!(numbers(&got[&1], "prices"), [99]);
@@ -256,7 +256,7 @@ async fn two_publishers_on_one_topic_each_keep_their_order() {
         let topics = n.cluster.topics();
         tokio::spawn(async move {
             for i in 0..500u64 {
-                topics.publish("feed", [origin, i]).unwrap();
+                topics.publish("feed", [origin, i]).await.unwrap();
                 if i % 50 == 0 {
                     tokio::task::yield_now().await;
                 }
@@ -466,7 +466,7 @@ async fn a_bus_outage_keeps_local_delivery_flushes_without_duplicates_and_report
         subscribers.push((p, addr));
     }
     let topics = a.cluster.topics();
-    topics.publish("news", [0]).unwrap();
+    topics.publish("news", [0]).await.unwrap();
     for _ in 0..3 {
         let (_, method, p) = within(rx.recv()).await.unwrap();
         assert_eq!((method.as_str(), p), ("news", json!([0])));
@@ -481,7 +481,7 @@ async fn a_bus_outage_keeps_local_delivery_flushes_without_duplicates_and_report
     }
     // Local delivery goes on; the rest waits in a's outbox.
     for i in 1..50u64 {
-        assert_eq!(topics.publish("news", [i]).unwrap(), 1);
+        assert_eq!(topics.publish("news", [i]).await.unwrap().delivered, 1);
     }
     assert!(
         a.cluster.stats().outbox_len >= 49,
@@ -525,7 +525,7 @@ async fn a_bus_outage_keeps_local_delivery_flushes_without_duplicates_and_report
         all_live(n, 3).await;
     }
     for i in 50..60u64 {
-        topics.publish("news", [i]).unwrap();
+        topics.publish("news", [i]).await.unwrap();
     }
     a.cluster.handle().broadcast("done", ()).unwrap();
     let got = until_done(&mut rx, &[0, 1, 2]).await;
@@ -570,7 +570,7 @@ async fn a_full_outbox_drops_the_oldest_and_a_lossy_bus_is_reported_as_a_gap() {
     let (p, _) = client(&b.url, 1, &tx).await;
     let _: bool = within(p.call("subscribe", ["news"])).await.unwrap();
     let topics = a.cluster.topics();
-    topics.publish("news", [0]).unwrap();
+    topics.publish("news", [0]).await.unwrap();
     let (_, method, _) = within(rx.recv()).await.unwrap();
     assert_eq!(method, "news");
 
@@ -582,7 +582,7 @@ async fn a_full_outbox_drops_the_oldest_and_a_lossy_bus_is_reported_as_a_gap() {
         .unwrap();
     let filler = "x".repeat(100);
     for i in 1..=200u64 {
-        topics.publish("news", json!([i, filler])).unwrap();
+        topics.publish("news", json!([i, filler])).await.unwrap();
     }
     let stats = a.cluster.stats();
     assert!(stats.outbox_bytes <= 4096, "{stats:?}");
@@ -614,7 +614,7 @@ async fn a_full_outbox_drops_the_oldest_and_a_lossy_bus_is_reported_as_a_gap() {
     // A bus that loses messages for b: reported as a gap with the count.
     b.bus.drop_next(3);
     for i in 200..210u64 {
-        topics.publish("news", json!([i])).unwrap();
+        topics.publish("news", json!([i])).await.unwrap();
     }
     a.cluster.handle().broadcast("done", ()).unwrap();
     let got = until_done(&mut rx, &[1]).await;
@@ -670,7 +670,7 @@ async fn after_an_outage_the_flush_waits_for_the_nodes_that_come_back_later() {
     }
     let topics = a.cluster.topics();
     for i in 0..10u64 {
-        topics.publish("news", [i]).unwrap();
+        topics.publish("news", [i]).await.unwrap();
     }
     // a's link comes back first; b's and c's only once a has sent its hello (queued
     // after the news, and not held): the outbox has had its turn since a is up, so a

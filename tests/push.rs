@@ -277,7 +277,7 @@ async fn a_disconnect_leaves_the_registry_and_every_topic() {
         (2, 1)
     );
 
-    assert_eq!(topics.publish("a", (7,)).unwrap(), 2);
+    assert_eq!(topics.publish("a", (7,)).await.unwrap().delivered, 2);
     let mut got: Vec<usize> = vec![
         within(rx.recv()).await.unwrap().0,
         within(rx.recv()).await.unwrap().0,
@@ -297,7 +297,7 @@ async fn a_disconnect_leaves_the_registry_and_every_topic() {
         (topics.subscriber_count("a"), topics.subscriber_count("b")),
         (0, 0)
     );
-    assert_eq!(topics.publish("a", (8,)).unwrap(), 0);
+    assert_eq!(topics.publish("a", (8,)).await.unwrap().delivered, 0);
 }
 
 #[tokio::test]
@@ -369,7 +369,7 @@ async fn the_reconnecting_client_comes_back_resubscribes_and_receives_again() {
         .await
         .unwrap();
     assert_eq!(client.state(), LinkState::Connected);
-    assert_eq!(topics.publish("ticks", (1,)).unwrap(), 1);
+    assert_eq!(topics.publish("ticks", (1,)).await.unwrap().delivered, 1);
     assert_eq!(within(rx.recv()).await.unwrap().2, 1);
 
     // The server goes away.
@@ -404,7 +404,7 @@ async fn the_reconnecting_client_comes_back_resubscribes_and_receives_again() {
         2,
         "the hook ran after the reconnect"
     );
-    assert_eq!(topics.publish("ticks", (2,)).unwrap(), 1);
+    assert_eq!(topics.publish("ticks", (2,)).await.unwrap().delivered, 1);
     assert_eq!(within(rx.recv()).await.unwrap().2, 2);
 
     within(client.close()).await;

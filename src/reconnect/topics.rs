@@ -1,0 +1,463 @@
+//! Topics a [`Reconnecting`](super::Reconnecting) client follows across reconnects: it
+//! remembers the last position of each, subscribes again from it after every connect,
+//! and hands the application the data alone, in offset order, each once, or tells it
+//! when something could not be recovered.
+//!
+//! Notifications that arrive between a connect and the answer to its `subscribe` are
+//! held (the server queues its replay before it answers): only the answer says whether
+//! they continue the last position (`recovered: true`) or start after a new one.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+
+use futures_util::Stream;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use tokio::sync::{mpsc, Mutex};
+
+use super::ReconnectingBuilder;
+use crate::error::Error;
+use crate::history::{Position, Subscribed};
+use crate::peer::Peer;
+use crate::router::Context;
+
+type Params = Arc<dyn Fn(&str, Option<&Position>) -> Value + Send + Sync>;
+
+/// How a [`Reconnecting`](super::Reconnecting) client follows one topic
+/// ([`ReconnectingBuilder::topic_with`]).
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct TopicOptions {
+    /// The method that subscribes (default `subscribe`).
+    pub method: String,
+    /// Where to start the first time: a position the application kept (from
+    /// [`TopicEvents::position`]), say from before its process restarted. Default none:
+    /// from the first subscription on.
+    pub from: Option<Position>,
+    /// Events waiting for the application (default 1,024). When it is full the client
+    /// stops reading the connection until there is room, so the server's slow-peer
+    /// policy applies to a client that does not keep up.
+    pub capacity: usize,
+    /// Notifications held while the answer to a `subscribe` is awaited (default
+    /// 65,536). Past it the client gives the position up, reconnects, and reports
+    /// [`TopicEvent::Missed`]: the server sent more than it was willing to hold.
+    pub max_held: usize,
+    params: Option<Params>,
+}
+
+impl Default for TopicOptions {
+    fn default() -> Self {
+        TopicOptions {
+            method: "subscribe".to_owned(),
+            from: None,
+            capacity: 1024,
+            max_held: 65_536,
+            params: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for TopicOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopicOptions")
+            .field("method", &self.method)
+            .field("from", &self.from)
+            .field("capacity", &self.capacity)
+            .field("max_held", &self.max_held)
+            .field("custom_params", &self.params.is_some())
+            .finish()
+    }
+}
+
+impl TopicOptions {
+    /// Sets [`method`](Self::method).
+    pub fn method(mut self, value: &str) -> Self {
+        self.method = value.to_owned();
+        self
+    }
+
+    /// Sets [`from`](Self::from).
+    pub fn from(mut self, value: Position) -> Self {
+        self.from = Some(value);
+        self
+    }
+
+    /// Sets [`capacity`](Self::capacity).
+    pub fn capacity(mut self, value: usize) -> Self {
+        self.capacity = value;
+        self
+    }
+
+    /// Sets [`max_held`](Self::max_held).
+    pub fn max_held(mut self, value: usize) -> Self {
+        self.max_held = value;
+        self
+    }
+
+    /// The params of the subscribe call, made from the topic and the position (if
+    /// any). Default: `[topic]` or `[topic, {"epoch":E,"offset":K}]`, the form of
+    /// [`TopicMethods`](crate::TopicMethods). The answer must be theirs too.
+    pub fn params(
+        mut self,
+        make: impl Fn(&str, Option<&Position>) -> Value + Send + Sync + 'static,
+    ) -> Self {
+        self.params = Some(Arc::new(make));
+        self
+    }
+}
+
+/// What a followed topic gives the application ([`TopicEvents`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TopicEvent<T> {
+    /// One publication's data: in offset order, each once, across reconnects.
+    Data(T),
+    /// Publications were lost: the position could not be resumed (outside the
+    /// server's history, or of an epoch the server no longer has), or the offsets
+    /// jumped. The application should fetch its state afresh; data continues after
+    /// `offset` in `epoch`. On a topic without history (the server answered
+    /// `subscribe` with a boolean) every reconnect may lose some: the client says so
+    /// with an empty `epoch` and offset 0.
+    Missed {
+        /// The epoch data continues in.
+        epoch: String,
+        /// The newest offset not received; data continues from the next.
+        offset: u64,
+    },
+    /// Subscribing failed (the server answered with an error, or not with a
+    /// subscription), or a publication's data did not read as `T` (it is skipped). The
+    /// client subscribes again after the next reconnect.
+    Failed(Arc<Error>),
+}
+
+/// The events of one followed topic, in order: a [`Stream`], or [`recv`](Self::recv).
+///
+/// Dropping it stops delivery to the application (the client goes on).
+#[derive(Debug)]
+pub struct TopicEvents<T> {
+    rx: mpsc::Receiver<(TopicEvent<T>, Option<Position>)>,
+    position: Option<Position>,
+}
+
+impl<T> TopicEvents<T> {
+    /// The next event, or `None` once the client has stopped.
+    pub async fn recv(&mut self) -> Option<TopicEvent<T>> {
+        let (event, position) = self.rx.recv().await?;
+        self.position = position;
+        Some(event)
+    }
+
+    /// Where the application stands: the position of the last event received (the
+    /// offset of the last [`TopicEvent::Data`], or of a [`TopicEvent::Missed`]). Keep it
+    /// to resume in another process ([`TopicOptions::from`]).
+    pub fn position(&self) -> Option<Position> {
+        self.position.clone()
+    }
+}
+
+impl<T> Stream for TopicEvents<T> {
+    type Item = TopicEvent<T>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some((event, position))) => {
+                self.position = position;
+                Poll::Ready(Some(event))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// A notification's params on a topic with history.
+#[derive(Deserialize)]
+struct Item {
+    offset: u64,
+    data: Box<RawValue>,
+}
+
+/// How notifications are read now.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Held until the subscribe answer says which.
+    Waiting,
+    /// `{"offset":N,"data":...}`, continuing `position`.
+    History,
+    /// The params are the data (a topic without history).
+    Plain,
+}
+
+struct State {
+    /// The last position delivered to the application's channel.
+    position: Option<Position>,
+    /// The connection whose notifications count (its peer id); 0 for none.
+    link: u64,
+    mode: Mode,
+    held: Vec<Box<RawValue>>,
+    /// The position was given up: the next answer is reported as [`TopicEvent::Missed`].
+    lost: bool,
+    /// A subscribe was answered before (a reconnect, not the first connect).
+    subscribed_before: bool,
+}
+
+/// What one followed topic's notification handler and connect hook share.
+struct Follow<T> {
+    topic: String,
+    options: TopicOptions,
+    tx: mpsc::Sender<(TopicEvent<T>, Option<Position>)>,
+    state: Mutex<State>,
+}
+
+impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
+    /// Follows `topic` across reconnects with [`TopicOptions::default`]: see
+    /// [`topic_with`](Self::topic_with).
+    ///
+    /// # Panics
+    ///
+    /// If the router already has a notification handler named `topic`.
+    pub fn topic<T>(self, topic: &str) -> (Self, TopicEvents<T>)
+    where
+        T: DeserializeOwned + Send + 'static,
+    {
+        self.topic_with(topic, TopicOptions::default())
+    }
+
+    /// Follows `topic`: after every (re)connect the client subscribes to it (with the
+    /// last position it has, once it has one: `subscribe [topic, {"epoch":E,"offset":K}]`),
+    /// and the events go to the returned [`TopicEvents`]: the data of each publication,
+    /// read as `T`, once and in offset order across reconnects, or
+    /// [`TopicEvent::Missed`] when the server could not replay what was missed.
+    ///
+    /// It serves the notifications named `topic` (so the router must not) and adds an
+    /// `on_connect` hook, which runs in the order hooks were added. Read the events:
+    /// while [`TopicOptions::capacity`] of them wait, the client stops reading the
+    /// connection, and a reconnect is not complete until what arrived before the
+    /// subscribe answer has been handed over.
+    ///
+    /// ```no_run
+    /// use jsonrpc_peer::{Reconnecting, Router, TopicEvent};
+    ///
+    /// # async fn run() -> jsonrpc_peer::Result<()> {
+    /// let (builder, mut prices) =
+    ///     Reconnecting::builder("ws://127.0.0.1:9000", Router::new()).topic::<serde_json::Value>("prices");
+    /// let client = builder.start();
+    /// while let Some(event) = prices.recv().await {
+    ///     match event {
+    ///         TopicEvent::Data(price) => println!("{price} at {:?}", prices.position()),
+    ///         TopicEvent::Missed { .. } => println!("missed some: reload the state"),
+    ///         other => println!("{other:?}"),
+    ///     }
+    /// }
+    /// # drop(client);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If the router already has a notification handler named `topic`.
+    pub fn topic_with<T>(mut self, topic: &str, options: TopicOptions) -> (Self, TopicEvents<T>)
+    where
+        T: DeserializeOwned + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel(options.capacity.max(1));
+        let events = TopicEvents {
+            rx,
+            position: options.from.clone(),
+        };
+        let follow = Arc::new(Follow {
+            topic: topic.to_owned(),
+            state: Mutex::new(State {
+                position: options.from.clone(),
+                link: 0,
+                mode: Mode::Waiting,
+                held: Vec::new(),
+                lost: false,
+                subscribed_before: false,
+            }),
+            options,
+            tx,
+        });
+        let on_item = follow.clone();
+        self.router =
+            self.router
+                .notification(topic, move |cx: Context<S>, params: Box<RawValue>| {
+                    let follow = on_item.clone();
+                    async move { follow.on_notification(cx.peer(), params).await }
+                });
+        let on_connect = follow;
+        self = self.on_connect(move |peer| {
+            let follow = on_connect.clone();
+            async move { follow.subscribe(peer).await }
+        });
+        (self, events)
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> Follow<T> {
+    /// Sends an event to the application, waiting for room; gone if it dropped them.
+    async fn emit(&self, event: TopicEvent<T>, position: &Option<Position>) {
+        let _ = self.tx.send((event, position.clone())).await;
+    }
+
+    async fn on_notification(&self, peer: &Peer, params: Box<RawValue>) {
+        let mut state = self.state.lock().await;
+        if state.link != peer.id() {
+            return; // an older connection's, or one whose subscribe failed
+        }
+        match state.mode {
+            Mode::Waiting if state.held.len() >= self.options.max_held => {
+                tracing::warn!(topic = %self.topic, "more notifications before the subscribe answer than max_held; giving the position up and reconnecting");
+                state.held = Vec::new();
+                state.lost = true;
+                state.link = 0;
+                let peer = peer.clone();
+                tokio::spawn(async move {
+                    peer.close_with(1008, "resume backlog over the limit").await;
+                });
+            }
+            Mode::Waiting => state.held.push(params),
+            Mode::History => self.deliver(&mut state, &params).await,
+            Mode::Plain => self.deliver_plain(&state, &params).await,
+        }
+    }
+
+    /// Delivers a `{"offset":N,"data":...}` notification that follows `state.position`.
+    async fn deliver(&self, state: &mut State, params: &RawValue) {
+        let item = match serde_json::from_str::<Item>(params.get()) {
+            Ok(item) => item,
+            Err(e) => {
+                let error = Arc::new(Error::Serialization(e));
+                return self.emit(TopicEvent::Failed(error), &state.position).await;
+            }
+        };
+        let Some(position) = state.position.as_mut() else {
+            return;
+        };
+        if item.offset <= position.offset {
+            return; // already delivered
+        }
+        if item.offset > position.offset + 1 {
+            // A jump: the server dropped some for this subscriber (SlowPeer::Drop).
+            position.offset = item.offset - 1;
+            let missed = TopicEvent::Missed {
+                epoch: position.epoch.clone(),
+                offset: position.offset,
+            };
+            self.emit(missed, &state.position).await;
+        }
+        if let Some(position) = state.position.as_mut() {
+            position.offset = item.offset;
+        }
+        let event = match serde_json::from_str::<T>(item.data.get()) {
+            Ok(data) => TopicEvent::Data(data),
+            Err(e) => TopicEvent::Failed(Arc::new(Error::Serialization(e))),
+        };
+        self.emit(event, &state.position).await;
+    }
+
+    async fn deliver_plain(&self, state: &State, params: &RawValue) {
+        let event = match serde_json::from_str::<T>(params.get()) {
+            Ok(data) => TopicEvent::Data(data),
+            Err(e) => TopicEvent::Failed(Arc::new(Error::Serialization(e))),
+        };
+        self.emit(event, &state.position).await;
+    }
+
+    /// The `on_connect` hook: subscribes from the last position, then delivers what
+    /// arrived before the answer as the answer says.
+    async fn subscribe(&self, peer: Peer) {
+        let from = {
+            let mut state = self.state.lock().await;
+            state.link = peer.id();
+            state.mode = Mode::Waiting;
+            state.held.clear();
+            if state.lost {
+                None
+            } else {
+                state.position.clone()
+            }
+        };
+        let params = match &self.options.params {
+            Some(make) => make(&self.topic, from.as_ref()),
+            None => match &from {
+                Some(from) => serde_json::json!([self.topic, from]),
+                None => serde_json::json!([self.topic]),
+            },
+        };
+        let answer = peer.call::<Value>(&self.options.method, params).await;
+        let mut state = self.state.lock().await;
+        if state.link != peer.id() {
+            return; // gave up on this connection meanwhile
+        }
+        let answer = answer.and_then(|answer| match answer {
+            Value::Bool(_) => Ok(None),
+            other => serde_json::from_value::<Subscribed>(other)
+                .map(Some)
+                .map_err(Error::from),
+        });
+        let held = std::mem::take(&mut state.held);
+        match answer {
+            Ok(Some(subscribed)) => {
+                let resumed = subscribed.recovered == Some(true) && from.is_some();
+                match (&from, resumed) {
+                    (Some(from), true) => {
+                        state.position = Some(Position {
+                            epoch: subscribed.epoch,
+                            offset: from.offset,
+                        });
+                    }
+                    _ => {
+                        state.position = Some(subscribed.position());
+                        if from.is_some() || state.lost {
+                            let missed = TopicEvent::Missed {
+                                epoch: subscribed.epoch,
+                                offset: subscribed.offset,
+                            };
+                            self.emit(missed, &state.position).await;
+                        }
+                    }
+                }
+                state.lost = false;
+                state.mode = Mode::History;
+                for params in held {
+                    self.deliver(&mut state, &params).await;
+                }
+            }
+            Ok(None) => {
+                // A topic without history: what a reconnect lost cannot be known.
+                state.position = None;
+                if state.subscribed_before || from.is_some() {
+                    let missed = TopicEvent::Missed {
+                        epoch: String::new(),
+                        offset: 0,
+                    };
+                    self.emit(missed, &None).await;
+                }
+                state.mode = Mode::Plain;
+                for params in held {
+                    self.deliver_plain(&state, &params).await;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(topic = %self.topic, %error, "subscribing failed");
+                state.link = 0;
+                let retry = matches!(error, Error::Timeout { .. });
+                self.emit(TopicEvent::Failed(Arc::new(error)), &state.position)
+                    .await;
+                if retry {
+                    // No answer in time: this link is no use for the topic; the next
+                    // one subscribes again.
+                    drop(state);
+                    peer.close_with(1000, "subscribing timed out; reconnecting")
+                        .await;
+                    return;
+                }
+            }
+        }
+        state.subscribed_before = true;
+    }
+}

@@ -1,0 +1,278 @@
+//! Which topics keep history, and the [`Topics`] methods that use it.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+use serde::Serialize;
+
+use super::log::TopicLog;
+use super::Topics;
+use crate::error::{Error, Result};
+use crate::history::{HistoryConfig, HistoryError, Position, Published, Subscribed};
+use crate::peer::Peer;
+
+/// How many times a subscribe or publish looks a topic up again when the history it
+/// found was retired meanwhile (it was idle: the next one found is new).
+const LOOKUPS: usize = 4;
+
+/// The topics with history.
+#[derive(Default)]
+pub(super) struct Histories {
+    logs: DashMap<Box<str>, Arc<TopicLog>>,
+    /// The history every topic keeps unless it has its own (`keep_history_for_all`).
+    for_all: RwLock<Option<HistoryConfig>>,
+    /// Whether any topic may keep history: until one does, publishing and subscribing
+    /// pay one load for it.
+    used: AtomicBool,
+    /// Numbers subscriptions, so a replay knows when its subscription was replaced.
+    subscriptions: AtomicU64,
+}
+
+impl Histories {
+    fn for_all(&self) -> Option<HistoryConfig> {
+        self.for_all
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether `topic` keeps history, or would once used.
+    fn kept(&self, topic: &str) -> bool {
+        self.used.load(Ordering::Acquire)
+            && (self.logs.contains_key(topic) || self.for_all().is_some())
+    }
+}
+
+impl Topics {
+    /// Keeps history for `topic`, within `config`'s bounds: its publications get
+    /// offsets, and a subscriber can resume from a [`Position`]
+    /// ([`subscribe_from`](Self::subscribe_from)). Called again, it changes the bounds
+    /// and keeps what is kept. Off by default.
+    ///
+    /// Publications on a topic with history are notifications whose params are
+    /// `{"offset":N,"data":PAYLOAD}` (the payload as published). Configure it before
+    /// publishing; subscribers already there get the new form from then on. In a
+    /// cluster, configure the same on every node.
+    ///
+    /// ```
+    /// use jsonrpc_peer::{HistoryConfig, Topics};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> jsonrpc_peer::Result<()> {
+    /// let topics = Topics::new();
+    /// topics.keep_history("chat", HistoryConfig::default().max_len(500));
+    /// let first = topics.publish("chat", ["hello"]).await?;
+    /// let second = topics.publish("chat", ["again"]).await?;
+    /// assert_eq!((first.offset, second.offset), (Some(1), Some(2)));
+    /// assert_eq!(topics.position("chat").map(|p| p.offset), Some(2));
+    /// # Ok(()) }
+    /// ```
+    pub fn keep_history(&self, topic: &str, config: HistoryConfig) {
+        let history = &self.inner.history;
+        history.used.store(true, Ordering::Release);
+        let created = match history.logs.entry(topic.into()) {
+            Entry::Occupied(log) => {
+                log.get().configure(config);
+                None
+            }
+            Entry::Vacant(slot) => {
+                Some(slot.insert(Arc::new(TopicLog::new(config, false))).clone())
+            }
+        };
+        if let Some(log) = created {
+            self.adopt_subscribers(topic, &log);
+        }
+    }
+
+    /// Keeps history for every topic that has none of its own
+    /// ([`keep_history`](Self::keep_history)), each within `config`'s bounds, from its
+    /// first publication or subscription on. Called again, it changes the bounds for
+    /// topics that start keeping history after that.
+    ///
+    /// A topic's history lasts as long as these `Topics`; a topic that a client only
+    /// subscribed to, on which nothing was published, is forgotten when its last
+    /// subscriber leaves (so clients naming topics cannot make it grow).
+    pub fn keep_history_for_all(&self, config: HistoryConfig) {
+        let history = &self.inner.history;
+        *history
+            .for_all
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(config);
+        history.used.store(true, Ordering::Release);
+    }
+
+    /// Whether `topic` keeps history (or will, at its first use, with
+    /// [`keep_history_for_all`](Self::keep_history_for_all)).
+    pub fn keeps_history(&self, topic: &str) -> bool {
+        self.inner.history.kept(topic)
+    }
+
+    /// The epoch and newest offset of `topic`'s history, if it keeps one now.
+    pub fn position(&self, topic: &str) -> Option<Position> {
+        self.log(topic, false).map(|log| log.position())
+    }
+
+    /// Subscribes `peer` to `topic`, a topic with history, from `from`: with a position,
+    /// `peer` gets every publication after it, then the live ones, each once and in
+    /// offset order. Resolves once the subscription is live.
+    ///
+    /// The answer says where live publications continue (`offset + 1`) and, given a
+    /// position, whether everything after it was replayed (`recovered: true`) or nothing
+    /// was, because the position is outside the history kept or of another epoch
+    /// (`recovered: false`: the subscriber should fetch its state afresh). Subscribing
+    /// again starts over from the position given; what was queued stays queued.
+    ///
+    /// The replay waits for room in `peer`'s outgoing queue, so a long one does not
+    /// trip the slow-peer close; live publications meanwhile wait in the history. A
+    /// subscriber that reads slower than publications come falls out of the history
+    /// (its oldest unread one is trimmed) and gets its [`SlowPeer`](crate::SlowPeer)
+    /// policy: closed with 1008 by default, its client then resumes from its last
+    /// offset.
+    ///
+    /// # Errors
+    ///
+    /// [`HistoryError::NotKept`] (as [`Error::History`]) if `topic` keeps no history;
+    /// [`Error::Closed`] if the connection ends (or is closed for falling behind) during
+    /// the replay.
+    pub async fn subscribe_from(
+        &self,
+        peer: &Peer,
+        topic: &str,
+        from: Option<Position>,
+    ) -> Result<Subscribed> {
+        for _ in 0..LOOKUPS {
+            let Some(log) = self.log(topic, true) else {
+                break;
+            };
+            self.join(peer, topic);
+            let subscription = self
+                .inner
+                .history
+                .subscriptions
+                .fetch_add(1, Ordering::Relaxed);
+            if let Some(subscribed) = log.subscribe(peer, from.clone(), subscription).await {
+                if peer.is_ending() {
+                    // Its `on_close` ran before it was added: nothing will remove it.
+                    log.remove(peer.id());
+                }
+                return subscribed;
+            }
+        }
+        Err(Error::History(HistoryError::NotKept {
+            topic: topic.to_owned(),
+        }))
+    }
+
+    /// For [`subscribe`](Self::subscribe): a peer just added to `topic` goes live on its
+    /// history, if it keeps one.
+    pub(super) fn subscribe_history(&self, peer: &Peer, topic: &str) {
+        for _ in 0..LOOKUPS {
+            let Some(log) = self.log(topic, true) else {
+                return;
+            };
+            if log.subscribe_live(peer).is_some() {
+                if peer.is_ending() {
+                    log.remove(peer.id());
+                }
+                return;
+            }
+        }
+    }
+
+    /// For [`publish`](Self::publish): records the publication and queues it for the
+    /// live subscribers, if `topic` keeps history; `None` if it does not.
+    pub(super) fn publish_recorded(
+        &self,
+        topic: &str,
+        params: &impl Serialize,
+    ) -> Result<Option<Published>> {
+        if !self.inner.history.used.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        let mut data = None;
+        for _ in 0..LOOKUPS {
+            let Some(log) = self.log(topic, true) else {
+                return Ok(None);
+            };
+            let data = match &data {
+                Some(data) => data,
+                None => data.insert(serde_json::value::to_raw_value(params)?),
+            };
+            if let Some((offset, delivered)) = log.publish(topic, data)? {
+                return Ok(Some(Published {
+                    delivered,
+                    offset: Some(offset),
+                }));
+            }
+        }
+        // Retired each time it was found: only an idle log is, so this does not happen.
+        Err(Error::History(HistoryError::NotKept {
+            topic: topic.to_owned(),
+        }))
+    }
+
+    /// For unsubscribing: `id` leaves `topic`'s history; and, when `topic` has no
+    /// subscribers left, a history made for it only because a client subscribed goes.
+    pub(super) fn leave_history(&self, topic: &str, id: u64, topic_empty: bool) {
+        let history = &self.inner.history;
+        if !history.used.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(log) = self.log(topic, false) {
+            log.remove(id);
+        }
+        if topic_empty {
+            history.logs.remove_if(topic, |_, log| log.retire_if_idle());
+        }
+    }
+
+    /// `topic`'s history; made now if `create` and every topic keeps history.
+    fn log(&self, topic: &str, create: bool) -> Option<Arc<TopicLog>> {
+        let history = &self.inner.history;
+        if !history.used.load(Ordering::Acquire) {
+            return None;
+        }
+        if let Some(log) = history.logs.get(topic) {
+            return Some(log.clone());
+        }
+        if !create {
+            return None;
+        }
+        let config = history.for_all()?;
+        let (log, created) = match history.logs.entry(topic.into()) {
+            Entry::Occupied(log) => (log.get().clone(), false),
+            Entry::Vacant(slot) => (
+                slot.insert(Arc::new(TopicLog::new(config, true))).clone(),
+                true,
+            ),
+        };
+        if created {
+            self.adopt_subscribers(topic, &log);
+        }
+        Some(log)
+    }
+
+    /// A history made for a topic that already has subscribers: they go live on it.
+    fn adopt_subscribers(&self, topic: &str, log: &TopicLog) {
+        let peers: Vec<Peer> = self
+            .inner
+            .topics
+            .get(topic)
+            .map(|subscribers| subscribers.iter().map(|e| e.value().clone()).collect())
+            .unwrap_or_default();
+        for peer in peers {
+            log.subscribe_live(&peer);
+            // It may have left between the snapshot and now.
+            let still = self
+                .inner
+                .by_peer
+                .get(&peer.id())
+                .is_some_and(|topics| topics.contains(topic));
+            if !still || peer.is_ending() {
+                log.remove(peer.id());
+            }
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! The `Reconnecting` client following topics across dropped connections: it
+//! resubscribes from its last position, hands over each publication's data once and in
+//! order, and says when something could not be recovered.
+
+mod common;
+
+use std::time::Duration;
+
+use common::proxy::Proxy;
+use common::within;
+use jsonrpc_peer::{
+    Backoff, HistoryConfig, PeerConfig, Position, Reconnecting, Router, ServerHandle, TopicEvent,
+    TopicEvents, TopicMethods, Topics,
+};
+use serde_json::{json, Value};
+
+async fn serve(topics: &Topics) -> (std::net::SocketAddr, ServerHandle) {
+    let (url, handle) = common::serve_with(
+        Router::new().topics(TopicMethods::new(topics)),
+        PeerConfig::default(),
+    )
+    .await;
+    (url.trim_start_matches("ws://").parse().unwrap(), handle)
+}
+
+/// A client of `proxy` following `topic`, reconnecting within a few milliseconds.
+async fn follow<T: serde::de::DeserializeOwned + Send + 'static>(
+    proxy: &Proxy,
+    topic: &str,
+) -> (Reconnecting, TopicEvents<T>) {
+    let (builder, events) = Reconnecting::builder(proxy.url(), Router::new()).topic::<T>(topic);
+    let client = builder
+        .backoff(
+            Backoff::default()
+                .initial(Duration::from_millis(5))
+                .max(Duration::from_millis(50)),
+        )
+        .start();
+    within(client.connected(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    (client, events)
+}
+
+async fn next<T>(events: &mut TopicEvents<T>) -> TopicEvent<T> {
+    within(events.recv()).await.expect("the client runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_gets_every_offset_once_in_order_across_random_tcp_drops() {
+    let seed = std::env::var("HISTORY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    println!("HISTORY_SEED={seed}");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    const N: u64 = 1500;
+    let topics = Topics::new();
+    topics.keep_history("feed", HistoryConfig::default().max_len(100_000));
+    let (addr, _server) = serve(&topics).await;
+    let proxy = Proxy::start(addr).await;
+    let (client, mut events) = follow::<u64>(&proxy, "feed").await;
+
+    let publisher = tokio::spawn({
+        let topics = topics.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            for i in 1..=N {
+                tick.tick().await;
+                topics.publish("feed", i).await.unwrap();
+            }
+        }
+    });
+    let mut last = 0u64;
+    let mut cuts = 0;
+    let mut until_cut = rng.u64(1..=200);
+    while last < N {
+        match next(&mut events).await {
+            TopicEvent::Data(n) => {
+                assert_eq!(n, last + 1, "after {last}, cut {cuts}");
+                last = n;
+            }
+            other => panic!("{other:?} after {last}, cut {cuts}"),
+        }
+        until_cut -= 1;
+        if until_cut == 0 {
+            // Both TCP connections end at once, without a close frame.
+            proxy.cut();
+            cuts += 1;
+            until_cut = rng.u64(1..=200);
+        }
+    }
+    within(publisher).await.unwrap();
+    assert!(cuts >= 3, "cut only {cuts} times");
+    let epoch = topics.position("feed").unwrap().epoch;
+    assert_eq!(events.position(), Some(Position { epoch, offset: N }));
+    within(client.close()).await;
+}
+
+#[tokio::test]
+async fn after_a_server_restart_the_client_says_missed_and_goes_on_in_the_new_epoch() {
+    let first = Topics::new();
+    first.keep_history("t", HistoryConfig::default());
+    let (addr, handle) = serve(&first).await;
+    let proxy = Proxy::start(addr).await;
+    let (client, mut events) = follow::<String>(&proxy, "t").await;
+    for word in ["a", "b", "c"] {
+        first.publish("t", word).await.unwrap();
+        assert!(matches!(next(&mut events).await, TopicEvent::Data(w) if w == word));
+    }
+    let old_epoch = first.position("t").unwrap().epoch;
+
+    // A new process: new Topics, another epoch, two publications the client missed.
+    within(handle.shutdown()).await;
+    let second = Topics::new();
+    second.keep_history("t", HistoryConfig::default());
+    second.publish("t", "x").await.unwrap();
+    second.publish("t", "y").await.unwrap();
+    let (addr, _handle) = serve(&second).await;
+    proxy.retarget(addr);
+    let new_epoch = second.position("t").unwrap().epoch;
+    assert_ne!(new_epoch, old_epoch);
+    match next(&mut events).await {
+        TopicEvent::Missed { epoch, offset } => assert_eq!((epoch, offset), (new_epoch.clone(), 2)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        events.position(),
+        Some(Position {
+            epoch: new_epoch.clone(),
+            offset: 2
+        })
+    );
+    second.publish("t", "z").await.unwrap();
+    assert!(matches!(next(&mut events).await, TopicEvent::Data(w) if w == "z"));
+    assert_eq!(
+        events.position(),
+        Some(Position {
+            epoch: new_epoch,
+            offset: 3
+        })
+    );
+    within(client.close()).await;
+}
+
+#[tokio::test]
+async fn a_client_whose_position_fell_out_of_the_history_says_missed_and_replays_nothing() {
+    let topics = Topics::new();
+    topics.keep_history("t", HistoryConfig::default().max_len(5));
+    let (addr, _handle) = serve(&topics).await;
+    let proxy = Proxy::start(addr).await;
+    let (client, mut events) = follow::<u64>(&proxy, "t").await;
+    for i in 1..=2u64 {
+        topics.publish("t", i).await.unwrap();
+        assert!(matches!(next(&mut events).await, TopicEvent::Data(n) if n == i));
+    }
+    // The client cannot come back while 18 more are published: 16..=20 are kept.
+    proxy.refuse(true);
+    proxy.cut();
+    for i in 3..=20u64 {
+        topics.publish("t", i).await.unwrap();
+    }
+    proxy.refuse(false);
+    let epoch = topics.position("t").unwrap().epoch;
+    match next(&mut events).await {
+        TopicEvent::Missed { epoch: e, offset } => assert_eq!((e, offset), (epoch, 20)),
+        other => panic!("{other:?}"),
+    }
+    topics.publish("t", 21).await.unwrap();
+    match next(&mut events).await {
+        TopicEvent::Data(n) => assert_eq!(n, 21, "nothing from before the answer"),
+        other => panic!("{other:?}"),
+    }
+    within(client.close()).await;
+}
+
+#[tokio::test]
+async fn on_a_topic_without_history_the_client_says_missed_after_each_reconnect() {
+    let topics = Topics::new();
+    let (addr, _handle) = serve(&topics).await;
+    let proxy = Proxy::start(addr).await;
+    let (client, mut events) = follow::<Value>(&proxy, "plain").await;
+    topics.publish("plain", [1]).await.unwrap();
+    assert!(matches!(next(&mut events).await, TopicEvent::Data(v) if v == json!([1])));
+    proxy.cut();
+    match next(&mut events).await {
+        TopicEvent::Missed { epoch, offset } => assert_eq!((epoch.as_str(), offset), ("", 0)),
+        other => panic!("{other:?}"),
+    }
+    // Subscribed again: the next publication arrives.
+    topics.publish("plain", [2]).await.unwrap();
+    assert!(matches!(next(&mut events).await, TopicEvent::Data(v) if v == json!([2])));
+    assert_eq!(events.position(), None, "no positions without history");
+    within(client.close()).await;
+}
+
+#[tokio::test]
+async fn a_client_given_a_position_resumes_from_it_on_its_first_connect() {
+    let topics = Topics::new();
+    topics.keep_history("t", HistoryConfig::default());
+    for i in 1..=5u64 {
+        topics.publish("t", i).await.unwrap();
+    }
+    let (addr, _handle) = serve(&topics).await;
+    let proxy = Proxy::start(addr).await;
+    // As if kept by an earlier process of the application.
+    let kept = Position {
+        epoch: topics.position("t").unwrap().epoch,
+        offset: 3,
+    };
+    let (builder, mut events) = Reconnecting::builder(proxy.url(), Router::new())
+        .topic_with::<u64>("t", jsonrpc_peer::TopicOptions::default().from(kept));
+    let client = builder.start();
+    for i in 4..=5u64 {
+        assert!(matches!(next(&mut events).await, TopicEvent::Data(n) if n == i));
+    }
+    within(client.close()).await;
+}
+
+#[tokio::test]
+async fn a_server_that_sends_more_than_max_held_before_its_answer_costs_the_position_not_memory() {
+    use jsonrpc_peer::{Context, RpcError, TopicOptions};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    // A server of our own making: its first `subscribe` sends 20 notifications before
+    // answering; later ones answer at once.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let router = Router::with_state(calls.clone()).method(
+        "subscribe",
+        |cx: Context<Arc<AtomicUsize>>, params: Value| async move {
+            let first = cx.state().fetch_add(1, Ordering::SeqCst) == 0;
+            if first {
+                for i in 1..=20u64 {
+                    let _ = cx.peer().notify("t", json!({"offset": i, "data": i})).await;
+                }
+            }
+            assert_eq!(params, json!(["t"]), "no position: none was ever confirmed");
+            Ok::<_, RpcError>(json!({"epoch": "e", "offset": 20}))
+        },
+    );
+    let (url, handle) = common::serve(router).await;
+    let (builder, mut events) = Reconnecting::builder(url, Router::new())
+        .backoff(Backoff::default().initial(Duration::from_millis(5)))
+        .topic_with::<u64>("t", TopicOptions::default().max_held(10));
+    let client = builder.start();
+    // The first link is given up (the 20 held were over the bound), the second
+    // subscribes afresh: that is reported, since what came before is unknown.
+    match next(&mut events).await {
+        TopicEvent::Missed { epoch, offset } => assert_eq!((epoch.as_str(), offset), ("e", 20)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let peer = within(client.connected(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    // Every link the server has (the first may still be closing: the client ignores
+    // what comes on it) gets the next publication.
+    for server_side in handle.peers() {
+        let _ = server_side
+            .notify("t", json!({"offset": 21, "data": 21}))
+            .await;
+    }
+    assert!(matches!(next(&mut events).await, TopicEvent::Data(21)));
+    drop(peer);
+    within(client.close()).await;
+}
+
+#[tokio::test]
+async fn a_refused_subscription_is_reported_once_and_not_retried_in_a_loop() {
+    let topics = Topics::new();
+    let (url, _handle) = common::serve_with(
+        Router::new().topics(TopicMethods::new(&topics).only(["allowed"])),
+        PeerConfig::default(),
+    )
+    .await;
+    let (builder, mut events) = Reconnecting::builder(url, Router::new()).topic::<Value>("refused");
+    let client = builder.start();
+    match next(&mut events).await {
+        TopicEvent::Failed(error) => {
+            assert_eq!(
+                error.rpc().map(|e| e.code),
+                Some(jsonrpc_peer::ErrorCode::INVALID_PARAMS),
+                "{error}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // The link stays up: a refusal is the application's answer, not a broken link.
+    within(client.connected(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(client.state(), jsonrpc_peer::LinkState::Connected);
+    within(client.close()).await;
+}
