@@ -121,6 +121,8 @@ async fn ours(listen: &str, backlog: Option<u32>) -> Result<(), Box<dyn std::err
                 cx.state()
                     .topics
                     .publish(&topic, payload)
+                    .await
+                    .map(|published| published.delivered)
                     .map_err(rpc_error)
             },
         )
