@@ -710,3 +710,95 @@ async fn after_an_outage_the_flush_waits_for_the_nodes_that_come_back_later() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broadcasts_spread_over_channels_keep_each_publishers_order() {
+    // As on a Redis Cluster: broadcasts and heartbeats over 16 channels, each node
+    // publishing on its own pick, every node listening to all.
+    let hub = MemoryHub::with_spread(16);
+    let nodes = three(&hub, &Setup::default()).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut clients = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        clients.push(client(&n.url, i, &tx).await);
+    }
+    for (origin, n) in nodes.iter().enumerate() {
+        let handle = n.cluster.handle();
+        for i in 0..300u64 {
+            handle.broadcast("tick", [origin as u64, i]).unwrap();
+        }
+    }
+    let mut got: HashMap<usize, [Vec<u64>; 3]> = HashMap::new();
+    for _ in 0..3 * 900 {
+        let (who, method, p) = within(rx.recv()).await.unwrap();
+        assert_eq!(method, "tick");
+        let origin = p[0].as_u64().unwrap() as usize;
+        got.entry(who).or_default()[origin].push(p[1].as_u64().unwrap());
+    }
+    for who in 0..3 {
+        for (origin, seen) in got[&who].iter().enumerate() {
+            assert_eq!(
+                *seen,
+                (0..300).collect::<Vec<_>>(),
+                "client {who}, publisher {origin}"
+            );
+        }
+    }
+    // No one channel carries them all: the three nodes listen to sixteen.
+    assert_eq!(hub.subscribers("jp:all"), 0);
+    for n in &nodes {
+        assert_eq!(n.cluster.stats().gaps, 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_channel_costs_a_gap_for_its_topic_only() {
+    let hub = MemoryHub::with_spread(4);
+    let [a, b, c] = three(&hub, &Setup::default()).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (on_b, _) = client(&b.url, 1, &tx).await;
+    let (on_c, _) = client(&c.url, 2, &tx).await;
+    for topic in ["news", "feed"] {
+        let _: bool = within(on_b.call("subscribe", [topic])).await.unwrap();
+    }
+    let _: bool = within(on_c.call("subscribe", ["news"])).await.unwrap();
+
+    // The server holding b's subscription to `news` goes away; `feed` lives elsewhere.
+    b.bus.lose(&["jp:t:news"]);
+    let topics = a.cluster.topics();
+    topics.publish("news", [1]).await.unwrap();
+    topics.publish("feed", [1]).await.unwrap();
+    a.cluster.handle().broadcast("done", ()).unwrap();
+    let got = until_done(&mut rx, &[1, 2]).await;
+    assert_eq!(
+        got[&1],
+        [("feed".to_owned(), json!([1]))],
+        "b lost only news"
+    );
+    assert_eq!(got[&2], [("news".to_owned(), json!([1]))]);
+
+    // Subscribed again elsewhere: one gap, for news, on b alone; its subscriber is told.
+    b.bus.regain();
+    let (who, method, params) = within(rx.recv()).await.unwrap();
+    assert_eq!((who, method.as_str()), (1, "$/gap"));
+    assert_eq!(params, json!({ "topic": "news" }));
+    // The next one arrives; its jump in sequence numbers is the same gap, not another.
+    topics.publish("news", [2]).await.unwrap();
+    a.cluster.handle().broadcast("done", ()).unwrap();
+    let got = until_done(&mut rx, &[1, 2]).await;
+    for who in [1, 2] {
+        assert_eq!(got[&who], [("news".to_owned(), json!([2]))], "client {who}");
+    }
+    let gaps = b.gaps.lock().unwrap().clone();
+    assert_eq!(gaps, [Gap::clone(&gaps[0])], "one gap on b: {gaps:?}");
+    assert_eq!(
+        (gaps[0].topic.as_deref(), gaps[0].origin.as_deref()),
+        (Some("news"), None)
+    );
+    assert!(a.gaps.lock().unwrap().is_empty() && c.gaps.lock().unwrap().is_empty());
+    assert_eq!(
+        b.cluster.state(),
+        ClusterState::Up,
+        "the bus as a whole stayed up"
+    );
+}

@@ -26,6 +26,14 @@ pub enum BusEvent {
     Down,
     /// The link is back and every subscription has been issued again.
     Up,
+    /// These channels' subscriptions were interrupted while the bus as a whole stayed up
+    /// (one of several servers went away and another took over its channels, or a slot
+    /// moved) and are in place again: messages published on them meanwhile may be lost
+    /// to us. Only a bus spread over several servers (Redis Cluster) reports it.
+    Interrupted {
+        /// The channels, each subscribed again.
+        channels: Vec<String>,
+    },
 }
 
 /// Why a bus operation failed.
@@ -75,4 +83,14 @@ pub trait Backplane: Send + Sync + 'static {
     /// The event stream, taken once (later calls return `None`). Bounded: a consumer
     /// that stops reading makes the bus drop or disconnect, never grow without bound.
     fn events(&self) -> Option<mpsc::Receiver<BusEvent>>;
+
+    /// Over how many channels the cluster spreads what every node publishes and every
+    /// node hears (broadcasts and heartbeats). Default 1: one channel each. A bus whose
+    /// channels live on several servers asks for more, so that no one server carries
+    /// every node's broadcasts; each node publishes on one of them, chosen by its name
+    /// (so its own order holds), and listens to all. Every node of a cluster must get
+    /// the same number.
+    fn spread(&self) -> usize {
+        1
+    }
 }

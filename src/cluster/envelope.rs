@@ -10,6 +10,8 @@ use std::borrow::Cow;
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
+use super::slot;
+
 /// What an envelope carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Kind {
@@ -145,13 +147,23 @@ pub(crate) struct Me {
     pub channels: Channels,
     /// This node's own channel: calls, replies and notifies to it.
     pub own: String,
+    /// The broadcast channel this node publishes on (one of [`Channels::all`]).
+    pub broadcast: String,
+    /// The control channel this node publishes on (one of [`Channels::control`]).
+    pub control: String,
 }
 
 impl Me {
-    pub fn new(id: String, prefix: &str) -> Self {
-        let channels = Channels::new(prefix);
+    /// `spread`: over how many channels broadcasts and heartbeats go
+    /// ([`Backplane::spread`](super::Backplane::spread)).
+    pub fn new(id: String, prefix: &str, spread: usize) -> Self {
+        let channels = Channels::new(prefix, spread);
+        // The same pick for every publish of this node: its own order holds.
+        let pick = usize::from(slot::slot(id.as_bytes())) % channels.all.len();
         Me {
             own: channels.node(&id),
+            broadcast: channels.all[pick].clone(),
+            control: channels.control[pick].clone(),
             incarnation: format!("{:012x}", fastrand::u64(..) >> 16),
             id,
             channels,
@@ -164,28 +176,56 @@ impl Me {
     }
 }
 
+/// The most channels broadcasts (and heartbeats) are spread over.
+const MAX_SPREAD: usize = 1024;
+
 /// The channels of a cluster, under one prefix.
 #[derive(Debug, Clone)]
 pub(crate) struct Channels {
     prefix: String,
-    all: String,
-    control: String,
+    all: Vec<String>,
+    control: Vec<String>,
 }
 
 impl Channels {
-    pub fn new(prefix: &str) -> Self {
+    /// With `spread` 1: `{prefix}:all` and `{prefix}:ctl`. With more: as many of each,
+    /// `{prefix}:all:{TAG}` and `{prefix}:ctl:{TAG}`, the `i`-th tag's slot in the
+    /// `i`-th of `spread` equal ranges of Redis Cluster's slots, so they fall on
+    /// different shards; a broadcast channel and the control channel of the same rank
+    /// share a slot (a node's broadcasts and its heartbeats ride on one shard).
+    pub fn new(prefix: &str, spread: usize) -> Self {
+        let spread = spread.clamp(1, MAX_SPREAD);
+        let (all, control) = if spread == 1 {
+            (vec![format!("{prefix}:all")], vec![format!("{prefix}:ctl")])
+        } else {
+            (0..spread)
+                .map(|i| {
+                    let slots = slot::range(i, spread);
+                    let tag = slot::tag_where(&format!("{i}."), |s| slots.contains(&s))
+                        .unwrap_or_else(|| i.to_string());
+                    (
+                        format!("{prefix}:all:{{{tag}}}"),
+                        format!("{prefix}:ctl:{{{tag}}}"),
+                    )
+                })
+                .unzip()
+        };
         Channels {
             prefix: prefix.to_owned(),
-            all: format!("{prefix}:all"),
-            control: format!("{prefix}:ctl"),
+            all,
+            control,
         }
     }
-    /// Broadcasts to every connection.
-    pub fn all(&self) -> &str {
+    /// Broadcasts to every connection: every node listens to all of them.
+    pub fn all(&self) -> &[String] {
         &self.all
     }
-    /// Heartbeats, hellos and goodbyes.
-    pub fn control(&self) -> &str {
+    /// Whether `channel` is one of the broadcast channels.
+    pub fn is_broadcast(&self, channel: &str) -> bool {
+        self.all.iter().any(|c| c == channel)
+    }
+    /// Heartbeats, hellos and goodbyes: every node listens to all of them.
+    pub fn control(&self) -> &[String] {
         &self.control
     }
     /// Calls, replies and notifies to one node.
@@ -230,8 +270,44 @@ mod tests {
 
     #[test]
     fn topic_channels_name_their_topic() {
-        let c = Channels::new("jp");
+        let c = Channels::new("jp", 1);
         assert_eq!(c.topic_of(&c.topic("a:b")), Some("a:b"));
-        assert_eq!(c.topic_of(c.all()), None);
+        assert_eq!(c.topic_of(&c.all()[0]), None);
+    }
+
+    #[test]
+    fn one_bus_channel_keeps_the_names_of_one_redis() {
+        let me = Me::new("a".into(), "jp", 1);
+        assert_eq!(me.channels.all(), ["jp:all"]);
+        assert_eq!(me.channels.control(), ["jp:ctl"]);
+        assert_eq!(
+            (&*me.broadcast, &*me.control, &*me.own),
+            ("jp:all", "jp:ctl", "jp:n:a")
+        );
+    }
+
+    #[test]
+    fn spread_channels_fall_in_equal_slot_ranges_and_a_node_keeps_its_pick() {
+        let c = Channels::new("jp", 16);
+        assert_eq!((c.all().len(), c.control().len()), (16, 16));
+        for (i, (all, ctl)) in c.all().iter().zip(c.control()).enumerate() {
+            let s = slot::slot(all.as_bytes());
+            assert!(slot::range(i, 16).contains(&s), "{all} in slot {s}");
+            assert_eq!(slot::slot(ctl.as_bytes()), s, "{ctl} beside {all}");
+            assert!(c.is_broadcast(all) && !c.is_broadcast(ctl));
+            assert!(c.topic_of(all).is_none());
+        }
+        // Every node computes the same names; a node always picks the same pair.
+        assert_eq!(Channels::new("jp", 16).all(), c.all());
+        let (a1, a2) = (Me::new("a".into(), "jp", 16), Me::new("a".into(), "jp", 16));
+        assert_eq!((&a1.broadcast, &a1.control), (&a2.broadcast, &a2.control));
+        let picks: std::collections::HashSet<String> = (0..64)
+            .map(|n| Me::new(format!("node-{n}"), "jp", 16).broadcast)
+            .collect();
+        assert!(
+            picks.len() > 8,
+            "64 nodes picked only {} of 16",
+            picks.len()
+        );
     }
 }

@@ -27,6 +27,7 @@ use super::sync::lock;
 #[derive(Clone, Default)]
 pub struct MemoryHub {
     links: Arc<Mutex<Vec<Weak<Link>>>>,
+    spread: usize,
 }
 
 /// One node's link to a [`MemoryHub`].
@@ -38,6 +39,8 @@ pub struct MemoryBackplane {
 
 struct Link {
     subscriptions: Mutex<HashSet<String>>,
+    /// Channels whose messages to this link are lost until `regain`.
+    lost: Mutex<Vec<String>>,
     tx: mpsc::Sender<BusEvent>,
     rx: Mutex<Option<mpsc::Receiver<BusEvent>>>,
     cut: AtomicBool,
@@ -60,6 +63,15 @@ impl MemoryHub {
         MemoryHub::default()
     }
 
+    /// A hub whose links ask the cluster to spread broadcasts and heartbeats over
+    /// `spread` channels ([`Backplane::spread`]), as a Redis Cluster's do.
+    pub fn with_spread(spread: usize) -> Self {
+        MemoryHub {
+            links: Arc::default(),
+            spread,
+        }
+    }
+
     /// A new link, for one node.
     pub fn backplane(&self) -> MemoryBackplane {
         self.backplane_with_capacity(EVENT_CAPACITY)
@@ -71,6 +83,7 @@ impl MemoryHub {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let link = Arc::new(Link {
             subscriptions: Mutex::new(HashSet::new()),
+            lost: Mutex::new(Vec::new()),
             tx,
             rx: Mutex::new(Some(rx)),
             cut: AtomicBool::new(false),
@@ -137,7 +150,10 @@ impl Link {
     }
 
     fn deliver(&self, channel: &str, payload: &Bytes) {
-        if self.cut.load(Ordering::SeqCst) || !lock(&self.subscriptions).contains(channel) {
+        if self.cut.load(Ordering::SeqCst)
+            || !lock(&self.subscriptions).contains(channel)
+            || lock(&self.lost).iter().any(|c| c == channel)
+        {
             return;
         }
         let lost = self
@@ -196,6 +212,27 @@ impl MemoryBackplane {
         self.link.delay_ms.store(ms, Ordering::SeqCst);
     }
 
+    /// Messages on `channels` to this link are lost, the rest still arrive (one server of
+    /// several went away), until [`regain`](Self::regain).
+    pub fn lose(&self, channels: &[&str]) {
+        lock(&self.link.lost).extend(channels.iter().map(|c| (*c).to_owned()));
+    }
+
+    /// Ends [`lose`](Self::lose): the consumer gets [`BusEvent::Interrupted`] with the
+    /// channels it was subscribed to among them.
+    pub fn regain(&self) {
+        let lost = std::mem::take(&mut *lock(&self.link.lost));
+        let subscribed = lock(&self.link.subscriptions);
+        let channels: Vec<String> = lost
+            .into_iter()
+            .filter(|c| subscribed.contains(c))
+            .collect();
+        drop(subscribed);
+        if !channels.is_empty() {
+            let _ = self.link.tx.try_send(BusEvent::Interrupted { channels });
+        }
+    }
+
     /// Messages lost because this link's consumer did not keep up.
     pub fn overflowed(&self) -> u64 {
         self.link.overflowed.load(Ordering::Relaxed)
@@ -246,6 +283,10 @@ impl Backplane for MemoryBackplane {
 
     fn events(&self) -> Option<mpsc::Receiver<BusEvent>> {
         lock(&self.link.rx).take()
+    }
+
+    fn spread(&self) -> usize {
+        self.hub.spread.max(1)
     }
 }
 

@@ -50,6 +50,7 @@ mod receive;
 mod redis;
 mod relay;
 mod sequence;
+mod slot;
 mod status;
 mod subscriptions;
 mod sync;

@@ -106,8 +106,9 @@ impl Node {
             .events()
             .ok_or_else(|| config("the backplane's events were already taken".into()))?;
         let bus: Arc<dyn Backplane> = Arc::from(bus);
-        let me = Arc::new(Me::new(id, &options.prefix));
-        for channel in [me.channels.all(), me.channels.control(), &me.own] {
+        let me = Arc::new(Me::new(id, &options.prefix, bus.spread()));
+        let channels = me.channels.all().iter().chain(me.channels.control());
+        for channel in channels.chain([&me.own]) {
             bus.subscribe(channel).await.map_err(|e: BackplaneError| {
                 Error::Cluster(ClusterError::Unavailable(e.to_string()))
             })?;
@@ -226,8 +227,7 @@ impl Node {
             return;
         }
         let goodbye = self.me.header(Kind::Goodbye);
-        self.outbox
-            .push(self.me.channels.control(), goodbye, b"", false);
+        self.outbox.push(&self.me.control, goodbye, b"", false);
         self.outbox.drained(Duration::from_secs(2)).await;
         self.stop();
     }

@@ -74,6 +74,7 @@ impl Receive {
                 }
                 Some(BusEvent::Down) => self.on_down(),
                 Some(BusEvent::Up) => self.on_up().await,
+                Some(BusEvent::Interrupted { channels }) => self.on_interrupted(&channels),
                 None => {
                     tracing::error!("the backplane's events ended");
                     self.on_down();
@@ -216,6 +217,47 @@ impl Receive {
         }
         self.subscriptions.all_changed(self.topics.topic_names());
         let _ = self.nodes.send(Heard::BusBack).await;
+    }
+
+    /// Some channels lost messages while the bus stayed up (one server of several went
+    /// away): a gap for each of their topics with local subscribers and one for
+    /// broadcasts, not for the rest. Calls waiting on answers to this node fail, as
+    /// their answers may be lost; heartbeats simply resume.
+    fn on_interrupted(&mut self, channels: &[String]) {
+        tracing::info!(?channels, "bus channels interrupted and subscribed again");
+        let mut broadcast = false;
+        let mut topics = Vec::new();
+        for channel in channels {
+            // Reported here once: the next number from each origin sets a new baseline.
+            self.marks.resync_channel(channel);
+            if self.me.channels.is_broadcast(channel) {
+                broadcast = true;
+            } else if let Some(topic) = self.me.channels.topic_of(channel) {
+                topics.push(topic.to_owned());
+            } else if *channel == self.me.own {
+                self.calls.fail_all(&ClusterError::Unavailable(
+                    "this node's channel was interrupted: answers may be lost".into(),
+                ));
+            }
+        }
+        if broadcast {
+            self.report_gap(Gap {
+                topic: None,
+                origin: None,
+                missed: None,
+            });
+        }
+        for topic in topics {
+            if self.topics.subscriber_count(&topic) > 0 {
+                self.report_gap(Gap {
+                    topic: Some(topic.clone()),
+                    origin: None,
+                    missed: None,
+                });
+            }
+            // The bus may have failed to issue it meanwhile: look again.
+            self.subscriptions.changed(&topic);
+        }
     }
 
     fn report_gap(&self, gap: Gap) {

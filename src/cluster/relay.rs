@@ -49,7 +49,7 @@ impl Relay for ClusterRelay {
     fn broadcast(&self, frame: &str) {
         if let Some(outbox) = self.outbox.upgrade() {
             let header = self.me.header(Kind::Broadcast);
-            outbox.push(self.me.channels.all(), header, frame.as_bytes(), true);
+            outbox.push(&self.me.broadcast, header, frame.as_bytes(), true);
         }
     }
 
