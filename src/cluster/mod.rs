@@ -67,6 +67,8 @@ pub use crate::addr::{ClusterError, ParsePeerAddrError, PeerAddr};
 pub use backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
 pub use builder::ClusterBuilder;
 pub use memory::{MemoryBackplane, MemoryHub};
+#[cfg(feature = "redis-cluster")]
+pub use redis::RedisClusterBackplane;
 #[cfg(feature = "redis")]
 pub use redis::{RedisBackplane, RedisOptions};
 pub use status::{ClusterState, ClusterStats, Gap};

@@ -15,6 +15,8 @@
 //! [`RedisOptions::probe_misses`] intervals (a frozen Redis, a half-open socket) is
 //! dropped and dialed again, with `Down` and `Up` reported like any other loss.
 
+#[cfg(feature = "redis-cluster")]
+mod cluster;
 mod subscriber;
 
 use std::sync::atomic::Ordering;
@@ -26,6 +28,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, IntoConnectionInfo, ProtocolVersion};
 use tokio::sync::{mpsc, oneshot};
 
+#[cfg(feature = "redis-cluster")]
+pub use cluster::RedisClusterBackplane;
 use subscriber::{Control, Shared, Subscriber};
 
 use super::backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
@@ -43,6 +47,8 @@ pub struct RedisOptions {
     connect_timeout: Duration,
     response_timeout: Duration,
     backoff: Backoff,
+    spread: usize,
+    topology_interval: Duration,
 }
 
 impl Default for RedisOptions {
@@ -61,6 +67,8 @@ impl Default for RedisOptions {
                 max: Duration::from_secs(2),
                 multiplier: 2.0,
             },
+            spread: 16,
+            topology_interval: Duration::from_secs(5),
         }
     }
 }
@@ -131,6 +139,25 @@ impl RedisOptions {
     /// 2 s, full jitter).
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
+        self
+    }
+
+    /// Redis Cluster only: over how many shard channels broadcasts and heartbeats are
+    /// spread (default 16, from 1 to 1024; see [`Backplane::spread`]). Their slots are
+    /// spread evenly, so up to this many masters share that traffic. Every node of a
+    /// cluster must use the same number: a node listens only to the channels its own
+    /// number names.
+    pub fn spread(mut self, channels: usize) -> Self {
+        self.spread = channels.clamp(1, 1024);
+        self
+    }
+
+    /// Redis Cluster only: how often the slot map is fetched again when nothing said it
+    /// changed (default 5 s). Redis announces most changes (`MOVED`, a `sunsubscribe`
+    /// when a slot leaves a master, a closed connection when one dies); this catches
+    /// the rest.
+    pub fn topology_interval(mut self, interval: Duration) -> Self {
+        self.topology_interval = interval.max(Duration::from_millis(10));
         self
     }
 }
@@ -223,22 +250,23 @@ impl RedisBackplane {
     pub fn reconnects(&self) -> u64 {
         self.shared.reconnects.load(Ordering::Relaxed)
     }
+}
 
-    fn control(
-        &self,
-        make: impl FnOnce(oneshot::Sender<Result<(), BackplaneError>>) -> Control,
-    ) -> BoxFuture<'_, Result<(), BackplaneError>> {
-        let (done, answer) = oneshot::channel();
-        let control_tx = self.control_tx.clone();
-        let cmd = make(done);
-        Box::pin(async move {
-            control_tx
-                .send(cmd)
-                .await
-                .map_err(|_| BackplaneError::Closed)?;
-            answer.await.map_err(|_| BackplaneError::Closed)?
-        })
-    }
+/// Hands a subscribe or unsubscribe to the subscribing side and waits for its answer.
+fn control(
+    control_tx: &mpsc::Sender<Control>,
+    make: impl FnOnce(oneshot::Sender<Result<(), BackplaneError>>) -> Control,
+) -> BoxFuture<'static, Result<(), BackplaneError>> {
+    let (done, answer) = oneshot::channel();
+    let control_tx = control_tx.clone();
+    let cmd = make(done);
+    Box::pin(async move {
+        control_tx
+            .send(cmd)
+            .await
+            .map_err(|_| BackplaneError::Closed)?;
+        answer.await.map_err(|_| BackplaneError::Closed)?
+    })
 }
 
 impl std::fmt::Debug for RedisBackplane {
@@ -250,39 +278,49 @@ impl std::fmt::Debug for RedisBackplane {
     }
 }
 
-impl RedisBackplane {
-    fn enqueue(&self, messages: Vec<(String, Bytes)>) -> BoxFuture<'_, Result<(), BackplaneError>> {
-        if !self.is_up() {
-            return Box::pin(async {
-                Err(BackplaneError::Unavailable("redis link is down".into()))
-            });
-        }
-        let (done, answer) = oneshot::channel();
-        let item = Publish { messages, done };
-        // Queued now, not when the future is first polled: call order is send order.
-        let queued = match self.publish_tx.try_send(item) {
-            Ok(()) => None,
-            Err(mpsc::error::TrySendError::Full(item)) => Some(item),
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                return Box::pin(async { Err(BackplaneError::Closed) })
-            }
-        };
-        let publish_tx = self.publish_tx.clone();
-        Box::pin(async move {
-            if let Some(item) = queued {
-                publish_tx
-                    .send(item)
-                    .await
-                    .map_err(|_| BackplaneError::Closed)?;
-            }
-            answer.await.map_err(|_| BackplaneError::Closed)?
-        })
+/// Puts one `publish` or `publish_many` call in the writer's queue, at once when there
+/// is room (so call order is send order), and waits for the writer's answer. Fails at
+/// once while the bus is down (`up` false).
+fn enqueue(
+    publish_tx: &mpsc::Sender<Publish>,
+    up: bool,
+    messages: Vec<(String, Bytes)>,
+) -> BoxFuture<'static, Result<(), BackplaneError>> {
+    if !up {
+        return Box::pin(async { Err(BackplaneError::Unavailable("redis link is down".into())) });
     }
+    if messages.is_empty() {
+        return Box::pin(async { Ok(()) });
+    }
+    let (done, answer) = oneshot::channel();
+    let item = Publish { messages, done };
+    // Queued now, not when the future is first polled: call order is send order.
+    let queued = match publish_tx.try_send(item) {
+        Ok(()) => None,
+        Err(mpsc::error::TrySendError::Full(item)) => Some(item),
+        Err(mpsc::error::TrySendError::Closed(_)) => {
+            return Box::pin(async { Err(BackplaneError::Closed) })
+        }
+    };
+    let publish_tx = publish_tx.clone();
+    Box::pin(async move {
+        if let Some(item) = queued {
+            publish_tx
+                .send(item)
+                .await
+                .map_err(|_| BackplaneError::Closed)?;
+        }
+        answer.await.map_err(|_| BackplaneError::Closed)?
+    })
 }
 
 impl Backplane for RedisBackplane {
     fn publish(&self, channel: &str, payload: Bytes) -> BoxFuture<'_, Result<(), BackplaneError>> {
-        self.enqueue(vec![(channel.to_owned(), payload)])
+        enqueue(
+            &self.publish_tx,
+            self.is_up(),
+            vec![(channel.to_owned(), payload)],
+        )
     }
 
     /// One queue entry, sent in one pipeline (with whatever else is waiting).
@@ -290,20 +328,21 @@ impl Backplane for RedisBackplane {
         &self,
         messages: Vec<(String, Bytes)>,
     ) -> BoxFuture<'_, Result<(), BackplaneError>> {
-        if messages.is_empty() {
-            return Box::pin(async { Ok(()) });
-        }
-        self.enqueue(messages)
+        enqueue(&self.publish_tx, self.is_up(), messages)
     }
 
     fn subscribe(&self, channel: &str) -> BoxFuture<'_, Result<(), BackplaneError>> {
         let channel = channel.to_owned();
-        self.control(move |done| Control::Subscribe(channel, done))
+        control(&self.control_tx, move |done| {
+            Control::Subscribe(channel, done)
+        })
     }
 
     fn unsubscribe(&self, channel: &str) -> BoxFuture<'_, Result<(), BackplaneError>> {
         let channel = channel.to_owned();
-        self.control(move |done| Control::Unsubscribe(channel, done))
+        control(&self.control_tx, move |done| {
+            Control::Unsubscribe(channel, done)
+        })
     }
 
     fn events(&self) -> Option<mpsc::Receiver<BusEvent>> {

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+pub mod redis_cluster;
 pub mod redis_server;
 pub mod unix;
 

@@ -256,7 +256,7 @@ impl Subscriber {
 }
 
 /// `[channel, payload]` of a RESP3 `message` push.
-fn message_parts(data: Vec<Value>) -> Option<(String, Bytes)> {
+pub(super) fn message_parts(data: Vec<Value>) -> Option<(String, Bytes)> {
     let mut parts = data.into_iter();
     let channel = match parts.next()? {
         Value::BulkString(b) => String::from_utf8(b).ok()?,
