@@ -1,10 +1,13 @@
 //! Run with `cargo run --example cluster_node --features redis -- --listen 127.0.0.1:0
-//! --redis redis+unix:///tmp/r.sock --node a` (or `--redis redis://127.0.0.1:6379`).
-//! The first line on stdout is `listening on ws://HOST:PORT node NAME`.
+//! --redis redis+unix:///tmp/r.sock --node a` (or `--redis redis://127.0.0.1:6379`),
+//! or on a Redis Cluster with `--features redis-cluster` and `--redis-cluster
+//! redis://HOST:PORT[,redis://HOST:PORT...]` (some of its nodes, any one answering is
+//! enough) in place of `--redis`. The first line on stdout is `listening on
+//! ws://HOST:PORT node NAME`.
 //!
-//! One node of a cluster over Redis. Start several against one Redis: broadcasts,
-//! topics and calls to a peer by address reach clients on every node. Methods, with
-//! positional params:
+//! One node of a cluster over Redis. Start several against one Redis (or one Redis
+//! Cluster): broadcasts, topics and calls to a peer by address reach clients on every
+//! node. Methods, with positional params:
 //! - `whoami []` -> the caller's address, `"NAME/ID"`;
 //! - `subscribe [topic]` -> `true` once the subscription is live across the cluster;
 //!   `unsubscribe [topic]` -> `true`;
@@ -29,8 +32,8 @@ mod cli;
 use std::io::Write;
 use std::time::Duration;
 
-use jsonrpc_peer::cluster::{Cluster, PeerAddr, RedisBackplane, RedisOptions};
-use jsonrpc_peer::{Context, Error, HandshakePolicy, Router, RpcError, Server};
+use jsonrpc_peer::cluster::{Cluster, ClusterBuilder, PeerAddr, RedisBackplane, RedisOptions};
+use jsonrpc_peer::{Context, Error, HandshakePolicy, Router, RpcError, Server, ServerHandle};
 use serde_json::Value;
 
 /// Local errors of a cross-node call, as the answer's error.
@@ -119,21 +122,57 @@ fn router(cluster: Cluster) -> Router<Cluster> {
         })
 }
 
+/// A node on the Redis Cluster whose nodes `seeds` names (comma-separated).
+#[cfg(feature = "redis-cluster")]
+async fn on_redis_cluster(
+    seeds: &str,
+    handle: ServerHandle,
+) -> Result<ClusterBuilder, Box<dyn std::error::Error>> {
+    use jsonrpc_peer::cluster::RedisClusterBackplane;
+    let seeds = seeds.split(',').map(str::trim).filter(|s| !s.is_empty());
+    let bus = RedisClusterBackplane::connect(seeds, RedisOptions::default()).await?;
+    Ok(Cluster::builder(bus, handle))
+}
+
+#[cfg(not(feature = "redis-cluster"))]
+async fn on_redis_cluster(
+    _seeds: &str,
+    _handle: ServerHandle,
+) -> Result<ClusterBuilder, Box<dyn std::error::Error>> {
+    Err("--redis-cluster needs the `redis-cluster` feature: \
+         cargo run --example cluster_node --features redis-cluster -- ..."
+        .into())
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = cli::Args::parse(
         "127.0.0.1:9000",
-        &["redis", "node", "heartbeat-ms", "max-connections"],
+        &[
+            "redis",
+            "redis-cluster",
+            "node",
+            "heartbeat-ms",
+            "max-connections",
+        ],
     )?;
-    let url = args.text("redis", "redis://127.0.0.1:6379");
+    let seeds = args.text("redis-cluster", "");
     let heartbeat = Duration::from_millis(args.number("heartbeat-ms", 2000)?.max(10));
     let policy = HandshakePolicy::default();
     let max_connections = args.number("max-connections", policy.max_connections as u64)?;
     let server = Server::bind(args.listen.as_str())
         .await?
         .handshake_policy(policy.max_connections(max_connections as usize));
-    let bus = RedisBackplane::connect(&url, RedisOptions::default()).await?;
-    let mut builder = Cluster::builder(bus, server.handle())
+    let builder = if seeds.is_empty() {
+        let url = args.text("redis", "redis://127.0.0.1:6379");
+        let bus = RedisBackplane::connect(&url, RedisOptions::default()).await?;
+        Cluster::builder(bus, server.handle())
+    } else if !args.text("redis", "").is_empty() {
+        return Err("give --redis or --redis-cluster, not both".into());
+    } else {
+        on_redis_cluster(&seeds, server.handle()).await?
+    };
+    let mut builder = builder
         .heartbeat_interval(heartbeat)
         .gap_notification("$/gap");
     let name = args.text("node", "");

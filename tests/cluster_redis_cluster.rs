@@ -370,3 +370,25 @@ async fn no_seed_or_a_bad_seed_is_a_clear_error() {
     .unwrap_err();
     assert!(matches!(err, BackplaneError::Unavailable(_)), "{err:?}");
 }
+
+#[tokio::test]
+async fn a_process_too_busy_to_read_does_not_take_silence_for_a_dead_master() {
+    let cluster = RedisCluster::start(3, 0);
+    let (a, _a_events) = backplane(&cluster).await;
+    let (b, mut b_events) = backplane(&cluster).await;
+    within(b.subscribe("jp:t:busy"))
+        .await
+        .expect("subscribe acked");
+    // The test's only runtime thread blocks for more than five probe intervals: the
+    // probes come back meanwhile, but nobody reads them.
+    std::thread::sleep(Duration::from_millis(1500));
+    within(a.publish("jp:t:busy", Bytes::from_static(b"after")))
+        .await
+        .expect("published");
+    assert_eq!(
+        next_message(&mut b_events).await,
+        ("jp:t:busy".to_owned(), Bytes::from_static(b"after")),
+        "no Down or Interrupted first"
+    );
+    assert_eq!(b.reconnects(), 0, "no link dialed again");
+}

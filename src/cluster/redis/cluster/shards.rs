@@ -14,8 +14,10 @@
 //! every channel is held again, and, while up, [`BusEvent::Interrupted`] for the
 //! channels of one lost link (a master killed, its replica promoted) or of one moved
 //! slot, once they are held again elsewhere. Each link sends itself a probe on a
-//! channel of its master's slots; a link silent for `probe_misses` intervals is dropped
-//! and dialed again, as one that closed.
+//! channel of its master's slots every `probe_interval`; a link with no probe back for
+//! `probe_misses` intervals in a row is dropped and dialed again, as one that closed.
+//! Only intervals this task saw on time count, judged after reading what already waits
+//! in the push queue: a process too busy to read has not heard, which is not "no".
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -49,7 +51,9 @@ struct Link {
     asked: HashMap<String, Instant>,
     /// This link's probe channel, in one of its master's slots.
     probe: String,
-    last_probe: Instant,
+    /// A probe came back since the last probe tick; on-time ticks in a row without one.
+    heard: bool,
+    misses: u32,
 }
 
 /// What the link's connections and the task's own helpers report back.
@@ -98,7 +102,6 @@ pub(super) struct Shards {
     last_refresh: Instant,
     repair_attempt: u32,
     next_repair: Instant,
-    next_probe: Instant,
     dirty: bool,
     events: mpsc::Sender<BusEvent>,
     shared: Arc<Shared>,
@@ -134,7 +137,6 @@ impl Shards {
             last_refresh: now,
             repair_attempt: 0,
             next_repair: now,
-            next_probe: now,
             dirty: true,
             events,
             shared,
@@ -164,9 +166,19 @@ impl Shards {
         let mut topology = self.map.watch();
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let interval = self.options.probe_interval;
+        let mut probes = tokio::time::interval(interval);
+        probes.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 Some((id, push)) = inputs.pushes.recv() => self.on_push(id, push),
+                scheduled = probes.tick() => {
+                    // What is already queued was heard before this tick.
+                    while let Ok((id, push)) = inputs.pushes.try_recv() {
+                        self.on_push(id, push);
+                    }
+                    self.on_probe_tick(scheduled.elapsed() <= interval / 2);
+                }
                 Some(internal) = inputs.internal.recv() => self.on_internal(internal),
                 cmd = inputs.control.recv() => match cmd {
                     Some(cmd) => self.on_control(cmd),
@@ -245,7 +257,8 @@ impl Shards {
                 have: HashSet::new(),
                 asked: HashMap::new(),
                 probe,
-                last_probe: Instant::now(),
+                heard: true,
+                misses: 0,
             },
         );
         self.dirty = true;
@@ -271,7 +284,7 @@ impl Shards {
                 if channel.starts_with(&self.probe_base) {
                     if let Some(link) = self.link_by_id(id) {
                         if link.probe == channel {
-                            link.last_probe = Instant::now();
+                            link.heard = true;
                         }
                     }
                 } else if self.want.contains(&channel) {
@@ -315,7 +328,7 @@ impl Shards {
                         "redis cluster: a slot moved; subscribing where it went"
                     );
                     if channel == link.probe {
-                        link.last_probe = Instant::now();
+                        link.heard = true; // it moved: a new one is picked
                     } else if self.up && self.want.contains(&channel) {
                         self.lost.insert(channel);
                     }
@@ -432,36 +445,46 @@ impl Shards {
         self.dirty = true;
     }
 
-    fn on_tick(&mut self) {
-        let now = Instant::now();
-        let silent_for = self.options.probe_interval * self.options.probe_misses;
-        let silent: Vec<String> = self
-            .links
-            .iter()
-            .filter(|(_, l)| now.duration_since(l.last_probe) > silent_for)
-            .map(|(a, _)| a.clone())
-            .collect();
-        for addr in silent {
-            self.drop_link(&addr, "no probe back");
-        }
-        if now >= self.next_probe {
-            self.next_probe = now + self.options.probe_interval;
-            for link in self.links.values() {
-                if link.have.contains(&link.probe) {
-                    let mut conn = link.conn.clone();
-                    let probe = link.probe.clone();
-                    // Not awaited: a frozen master must not stop this task from
-                    // noticing the silence.
-                    tokio::spawn(async move {
-                        let _ = redis::cmd("SPUBLISH")
-                            .arg(&probe)
-                            .arg("p")
-                            .exec_async(&mut conn)
-                            .await;
-                    });
+    /// Counts the probe intervals without a probe back (only an interval this task saw
+    /// on time counts), drops the links silent too long, and sends the next probes.
+    fn on_probe_tick(&mut self, on_time: bool) {
+        let misses = self.options.probe_misses;
+        let mut silent = Vec::new();
+        for (addr, link) in &mut self.links {
+            if std::mem::take(&mut link.heard) {
+                link.misses = 0;
+            } else if on_time {
+                link.misses += 1;
+                if link.misses >= misses {
+                    silent.push(addr.clone());
                 }
             }
         }
+        for addr in silent {
+            self.drop_link(&addr, "no probe back");
+        }
+        for link in self.links.values_mut() {
+            if !link.have.contains(&link.probe) {
+                // Not subscribed yet: nothing to expect.
+                link.heard = true;
+                continue;
+            }
+            let mut conn = link.conn.clone();
+            let probe = link.probe.clone();
+            // Not awaited: a frozen master must not stop this task from noticing the
+            // silence.
+            tokio::spawn(async move {
+                let _ = redis::cmd("SPUBLISH")
+                    .arg(&probe)
+                    .arg("p")
+                    .exec_async(&mut conn)
+                    .await;
+            });
+        }
+    }
+
+    fn on_tick(&mut self) {
+        let now = Instant::now();
         let overdue = self.options.response_timeout;
         let mut late = Vec::new();
         for link in self.links.values_mut() {
@@ -613,7 +636,7 @@ impl Shards {
             if let Some(link) = self.links.get_mut(&addr) {
                 link.have.remove(&link.probe);
                 link.probe = probe;
-                link.last_probe = now;
+                link.heard = true;
             }
         }
         // Ask each link for what it should hold and neither holds nor awaits.

@@ -1,0 +1,331 @@
+//! `cluster_node` example processes on a real Redis Cluster (three masters, three
+//! replicas, started by each test on free loopback ports) with `--redis-cluster`: the
+//! suite the single Redis runs (broadcast, topics, calls, counts, the whole bus down and
+//! back), then what only a cluster has: a master killed mid-stream, a slot moved
+//! mid-stream. The example must be built with `redis-cluster` (`cargo test
+//! --all-features` does).
+
+#[path = "common/cluster_nodes.rs"]
+mod cluster_nodes;
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use cluster_nodes::{count_becomes, Bus, Client, Node};
+use common::redis_cluster::RedisCluster;
+use common::within;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+/// A Redis Cluster as the suite's bus.
+struct ClusterBus(RedisCluster);
+
+impl ClusterBus {
+    fn start() -> ClusterBus {
+        ClusterBus(RedisCluster::start(3, 1))
+    }
+
+    /// The shard channel whose name holds `topic`, and the master holding it, as Redis
+    /// lists them (`PUBSUB SHARDCHANNELS` on each master).
+    fn topic_channel(&self, topic: &str) -> (String, u16) {
+        for (port, _) in self.0.masters() {
+            let listed = self.0.cli(port, &["PUBSUB", "SHARDCHANNELS", "jp:t:*"]);
+            // `jp:t:news`, or `jp:t:{news}` where topics get a hash tag of their own.
+            let names = [format!("jp:t:{topic}"), format!("jp:t:{{{topic}}}")];
+            let found = listed.lines().find(|c| names.iter().any(|n| n == c));
+            if let Some(channel) = found {
+                return (channel.to_owned(), port);
+            }
+        }
+        panic!("no master holds a channel of topic {topic}");
+    }
+}
+
+impl Bus for ClusterBus {
+    fn args(&self) -> Vec<String> {
+        vec!["--redis-cluster".into(), self.0.seeds().join(",")]
+    }
+
+    fn subscribers(&self, channel: &str) -> u64 {
+        let master = self.0.master_of(self.0.keyslot(channel));
+        let numsub = self.0.cli(master, &["PUBSUB", "SHARDNUMSUB", channel]);
+        numsub
+            .lines()
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn kill(&mut self) {
+        self.0.kill_all();
+    }
+
+    fn restart(&mut self) {
+        self.0.restart_all();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_share_broadcasts_topics_calls_and_counts() {
+    let bus = ClusterBus::start();
+    cluster_nodes::three_nodes_share_broadcasts_topics_calls_and_counts(&bus).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_cluster_down_for_two_seconds_behaves_as_one_redis_down() {
+    let mut bus = ClusterBus::start();
+    cluster_nodes::bus_down_for_two_seconds_local_goes_on_then_resubscribe_flush_and_one_gap(
+        &mut bus,
+    )
+    .await;
+}
+
+/// Two nodes, a publisher's client on `a` and a subscriber's on `b`, `b` subscribed to
+/// `topics`.
+async fn two_nodes(bus: &ClusterBus, topics: &[&str]) -> (Node, Node, Client, Client) {
+    let a = Node::start(bus, "a", 2000).await;
+    let b = Node::start(bus, "b", 2000).await;
+    let ca = Client::connect(&a).await;
+    let cb = Client::connect(&b).await;
+    for client in [&ca, &cb] {
+        count_becomes(client, 2).await;
+    }
+    for topic in topics {
+        assert_eq!(cb.ok("subscribe", json!([topic])).await, json!(true));
+    }
+    (a, b, ca, cb)
+}
+
+/// Publishes `{"i": i}` on each of `topics` in turn from `client`'s node, i = 0, 1, ...,
+/// one round every 5 ms, until `stop`; returns the number of rounds.
+fn stream(
+    client: &Client,
+    topics: Vec<String>,
+    stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<u64> {
+    let peer = client.peer.clone();
+    tokio::spawn(async move {
+        let mut round = 0;
+        while !*stop.borrow() {
+            for topic in &topics {
+                let published = peer.call::<Value>("publish", json!([topic, {"i": round}]));
+                within(published).await.expect("publish answered");
+            }
+            round += 1;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        round
+    })
+}
+
+/// What the subscriber got per topic: the numbers in arrival order, and the `$/gap`
+/// notes (as the index into the numbers where each came).
+#[derive(Debug, Default)]
+struct Got {
+    numbers: Vec<u64>,
+    gaps: Vec<usize>,
+}
+
+/// Reads `client`'s notes until every topic has had `last` (at most 60 s).
+async fn collect(client: &mut Client, topics: &[&str], last: u64) -> HashMap<String, Got> {
+    let start = std::time::Instant::now();
+    let mut got: HashMap<String, Got> = topics
+        .iter()
+        .map(|t| (t.to_string(), Got::default()))
+        .collect();
+    let done = |got: &HashMap<String, Got>| got.values().all(|g| g.numbers.last() >= Some(&last));
+    for _ in 0..100_000 {
+        if done(&got) {
+            return got;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "not everything in 60 s: {got:?}"
+        );
+        let (method, params) = client.next_note().await;
+        if method == "$/gap" {
+            let topic = params["topic"].as_str().expect("a gap names its topic");
+            let g = got.get_mut(topic).expect("a gap for a subscribed topic");
+            g.gaps.push(g.numbers.len());
+        } else if let Some(g) = got.get_mut(&method) {
+            g.numbers.push(params["i"].as_u64().expect("a number"));
+        } else {
+            panic!("unexpected note {method} {params}");
+        }
+    }
+    panic!("never got everything: {got:?}");
+}
+
+/// Nothing twice, nothing out of order, and a hole only right after a gap note.
+fn check_once_in_order_gaps_explained(topic: &str, got: &Got) {
+    for (k, pair) in got.numbers.windows(2).enumerate() {
+        assert!(
+            pair[0] < pair[1],
+            "{topic}: {} then {}: twice or out of order",
+            pair[0],
+            pair[1]
+        );
+        if pair[1] > pair[0] + 1 {
+            assert!(
+                got.gaps.iter().any(|&at| at <= k + 1),
+                "{topic}: {} to {} missing with no gap reported before: {got:?}",
+                pair[0] + 1,
+                pair[1] - 1
+            );
+        }
+    }
+}
+
+/// Topics whose channels live on two different masters (as Redis lists them once `b`
+/// subscribed): (the first, its master), (one on another master).
+fn on_two_masters(
+    bus: &ClusterBus,
+    topics: &[&'static str],
+) -> ((&'static str, u16), &'static str) {
+    let (_, first_master) = bus.topic_channel(topics[0]);
+    let other = topics[1..]
+        .iter()
+        .find(|t| bus.topic_channel(t).1 != first_master)
+        .expect("a topic on another master");
+    ((topics[0], first_master), other)
+}
+
+const TOPICS: [&str; 5] = ["news", "feed", "alerts", "scores", "chat"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed_mid_stream_costs_its_topic_one_gap_and_nothing_twice() {
+    let mut bus = ClusterBus::start();
+    let (_a, _b, ca, mut cb) = two_nodes(&bus, &TOPICS).await;
+    let ((news, victim), other) = on_two_masters(&bus, &TOPICS);
+    for topic in TOPICS.iter().filter(|t| **t != news && **t != other) {
+        assert_eq!(cb.ok("unsubscribe", json!([topic])).await, json!(true));
+    }
+
+    let (stop, stopped) = watch::channel(false);
+    let publisher = stream(&ca, vec![news.to_owned(), other.to_owned()], stopped);
+    // Some of the stream flows before the kill.
+    let before = collect(&mut cb, &[news, other], 20).await;
+    tokio::task::block_in_place(|| {
+        let slot = bus.0.keyslot(&bus.topic_channel(news).0);
+        bus.0.kill(victim);
+        bus.0.wait_failover(slot, victim);
+    });
+    // The stream goes on a while on the promoted replica, then stops.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.send_replace(true);
+    let rounds = within(publisher).await.expect("the publisher");
+    let after = collect(&mut cb, &[news, other], rounds - 1).await;
+
+    for (topic, gaps) in [(news, 1), (other, 0)] {
+        let got = Got {
+            numbers: before[topic]
+                .numbers
+                .iter()
+                .chain(&after[topic].numbers)
+                .copied()
+                .collect(),
+            gaps: before[topic]
+                .gaps
+                .iter()
+                .copied()
+                .chain(
+                    after[topic]
+                        .gaps
+                        .iter()
+                        .map(|&at| at + before[topic].numbers.len()),
+                )
+                .collect(),
+        };
+        check_once_in_order_gaps_explained(topic, &got);
+        assert_eq!(got.gaps.len(), gaps, "{topic}: {got:?}");
+        assert_eq!(
+            got.numbers.last(),
+            Some(&(rounds - 1)),
+            "{topic}: the stream's end arrived"
+        );
+    }
+    // The other master's topic lost nothing: its shard never went away.
+    let other_numbers: Vec<u64> = before[other]
+        .numbers
+        .iter()
+        .chain(&after[other].numbers)
+        .copied()
+        .collect();
+    assert_eq!(
+        other_numbers,
+        (0..rounds).collect::<Vec<_>>(),
+        "{other}: every one, once, in order"
+    );
+    count_becomes(&cb, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_moved_mid_stream_costs_its_topic_one_gap_and_nothing_twice() {
+    let bus = ClusterBus::start();
+    let (_a, _b, ca, mut cb) = two_nodes(&bus, &TOPICS).await;
+    let ((news, from), other) = on_two_masters(&bus, &TOPICS);
+    for topic in TOPICS.iter().filter(|t| **t != news && **t != other) {
+        assert_eq!(cb.ok("unsubscribe", json!([topic])).await, json!(true));
+    }
+    let to = bus
+        .0
+        .masters()
+        .into_iter()
+        .map(|(p, _)| p)
+        .find(|p| *p != from)
+        .expect("another master");
+    let slot = bus.0.keyslot(&bus.topic_channel(news).0);
+
+    let (stop, stopped) = watch::channel(false);
+    let publisher = stream(&ca, vec![news.to_owned(), other.to_owned()], stopped);
+    let before = collect(&mut cb, &[news, other], 20).await;
+    // Migrating for a while (the source still serves the channel), then moved.
+    tokio::task::block_in_place(|| assert_eq!(bus.0.begin_move(slot, to), from));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::task::block_in_place(|| bus.0.finish_move(slot, from, to));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.send_replace(true);
+    let rounds = within(publisher).await.expect("the publisher");
+    let after = collect(&mut cb, &[news, other], rounds - 1).await;
+    assert_eq!(
+        bus.topic_channel(news).1,
+        to,
+        "b listens on the slot's new master"
+    );
+
+    for (topic, gaps) in [(news, 1), (other, 0)] {
+        let got = Got {
+            numbers: before[topic]
+                .numbers
+                .iter()
+                .chain(&after[topic].numbers)
+                .copied()
+                .collect(),
+            gaps: before[topic]
+                .gaps
+                .iter()
+                .copied()
+                .chain(
+                    after[topic]
+                        .gaps
+                        .iter()
+                        .map(|&at| at + before[topic].numbers.len()),
+                )
+                .collect(),
+        };
+        check_once_in_order_gaps_explained(topic, &got);
+        assert_eq!(got.gaps.len(), gaps, "{topic}: {got:?}");
+    }
+    let other_numbers: Vec<u64> = before[other]
+        .numbers
+        .iter()
+        .chain(&after[other].numbers)
+        .copied()
+        .collect();
+    assert_eq!(
+        other_numbers,
+        (0..rounds).collect::<Vec<_>>(),
+        "{other}: every one, once, in order"
+    );
+}
