@@ -1,12 +1,14 @@
-//! The cross-node path against raw redis-rs pub/sub, on one real Redis, in one run.
+//! The cross-node path against raw redis-rs pub/sub, on one real Redis; then one Redis
+//! against a Redis Cluster of three masters (shards.rs), in one run.
 //!
 //! ```text
-//! cargo bench --bench cluster --features redis              # full run, about a minute
-//! cargo bench --bench cluster --features redis -- --quick   # a few seconds (CI)
+//! cargo bench --bench cluster --features redis-cluster              # full run, about two minutes
+//! cargo bench --bench cluster --features redis-cluster -- --quick   # a few seconds (CI)
 //! ```
 //!
-//! Needs `redis-server` on the PATH (`.ci/install`); the bench starts its own on a unix
-//! socket in a temp dir and stops it at the end.
+//! Needs `redis-server` and `redis-cli` on the PATH (`.ci/install`); the bench starts its
+//! own Redis on a unix socket in a temp dir, another on a loopback port, and a cluster
+//! on loopback ports, and stops them at the end.
 //!
 //! | scenario | raw baseline | ours |
 //! |---|---|---|
@@ -21,8 +23,13 @@
 //! single node + 2 ms. The machine is shared and noisy: compare within one run.
 
 #[allow(dead_code)] // the tests use more of it
+#[path = "../tests/common/redis_cluster.rs"]
+mod redis_cluster;
+#[allow(dead_code)] // the tests use more of it
 #[path = "../tests/common/redis_server.rs"]
 mod redis_server;
+#[path = "cluster/shards.rs"]
+mod shards;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,6 +46,9 @@ const TOPIC: &str = "bench";
 
 struct Opts {
     quick: bool,
+    /// Messages per run and rounds of the one-Redis-against-a-cluster comparison.
+    shard_msgs: usize,
+    shard_rounds: usize,
     latency_msgs: usize,
     throughput_msgs: usize,
     broadcast_clients: usize,
@@ -50,6 +60,8 @@ impl Opts {
         if quick {
             Opts {
                 quick,
+                shard_msgs: 5_000,
+                shard_rounds: 1,
                 latency_msgs: 300,
                 throughput_msgs: 5_000,
                 broadcast_clients: 100,
@@ -58,6 +70,8 @@ impl Opts {
         } else {
             Opts {
                 quick,
+                shard_msgs: 100_000,
+                shard_rounds: 3,
                 latency_msgs: 5_000,
                 throughput_msgs: 100_000,
                 broadcast_clients: 1_000,
@@ -445,6 +459,7 @@ fn main() {
         .build()
         .expect("tokio runtime");
     let f = runtime.block_on(run(&opts, &redis.url()));
+    let shards = runtime.block_on(shards::compare(opts.shard_msgs, opts.shard_rounds));
     drop(runtime);
 
     let n = opts.broadcast_clients;
@@ -483,4 +498,5 @@ fn main() {
         f.cluster_ms - f.single_ms,
         verdict(f.cluster_ms <= f.single_ms + 2.0)
     );
+    shards.print(opts.shard_rounds);
 }

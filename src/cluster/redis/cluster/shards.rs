@@ -88,7 +88,7 @@ pub(super) struct Shards {
     options: RedisOptions,
     /// The prefix of this backplane's probe channels.
     probe_base: String,
-    want: BTreeSet<String>,
+    want: HashSet<String>,
     links: HashMap<String, Link>,
     dialing: HashSet<String>,
     /// Masters whose last dial failed: not before then, and how many failures.
@@ -125,7 +125,7 @@ impl Shards {
             probe_base: format!("{}:probe:{:016x}", options.prefix, fastrand::u64(..)),
             map,
             options,
-            want: BTreeSet::new(),
+            want: HashSet::new(),
             links: HashMap::new(),
             dialing: HashSet::new(),
             dial_after: HashMap::new(),
