@@ -277,8 +277,7 @@ impl Handshakes {
     }
 
     fn lock(&self) -> MutexGuard<'_, Pending> {
-        // Nothing panics while holding it; a poisoned lock still holds a valid map.
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.pending)
     }
 
     /// Registers a new handshake, evicting the oldest if the bound is reached.

@@ -121,6 +121,7 @@ mod reconnect;
 mod registry;
 mod router;
 mod server;
+mod sync;
 mod topics;
 pub mod transport;
 

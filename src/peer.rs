@@ -23,6 +23,7 @@ use crate::message;
 use crate::pending::{Due, Pending, Registered, Reply};
 use crate::progress::Sinks;
 use crate::router::Router;
+use crate::sync::lock;
 use crate::transport::{Text, Transport};
 
 use crate::queue::Outgoing;
@@ -139,11 +140,7 @@ impl Shared {
 
     /// Runs the `on_close` callbacks, once.
     pub(crate) fn run_on_close(&self) {
-        let callbacks = self
-            .on_close
-            .lock()
-            .map(|mut c| c.take())
-            .unwrap_or_default();
+        let callbacks = lock(&self.on_close).take();
         for callback in callbacks.into_iter().flatten() {
             callback();
         }
@@ -527,10 +524,8 @@ impl Peer {
     /// before [`closed`](Self::closed) resolves. Registries use it to forget the peer.
     pub fn on_close(&self, callback: impl FnOnce() + Send + 'static) {
         let mut callback = Some(Box::new(callback) as OnClose);
-        if let Ok(mut slot) = self.shared.on_close.lock() {
-            if let Some(list) = slot.as_mut() {
-                list.extend(callback.take());
-            }
+        if let Some(list) = lock(&self.shared.on_close).as_mut() {
+            list.extend(callback.take());
         }
         if let Some(callback) = callback {
             callback();

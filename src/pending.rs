@@ -32,7 +32,7 @@ use serde::de::DeserializeOwned;
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -40,6 +40,7 @@ use tokio::time::Instant;
 use crate::error::{CloseReason, Error, RpcError};
 use crate::message::Outcome;
 use crate::router::FxHashMap;
+use crate::sync::lock;
 use crate::transport::Text;
 
 /// The result of one call, still raw JSON text: read it with the caller's own type
@@ -214,10 +215,9 @@ impl Pending {
         Pending::default()
     }
 
-    /// The map and the deque. No code panics while holding them, but a poisoned lock
-    /// is still usable: its data is consistent after every single operation.
+    /// The map and the deque.
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// Registers a call. The returned guard removes the entry if the call gives up.

@@ -22,7 +22,7 @@
 //! included) and simply sends none.
 
 use std::pin::Pin;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll};
 
 use std::future::Future;
@@ -38,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::peer::Peer;
 use crate::pending::Reply;
 use crate::router::{Context, FxHashMap};
+use crate::sync::lock;
 use crate::transport::Text;
 
 /// The method of a progress notification.
@@ -79,7 +80,7 @@ pub(crate) struct Sinks {
 
 impl Sinks {
     fn map(&self) -> MutexGuard<'_, FxHashMap<u64, mpsc::Sender<Reply>>> {
-        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.map)
     }
 
     /// Registers call `id`'s sink; the guard removes it when the call ends.

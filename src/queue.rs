@@ -26,12 +26,13 @@
 //! [`PeerConfig::outgoing_queue_bytes`]: crate::PeerConfig::outgoing_queue_bytes
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use futures_util::task::AtomicWaker;
 use tokio::sync::Notify;
 
+use crate::sync::lock;
 use crate::transport::Text;
 
 /// What the connection is asked to send by other tasks.
@@ -105,9 +106,8 @@ impl OutQueue {
         }
     }
 
-    /// The state. No code panics while holding it, but a poisoned lock is still usable.
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// Queues `frame` if the queue has room for it now, in frames and in bytes.

@@ -19,6 +19,7 @@ use crate::config::PeerConfig;
 use crate::error::{Error, Result};
 use crate::peer::Peer;
 use crate::router::Router;
+use crate::sync::lock;
 
 /// How long to wait between attempts: exponential, capped, with full jitter.
 ///
@@ -240,17 +241,13 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
         last_error: Arc<std::sync::Mutex<Option<Arc<Error>>>>,
     ) {
         let remember = |e: Error| {
-            if let Ok(mut slot) = last_error.lock() {
-                *slot = Some(Arc::new(e));
-            }
+            *lock(&last_error) = Some(Arc::new(e));
         };
         let request = match &self.request {
             Ok(request) => request,
             Err(e) => {
                 tracing::warn!(error = %e, "reconnecting client: the request is not valid; stopped");
-                if let Ok(mut slot) = last_error.lock() {
-                    *slot = Some(e.clone());
-                }
+                *lock(&last_error) = Some(e.clone());
                 state.send_replace(LinkState::Stopped);
                 return;
             }
@@ -354,7 +351,7 @@ impl Reconnecting {
     /// or of the link ([`Error::Closed`] with why it closed). Kept after the link is up
     /// again, so a display can say what happened last.
     pub fn last_error(&self) -> Option<Arc<Error>> {
-        self.last_error.lock().ok().and_then(|e| e.clone())
+        lock(&self.last_error).clone()
     }
 
     /// Where the link stands now.

@@ -16,7 +16,7 @@ use std::future::Future;
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::FutureExt;
@@ -29,6 +29,7 @@ use crate::message;
 use crate::peer::Peer;
 use crate::queue::Outgoing;
 use crate::router::{BoxFuture, FxHashMap};
+use crate::sync::lock;
 use crate::transport::Text;
 
 struct Entry {
@@ -55,7 +56,7 @@ pub(super) struct Ticket {
 
 impl Running {
     fn map(&self) -> MutexGuard<'_, FxHashMap<Box<str>, Entry>> {
-        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.map)
     }
 
     /// How many incoming calls wait or run where a cancel can reach them.
