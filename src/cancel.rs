@@ -14,26 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use tokio::sync::Notify;
 
+use crate::config::CancelStyle;
 use crate::error::{ErrorCode, RpcError};
 use crate::peer::{Peer, Shared};
 use crate::router::Context;
-
-/// Which cancel notification this side sends when it gives up on a call.
-///
-/// Both are understood when they arrive, whatever this setting says.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CancelStyle {
-    /// The Language Server Protocol's `{"method":"$/cancelRequest","params":{"id":ID}}`.
-    /// The other side still answers the call: with `-32800 Request cancelled`, or with
-    /// what a cooperative handler returned. The default.
-    #[default]
-    Lsp,
-    /// The Model Context Protocol's
-    /// `{"method":"notifications/cancelled","params":{"requestId":ID}}`. The other side
-    /// sends no answer at all.
-    Mcp,
-}
 
 /// The LSP form's method.
 pub(crate) const LSP_METHOD: &str = "$/cancelRequest";

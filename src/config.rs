@@ -8,8 +8,6 @@ use std::time::Duration;
 
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
-use crate::cancel::CancelStyle;
-
 /// Settings of one connection, for clients and servers alike.
 ///
 /// ```
@@ -87,6 +85,23 @@ pub struct PeerConfig {
     /// (default 64). The connection never waits for them: past this, values are
     /// dropped.
     pub progress_queue: usize,
+}
+
+/// Which cancel notification this side sends when it gives up on a call.
+///
+/// Both are understood when they arrive, whatever this setting says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelStyle {
+    /// The Language Server Protocol's `{"method":"$/cancelRequest","params":{"id":ID}}`.
+    /// The other side still answers the call: with `-32800 Request cancelled`, or with
+    /// what a cooperative handler returned. The default.
+    #[default]
+    Lsp,
+    /// The Model Context Protocol's
+    /// `{"method":"notifications/cancelled","params":{"requestId":ID}}`. The other side
+    /// sends no answer at all.
+    Mcp,
 }
 
 /// What a notification pushed without waiting (a broadcast, a topic) does when the

@@ -126,11 +126,10 @@ mod topics;
 pub mod transport;
 
 pub use batch::Batch;
-pub use cancel::CancelStyle;
 #[cfg(feature = "rustls")]
 pub use client::connect_with_tls;
 pub use client::{connect, connect_with_config};
-pub use config::{PeerConfig, SlowPeer};
+pub use config::{CancelStyle, PeerConfig, SlowPeer};
 pub use contract::{Api, ApiMismatch, Method, Notification, Notifications};
 #[cfg(feature = "schemars")]
 pub use discover::OPENRPC_VERSION;

@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::http::HeaderMap;
 
 use crate::batch::Batch;
-use crate::cancel::{CancelOnDrop, CancelStyle};
-use crate::config::{PeerConfig, SlowPeer};
+use crate::cancel::CancelOnDrop;
+use crate::config::{CancelStyle, PeerConfig, SlowPeer};
 use crate::driver::Running;
 use crate::error::{CloseReason, Error, Result};
 use crate::message;
@@ -92,8 +92,12 @@ pub struct ConnectionInfo {
     /// [`HandshakePolicy::keep_headers`](crate::HandshakePolicy::keep_headers).
     pub headers: HeaderMap,
     /// What the authentication hook attached, if any.
-    pub(crate) auth: Option<crate::policy::Attached>,
+    pub(crate) auth: Option<Attached>,
 }
+
+/// What an authentication hook attached to a connection; read it with
+/// [`Peer::auth`].
+pub(crate) type Attached = Arc<dyn std::any::Any + Send + Sync>;
 
 impl ConnectionInfo {
     /// Info with only a remote address.

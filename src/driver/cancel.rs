@@ -23,7 +23,8 @@ use futures_util::FutureExt;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::cancel::{CancelStyle, CancelToken};
+use crate::cancel::CancelToken;
+use crate::config::CancelStyle;
 use crate::error::RpcError;
 use crate::message;
 use crate::peer::Peer;

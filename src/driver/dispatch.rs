@@ -35,8 +35,7 @@ use futures_util::FutureExt;
 use tokio::task::JoinSet;
 use tokio::time::Sleep;
 
-use crate::cancel::CancelStyle;
-use crate::config::PeerConfig;
+use crate::config::{CancelStyle, PeerConfig};
 use crate::error::{CloseReason, Error, ErrorCode, RpcError};
 use crate::message::{self, Incoming, Item};
 use crate::peer::{CloseRequest, Peer};
