@@ -51,7 +51,7 @@ use tokio::time::{Instant, Sleep};
 use crate::config::PeerConfig;
 use crate::error::CloseReason;
 use crate::peer::{Peer, Shared};
-use crate::router::{BoxFuture, Router};
+use crate::router::{HandlerFuture, Router};
 use crate::transport::{Frame, Transport, TransportError};
 pub(crate) use cancel::Running;
 use dispatch::Dispatch;
@@ -378,14 +378,14 @@ enum FirstPoll<T> {
     Done(T),
     /// Not done: it moves to a task of its own, which polls it again at once (what the
     /// first poll registered with the no-op waker is registered anew).
-    Waiting(BoxFuture<T>),
+    Waiting(HandlerFuture<T>),
     /// Panicked, in making its future or in the poll.
     Panicked,
 }
 
 /// Makes a handler's future with `start` and polls it once, with a waker that does
 /// nothing. Most handlers finish there, which saves a task per call; see `dispatch`.
-fn poll_once<T>(start: impl FnOnce() -> BoxFuture<T>) -> FirstPoll<T> {
+fn poll_once<T>(start: impl FnOnce() -> HandlerFuture<T>) -> FirstPoll<T> {
     let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let mut fut = start();
         match fut

@@ -5,7 +5,7 @@
 //! connection's sweep, below), its caller gives up (the guard's drop, on its own
 //! timeout or cancellation), or the connection ends (`fail_all`).
 //!
-//! The map is a plain `Mutex<HashMap>` with the router's Fx hasher, not the `DashMap`
+//! The map is a plain `Mutex<HashMap>` with rustc-hash's Fx hasher (see the note on `Router`), not the `DashMap`
 //! design first named: it is per connection, touched by the calling tasks and the
 //! reader for a few nanoseconds each (an insert or a remove, never held across a send
 //! or an await), so shards buy nothing, while they cost a SipHash per lookup, a
@@ -28,6 +28,7 @@
 //! more than twice the live calls (plus [`SLACK`]), so one call that never ends cannot
 //! make it grow with the call rate.
 
+use rustc_hash::FxHashMap;
 use serde::de::DeserializeOwned;
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -39,7 +40,6 @@ use tokio::time::Instant;
 
 use crate::error::{CloseReason, Error, RpcError};
 use crate::message::Outcome;
-use crate::router::FxHashMap;
 use crate::sync::lock;
 use crate::transport::Text;
 

@@ -28,6 +28,7 @@ use std::task::{Context as TaskContext, Poll};
 use std::future::Future;
 use std::time::Duration;
 
+use rustc_hash::FxHashMap;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde::Serialize;
@@ -37,7 +38,7 @@ use tokio::sync::mpsc;
 use crate::error::{Error, Result};
 use crate::peer::Peer;
 use crate::pending::Reply;
-use crate::router::{Context, FxHashMap};
+use crate::router::Context;
 use crate::sync::lock;
 use crate::transport::Text;
 

@@ -130,7 +130,8 @@ fn retry_refusal(status: crate::http::StatusCode) -> bool {
     !status.is_client_error() || status.as_u16() == 408 || status.as_u16() == 429
 }
 
-type Hook = Arc<dyn Fn(Peer) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+/// A hook run each time the link is up, before calls go through it.
+type ConnectHook = Arc<dyn Fn(Peer) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// A client connection that comes back: when the link drops it dials again with
 /// [`Backoff`], runs the `on_connect` hook (to subscribe again, say), and carries on.
@@ -172,7 +173,7 @@ pub struct ReconnectingBuilder<S> {
     router: Arc<Router<S>>,
     config: PeerConfig,
     backoff: Backoff,
-    on_connect: Vec<Hook>,
+    on_connect: Vec<ConnectHook>,
 }
 
 impl<S> std::fmt::Debug for ReconnectingBuilder<S> {

@@ -6,6 +6,7 @@ use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -14,7 +15,9 @@ use crate::message;
 use crate::peer::Peer;
 use crate::transport::Text;
 
-pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+/// A handler's future, boxed: what the erased handlers return, and what the connection
+/// polls once and then moves to a task of its own.
+pub(crate) type HandlerFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// What a handler gets besides its params: the peer that called it and the shared state.
 ///
@@ -134,20 +137,12 @@ fn is_empty_container(text: &str) -> bool {
 }
 
 /// A method handler with its types erased. It returns the whole response frame.
-pub(crate) type MethodFn<S> = dyn Fn(Context<S>, Call) -> BoxFuture<String> + Send + Sync;
+pub(crate) type MethodFn<S> = dyn Fn(Context<S>, Call) -> HandlerFuture<String> + Send + Sync;
 /// A notification handler with its types erased. It reads its params from the frame
 /// before it returns, so it borrows the frame: cloning and dropping it (two atomic
 /// operations) was a visible part of a notification's cost.
 pub(crate) type NotificationFn<S> =
-    dyn Fn(Context<S>, &str, Option<Range<usize>>) -> BoxFuture<()> + Send + Sync;
-
-/// The maps on every message's path (the method table, the pending and running calls)
-/// hash with rustc-hash's Fx hasher: SipHash was a visible part of each lookup. The
-/// method table's and the pending map's keys are chosen by this program (names
-/// registered at start, ids from a counter), so a crafted name can only miss; the
-/// running calls are keyed by the other side's ids, but that map holds at most
-/// `max_in_flight` entries, which bounds any probe sequence a crafted id could make.
-pub(crate) use rustc_hash::FxHashMap;
+    dyn Fn(Context<S>, &str, Option<Range<usize>>) -> HandlerFuture<()> + Send + Sync;
 
 /// The method table a peer serves: incoming calls and notifications by method name.
 ///
@@ -189,6 +184,12 @@ pub(crate) use rustc_hash::FxHashMap;
 ///     });
 /// assert!(router.has_method("subtract"));
 /// ```
+// The maps on every message's path (this method table, the pending and running calls)
+// hash with rustc-hash's Fx hasher: SipHash was a visible part of each lookup. The
+// method table's and the pending map's keys are chosen by this program (names
+// registered at start, ids from a counter), so a crafted name can only miss; the
+// running calls are keyed by the other side's ids, but that map holds at most
+// `max_in_flight` entries, which bounds any probe sequence a crafted id could make.
 pub struct Router<S = ()> {
     pub(crate) state: Arc<S>,
     pub(crate) methods: FxHashMap<Box<str>, Arc<MethodFn<S>>>,
@@ -243,7 +244,7 @@ impl<S: Send + Sync + 'static> Router<S> {
     {
         check_name(name);
         let method: Arc<str> = name.into();
-        let erased = move |cx: Context<S>, call: Call| -> BoxFuture<String> {
+        let erased = move |cx: Context<S>, call: Call| -> HandlerFuture<String> {
             let params = match call.decode::<P>() {
                 Ok(p) => p,
                 Err(e) if call.notification => {
@@ -306,7 +307,7 @@ impl<S: Send + Sync + 'static> Router<S> {
         let method: Arc<str> = name.into();
         let erased = move |cx: Context<S>, frame: &str, params: Option<Range<usize>>| {
             match decode_params::<P>(frame, params) {
-                Ok(p) => Box::pin(handler(cx, p)) as BoxFuture<()>,
+                Ok(p) => Box::pin(handler(cx, p)) as HandlerFuture<()>,
                 Err(e) => {
                     tracing::warn!(method = %method, error = %e, "notification params do not fit; dropped");
                     Box::pin(std::future::ready(()))

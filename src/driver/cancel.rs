@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::FutureExt;
+use rustc_hash::FxHashMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -29,7 +30,7 @@ use crate::error::RpcError;
 use crate::message;
 use crate::peer::Peer;
 use crate::queue::Outgoing;
-use crate::router::{BoxFuture, FxHashMap};
+use crate::router::HandlerFuture;
 use crate::sync::lock;
 use crate::transport::Text;
 
@@ -172,7 +173,7 @@ pub(super) fn on_cancel(peer: &Peer, style: CancelStyle, params: Option<&str>) -
 /// to its answer and sends it, unless a cancel took it first. A panic answers -32603.
 pub(super) fn stoppable_call(
     peer: &Peer,
-    fut: BoxFuture<String>,
+    fut: HandlerFuture<String>,
     id_frame: Text,
     id: Range<usize>,
     method: &str,

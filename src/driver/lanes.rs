@@ -15,9 +15,9 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 
-use crate::router::FxHashMap;
 use crate::sync::lock;
 
 /// The end of the chain of one key.
