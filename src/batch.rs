@@ -6,8 +6,8 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::message;
-use crate::peer::Peer;
-use crate::pending::{Due, Registered, Reply};
+use crate::peer::{Peer, Reply};
+use crate::pending::{Due, Registered};
 
 /// Calls and notifications sent as one JSON array; see [`Peer::batch`].
 #[derive(Debug)]

@@ -86,7 +86,7 @@ pub(crate) enum Item<'a> {
 
 /// The `result` or the `error` member of a response, still raw: borrowed from the
 /// frame while the reader classifies it (`Outcome<Raw>`), then owned on its way to the
-/// waiting call (`Outcome<Reply>`, see `pending`).
+/// waiting call (`Outcome<Reply>`, see `peer`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Outcome<T> {
     Result(T),

@@ -1,6 +1,7 @@
 //! The `Peer` handle: call, notify, batch, close, closed.
 
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
@@ -18,9 +19,10 @@ use crate::batch::Batch;
 use crate::cancel::CancelOnDrop;
 use crate::config::{CancelStyle, PeerConfig, SlowPeer};
 use crate::driver::Running;
-use crate::error::{CloseReason, Error, Result};
+use crate::error::{CloseReason, Error, Result, RpcError};
 use crate::message;
-use crate::pending::{Due, Pending, Registered, Reply};
+use crate::message::Outcome;
+use crate::pending::{Due, Pending, Registered};
 use crate::progress::Sinks;
 use crate::router::Router;
 use crate::sync::lock;
@@ -231,6 +233,58 @@ impl Shared {
             None => send.await,
         };
         Some(sent.map_err(|_| Error::Closed(self.close_reason())))
+    }
+}
+
+/// The result of one call, still raw JSON text: read it with the caller's own type
+/// ([`decode`](Self::decode)), or pass it on unparsed ([`get`](Self::get)).
+#[derive(Clone)]
+pub struct Reply {
+    frame: Text,
+    range: Range<usize>,
+}
+
+impl Reply {
+    pub(crate) fn new(frame: Text, range: Range<usize>) -> Self {
+        Reply { frame, range }
+    }
+
+    /// The `result` member as raw JSON text, exactly as received.
+    pub fn get(&self) -> &str {
+        &self.frame[self.range.clone()]
+    }
+
+    /// Reads the result as `R`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Serialization`] when the result does not fit `R`.
+    pub fn decode<R: DeserializeOwned>(&self) -> Result<R, Error> {
+        Ok(serde_json::from_str(self.get())?)
+    }
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Reply").field(&self.get()).finish()
+    }
+}
+
+impl Outcome<Reply> {
+    /// The call's result; `method` is the method called, for an error to name it.
+    pub(crate) fn into_result(self, method: &str) -> Result<Reply, Error> {
+        match self {
+            Outcome::Result(reply) => Ok(reply),
+            Outcome::Error(error) => match serde_json::from_str::<RpcError>(error.get()) {
+                Ok(error) => Err(Error::Rpc {
+                    method: method.into(),
+                    error,
+                }),
+                Err(e) => Err(Error::InvalidResponse(format!(
+                    "malformed error object: {e}"
+                ))),
+            },
+        }
     }
 }
 

@@ -36,8 +36,7 @@ use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
-use crate::peer::Peer;
-use crate::pending::Reply;
+use crate::peer::{Peer, Reply};
 use crate::router::Context;
 use crate::sync::lock;
 use crate::transport::Text;
