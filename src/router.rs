@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::RpcError;
+use crate::lanes::Lane;
 use crate::message;
 use crate::peer::Peer;
 use crate::transport::Text;
@@ -191,12 +192,32 @@ pub(crate) type NotificationFn<S> =
 // running calls are keyed by the other side's ids, but that map holds at most
 // `max_in_flight` entries, which bounds any probe sequence a crafted id could make.
 pub struct Router<S = ()> {
-    pub(crate) state: Arc<S>,
-    pub(crate) methods: FxHashMap<Box<str>, Arc<MethodFn<S>>>,
-    pub(crate) notifications: FxHashMap<Box<str>, Arc<NotificationFn<S>>>,
-    /// How the methods registered with options run (see `lanes.rs`); the others run
-    /// concurrently and are stopped when cancelled.
-    pub(crate) options: FxHashMap<Box<str>, crate::lanes::Registration>,
+    state: Arc<S>,
+    /// Each method with how its calls run: one lookup per incoming call.
+    methods: FxHashMap<Box<str>, Route<S>>,
+    notifications: FxHashMap<Box<str>, Arc<NotificationFn<S>>>,
+}
+
+/// Where a method's calls go: its handler, and how they run (see `lanes.rs`).
+pub(crate) struct Route<S> {
+    handler: Arc<MethodFn<S>>,
+    lane: Lane,
+    /// Told of a cancel instead of stopped by it.
+    cooperative: bool,
+}
+
+impl<S> Route<S> {
+    pub(crate) fn handler(&self) -> &Arc<MethodFn<S>> {
+        &self.handler
+    }
+
+    pub(crate) fn lane(&self) -> &Lane {
+        &self.lane
+    }
+
+    pub(crate) fn cooperative(&self) -> bool {
+        self.cooperative
+    }
 }
 
 impl Router<()> {
@@ -219,8 +240,17 @@ impl<S: Send + Sync + 'static> Router<S> {
             state: Arc::new(state),
             methods: FxHashMap::default(),
             notifications: FxHashMap::default(),
-            options: FxHashMap::default(),
         }
+    }
+
+    /// Makes the calls of method `name` run in `lane`, and, if `cooperative`, tells
+    /// its handler of a cancel instead of stopping it.
+    pub(crate) fn run_as(mut self, name: &str, lane: Lane, cooperative: bool) -> Self {
+        if let Some(route) = self.methods.get_mut(name) {
+            route.lane = lane;
+            route.cooperative = cooperative;
+        }
+        self
     }
 
     /// Adds a method: `handler` answers each call of `name`.
@@ -235,7 +265,7 @@ impl<S: Send + Sync + 'static> Router<S> {
     ///
     /// If `name` is already a method, or begins with `rpc.` (the specification
     /// reserves those names). Both are mistakes in the program, found when it starts.
-    pub fn method<P, T, F, Fut>(mut self, name: &str, handler: F) -> Self
+    pub fn method<P, T, F, Fut>(self, name: &str, handler: F) -> Self
     where
         F: Fn(Context<S>, P) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T, RpcError>> + Send + 'static,
@@ -243,6 +273,22 @@ impl<S: Send + Sync + 'static> Router<S> {
         T: Serialize + Send + 'static,
     {
         check_name(name);
+        self.serve(name, handler)
+    }
+
+    /// [`method`](Self::method) without the check of the name: for the names this
+    /// crate itself serves in the reserved `rpc.` space (`rpc.discover`).
+    ///
+    /// # Panics
+    ///
+    /// If `name` is already a method.
+    pub(crate) fn serve<P, T, F, Fut>(mut self, name: &str, handler: F) -> Self
+    where
+        F: Fn(Context<S>, P) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, RpcError>> + Send + 'static,
+        P: DeserializeOwned + Send + 'static,
+        T: Serialize + Send + 'static,
+    {
         let method: Arc<str> = name.into();
         let erased = move |cx: Context<S>, call: Call| -> HandlerFuture<String> {
             let params = match call.decode::<P>() {
@@ -281,7 +327,12 @@ impl<S: Send + Sync + 'static> Router<S> {
                 }
             })
         };
-        let previous = self.methods.insert(name.into(), Arc::new(erased));
+        let route = Route {
+            handler: Arc::new(erased),
+            lane: Lane::Concurrent,
+            cooperative: false,
+        };
+        let previous = self.methods.insert(name.into(), route);
         assert!(previous.is_none(), "method `{name}` is registered twice");
         self
     }
@@ -321,7 +372,10 @@ impl<S: Send + Sync + 'static> Router<S> {
         );
         self
     }
+}
 
+/// What the connection asks of the table: lookups, with no bounds on `S`.
+impl<S> Router<S> {
     /// Whether a method of this name is registered.
     pub fn has_method(&self, name: &str) -> bool {
         self.methods.contains_key(name)
@@ -330,6 +384,31 @@ impl<S: Send + Sync + 'static> Router<S> {
     /// Whether a notification handler of this name is registered.
     pub fn has_notification(&self, name: &str) -> bool {
         self.notifications.contains_key(name)
+    }
+
+    /// The method `name` and how its calls run, if it is served.
+    pub(crate) fn route(&self, name: &str) -> Option<&Route<S>> {
+        self.methods.get(name)
+    }
+
+    /// The notification handler of `name`, if there is one.
+    pub(crate) fn notification_handler(&self, name: &str) -> Option<&Arc<NotificationFn<S>>> {
+        self.notifications.get(name)
+    }
+
+    /// The context a handler called through `peer` runs with.
+    pub(crate) fn context(&self, peer: &Peer) -> Context<S> {
+        Context::new(peer.clone(), self.state.clone())
+    }
+
+    /// The names of the methods served.
+    pub(crate) fn method_names(&self) -> impl Iterator<Item = &str> {
+        self.methods.keys().map(|name| &**name)
+    }
+
+    /// The names of the notifications handled.
+    pub(crate) fn notification_names(&self) -> impl Iterator<Item = &str> {
+        self.notifications.keys().map(|name| &**name)
     }
 }
 

@@ -309,22 +309,18 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                             .with_data("the connection is closing"),
                     ));
                 }
-                let Some(handler) = self.router.methods.get(&*method) else {
+                let Some(route) = self.router.route(&method) else {
                     return Some(message::error_response(
                         Some(id.get()),
                         &RpcError::method_not_found(),
                     ));
                 };
-                let mut cx = Context::new(self.peer.clone(), self.router.state.clone());
-                let mut lane = &Lane::Concurrent;
-                if !self.router.options.is_empty() {
-                    if let Some(options) = self.router.options.get(&*method) {
-                        if options.cooperative {
-                            cx.cancel = Some(Default::default());
-                        }
-                        lane = &options.lane;
-                    }
+                let handler = route.handler();
+                let mut cx = self.router.context(&self.peer);
+                if route.cooperative() {
+                    cx.cancel = Some(Default::default());
                 }
+                let lane = route.lane();
                 cx.progress = progress.map(|token| token.get().into());
                 let call = Call {
                     frame: frame.clone(),
@@ -353,8 +349,8 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                             let job = cancel::stoppable_call(
                                 &self.peer, fut, id_frame, id, &method, token,
                             );
-                            let (peer, state) = (&self.peer, &self.router.state);
-                            self.notifications.push_call(Box::pin(job), peer, state);
+                            let (peer, router) = (&self.peer, &*self.router);
+                            self.notifications.push_call(Box::pin(job), peer, router);
                             None
                         }
                         Lane::Keyed(key) => match key(frame, call.params.clone()) {
@@ -393,17 +389,19 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 {
                     return None;
                 }
-                match self.router.notifications.get(&*method) {
+                match self.router.notification_handler(&method) {
                     Some(handler) => {
                         let params = params.map(|p| span(frame, p.get()));
-                        let (peer, state) = (&self.peer, &self.router.state);
-                        self.notifications.push(handler, frame, params, peer, state);
+                        let (peer, router) = (&self.peer, &*self.router);
+                        self.notifications
+                            .push(handler, frame, params, peer, router);
                     }
                     // A notification is a request without an id: a method of that name
                     // runs, as a call whose answer (and failure) is dropped.
-                    None => match self.router.methods.get(&*method) {
-                        Some(handler) => {
-                            let cx = Context::new(self.peer.clone(), self.router.state.clone());
+                    None => match self.router.route(&method) {
+                        Some(route) => {
+                            let handler = route.handler();
+                            let cx = self.router.context(&self.peer);
                             let call = Call {
                                 frame: frame.clone(),
                                 id: 0..0,
