@@ -504,6 +504,15 @@ impl Peer {
         self
     }
 
+    /// A handle that does not keep the connection open: the connection's own, its
+    /// handlers', a registry's.
+    pub(crate) fn handle(shared: Arc<Shared>) -> Peer {
+        Peer {
+            shared,
+            owner: None,
+        }
+    }
+
     /// A fresh id for an outgoing call.
     pub(crate) fn next_id(&self) -> u64 {
         self.shared.next_id.fetch_add(1, Ordering::Relaxed)

@@ -22,7 +22,6 @@
 //!   notification handler falls behind, reading pauses, and the other side's writes
 //!   wait on TCP.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
@@ -41,7 +40,6 @@ use crate::message::{self, Incoming, Item};
 use crate::peer::{CloseRequest, Peer, Reply};
 use crate::pending::Answer;
 use crate::queue::Outgoing;
-use crate::queue::TrySendError;
 use crate::router::{Call, Context, MethodFn, Router};
 use crate::transport::Text;
 
@@ -55,15 +53,9 @@ use crate::lanes::Lane;
 pub(super) struct Dispatch<S> {
     router: Arc<Router<S>>,
     peer: Peer,
-    /// Calls running on their own tasks and batches; with `later`, everything that
-    /// counts against the in-flight bound.
+    /// Calls running on their own tasks and batches; with the answers waiting for
+    /// room (the writer's), everything that counts against the in-flight bound.
     handlers: JoinSet<()>,
-    /// Answers made on this task that found the queue full, oldest first. Empty (and
-    /// unallocated) unless the other side reads slower than it calls.
-    later: VecDeque<Outgoing>,
-    later_bytes: usize,
-    /// Past this many bytes of `later`, reading pauses: the queue's byte bound.
-    max_later_bytes: usize,
     notifications: Ordered<S>,
     /// The keyed lanes, from the first keyed call on.
     keyed: Option<Keyed>,
@@ -87,9 +79,6 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             router,
             peer,
             handlers: JoinSet::new(),
-            later: VecDeque::new(),
-            later_bytes: 0,
-            max_later_bytes: config.outgoing_queue_bytes.max(1),
             notifications: Ordered::new(config.notification_queue.max(1)),
             keyed: None,
             max_batch: config.max_batch_len,
@@ -98,22 +87,10 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         }
     }
 
-    /// The connection's handle.
-    pub(super) fn peer(&self) -> &Peer {
-        &self.peer
-    }
-
-    /// Whether to read more: not while too many calls run or notifications wait.
-    pub(super) fn may_read(&self) -> bool {
-        self.handlers.len() + self.later.len() < self.max_in_flight
-            && self.later_bytes < self.max_later_bytes
-            && !self.notifications.blocked()
-    }
-
-    /// Whether reading is paused with answers waiting for room (which only writing
-    /// frees).
-    pub(super) fn paused_by_later(&self) -> bool {
-        !self.later.is_empty() && !self.may_read()
+    /// Whether to read more, with `waiting` answers waiting for room (they count as
+    /// running calls): not while too many calls run or notifications wait.
+    pub(super) fn may_read(&self, waiting: usize) -> bool {
+        self.handlers.len() + waiting < self.max_in_flight && !self.notifications.blocked()
     }
 
     /// Whether a graceful close is under way.
@@ -187,59 +164,6 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             return Poll::Ready(());
         }
         Poll::Pending
-    }
-
-    /// Queues an answer made on the connection's task that the sink could not take:
-    /// into the queue when it has room (and no earlier answer waits), else behind the
-    /// answers waiting for room, so the connection does not wait. They count as running
-    /// calls, and in bytes against the queue's byte bound: reading pauses while too
-    /// many wait. Only this task frees room in the queue (by writing), and it moves
-    /// them into the queue as it does: see [`feed_later`](Self::feed_later).
-    pub(super) fn queue(&mut self, frame: Outgoing) {
-        let frame = if self.later.is_empty() {
-            match self.peer.shared.out.try_send(frame) {
-                Ok(()) | Err(TrySendError::Closed(_)) => return,
-                Err(TrySendError::Full(frame)) => frame,
-            }
-        } else {
-            frame
-        };
-        self.later_bytes += frame.len();
-        self.later.push_back(frame);
-    }
-
-    /// Moves the answers waiting for room into the queue, oldest first, while it has
-    /// room. Returns whether any moved.
-    pub(super) fn feed_later(&mut self) -> bool {
-        let mut moved = false;
-        while let Some(frame) = self.later.pop_front() {
-            let n = frame.len();
-            match self.peer.shared.out.try_send(frame) {
-                Ok(()) | Err(TrySendError::Closed(_)) => {
-                    self.later_bytes -= n;
-                    moved = true;
-                }
-                Err(TrySendError::Full(frame)) => {
-                    self.later.push_front(frame);
-                    break;
-                }
-            }
-        }
-        moved
-    }
-
-    /// The oldest answer waiting for room, for the end of the connection, when the
-    /// queue is closed and drained.
-    pub(super) fn pop_later(&mut self) -> Option<Outgoing> {
-        let frame = self.later.pop_front()?;
-        self.later_bytes -= frame.len();
-        Some(frame)
-    }
-
-    /// Drops the answers waiting for room (the slow-peer close).
-    pub(super) fn discard_later(&mut self) {
-        self.later.clear();
-        self.later_bytes = 0;
     }
 
     /// Stops everything this connection started: handlers, the notification task.
