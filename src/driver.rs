@@ -24,9 +24,10 @@
 //! Neither direction waits on the other, because nothing in the pass *awaits*:
 //! - Reading goes on while the sink is full (a peer that does not read must not stop us
 //!   reading, or two peers that both write could deadlock): an answer that the sink
-//!   cannot take at once goes to the queue, and when the queue is full, to a small task
-//!   that waits for room and counts as a running call, so at worst reading pauses for
-//!   the in-flight bound, as it would for slow handlers.
+//!   cannot take at once goes to the queue, and when the queue is full, waits for room
+//!   in the writer (`writer.rs`) and counts as a running call, so at worst reading
+//!   pauses for the in-flight bound (or the queue's byte bound), as it would for slow
+//!   handlers.
 //! - Writing goes on while reading is paused by back-pressure (too many calls running,
 //!   or the notification handler behind): the queue is drained on every pass.
 //! - A full queue is the slow-peer signal: senders wait for room, pushes apply the
@@ -36,14 +37,15 @@ mod cancel;
 mod closing;
 mod deadlines;
 mod dispatch;
+mod in_flight;
 mod keepalive;
 mod lanes;
 mod ordered;
+mod run;
 mod writer;
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll, Waker};
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -51,7 +53,7 @@ use tokio::time::Instant;
 use crate::config::PeerConfig;
 use crate::error::CloseReason;
 use crate::peer::{CloseRequest, Peer, Shared};
-use crate::router::{HandlerFuture, Router};
+use crate::router::Router;
 use crate::transport::{Frame, Transport, TransportError};
 pub(crate) use cancel::Running;
 use closing::Closing;
@@ -344,32 +346,6 @@ fn failed(e: TransportError) -> CloseReason {
         }
         TransportError::Other(e) => CloseReason::Transport(Arc::from(e)),
     }
-}
-
-/// What became of a handler polled once on the connection's task.
-enum FirstPoll<T> {
-    Done(T),
-    /// Not done: it moves to a task of its own, which polls it again at once (what the
-    /// first poll registered with the no-op waker is registered anew).
-    Waiting(HandlerFuture<T>),
-    /// Panicked, in making its future or in the poll.
-    Panicked,
-}
-
-/// Makes a handler's future with `start` and polls it once, with a waker that does
-/// nothing. Most handlers finish there, which saves a task per call; see `dispatch`.
-fn poll_once<T>(start: impl FnOnce() -> HandlerFuture<T>) -> FirstPoll<T> {
-    let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        let mut fut = start();
-        match fut
-            .as_mut()
-            .poll(&mut TaskContext::from_waker(Waker::noop()))
-        {
-            Poll::Ready(value) => FirstPoll::Done(value),
-            Poll::Pending => FirstPoll::Waiting(fut),
-        }
-    }));
-    polled.unwrap_or(FirstPoll::Panicked)
 }
 
 #[cfg(test)]

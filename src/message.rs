@@ -103,6 +103,14 @@ impl<T> Outcome<T> {
     }
 }
 
+/// Where `part`, a slice of `whole`, lies in it: what keeps a member of a frame
+/// without copying it.
+pub(crate) fn span(whole: &str, part: &str) -> std::ops::Range<usize> {
+    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+    debug_assert!(start + part.len() <= whole.len());
+    start..start + part.len()
+}
+
 /// Classifies one text frame. `max_batch` bounds the length of a batch: a longer one is
 /// rejected whole with one error, before any handler runs.
 pub(crate) fn classify(text: &str, max_batch: usize) -> Incoming<'_> {

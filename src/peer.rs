@@ -206,6 +206,12 @@ impl Shared {
         self.closed_notify.notify_waiters();
     }
 
+    /// Queues an answer made on one of the connection's tasks, waiting for room; it is
+    /// dropped if the connection ends first.
+    pub(crate) async fn send_answer(&self, answer: String) {
+        let _ = self.out.send(Outgoing::Frame(Text::from(answer))).await;
+    }
+
     /// Queues `frame`, waiting for room.
     pub(crate) async fn send(&self, frame: String) -> Result<()> {
         // Without a deadline it never gives up, so `None` does not come back.

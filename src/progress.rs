@@ -36,6 +36,7 @@ use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
+use crate::message::span;
 use crate::peer::{Peer, Reply};
 use crate::router::Context;
 use crate::sync::lock;
@@ -109,9 +110,7 @@ impl Sinks {
         let Some(tx) = map.get(&token) else {
             return false;
         };
-        let value = params.value.get();
-        let start = value.as_ptr() as usize - frame.as_ptr() as usize;
-        let reply = Reply::new(frame.clone(), start..start + value.len());
+        let reply = Reply::new(frame.clone(), span(frame, params.value.get()));
         if tx.try_send(reply).is_err() {
             tracing::debug!(token, "progress value dropped: the caller's queue is full");
         }

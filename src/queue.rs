@@ -17,10 +17,10 @@
 //! goes from full to not full and when it closes; their order among themselves is not
 //! kept (they are different tasks).
 //!
-//! Answers the connection's own task made that found the queue full wait beside it, on
-//! that task (`Dispatch::queue`), so reading goes on; their bytes are counted against
-//! the same bound, and reading pauses while they exceed it, as it pauses while too
-//! many calls run.
+//! Answers the connection's own task made that found the queue full wait beside it, in
+//! that task's writer (`driver/writer.rs`), so reading goes on; their bytes are counted
+//! against the same bound, and reading pauses while they exceed it, as it pauses while
+//! too many calls run.
 //!
 //! [`PeerConfig::outgoing_queue`]: crate::PeerConfig::outgoing_queue
 //! [`PeerConfig::outgoing_queue_bytes`]: crate::PeerConfig::outgoing_queue_bytes

@@ -87,6 +87,17 @@ pub(crate) struct Call {
 }
 
 impl Call {
+    /// The call whose `id` and `params` are slices of `frame`; without an id, a
+    /// notification run by a method.
+    pub(crate) fn new(frame: &Text, id: Option<&str>, params: Option<&str>) -> Self {
+        Call {
+            frame: frame.clone(),
+            id: id.map_or(0..0, |id| message::span(frame, id)),
+            params: params.map(|params| message::span(frame, params)),
+            notification: id.is_none(),
+        }
+    }
+
     pub(crate) fn id(&self) -> &str {
         &self.frame[self.id.clone()]
     }

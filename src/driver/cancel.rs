@@ -29,9 +29,10 @@ use crate::config::CancelStyle;
 use crate::error::RpcError;
 use crate::message;
 use crate::peer::Peer;
-use crate::queue::Outgoing;
 use crate::router::HandlerFuture;
 use crate::sync::lock;
+
+use super::run::panicked;
 use crate::transport::Text;
 
 struct Entry {
@@ -174,8 +175,7 @@ pub(super) fn on_cancel(peer: &Peer, style: CancelStyle, params: Option<&str>) -
 pub(super) fn stoppable_call(
     peer: &Peer,
     fut: HandlerFuture<String>,
-    id_frame: Text,
-    id: Range<usize>,
+    (id_frame, id): (Text, Range<usize>),
     method: &str,
     token: Option<Arc<CancelToken>>,
 ) -> impl Future<Output = ()> + Send + 'static {
@@ -190,11 +190,10 @@ pub(super) fn stoppable_call(
             Ok(Ok(answer)) => answer,
             // Cancelled: the cancel answered (or, MCP, chose not to).
             Ok(Err(_aborted)) => return,
-            Err(_) => super::dispatch::panicked(Some(&id_frame[id]), &method, peer.id())
-                .unwrap_or_default(),
+            Err(_) => panicked(Some(&id_frame[id]), &method, peer.id()).unwrap_or_default(),
         };
         if peer.shared.running.finish(&ticket) {
-            let _ = peer.shared.out.send(Outgoing::Frame(answer.into())).await;
+            peer.shared.send_answer(answer).await;
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::peer::Peer;
 use crate::router::{Context, HandlerFuture, NotificationFn, Router};
 use crate::transport::Text;
 
-use super::{poll_once, FirstPoll};
+use super::run::{poll_once, FirstPoll};
 
 /// One notification for the ordered notification task.
 enum NotificationJob<S> {
