@@ -54,7 +54,7 @@ use crate::config::PeerConfig;
 use crate::error::CloseReason;
 use crate::peer::{CloseRequest, Peer, Shared};
 use crate::router::Router;
-use crate::transport::{Frame, Transport, TransportError};
+use crate::transport::{Frame, Text, Transport, TransportError};
 pub(crate) use cancel::Running;
 use closing::Closing;
 use deadlines::CallTimer;
@@ -131,6 +131,8 @@ struct Connection<T, S> {
     /// The task's side of the state its handles share: close requests, wake-ups, the
     /// pending calls' deadlines, the end.
     shared: Arc<Shared>,
+    /// A message read ahead while reading is paused, waiting for its turn.
+    ahead: Option<Text>,
     /// `None` when no pings are sent.
     keepalive: Option<Keepalive>,
     call_timer: CallTimer,
@@ -156,6 +158,7 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
             writer: Writer::new(transport, peer.shared.clone(), config),
             dispatch: Dispatch::new(router, peer.clone(), config),
             shared: peer.shared.clone(),
+            ahead: None,
             keepalive: Keepalive::new(config.ping_interval, config.keepalive_timeout),
             call_timer: CallTimer::default(),
             close_timeout: config.close_timeout,
@@ -229,9 +232,15 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         if self.writer.failed() {
             return Poll::Ready(Event::End(CloseReason::Eof));
         }
-        // Writing made room for the answers that held reading up.
-        if paused && self.may_read() {
-            return Poll::Ready(Event::Again);
+        if self.may_read() {
+            // Writing made room for the answers that held reading up.
+            if paused {
+                return Poll::Ready(Event::Again);
+            }
+        } else if self.writer.waiting() > 0 {
+            if let Poll::Ready(reason) = self.poll_ahead(cx) {
+                return Poll::Ready(Event::End(reason));
+            }
         }
         self.call_timer.poll(cx, &self.shared.pending);
         if let Some(keepalive) = &mut self.keepalive {
@@ -246,15 +255,14 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
     /// when the loop has to act.
     fn poll_read(&mut self, cx: &mut TaskContext<'_>) -> Poll<Event> {
         while self.may_read() {
-            let frame = match self.writer.poll_read(cx) {
-                Poll::Pending => break,
-                Poll::Ready(Some(Ok(frame))) => frame,
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Event::End(failed(e))),
-                Poll::Ready(None) => return Poll::Ready(Event::End(CloseReason::Eof)),
+            let frame = match self.ahead.take() {
+                Some(text) => Frame::Text(text),
+                None => match self.poll_frame(cx) {
+                    Poll::Pending => break,
+                    Poll::Ready(Ok(frame)) => frame,
+                    Poll::Ready(Err(reason)) => return Poll::Ready(Event::End(reason)),
+                },
             };
-            if let Some(keepalive) = &mut self.keepalive {
-                keepalive.heard();
-            }
             if let Some(reason) = self.on_frame(cx, frame) {
                 return Poll::Ready(Event::End(reason));
             }
@@ -264,6 +272,43 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
             if !self.may_read() {
                 // Reading paused: the waits that resume it are set up next pass.
                 return Poll::Ready(Event::Again);
+            }
+        }
+        Poll::Pending
+    }
+
+    /// The next frame from the transport, or the cause of the end when there is none.
+    /// Any frame counts as a sign of life.
+    fn poll_frame(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<Frame, CloseReason>> {
+        let frame = match std::task::ready!(self.writer.poll_read(cx)) {
+            Some(Ok(frame)) => frame,
+            Some(Err(e)) => return Poll::Ready(Err(failed(e))),
+            None => return Poll::Ready(Err(CloseReason::Eof)),
+        };
+        if let Some(keepalive) = &mut self.keepalive {
+            keepalive.heard();
+        }
+        Poll::Ready(Ok(frame))
+    }
+
+    /// While reading is paused by answers waiting for room, which only the other side's
+    /// reading frees: reads one message ahead, so that the end of the connection right
+    /// behind what was read (a close frame, the transport's end or failure) is acted on
+    /// now, not once reading resumes, which it never does if the other side does not
+    /// read. (A pause of this side's own making, its handlers behind, ends by itself.)
+    /// The message waits in `ahead` for its turn, and is dropped if the connection ends
+    /// first: nothing could be answered after the other side's close. Pings, pongs and
+    /// binary frames do not take its place. Ready with the cause of the end.
+    fn poll_ahead(&mut self, cx: &mut TaskContext<'_>) -> Poll<CloseReason> {
+        while self.ahead.is_none() {
+            match std::task::ready!(self.poll_frame(cx)) {
+                Err(reason) => return Poll::Ready(reason),
+                Ok(Frame::Text(text)) => self.ahead = Some(text),
+                Ok(frame) => {
+                    if let Some(reason) = self.on_frame(cx, frame) {
+                        return Poll::Ready(reason);
+                    }
+                }
             }
         }
         Poll::Pending
