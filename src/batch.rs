@@ -74,7 +74,7 @@ impl<'p> Batch<'p> {
     /// [`Error::Closed`] when the batch cannot be sent; each call's own failure is in
     /// its place in the returned list.
     pub async fn send(self) -> Result<Vec<Result<Reply>>> {
-        let timeout = self.peer.shared.call_timeout;
+        let timeout = self.peer.shared.call_timeout();
         self.send_with_timeout(timeout).await
     }
 

@@ -242,7 +242,7 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                 return Poll::Ready(Event::End(reason));
             }
         }
-        self.call_timer.poll(cx, &self.shared.pending);
+        self.call_timer.poll(cx, self.shared.pending());
         if let Some(keepalive) = &mut self.keepalive {
             if let Poll::Ready(now) = keepalive.poll_tick(cx) {
                 return Poll::Ready(Event::KeepaliveTick(now));
@@ -488,7 +488,7 @@ mod tests {
             }
         }
         assert_eq!(peer.pending_calls(), 0);
-        assert_eq!(peer.shared.pending.deadlines_len(), 0);
+        assert_eq!(peer.shared.pending().deadlines_len(), 0);
         // Every call given up told the other side.
         peer.close().await;
         assert_eq!(cancels.await.unwrap(), 1000);
@@ -519,7 +519,7 @@ mod tests {
             for call in burst {
                 assert_eq!(call.await.unwrap().unwrap(), 1);
             }
-            most = most.max(peer.shared.pending.deadlines_len());
+            most = most.max(peer.shared.pending().deadlines_len());
         }
         assert!(most <= 2 * 51 + 32, "the deque held {most} entries");
         assert_eq!(peer.pending_calls(), 1);
@@ -528,7 +528,7 @@ mod tests {
         assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
         assert_eq!(Instant::now(), start + config.call_timeout);
         assert_eq!(peer.pending_calls(), 0);
-        assert_eq!(peer.shared.pending.deadlines_len(), 0);
+        assert_eq!(peer.shared.pending().deadlines_len(), 0);
     }
 
     /// A call still times out while the connection cannot write (the other side reads
@@ -551,6 +551,6 @@ mod tests {
         }
         assert_eq!(Instant::now(), start + config.call_timeout);
         assert_eq!(peer.pending_calls(), 0);
-        assert_eq!(peer.shared.pending.deadlines_len(), 0);
+        assert_eq!(peer.shared.pending().deadlines_len(), 0);
     }
 }

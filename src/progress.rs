@@ -171,7 +171,7 @@ impl Peer {
         params: impl Serialize + 'a,
         timeout: Duration,
     ) -> (Progress, impl Future<Output = Result<R>> + 'a) {
-        let (tx, rx) = mpsc::channel(self.shared.progress_queue.max(1));
+        let (tx, rx) = mpsc::channel(self.shared.progress_queue().max(1));
         let call = async move {
             self.call_inner(method, params, timeout, Some(tx))
                 .await?

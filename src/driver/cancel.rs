@@ -163,7 +163,7 @@ pub(super) fn on_cancel(peer: &Peer, style: CancelStyle, params: Option<&str>) -
         tracing::debug!(params, "cancel without a readable id; ignored");
         return None;
     };
-    let answer = peer.shared.running.cancel(id.get(), style);
+    let answer = peer.shared.running().cancel(id.get(), style);
     if answer.is_none() {
         tracing::debug!(id = id.get(), "cancel handled without an answer");
     }
@@ -182,7 +182,7 @@ pub(super) fn stoppable_call(
     let method = Box::<str>::from(method);
     let (fut, ticket) = peer
         .shared
-        .running
+        .running()
         .register(&id_frame[id.clone()], fut, token);
     let peer = peer.clone();
     async move {
@@ -192,7 +192,7 @@ pub(super) fn stoppable_call(
             Ok(Err(_aborted)) => return,
             Err(_) => panicked(Some(&id_frame[id]), &method, peer.id()).unwrap_or_default(),
         };
-        if peer.shared.running.finish(&ticket) {
+        if peer.shared.running().finish(&ticket) {
             peer.shared.send_answer(answer).await;
         }
     }

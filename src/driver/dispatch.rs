@@ -98,7 +98,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     /// Stops everything this connection started: calls, the notification task.
     pub(super) fn stop(&mut self) {
         self.in_flight.stop();
-        self.peer.shared.running.clear();
+        self.peer.shared.running().clear();
         self.ordered.stop();
     }
 
@@ -243,7 +243,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             return cancel::on_cancel(&self.peer, style, params);
         }
         // Progress of our own calls goes to their callers.
-        if method == crate::progress::METHOD && self.peer.shared.progress.deliver(frame, params) {
+        if method == crate::progress::METHOD && self.peer.shared.progress().deliver(frame, params) {
             return None;
         }
         if let Some(handler) = self.router.notification_handler(method) {
@@ -274,7 +274,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         let delivered = id
             .get()
             .parse::<u64>()
-            .is_ok_and(|id| self.peer.shared.pending.complete(id, answer));
+            .is_ok_and(|id| self.peer.shared.pending().complete(id, answer));
         if !delivered {
             tracing::debug!(
                 id = id.get(),

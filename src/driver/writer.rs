@@ -56,7 +56,7 @@ impl<T: Transport> Writer<T> {
     }
 
     fn queue(&self) -> &OutQueue {
-        &self.shared.out
+        self.shared.queue()
     }
 
     /// The next frame the other side sent. The connection reads through the writer
