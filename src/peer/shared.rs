@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures_util::task::AtomicWaker;
 use tokio::sync::Notify;
 
-use super::ConnectionInfo;
+use super::info::ConnectionInfo;
 use crate::config::{CancelStyle, PeerConfig, SlowPeer};
 use crate::driver::Running;
 use crate::error::{CloseReason, Error, Result};
