@@ -226,20 +226,22 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         if let Poll::Ready(event) = self.poll_read(cx) {
             return Poll::Ready(event);
         }
+        // Reading is held up by answers waiting for room, which only writing frees.
+        let held_up = self.writer.waiting() > 0 && !self.may_read();
         // After reading, so the answers to everything just read go out in one flush.
-        let paused = !self.may_read();
         self.writer.poll_write(cx);
         if self.writer.failed() {
             return Poll::Ready(Event::End(CloseReason::Eof));
         }
-        if self.may_read() {
+        if held_up {
             // Writing made room for the answers that held reading up.
-            if paused {
+            if self.may_read() {
                 return Poll::Ready(Event::Again);
             }
-        } else if self.writer.waiting() > 0 {
-            if let Poll::Ready(reason) = self.poll_ahead(cx) {
-                return Poll::Ready(Event::End(reason));
+            if self.writer.waiting() > 0 {
+                if let Poll::Ready(reason) = self.poll_ahead(cx) {
+                    return Poll::Ready(Event::End(reason));
+                }
             }
         }
         self.call_timer.poll(cx, self.shared.pending());
