@@ -255,6 +255,7 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
 
     /// Reads and acts on every frame already there, while reading may go on. Ready
     /// when the loop has to act.
+    #[inline]
     fn poll_read(&mut self, cx: &mut TaskContext<'_>) -> Poll<Event> {
         while self.may_read() {
             let frame = match self.ahead.take() {
@@ -265,8 +266,18 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                     Poll::Ready(Err(reason)) => return Poll::Ready(Event::End(reason)),
                 },
             };
-            if let Some(reason) = self.on_frame(cx, frame) {
-                return Poll::Ready(Event::End(reason));
+            // Text, the frame of every message, is handled here; the rest below.
+            match frame {
+                Frame::Text(text) => {
+                    if let Some(answer) = self.dispatch.on_text(text) {
+                        self.writer.answer(cx, answer);
+                    }
+                }
+                other => {
+                    if let Some(reason) = on_control(other) {
+                        return Poll::Ready(Event::End(reason));
+                    }
+                }
             }
             if self.writer.failed() {
                 return Poll::Ready(Event::End(CloseReason::Eof));
@@ -281,6 +292,7 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
 
     /// The next frame from the transport, or the cause of the end when there is none.
     /// Any frame counts as a sign of life.
+    #[inline]
     fn poll_frame(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<Frame, CloseReason>> {
         let frame = match std::task::ready!(self.writer.poll_read(cx)) {
             Some(Ok(frame)) => frame,
@@ -307,33 +319,13 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                 Err(reason) => return Poll::Ready(reason),
                 Ok(Frame::Text(text)) => self.ahead = Some(text),
                 Ok(frame) => {
-                    if let Some(reason) = self.on_frame(cx, frame) {
+                    if let Some(reason) = on_control(frame) {
                         return Poll::Ready(reason);
                     }
                 }
             }
         }
         Poll::Pending
-    }
-
-    /// Acts on one frame; returns the cause of the end when it ends the connection.
-    fn on_frame(&mut self, cx: &mut TaskContext<'_>, frame: Frame) -> Option<CloseReason> {
-        match frame {
-            Frame::Text(text) => {
-                if let Some(answer) = self.dispatch.on_text(text) {
-                    self.writer.answer(cx, answer);
-                }
-            }
-            Frame::Binary(_) => {
-                tracing::debug!("binary frame ignored: JSON-RPC is text");
-            }
-            Frame::Ping(_) | Frame::Pong(_) => {}
-            Frame::Close(frame) => {
-                let (code, reason) = frame.unwrap_or((1005, String::new()));
-                return Some(CloseReason::Remote { code, reason });
-            }
-        }
-        None
     }
 
     /// Tears the connection down once the loop has ended with `reason`; `discard_queued`
@@ -365,6 +357,22 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         // Handler tasks were aborted above; wait until they are gone, so nothing of
         // this connection outlives it.
         self.dispatch.stopped().await;
+    }
+}
+
+/// Acts on a frame that is not text; returns the cause of the end when it ends the
+/// connection (a close frame).
+fn on_control(frame: Frame) -> Option<CloseReason> {
+    match frame {
+        Frame::Close(frame) => {
+            let (code, reason) = frame.unwrap_or((1005, String::new()));
+            Some(CloseReason::Remote { code, reason })
+        }
+        Frame::Binary(_) => {
+            tracing::debug!("binary frame ignored: JSON-RPC is text");
+            None
+        }
+        Frame::Text(_) | Frame::Ping(_) | Frame::Pong(_) => None,
     }
 }
 

@@ -398,6 +398,7 @@ impl<S> Router<S> {
     }
 
     /// The method `name` and how its calls run, if it is served.
+    #[inline]
     pub(crate) fn route(&self, name: &str) -> Option<&Route<S>> {
         self.methods.get(name)
     }

@@ -102,6 +102,7 @@ impl<T: Transport> Writer<T> {
     /// Feeds what is queued into the sink and flushes once the queue is momentarily
     /// empty. Never waits: when the sink is full, the sink wakes the task when it has
     /// room. A failure is kept ([`failed`](Self::failed)).
+    #[inline]
     pub(super) fn poll_write(&mut self, cx: &mut TaskContext<'_>) {
         if let Err(e) = self.try_poll_write(cx) {
             self.error.get_or_insert(e);
@@ -141,6 +142,7 @@ impl<T: Transport> Writer<T> {
     /// goes into the sink after whatever the queue holds, when the sink takes it at
     /// once; otherwise it joins the queue, and when even the queue is full, it waits
     /// here for room so that reading does not.
+    #[inline]
     pub(super) fn answer(&mut self, cx: &mut TaskContext<'_>, answer: String) {
         let frame = Outgoing::Frame(answer.into());
         if let Some(frame) = self.write_now(cx, frame) {
@@ -150,6 +152,7 @@ impl<T: Transport> Writer<T> {
 
     /// Feeds the queue, then `frame`, into the sink while it is ready. Returns the
     /// frame if the sink was not.
+    #[inline]
     fn write_now(&mut self, cx: &mut TaskContext<'_>, frame: Outgoing) -> Option<Outgoing> {
         let result = loop {
             match self.sink().poll_ready(cx) {
