@@ -1,5 +1,6 @@
 //! Scaling out: broadcast, topics and calls to a peer by address across server nodes,
-//! over a shared bus (a [`Backplane`]: Redis, or [`MemoryHub`] in one process).
+//! over a shared bus (a [`Backplane`]: Redis, a Redis Cluster, or [`MemoryHub`] in one
+//! process).
 //!
 //! Each node is a [`Cluster`] attached to its server's [`ServerHandle`]. Once attached,
 //! [`ServerHandle::broadcast`] and the cluster's [`Topics`] deliver to the node's own
@@ -32,6 +33,12 @@
 //!   redial the bus at random times within its backoff (up to 2 s apart with
 //!   `RedisOptions`' defaults): keep the window longer than that, or a node that
 //!   comes back last misses the flush and only sees the gap.
+//! - One server of several lost (a Redis Cluster master, until its replica takes over;
+//!   a slot moved): the bus reports just the channels it held ([`BusEvent::Interrupted`])
+//!   once they are subscribed again elsewhere, and the node reports one gap for each of
+//!   their topics with local subscribers (and one for broadcasts if a broadcast channel
+//!   was among them), none for the others; calls waiting on answers to this node fail if
+//!   its own channel was among them.
 //! - A node that stops heartbeating is dropped after
 //!   [`missed_heartbeats`](ClusterBuilder::missed_heartbeats) intervals; calls waiting on
 //!   it fail then with [`ClusterError::NodeDown`]. A node that shuts down says goodbye
