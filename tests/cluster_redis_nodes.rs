@@ -204,7 +204,7 @@ async fn three_nodes_share_broadcasts_topics_calls_and_counts() {
     // A topic with subscribers on B and C only: A's channel is not subscribed.
     assert_eq!(cb.ok("subscribe", json!(["news"])).await, json!(true));
     assert_eq!(cc.ok("subscribe", json!(["news"])).await, json!(true));
-    let numsub = redis.cli(&["PUBSUB", "NUMSUB", "jp:t:news"]);
+    let numsub = redis.cli(&["PUBSUB", "NUMSUB", "jp:t:{news}"]);
     assert_eq!(numsub.lines().nth(1), Some("2"), "{numsub}");
     assert_eq!(ca.ok("publish", json!(["news", {"n": 1}])).await, json!(0));
     assert_eq!(cb.ok("publish", json!(["news", {"n": 2}])).await, json!(1));
@@ -344,7 +344,7 @@ async fn redis_down_for_two_seconds_local_goes_on_then_resubscribe_flush_and_one
     // and the topic channel is subscribed by all three again.
     let start = Instant::now();
     loop {
-        let numsub = redis.cli(&["PUBSUB", "NUMSUB", "jp:t:news"]);
+        let numsub = redis.cli(&["PUBSUB", "NUMSUB", "jp:t:{news}"]);
         if numsub.lines().nth(1) == Some("3") {
             break;
         }

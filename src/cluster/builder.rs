@@ -44,7 +44,9 @@ impl ClusterBuilder {
         self
     }
 
-    /// The prefix of every bus channel (default `jp`), to share one bus between clusters.
+    /// The prefix of every bus channel and key (default `jp`), to share one bus between
+    /// clusters. No braces or spaces: a topic's names hold its Redis Cluster hash tag
+    /// (see [`TopicKeys`](crate::cluster::TopicKeys)).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.options.prefix = prefix.into();
         self
@@ -112,6 +114,12 @@ impl ClusterBuilder {
             Some(id) => id,
             None => format!("{:016x}", fastrand::u64(..)),
         };
+        if !super::keys::valid_prefix(&self.options.prefix) {
+            return Err(config(format!(
+                "prefix {:?}: not empty, and no braces or whitespace",
+                self.options.prefix
+            )));
+        }
         if !valid_node_id(&id) {
             return Err(config(format!(
                 "node name {id:?}: use 1 to 64 of A-Z a-z 0-9 . _ : -"

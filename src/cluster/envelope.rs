@@ -10,6 +10,8 @@ use std::borrow::Cow;
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
+use super::keys;
+
 /// What an envelope carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Kind {
@@ -192,15 +194,13 @@ impl Channels {
     pub fn node(&self, node: &str) -> String {
         format!("{}:n:{node}", self.prefix)
     }
-    /// One topic.
+    /// One topic: `<prefix>:t:` + its tagged name (keys.rs).
     pub fn topic(&self, topic: &str) -> String {
-        format!("{}:t:{topic}", self.prefix)
+        keys::key(&self.prefix, 't', topic)
     }
     /// The topic of a topic channel.
     pub fn topic_of<'c>(&self, channel: &'c str) -> Option<&'c str> {
-        channel
-            .strip_prefix(self.prefix.as_str())?
-            .strip_prefix(":t:")
+        keys::topic_of(&self.prefix, channel)
     }
 }
 
@@ -232,6 +232,7 @@ mod tests {
     fn topic_channels_name_their_topic() {
         let c = Channels::new("jp");
         assert_eq!(c.topic_of(&c.topic("a:b")), Some("a:b"));
+        assert_eq!(c.topic("a:b"), "jp:t:{a:b}");
         assert_eq!(c.topic_of(c.all()), None);
     }
 }

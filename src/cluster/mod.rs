@@ -41,6 +41,7 @@ mod backplane;
 mod builder;
 mod calls;
 mod envelope;
+mod keys;
 mod memory;
 mod node;
 mod nodes;
@@ -65,6 +66,7 @@ use tokio::sync::watch;
 pub use crate::addr::{ClusterError, ParsePeerAddrError, PeerAddr};
 pub use backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
 pub use builder::ClusterBuilder;
+pub use keys::TopicKeys;
 pub use memory::{MemoryBackplane, MemoryHub};
 #[cfg(feature = "redis")]
 pub use redis::{RedisBackplane, RedisOptions};
