@@ -61,13 +61,16 @@ use crate::error::Result;
 /// What the registry and the topics hand on to the other nodes; implemented by the
 /// cluster. `frame` is the JSON-RPC notification exactly as it was delivered here.
 pub(crate) trait Relay: Send + Sync {
-    /// A broadcast was delivered to this node's peers: deliver `frame` to every other
-    /// node's.
-    fn broadcast(&self, frame: &str);
+    /// A broadcast is about to be delivered to this node's peers: deliver `frame` to
+    /// every other node's. An error (no room to take it now) means it reaches no one:
+    /// the caller then delivers nothing locally either.
+    fn broadcast(&self, frame: &str) -> Result<()>;
 
-    /// A publish on `topic` was delivered to this node's subscribers: deliver `frame` to
-    /// the subscribers on every other node.
-    fn publish(&self, topic: &str, frame: &str);
+    /// A publish on `topic` (a topic without history) is about to be delivered to this
+    /// node's subscribers: deliver `frame` to the subscribers on every other node.
+    /// Resolves once it is taken, waiting for room if there is none yet; an error means
+    /// it reaches no one (the caller then delivers nothing locally either).
+    fn publish<'a>(&'a self, topic: &'a str, frame: &'a str) -> BoxFuture<'a, Result<()>>;
 
     /// `topic`'s local subscribers went from none to some, or back: this node should (or
     /// need no longer) hear the other nodes' publishes on it.

@@ -15,6 +15,7 @@ mod store;
 pub use methods::TopicMethods;
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use dashmap::mapref::entry::Entry;
@@ -67,6 +68,8 @@ struct Inner {
     relay: OnceLock<Arc<dyn Relay>>,
     /// The topics that keep history.
     history: histories::Histories,
+    /// Publications the cluster refused.
+    refused: AtomicU64,
 }
 
 impl Topics {
@@ -185,6 +188,7 @@ impl Topics {
             return Ok(published);
         }
         self.publish_plain(topic, &params)
+            .await
             .map(|delivered| Published {
                 delivered,
                 offset: None,
@@ -192,23 +196,27 @@ impl Topics {
     }
 
     /// A publication on a topic without history.
-    fn publish_plain(&self, topic: &str, params: &impl Serialize) -> Result<usize> {
+    async fn publish_plain(&self, topic: &str, params: &impl Serialize) -> Result<usize> {
         let relay = self.inner.relay.get();
-        let subscribers = self.inner.topics.get(topic);
-        if subscribers.is_none() && relay.is_none() {
+        if relay.is_none() && !self.inner.topics.contains_key(topic) {
             return Ok(0);
         }
         let frame = Text::from(message::request(topic, params, None)?);
-        let queued = subscribers.map_or(0, |subscribers| {
-            subscribers
-                .iter()
-                .filter(|entry| entry.value().push(frame.clone()))
-                .count()
-        });
+        // The other nodes first: if the cluster cannot take it, no one gets it.
         if let Some(relay) = relay {
-            relay.publish(topic, &frame);
+            if let Err(e) = relay.publish(topic, &frame).await {
+                self.inner.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
         }
-        Ok(queued)
+        Ok(self.deliver(topic, frame))
+    }
+
+    /// Publications the cluster refused (its outbox was full, or the bus could not
+    /// record one on a topic with history): each returned an error from
+    /// [`publish`](Self::publish) and reached no one. Zero without a cluster.
+    pub fn refused(&self) -> u64 {
+        self.inner.refused.load(Ordering::Relaxed)
     }
 
     /// Queues `frame` for every local subscriber of `topic` (a publish from another node).

@@ -69,7 +69,15 @@ impl ClusterBuilder {
     }
 
     /// The most bytes of envelopes held while the bus is unreachable or slow
-    /// (default 8 MiB); past it the oldest are dropped and counted.
+    /// (default 8 MiB). Past it a new broadcast or publish is refused, never an old one
+    /// dropped: [`ServerHandle::broadcast`](crate::ServerHandle::broadcast) fails at
+    /// once, [`Topics::publish`](crate::Topics::publish) waits for room while the bus is
+    /// up (at most the [`call_timeout`](Self::call_timeout)) and fails at once while it
+    /// is down, both with
+    /// [`ClusterError::Overloaded`](crate::cluster::ClusterError::Overloaded); what failed
+    /// reached no one. Counted in
+    /// [`ClusterStats::outbox_refused`](crate::cluster::ClusterStats::outbox_refused) and
+    /// [`Topics::refused`](crate::Topics::refused).
     pub fn outbox_limit(mut self, bytes: usize) -> Self {
         self.options.outbox_limit = bytes;
         self

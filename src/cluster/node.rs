@@ -226,7 +226,8 @@ impl Node {
             return;
         }
         let goodbye = self.me.header(Kind::Goodbye);
-        self.outbox
+        let _ = self
+            .outbox
             .push(self.me.channels.control(), goodbye, b"", false);
         self.outbox.drained(Duration::from_secs(2)).await;
         self.stop();
@@ -237,7 +238,7 @@ impl Node {
         ClusterStats {
             outbox_len: fill.len,
             outbox_bytes: fill.bytes,
-            outbox_dropped: fill.dropped,
+            outbox_refused: fill.refused,
             duplicates: self.counters.duplicates.load(Ordering::Relaxed),
             gaps: self.counters.gaps.load(Ordering::Relaxed),
             duplicate_node_seen: self.counters.twins.load(Ordering::Relaxed),

@@ -110,7 +110,8 @@ impl Nodes {
         let mut header = self.me.header(Kind::Heartbeat);
         header.n = Some(self.handle.connection_count() as u64);
         header.hello = hello;
-        self.outbox
+        let _ = self
+            .outbox
             .push(self.me.channels.control(), header, b"", false);
     }
 

@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::watch;
 
 use super::envelope::{Kind, Me};
-use super::outbox::Outbox;
+use super::outbox::{Outbox, Refused};
 use super::status::ClusterState;
 use super::subscriptions::Subscriptions;
 use crate::addr::ClusterError;
@@ -45,20 +45,59 @@ impl ClusterRelay {
     }
 }
 
+/// What a broadcast or publish the outbox refused fails with; `None` when it is fine
+/// to go on locally (the node is stopped: local delivery only, as without a cluster).
+fn refused(outbox: &Outbox, why: Refused) -> Option<Error> {
+    let down = !outbox.bus_up();
+    if why == Refused::Full {
+        outbox.count_refused();
+    }
+    let why = match why {
+        Refused::Stopped => return None,
+        Refused::Down => "the bus is down".to_owned(),
+        Refused::Full if down => "the outbox is full and the bus is down".to_owned(),
+        Refused::Full => "the outbox is full: the bus takes less than is published".to_owned(),
+    };
+    Some(Error::Cluster(ClusterError::Overloaded(why)))
+}
+
 impl Relay for ClusterRelay {
-    fn broadcast(&self, frame: &str) {
-        if let Some(outbox) = self.outbox.upgrade() {
-            let header = self.me.header(Kind::Broadcast);
-            outbox.push(self.me.channels.all(), header, frame.as_bytes(), true);
+    fn broadcast(&self, frame: &str) -> Result<()> {
+        let Some(outbox) = self.outbox.upgrade() else {
+            return Ok(());
+        };
+        let header = self.me.header(Kind::Broadcast);
+        match outbox.push(self.me.channels.all(), header, frame.as_bytes(), true) {
+            Ok(()) => Ok(()),
+            Err(why) => refused(&outbox, why).map_or(Ok(()), Err),
         }
     }
 
-    fn publish(&self, topic: &str, frame: &str) {
-        if let Some(outbox) = self.outbox.upgrade() {
+    fn publish<'a>(&'a self, topic: &'a str, frame: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let Some(outbox) = self.outbox.upgrade() else {
+                return Ok(());
+            };
             let channel = self.me.channels.topic(topic);
-            let header = self.me.header(Kind::Topic);
-            outbox.push(&channel, header, frame.as_bytes(), true);
-        }
+            let deadline = tokio::time::Instant::now() + self.timeout;
+            loop {
+                // Taken before trying, so a batch sent in between still wakes us.
+                let mut sent = outbox.sent_ticks();
+                let header = self.me.header(Kind::Topic);
+                let why = match outbox.push(&channel, header, frame.as_bytes(), true) {
+                    Ok(()) => return Ok(()),
+                    Err(why) => why,
+                };
+                // Full while the bus is up: it drains, so wait for room (bounded).
+                if why == Refused::Full && outbox.bus_up() {
+                    let room = outbox.room(&mut sent);
+                    if tokio::time::timeout_at(deadline, room).await.is_ok() {
+                        continue;
+                    }
+                }
+                return refused(&outbox, why).map_or(Ok(()), Err);
+            }
+        })
     }
 
     fn changed(&self, topic: &str) {

@@ -39,8 +39,10 @@ pub struct ClusterStats {
     pub outbox_len: usize,
     /// Bytes waiting for the bus.
     pub outbox_bytes: usize,
-    /// Envelopes dropped because the outbox was full.
-    pub outbox_dropped: u64,
+    /// Envelopes the outbox refused because it was full: broadcasts and publishes that
+    /// returned an error and reached no one (see
+    /// [`outbox_limit`](super::ClusterBuilder::outbox_limit)).
+    pub outbox_refused: u64,
     /// Envelopes received twice and dropped.
     pub duplicates: u64,
     /// Gaps reported.
