@@ -309,3 +309,51 @@ async fn a_bad_url_or_no_server_is_a_clear_error() {
     assert!(matches!(err, BackplaneError::Unavailable(_)), "{err:?}");
     drop(redis);
 }
+
+/// The scale bench's false `$/gap` (six nodes, 100,000 peers): a node busy delivering
+/// one topic message to 16,667 subscribers ran its subscriber link's probe check
+/// seconds late, found its last probe "too old" and redialed Redis, and its on-up sent
+/// every subscriber a gap, though nothing was lost and Redis had answered at once.
+/// Here the runtime's only thread is blocked for 1 s (five probe deadlines), as a node's
+/// is when thousands of connection tasks are queued ahead of its subscriber's: the link
+/// must not count that as silence from Redis.
+#[tokio::test]
+async fn a_starved_runtime_is_not_taken_for_a_silent_redis() {
+    let redis = RedisServer::start();
+    let fast = || {
+        RedisOptions::default()
+            .probe_interval(Duration::from_millis(100))
+            .probe_misses(2)
+    };
+    let b = within(RedisBackplane::connect(&redis.url(), fast()))
+        .await
+        .expect("connect");
+    let mut b_events = b.events().expect("events");
+    let (a, _a_events) = backplane(&redis).await;
+    within(b.subscribe("jp:t:x"))
+        .await
+        .expect("subscribe acked");
+    for round in 0..3u8 {
+        // The fault: nothing on this runtime runs for 1 s (the probe's deadline is
+        // 200 ms). It is the process being busy, not a wait for anything.
+        std::thread::sleep(Duration::from_secs(1));
+        // Then each probe interval after it, a message gets through and nothing else
+        // comes first (a lost link would say Down, then Up).
+        for i in 0..4u8 {
+            let payload = Bytes::from(vec![round, i]);
+            within(a.publish("jp:t:x", payload.clone()))
+                .await
+                .expect("published");
+            assert_eq!(
+                next_message(&mut b_events).await,
+                ("jp:t:x".to_owned(), payload),
+                "round {round}: the link was dropped after the runtime was busy"
+            );
+            // Real time for the probe to be checked again (the link's timer is what
+            // this test is about).
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert!(b.is_up());
+    assert_eq!(b.reconnects(), 0);
+}

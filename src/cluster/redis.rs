@@ -13,7 +13,9 @@
 //! Liveness: the subscribing connection publishes a probe on a channel of its own every
 //! [`RedisOptions::probe_interval`] and expects it back. A link that stays silent for
 //! [`RedisOptions::probe_misses`] intervals (a frozen Redis, a half-open socket) is
-//! dropped and dialed again, with `Down` and `Up` reported like any other loss.
+//! dropped and dialed again, with `Down` and `Up` reported like any other loss. Only
+//! intervals the link's task saw on time count: when this process is too busy to read
+//! (its runtime queue long with connection tasks), Redis's silence is not what it saw.
 
 mod subscriber;
 
@@ -85,7 +87,8 @@ impl RedisOptions {
         self
     }
 
-    /// How many probe intervals without the probe coming back make the subscribing
+    /// How many probe intervals without the probe coming back (intervals this process
+    /// saw on time: a tick over half an interval late does not count) make the subscribing
     /// connection count as dead and be dialed again (default 2, at least 1).
     pub fn probe_misses(mut self, misses: u32) -> Self {
         self.probe_misses = misses.max(1);
