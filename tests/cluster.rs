@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::within;
 use jsonrpc_peer::cluster::{
-    Backplane, BusEvent, Cluster, ClusterError, ClusterState, Gap, MemoryBackplane, MemoryHub,
-    PeerAddr,
+    Backplane, BackplaneError, BusEvent, Cluster, ClusterError, ClusterState, Gap, MemoryBackplane,
+    MemoryHub, PeerAddr,
 };
 use jsonrpc_peer::{connect, Context, Error, ErrorCode, Peer, Router, RpcError, Server};
 use serde_json::{json, Value};
@@ -793,4 +793,50 @@ async fn after_an_outage_the_flush_waits_for_the_nodes_that_come_back_later() {
             "client {who}"
         );
     }
+}
+
+#[tokio::test]
+async fn the_memory_bus_keeps_topic_history_as_the_redis_script_does() {
+    let hub = MemoryHub::new();
+    let (a, b) = (hub.backplane(), hub.backplane());
+    let mut b_events = b.events().expect("b's events");
+    common::history_bus::history_semantics(&a, &b, &mut b_events, || hub.clear_history()).await;
+}
+
+/// A bus of someone else's without history: the cluster's history calls say so.
+#[tokio::test]
+async fn a_bus_without_history_says_it_does_not_support_it() {
+    struct Plain;
+    impl Backplane for Plain {
+        fn publish(
+            &self,
+            _: &str,
+            _: bytes::Bytes,
+        ) -> jsonrpc_peer::cluster::BoxFuture<'_, Result<(), BackplaneError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn subscribe(
+            &self,
+            _: &str,
+        ) -> jsonrpc_peer::cluster::BoxFuture<'_, Result<(), BackplaneError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn unsubscribe(
+            &self,
+            _: &str,
+        ) -> jsonrpc_peer::cluster::BoxFuture<'_, Result<(), BackplaneError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn events(&self) -> Option<mpsc::Receiver<BusEvent>> {
+            None
+        }
+    }
+    let keys = jsonrpc_peer::cluster::TopicKeys::new("jp", "t");
+    let bounds = jsonrpc_peer::HistoryConfig::default();
+    let append = jsonrpc_peer::cluster::Append::new(&keys, &bounds, "e", b"{", b"1");
+    let err = Plain.append(append).await.unwrap_err();
+    assert!(matches!(err, BackplaneError::Unsupported(_)), "{err:?}");
+    assert!(err.to_string().contains("history"), "{err}");
+    let err = Plain.read_history(&keys, &bounds, 0, 1).await.unwrap_err();
+    assert!(matches!(err, BackplaneError::Unsupported(_)), "{err:?}");
 }

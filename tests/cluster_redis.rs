@@ -357,3 +357,37 @@ async fn a_starved_runtime_is_not_taken_for_a_silent_redis() {
     assert!(b.is_up());
     assert_eq!(b.reconnects(), 0);
 }
+
+#[tokio::test]
+async fn the_history_script_numbers_trims_publishes_and_starts_an_epoch_when_redis_lost_it() {
+    let redis = RedisServer::start();
+    let (a, _a_events) = backplane(&redis).await;
+    let (b, mut b_events) = backplane(&redis).await;
+    common::history_bus::history_semantics(&a, &b, &mut b_events, || {
+        // Empty, as after a restart without persistence; the script cache too, so the
+        // next call meets NOSCRIPT and loads it again.
+        redis.cli(&["FLUSHALL"]);
+        redis.cli(&["SCRIPT", "FLUSH"]);
+    })
+    .await;
+    // A topic only subscribed to keeps its meta a day; the first append keeps it.
+    let keys = jsonrpc_peer::cluster::TopicKeys::new("jp", "{room}:new");
+    let bounds = jsonrpc_peer::HistoryConfig::default();
+    within(a.history_position(&keys, &bounds, "e"))
+        .await
+        .expect("position");
+    let ttl: i64 = redis
+        .cli(&["PTTL", "jp:m::{room}:new"])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ttl > 3_600_000, "{ttl}");
+    assert_eq!(redis.cli(&["PTTL", "jp:m:{prices}"]).trim(), "-1");
+    // The stream expires after max_age (an idle topic's data goes with it).
+    let ttl: i64 = redis
+        .cli(&["PTTL", "jp:h:{prices}"])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 300_000, "{ttl}");
+}

@@ -69,7 +69,9 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 pub use crate::addr::{ClusterError, ParsePeerAddrError, PeerAddr};
-pub use backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+pub use backplane::{
+    Append, Backplane, BackplaneError, BoxFuture, BusEvent, HistoryEntry, HistoryRead,
+};
 pub use builder::ClusterBuilder;
 pub use keys::TopicKeys;
 pub use memory::{MemoryBackplane, MemoryHub};

@@ -17,6 +17,7 @@
 //! intervals the link's task saw on time count: when this process is too busy to read
 //! (its runtime queue long with connection tasks), Redis's silence is not what it saw.
 
+mod history;
 mod subscriber;
 
 use std::sync::atomic::Ordering;
@@ -30,7 +31,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use subscriber::{Control, Shared, Subscriber};
 
-use super::backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+use super::backplane::{Append, Backplane, BackplaneError, BoxFuture, BusEvent, HistoryRead};
+use super::keys::TopicKeys;
+use crate::history::{HistoryConfig, Position};
 use crate::reconnect::Backoff;
 
 /// Settings of a [`RedisBackplane`]; every one has a default.
@@ -157,6 +160,10 @@ impl RedisOptions {
 /// # Ok(()) }
 /// ```
 pub struct RedisBackplane {
+    /// The publishing connection, for the history script (multiplexed: concurrent
+    /// appends go out pipelined).
+    scripts: ConnectionManager,
+    script: redis::Script,
     publish_tx: mpsc::Sender<Publish>,
     control_tx: mpsc::Sender<Control>,
     events: Mutex<Option<mpsc::Receiver<BusEvent>>>,
@@ -202,9 +209,12 @@ impl RedisBackplane {
 
         let (publish_tx, publish_rx) = mpsc::channel(options.publish_queue);
         let (control_tx, control_rx) = mpsc::channel(64);
+        let scripts = publisher.clone();
         tokio::spawn(write_loop(publisher, publish_rx, options.batch_max));
         tokio::spawn(subscriber.run(link, control_rx));
         Ok(RedisBackplane {
+            scripts,
+            script: redis::Script::new(history::SCRIPT),
             publish_tx,
             control_tx,
             events: Mutex::new(Some(events_rx)),
@@ -311,6 +321,53 @@ impl Backplane for RedisBackplane {
 
     fn events(&self) -> Option<mpsc::Receiver<BusEvent>> {
         self.events.lock().ok()?.take()
+    }
+
+    fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Position, BackplaneError>> {
+        let invocation = history::append(&self.script, &append, "PUBLISH");
+        let mut conn = self.scripts.clone();
+        Box::pin(async move {
+            let value = invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            history::appended(value)
+        })
+    }
+
+    fn read_history<'a>(
+        &'a self,
+        keys: &'a TopicKeys,
+        bounds: &'a HistoryConfig,
+        after: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
+        let invocation = history::read(&self.script, keys, bounds, after, max);
+        let mut conn = self.scripts.clone();
+        Box::pin(async move {
+            let value = invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            history::history(value)
+        })
+    }
+
+    fn history_position<'a>(
+        &'a self,
+        keys: &'a TopicKeys,
+        bounds: &'a HistoryConfig,
+        new_epoch: &'a str,
+    ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
+        let invocation = history::position(&self.script, keys, bounds, new_epoch);
+        let mut conn = self.scripts.clone();
+        Box::pin(async move {
+            let value = invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            history::history(value)
+        })
     }
 }
 
