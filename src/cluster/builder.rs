@@ -83,6 +83,15 @@ impl ClusterBuilder {
         self
     }
 
+    /// How many publications on topics with history may wait at once for the bus to
+    /// record them (default 10,000); past it `publish` fails at once with
+    /// [`ClusterError::Overloaded`](crate::cluster::ClusterError::Overloaded), not
+    /// recorded.
+    pub fn max_pending_records(mut self, n: usize) -> Self {
+        self.options.max_recording = n.max(1);
+        self
+    }
+
     /// The timeout of [`Cluster::call`] (default 30 s).
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.options.call_timeout = timeout;

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
-use super::keys;
+use super::keys::{self, TopicKeys};
 
 /// What an envelope carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +36,10 @@ pub(crate) enum Kind {
     /// A node leaving on purpose.
     #[serde(rename = "g")]
     Goodbye,
+    /// A publication on a topic with history, as the bus recorded it (the header gets
+    /// `ep` and `off` from the bus; the body is the data alone).
+    #[serde(rename = "x")]
+    Recorded,
 }
 
 /// The header line. Short member names: it rides on every message.
@@ -69,6 +73,11 @@ pub(crate) struct Header<'a> {
     /// A heartbeat that asks every other node to announce itself at once.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hello: bool,
+    /// A recorded publication's epoch and offset, written by the bus.
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub ep: Option<Cow<'a, str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off: Option<u64>,
 }
 
 impl<'a> Header<'a> {
@@ -87,6 +96,8 @@ impl<'a> Header<'a> {
             e: None,
             n: None,
             hello: false,
+            ep: None,
+            off: None,
         }
     }
 }
@@ -147,16 +158,26 @@ pub(crate) struct Me {
     pub channels: Channels,
     /// This node's own channel: calls, replies and notifies to it.
     pub own: String,
+    /// The head of this node's recorded publications: its header of kind `x` without
+    /// the closing brace, so the bus can add the position (`Append::head`).
+    pub recorded_head: Vec<u8>,
 }
 
 impl Me {
     pub fn new(id: String, prefix: &str) -> Self {
         let channels = Channels::new(prefix);
+        let incarnation = format!("{:012x}", fastrand::u64(..) >> 16);
+        let mut recorded_head =
+            serde_json::to_vec(&Header::new(Kind::Recorded, &id, &incarnation)).unwrap_or_default();
+        // `{...,"s":0}` -> `{...,"s":0,`
+        recorded_head.pop();
+        recorded_head.push(b',');
         Me {
             own: channels.node(&id),
-            incarnation: format!("{:012x}", fastrand::u64(..) >> 16),
+            incarnation,
             id,
             channels,
+            recorded_head,
         }
     }
 
@@ -202,6 +223,10 @@ impl Channels {
     pub fn topic_of<'c>(&self, channel: &'c str) -> Option<&'c str> {
         keys::topic_of(&self.prefix, channel)
     }
+    /// Every bus name of one topic: its channel and its history's keys.
+    pub fn keys(&self, topic: &str) -> TopicKeys {
+        TopicKeys::new(&self.prefix, topic)
+    }
 }
 
 #[cfg(test)]
@@ -220,6 +245,21 @@ mod tests {
             (Kind::Topic, 7, "a", "x1")
         );
         assert_eq!(&body[..], &frame[..]);
+    }
+
+    #[test]
+    fn a_recorded_publication_reads_back_with_the_position_the_bus_added() {
+        let me = Me::new("a".into(), "jp");
+        let keys = me.channels.keys("t");
+        let bounds = crate::history::HistoryConfig::default();
+        let append =
+            crate::cluster::backplane::Append::new(&keys, &bounds, "e", &me.recorded_head, b"[1]");
+        let message = append.message("ep1", 42);
+        let (header, body) = read(&message).unwrap();
+        assert_eq!(header.k, Kind::Recorded);
+        assert_eq!((header.ep.as_deref(), header.off), (Some("ep1"), Some(42)));
+        assert_eq!((&*header.o, &*header.i), ("a", me.incarnation.as_str()));
+        assert_eq!(&body[..], b"[1]");
     }
 
     #[test]

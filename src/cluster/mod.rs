@@ -46,6 +46,8 @@ mod backplane;
 mod builder;
 mod calls;
 mod envelope;
+mod gaps;
+mod history;
 mod keys;
 mod memory;
 mod node;

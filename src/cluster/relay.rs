@@ -5,15 +5,18 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use serde_json::value::RawValue;
 use tokio::sync::watch;
 
 use super::envelope::{Kind, Me};
+use super::history::History;
 use super::outbox::{Outbox, Refused};
 use super::status::ClusterState;
 use super::subscriptions::Subscriptions;
 use crate::addr::ClusterError;
 use crate::error::{Error, Result};
-use crate::relay::Relay;
+use crate::history::{HistoryConfig, Position};
+use crate::relay::{Relay, Replay};
 
 /// Attached to the node's [`ServerHandle`](crate::ServerHandle) and
 /// [`Topics`](crate::Topics). It holds the rooms it reaches weakly: the registry and
@@ -22,6 +25,7 @@ pub(super) struct ClusterRelay {
     me: Arc<Me>,
     outbox: Weak<Outbox>,
     subscriptions: Weak<Subscriptions>,
+    history: Weak<History>,
     state: watch::Receiver<ClusterState>,
     /// How long [`ready`](Relay::ready) waits for the bus.
     timeout: Duration,
@@ -32,6 +36,7 @@ impl ClusterRelay {
         me: Arc<Me>,
         outbox: &Arc<Outbox>,
         subscriptions: &Arc<Subscriptions>,
+        history: &Arc<History>,
         state: watch::Receiver<ClusterState>,
         timeout: Duration,
     ) -> Self {
@@ -39,6 +44,7 @@ impl ClusterRelay {
             me,
             outbox: Arc::downgrade(outbox),
             subscriptions: Arc::downgrade(subscriptions),
+            history: Arc::downgrade(history),
             state,
             timeout,
         }
@@ -130,5 +136,52 @@ impl Relay for ClusterRelay {
                 Err(_) => Err(Error::timeout(None, self.timeout)),
             }
         })
+    }
+
+    fn record<'a>(
+        &'a self,
+        topic: &'a str,
+        data: &'a RawValue,
+        bounds: &'a HistoryConfig,
+    ) -> BoxFuture<'a, Result<Position>> {
+        Box::pin(async move { self.history()?.record(topic, data, bounds).await })
+    }
+
+    fn follow<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move { self.history()?.follow(topic).await })
+    }
+
+    fn read_history<'a>(
+        &'a self,
+        topic: &'a str,
+        epoch: &'a str,
+        after: u64,
+        before: u64,
+        bounds: &'a HistoryConfig,
+    ) -> BoxFuture<'a, Result<Replay>> {
+        Box::pin(async move {
+            let history = self.history()?;
+            history
+                .reads
+                .read(&history, topic, epoch, after, before, bounds)
+                .await
+        })
+    }
+
+    fn history_position<'a>(
+        &'a self,
+        topic: &'a str,
+        bounds: &'a HistoryConfig,
+    ) -> BoxFuture<'a, Result<Position>> {
+        Box::pin(async move { self.history()?.position(topic, bounds).await })
+    }
+}
+
+impl ClusterRelay {
+    /// The history room, while the node runs.
+    fn history(&self) -> Result<Arc<History>> {
+        self.history
+            .upgrade()
+            .ok_or(Error::Cluster(ClusterError::Stopped))
     }
 }
