@@ -56,6 +56,11 @@ const READ_MAX: u64 = 4096;
 /// How often a failed look at a topic is tried again.
 const RETRY: Duration = Duration::from_secs(1);
 
+/// How long a read's answer serves those who ask the same after it came: a resume
+/// that decided to read the bus just before an earlier one put the same into the cache
+/// gets that answer instead of reading again.
+const READ_KEPT: Duration = Duration::from_secs(2);
+
 /// What the room hears.
 pub(super) enum Inbound {
     /// A publication the bus recorded, from the receive loop.
@@ -211,9 +216,10 @@ impl Drop for Release<'_> {
 type ReadKey = (String, String, u64, u64);
 type Shared = Arc<OnceCell<std::result::Result<Replay, ClusterError>>>;
 
-/// Reads of the bus's history for resumes, one per topic and position at a time.
+/// Reads of the bus's history for resumes: one per topic and position, shared by every
+/// resume that asks while it runs and for [`READ_KEPT`] after.
 pub(super) struct Reads {
-    inflight: Mutex<HashMap<ReadKey, Shared>>,
+    inflight: Mutex<HashMap<ReadKey, (Shared, tokio::time::Instant)>>,
     counters: Arc<super::status::Counters>,
 }
 
@@ -230,7 +236,20 @@ impl Reads {
         bounds: &HistoryConfig,
     ) -> Result<Replay> {
         let key = (topic.to_owned(), epoch.to_owned(), after, before);
-        let cell = lock(&self.inflight).entry(key.clone()).or_default().clone();
+        let cell = {
+            let now = tokio::time::Instant::now();
+            let mut inflight = lock(&self.inflight);
+            // Running, or answered well and lately (a failed read is not kept).
+            inflight.retain(|_, (cell, at)| match cell.get() {
+                None => true,
+                Some(answer) => answer.is_ok() && now - *at < READ_KEPT,
+            });
+            inflight
+                .entry(key)
+                .or_insert_with(|| (Shared::default(), now))
+                .0
+                .clone()
+        };
         let answer = cell
             .get_or_init(|| async {
                 let max = before.saturating_sub(after + 1).clamp(1, READ_MAX);
@@ -239,11 +258,6 @@ impl Reads {
             })
             .await
             .clone();
-        let mut inflight = lock(&self.inflight);
-        if inflight.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-            inflight.remove(&key);
-        }
-        drop(inflight);
         answer.map_err(Error::Cluster)
     }
 
@@ -364,6 +378,11 @@ impl Room {
                 data,
             } => self.recorded(&topic, &epoch, offset, &data).await,
             Inbound::Follow { topic, done } => {
+                // Those that asked while the first was looking: it follows now.
+                if self.topics.history_follows(&topic) == Some(true) {
+                    let _ = done.send(Ok(()));
+                    return;
+                }
                 let looked = match self.look(&topic).await {
                     Some(_) => Ok(()),
                     None => Err(ClusterError::Unavailable(format!(

@@ -110,9 +110,16 @@ impl Topics {
         self.inner.history.kept(topic)
     }
 
-    /// The epoch and newest offset of `topic`'s history, if it keeps one now.
+    /// The epoch and newest offset of `topic`'s history, if it keeps one now. In a
+    /// cluster, this node's view of the bus's history: `None` while the node does not
+    /// follow the topic (it follows while it has subscribers of it), and a publication
+    /// recorded elsewhere counts once it has come down to this node.
     pub fn position(&self, topic: &str) -> Option<Position> {
-        self.log(topic, false).map(|log| log.position())
+        let log = self.log(topic, false)?;
+        if self.inner.relay.get().is_some() && !log.follows() {
+            return None;
+        }
+        Some(log.position())
     }
 
     /// Subscribes `peer` to `topic`, a topic with history, from `from`: with a position,
@@ -286,7 +293,7 @@ impl Topics {
     }
 
     /// Whether `topic`'s cache follows the bus; `None` without history.
-    pub(super) fn history_follows(&self, topic: &str) -> Option<bool> {
+    pub(crate) fn history_follows(&self, topic: &str) -> Option<bool> {
         self.log(topic, false).map(|log| log.follows())
     }
 
