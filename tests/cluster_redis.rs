@@ -383,6 +383,22 @@ async fn the_history_script_numbers_trims_publishes_and_starts_an_epoch_when_red
         .unwrap();
     assert!(ttl > 3_600_000, "{ttl}");
     assert_eq!(redis.cli(&["PTTL", "jp:m:{prices}"]).trim(), "-1");
+    // Within every bound a position reads no entry, and a read of entries is one XRANGE.
+    let keys = jsonrpc_peer::cluster::TopicKeys::new("jp", "prices");
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    within(a.history_position(&keys, &bounds, "e"))
+        .await
+        .expect("position");
+    within(a.read_history(&keys, &bounds, 0, 10))
+        .await
+        .expect("read");
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let xrange = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_xrange:calls="))
+        .and_then(|v| v.split(',').next())
+        .unwrap_or("0");
+    assert_eq!(xrange, "1", "{stats}");
     // The stream expires after max_age (an idle topic's data goes with it).
     let ttl: i64 = redis
         .cli(&["PTTL", "jp:h:{prices}"])

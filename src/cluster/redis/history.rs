@@ -4,7 +4,7 @@
 //! the offsets (`<offset>-0`, so `XRANGE key (K+1)-0 +` reads what follows K), each
 //! entry `t` (Redis's time in ms when recorded) and `d` (the data), with a meta hash
 //! (`<prefix>:m:<tagged topic>`: `e` the epoch, `o` the newest offset, `b` the data
-//! bytes kept). The three keys of a topic share its hash tag (keys.rs), so the script
+//! bytes kept, `t` the oldest kept entry's time). The three keys of a topic share its hash tag (keys.rs), so the script
 //! runs on one Redis Cluster slot.
 //!
 //! One script, three operations, each atomic (a script runs alone):
@@ -18,8 +18,9 @@
 //!
 //! Trimming is exact: while the stream holds more than `max_len` entries, or more than
 //! `max_bytes` bytes of data (the counter `b`), or its oldest entry is `max_age` old or
-//! older, the oldest goes (read a few at a time from the front, then one `XTRIM MINID`
-//! to the first kept). After an append the stream expires `max_age` later (every entry
+//! older (the meta's `t`), the oldest goes (read a few at a time from the front, then
+//! one `XTRIM MINID` to the first kept). Within every bound nothing is read: a read of
+//! entries is one `XRANGE`, a position none. After an append the stream expires `max_age` later (every entry
 //! would be trimmed by then), so an idle topic keeps only its meta; a meta made by
 //! `position` alone (a topic subscribed to, never published on) expires a day after
 //! the last subscription anywhere looked, and the first append keeps it for good.
@@ -45,23 +46,27 @@ local op = ARGV[1]
 local max_len, max_bytes, max_age = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local m = redis.call('HMGET', meta, 'e', 'o', 'b')
-local epoch, last, bytes = m[1], tonumber(m[2]) or 0, tonumber(m[3]) or 0
+local m = redis.call('HMGET', meta, 'e', 'o', 'b', 't')
+local epoch, last, bytes, oldest = m[1], tonumber(m[2]) or 0, tonumber(m[3]) or 0, tonumber(m[4])
 if not epoch then
   if op == 'read' then
     return {'', 1, 0, {}}
   end
-  epoch, last, bytes = ARGV[5], 0, 0
+  epoch, last, bytes, oldest = ARGV[5], 0, 0, nil
   redis.call('DEL', stream)
   redis.call('HSET', meta, 'e', epoch, 'o', 0, 'b', 0)
 end
-local bytes_before = bytes
+local bytes_before, oldest_before = bytes, oldest
 
+-- Removes the oldest while any bound is exceeded; the entries left.
 local function trim()
   local len = redis.call('XLEN', stream)
   if len == 0 then
-    bytes = 0
+    bytes, oldest = 0, nil
     return 0
+  end
+  if len <= max_len and bytes <= max_bytes and oldest and now - oldest < max_age then
+    return len
   end
   local keep, start, removed = nil, '-', 0
   while not keep do
@@ -75,7 +80,7 @@ local function trim()
       if len > max_len or bytes > max_bytes or now - at >= max_age then
         len, bytes, removed = len - 1, bytes - size, removed + 1
       else
-        keep = e[1]
+        keep, oldest = e[1], at
         break
       end
     end
@@ -88,18 +93,35 @@ local function trim()
       redis.call('DEL', stream)
     end
   end
-  if len == 0 then bytes = 0 end
+  if len == 0 then bytes, oldest = 0, nil end
   return len
+end
+
+-- Stores bytes and the oldest entry's time when they changed.
+local function store()
+  if bytes ~= bytes_before then
+    redis.call('HSET', meta, 'b', string.format('%d', bytes))
+  end
+  if oldest ~= oldest_before then
+    if oldest then
+      redis.call('HSET', meta, 't', string.format('%d', oldest))
+    else
+      redis.call('HDEL', meta, 't')
+    end
+  end
 end
 
 if op == 'append' then
   local data = ARGV[7]
   local first_one = last == 0
   last = last + 1
+  local len = redis.call('XLEN', stream)
   redis.call('XADD', stream, string.format('%d-0', last), 't', string.format('%d', now), 'd', data)
+  if len == 0 then oldest = now end
   bytes = bytes + string.len(data)
   trim()
-  redis.call('HSET', meta, 'o', string.format('%d', last), 'b', string.format('%d', bytes))
+  redis.call('HSET', meta, 'o', string.format('%d', last))
+  store()
   if first_one then redis.call('PERSIST', meta) end
   redis.call('PEXPIRE', stream, max_age)
   redis.call(ARGV[8], channel,
@@ -108,9 +130,7 @@ if op == 'append' then
 end
 
 local len = trim()
-if bytes ~= bytes_before then
-  redis.call('HSET', meta, 'b', string.format('%d', bytes))
-end
+store()
 local first = last + 1 - len
 local entries = {}
 if op == 'read' then
