@@ -95,14 +95,14 @@ pub(crate) trait Relay: Send + Sync {
     /// Resolves once it does.
     fn follow<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<()>>;
 
-    /// The publications of `topic` after `after` and before `before`, of `epoch`, read
-    /// from the bus (one read for every concurrent caller with the same arguments).
+    /// The publications of `topic` after `after`, of `epoch`, read from the bus (one
+    /// read for every caller asking the same topic, epoch and offset at about the same
+    /// time).
     fn read_history<'a>(
         &'a self,
         topic: &'a str,
         epoch: &'a str,
         after: u64,
-        before: u64,
         bounds: &'a HistoryConfig,
     ) -> BoxFuture<'a, Result<Replay>>;
 

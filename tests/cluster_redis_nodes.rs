@@ -5,89 +5,15 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
+use common::cluster_node::Node;
 use common::redis_server::RedisServer;
 use common::within;
 use jsonrpc_peer::{connect, Context, Peer, Router, RpcError};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-
-/// The example binary, next to this test's own `deps/` folder.
-fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>");
-    let bin = dir.join("examples").join("cluster_node");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build --features redis --example cluster_node` first",
-        bin.display()
-    );
-    bin
-}
-
-/// One `cluster_node` process; killed (SIGKILL) when dropped.
-struct Node {
-    child: Child,
-    url: String,
-}
-
-impl Node {
-    async fn start(redis: &RedisServer, name: &str, heartbeat_ms: u64) -> Node {
-        let mut child = Command::new(example_binary())
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--redis",
-                &redis.url(),
-                "--node",
-                name,
-            ])
-            .args(["--heartbeat-ms", &heartbeat_ms.to_string()])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start cluster_node");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let first = within(lines.next_line())
-            .await
-            .expect("read stdout")
-            .expect("a first line");
-        let rest = first
-            .strip_prefix("listening on ")
-            .expect("`listening on ...` first");
-        let (url, node) = rest.split_once(" node ").expect("`... node NAME`");
-        assert_eq!(node, name);
-        Node {
-            child,
-            url: url.to_owned(),
-        }
-    }
-
-    fn signal(&self, name: &str) {
-        let pid = self.child.id().expect("running");
-        let ok = std::process::Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(pid.to_string())
-            .status()
-            .expect("run kill")
-            .success();
-        assert!(ok);
-    }
-
-    async fn wait_exit(&mut self) {
-        within(self.child.wait()).await.expect("wait for the node");
-    }
-}
 
 /// A client: answers `add [a, b]` and `hang []` (never: it records a `hanging` note when
 /// it starts), records notifications.
@@ -178,9 +104,9 @@ async fn count_becomes(client: &Client, want: u64) -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_share_broadcasts_topics_calls_and_counts() {
     let redis = RedisServer::start();
-    let a = Node::start(&redis, "a", 500).await;
-    let mut b = Node::start(&redis, "b", 500).await;
-    let c = Node::start(&redis, "c", 500).await;
+    let a = Node::start(&redis, "a", 500, &[]).await;
+    let mut b = Node::start(&redis, "b", 500, &[]).await;
+    let c = Node::start(&redis, "c", 500, &[]).await;
     let mut ca = Client::connect(&a).await;
     let mut cb = Client::connect(&b).await;
     let mut cc = Client::connect(&c).await;
@@ -311,9 +237,9 @@ async fn redis_down_for_two_seconds_local_goes_on_then_resubscribe_flush_and_one
     // the others one heartbeat window at most. The default 2 s x 3 missed is well over
     // that spread; 500 ms x 3 was not (B, back last, once missed the flush: about one
     // run in 40 by the backoff's numbers).
-    let a = Node::start(&redis, "a", 2000).await;
-    let b = Node::start(&redis, "b", 2000).await;
-    let c = Node::start(&redis, "c", 2000).await;
+    let a = Node::start(&redis, "a", 2000, &[]).await;
+    let b = Node::start(&redis, "b", 2000, &[]).await;
+    let c = Node::start(&redis, "c", 2000, &[]).await;
     let mut ca = Client::connect(&a).await;
     let mut cb = Client::connect(&b).await;
     let mut cc = Client::connect(&c).await;

@@ -212,49 +212,54 @@ impl Drop for Release<'_> {
     }
 }
 
-/// One read of a topic's history: topic, epoch, after, before.
-type ReadKey = (String, String, u64, u64);
-type Shared = Arc<OnceCell<std::result::Result<Replay, ClusterError>>>;
+/// One read of a topic's history: topic, epoch, after.
+type ReadKey = (String, String, u64);
+/// A read's answer, and when it came.
+type Shared = Arc<
+    OnceCell<(
+        std::result::Result<Replay, ClusterError>,
+        tokio::time::Instant,
+    )>,
+>;
 
 /// Reads of the bus's history for resumes: one per topic and position, shared by every
 /// resume that asks while it runs and for [`READ_KEPT`] after.
 pub(super) struct Reads {
-    inflight: Mutex<HashMap<ReadKey, (Shared, tokio::time::Instant)>>,
+    inflight: Mutex<HashMap<ReadKey, Shared>>,
     counters: Arc<super::status::Counters>,
 }
 
 impl Reads {
-    /// The publications of `topic` after `after` and before `before`, of `epoch`:
-    /// every caller asking the same while one read is on its way gets that read's answer.
+    /// The publications of `topic` after `after` (all the bus has, up to [`READ_MAX`]),
+    /// of `epoch`: every caller asking the same while one read is on its way, or for
+    /// [`READ_KEPT`] after it came, gets that read's answer.
     pub async fn read(
         &self,
         history: &History,
         topic: &str,
         epoch: &str,
         after: u64,
-        before: u64,
         bounds: &HistoryConfig,
     ) -> Result<Replay> {
-        let key = (topic.to_owned(), epoch.to_owned(), after, before);
+        let key = (topic.to_owned(), epoch.to_owned(), after);
         let cell = {
             let now = tokio::time::Instant::now();
             let mut inflight = lock(&self.inflight);
             // Running, or answered well and lately (a failed read is not kept).
-            inflight.retain(|_, (cell, at)| match cell.get() {
+            inflight.retain(|_, cell| match cell.get() {
                 None => true,
-                Some(answer) => answer.is_ok() && now - *at < READ_KEPT,
+                Some((answer, at)) => answer.is_ok() && now - *at < READ_KEPT,
             });
-            inflight
-                .entry(key)
-                .or_insert_with(|| (Shared::default(), now))
-                .0
-                .clone()
+            inflight.entry(key).or_default().clone()
         };
-        let answer = cell
+        let (answer, _) = cell
             .get_or_init(|| async {
-                let max = before.saturating_sub(after + 1).clamp(1, READ_MAX);
-                let read = self.fetch(history, topic, bounds, after, max).await?;
-                Ok(replay(topic, epoch, after, read))
+                let max = (bounds.max_len as u64).clamp(1, READ_MAX);
+                let answer = self
+                    .fetch(history, topic, bounds, after, max)
+                    .await
+                    .map(|read| replay(topic, epoch, after, read));
+                (answer, tokio::time::Instant::now())
             })
             .await
             .clone();

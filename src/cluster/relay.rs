@@ -156,14 +156,13 @@ impl Relay for ClusterRelay {
         topic: &'a str,
         epoch: &'a str,
         after: u64,
-        before: u64,
         bounds: &'a HistoryConfig,
     ) -> BoxFuture<'a, Result<Replay>> {
         Box::pin(async move {
             let history = self.history()?;
             history
                 .reads
-                .read(&history, topic, epoch, after, before, bounds)
+                .read(&history, topic, epoch, after, bounds)
                 .await
         })
     }

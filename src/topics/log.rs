@@ -461,7 +461,7 @@ impl TopicLog {
                     let config = self.config();
                     let read = bus
                         .relay
-                        .read_history(bus.topic, &epoch, after, before, &config)
+                        .read_history(bus.topic, &epoch, after, &config)
                         .await?;
                     let kept = match read {
                         Replay::Kept(kept) if kept.first().map(|k| k.offset) == Some(after + 1) => {

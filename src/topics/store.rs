@@ -53,9 +53,9 @@ pub(crate) trait Store: Send {
     /// Forgets what is kept and starts over at `last` in `epoch` (a cache that starts
     /// following the bus, or whose history the bus lost).
     fn reset(&mut self, epoch: String, last: u64);
-    /// Keeps `older`, the publications just before the oldest kept (`first() - 1` back,
-    /// in offset order), as far as the bounds allow, newest first. Ignored unless it
-    /// ends right before what is kept.
+    /// Keeps the publications of `older` (in offset order) that come before the oldest
+    /// kept, as far as the bounds allow, newest first. Ignored unless they reach
+    /// `first() - 1`.
     fn prepend(&mut self, older: &[Kept], now: Instant);
 }
 
@@ -186,6 +186,8 @@ impl Store for MemoryStore {
 
     fn prepend(&mut self, older: &[Kept], now: Instant) {
         let first = self.first(now);
+        let before = older.partition_point(|k| k.offset < first);
+        let older = &older[..before];
         if older.last().map(|k| k.offset + 1) != Some(first) {
             return;
         }
@@ -243,8 +245,12 @@ mod tests {
         // Not right before the oldest kept: ignored.
         store.prepend(&[kept(7), kept(8)], now);
         assert_eq!(store.first(now), 11);
-        // Right before it: kept, newest first, as far as max_len allows.
-        store.prepend(&[kept(6), kept(7), kept(8), kept(9), kept(10)], now);
+        // Up to it (or past it: what it has already is left as it is): kept, newest
+        // first, as far as max_len allows.
+        store.prepend(
+            &[kept(6), kept(7), kept(8), kept(9), kept(10), kept(11)],
+            now,
+        );
         assert_eq!(offsets(&mut store, 7, now), Some(vec![8, 9, 10, 11]));
         assert_eq!(offsets(&mut store, 6, now), None);
     }
