@@ -407,3 +407,53 @@ async fn the_history_script_numbers_trims_publishes_and_starts_an_epoch_when_red
         .unwrap();
     assert!(ttl > 0 && ttl <= 300_000, "{ttl}");
 }
+
+/// Appends made at once go out together (one script call per topic for what waits),
+/// and each still gets its own offset, its message published with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_made_at_once_are_committed_together_each_at_its_own_offset() {
+    let redis = RedisServer::start();
+    let (a, _a_events) = backplane(&redis).await;
+    let (b, mut b_events) = backplane(&redis).await;
+    let keys = jsonrpc_peer::cluster::TopicKeys::new("jp", "burst");
+    let bounds = jsonrpc_peer::HistoryConfig::default();
+    within(b.subscribe(&keys.channel)).await.expect("subscribe");
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    let head = br#"{"v":1,"k":"x","o":"a","i":"i","s":0,"#;
+    let data: Vec<String> = (0..500).map(|i| format!("[{i}]")).collect();
+    let appends = data.iter().map(|d| {
+        let append = jsonrpc_peer::cluster::Append::new(&keys, &bounds, "e", head, d.as_bytes());
+        a.append(append)
+    });
+    let positions = within(futures_util::future::join_all(appends)).await;
+    let mut by_offset = std::collections::HashMap::new();
+    for (d, at) in data.iter().zip(positions) {
+        let at = at.expect("recorded");
+        assert!(
+            by_offset.insert(at.offset, d.clone()).is_none(),
+            "one offset each"
+        );
+    }
+    let mut offsets: Vec<u64> = by_offset.keys().copied().collect();
+    offsets.sort_unstable();
+    assert_eq!(offsets, (1..=500).collect::<Vec<_>>());
+    for offset in 1..=500u64 {
+        let (_, payload) = next_message(&mut b_events).await;
+        let want = format!("\"off\":{offset}}}\n{}", by_offset[&offset]);
+        assert!(
+            String::from_utf8_lossy(&payload).ends_with(&want),
+            "{payload:?} for {want}"
+        );
+    }
+    let calls: u64 = redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        calls < 250,
+        "{calls} script calls for 500 appends made at once"
+    );
+}

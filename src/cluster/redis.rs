@@ -17,6 +17,7 @@
 //! intervals the link's task saw on time count: when this process is too busy to read
 //! (its runtime queue long with connection tasks), Redis's silence is not what it saw.
 
+mod append;
 mod history;
 mod subscriber;
 
@@ -160,10 +161,12 @@ impl RedisOptions {
 /// # Ok(()) }
 /// ```
 pub struct RedisBackplane {
-    /// The publishing connection, for the history script (multiplexed: concurrent
-    /// appends go out pipelined).
+    /// The publishing connection, for the history script's reads (multiplexed:
+    /// concurrent calls go out pipelined).
     scripts: ConnectionManager,
     script: redis::Script,
+    /// Appends waiting to be committed, in groups (append.rs).
+    appends: mpsc::Sender<append::Record>,
     publish_tx: mpsc::Sender<Publish>,
     control_tx: mpsc::Sender<Control>,
     events: Mutex<Option<mpsc::Receiver<BusEvent>>>,
@@ -210,11 +213,20 @@ impl RedisBackplane {
         let (publish_tx, publish_rx) = mpsc::channel(options.publish_queue);
         let (control_tx, control_rx) = mpsc::channel(64);
         let scripts = publisher.clone();
+        let script = redis::Script::new(history::SCRIPT);
+        let (appends, appends_rx) = mpsc::channel(options.publish_queue);
+        tokio::spawn(append::run(
+            publisher.clone(),
+            script.clone(),
+            appends_rx,
+            options.batch_max,
+        ));
         tokio::spawn(write_loop(publisher, publish_rx, options.batch_max));
         tokio::spawn(subscriber.run(link, control_rx));
         Ok(RedisBackplane {
             scripts,
-            script: redis::Script::new(history::SCRIPT),
+            script,
+            appends,
             publish_tx,
             control_tx,
             events: Mutex::new(Some(events_rx)),
@@ -323,15 +335,24 @@ impl Backplane for RedisBackplane {
         self.events.lock().ok()?.take()
     }
 
+    /// Committed with the other appends waiting at the time, one script call per topic.
     fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Position, BackplaneError>> {
-        let invocation = history::append(&self.script, &append, "PUBLISH");
-        let mut conn = self.scripts.clone();
+        let (done, answer) = oneshot::channel();
+        let record = append::Record {
+            keys: append.keys.clone(),
+            bounds: append.bounds.clone(),
+            new_epoch: append.new_epoch.to_owned(),
+            head: Bytes::copy_from_slice(append.head),
+            data: Bytes::copy_from_slice(append.data),
+            done,
+        };
+        let appends = self.appends.clone();
         Box::pin(async move {
-            let value = invocation
-                .invoke_async(&mut conn)
+            appends
+                .send(record)
                 .await
-                .map_err(unavailable)?;
-            history::appended(value)
+                .map_err(|_| BackplaneError::Closed)?;
+            answer.await.map_err(|_| BackplaneError::Closed)?
         })
     }
 

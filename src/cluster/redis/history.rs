@@ -10,9 +10,13 @@
 //! One script, three operations, each atomic (a script runs alone):
 //! - `append`: start an epoch if the meta has none (no history yet, or Redis came back
 //!   empty: the epoch is the caller's random one, and a stream left of an older epoch
-//!   goes), take the next offset, `XADD` the entry, trim, store offset and bytes, and
-//!   `PUBLISH` the message (head, `"ep":E,"off":N}`, newline, data) on the channel: a
+//!   goes), take the next offsets, `XADD` the entries, trim, store offset and bytes, and
+//!   `PUBLISH` each message (head, `"ep":E,"off":N}`, newline, data) on the channel: a
 //!   subscriber never sees a publication the history lacks, nor the other way round.
+//!   One call records several publications of a topic (what a node's publishers handed
+//!   in while its previous calls were on their way): the script's fixed cost (its call,
+//!   the meta, the clock, the trim, the expiry) is paid once for all of them, which is
+//!   what keeps a topic with history within reach of a bare `XADD` + `PUBLISH`.
 //! - `read`: trim, then the position and up to `max` entries after an offset.
 //! - `position`: start an epoch if none (as `append`), trim, the position.
 //!
@@ -31,15 +35,16 @@
 use bytes::Bytes;
 use redis::{Script, ScriptInvocation, Value};
 
-use crate::cluster::backplane::{Append, BackplaneError, HistoryEntry, HistoryRead};
+use crate::cluster::backplane::{BackplaneError, HistoryEntry, HistoryRead};
 use crate::cluster::keys::TopicKeys;
 use crate::history::{HistoryConfig, Position};
 
 /// The script. `KEYS`: the stream, the meta, the channel. `ARGV`: the operation
 /// (`append`, `read`, `position`), `max_len`, `max_bytes`, `max_age` in ms, then per
-/// operation: append: the new epoch, the message head, the data, the publish command
-/// (`PUBLISH`, or `SPUBLISH` on a sharded Redis Cluster); read: after, max; position:
-/// the new epoch.
+/// operation: append: the new epoch, the message head, the publish command (`PUBLISH`,
+/// or `SPUBLISH` on a sharded Redis Cluster), then one or more data, recorded in that
+/// order at consecutive offsets (the answer is the epoch and the last one's offset);
+/// read: after, max; position: the new epoch.
 pub(crate) const SCRIPT: &str = r#"
 local stream, meta, channel = KEYS[1], KEYS[2], KEYS[3]
 local op = ARGV[1]
@@ -112,20 +117,26 @@ local function store()
 end
 
 if op == 'append' then
-  local data = ARGV[7]
+  local head, publish, n = ARGV[6], ARGV[7], #ARGV - 7
   local first_one = last == 0
-  last = last + 1
   local len = redis.call('XLEN', stream)
-  redis.call('XADD', stream, string.format('%d-0', last), 't', string.format('%d', now), 'd', data)
   if len == 0 then oldest = now end
-  bytes = bytes + string.len(data)
+  local at = string.format('%d', now)
+  for i = 8, #ARGV do
+    last = last + 1
+    redis.call('XADD', stream, string.format('%d-0', last), 't', at, 'd', ARGV[i])
+    bytes = bytes + string.len(ARGV[i])
+  end
   trim()
   redis.call('HSET', meta, 'o', string.format('%d', last))
   store()
   if first_one then redis.call('PERSIST', meta) end
   redis.call('PEXPIRE', stream, max_age)
-  redis.call(ARGV[8], channel,
-    ARGV[6] .. '"ep":"' .. epoch .. '","off":' .. string.format('%d', last) .. '}\n' .. data)
+  local prefix = head .. '"ep":"' .. epoch .. '","off":'
+  for i = 8, #ARGV do
+    local offset = last - n + i - 7
+    redis.call(publish, channel, prefix .. string.format('%d', offset) .. '}\n' .. ARGV[i])
+  end
   return {epoch, last}
 end
 
@@ -180,18 +191,22 @@ fn invocation<'s>(
     invocation
 }
 
-/// The invocation of an append; `publish` is the command the script publishes with.
-pub(crate) fn append<'s>(
+/// The invocation of an append of `data` (one or more, in order) to the history at
+/// `keys`; `publish` is the command the script publishes with.
+pub(crate) fn append<'s, 'd>(
     script: &'s Script,
-    append: &Append<'_>,
+    keys: &TopicKeys,
+    bounds: &HistoryConfig,
+    new_epoch: &str,
+    head: &[u8],
     publish: &str,
+    data: impl IntoIterator<Item = &'d [u8]>,
 ) -> ScriptInvocation<'s> {
-    let mut invocation = invocation(script, "append", append.keys, append.bounds);
-    invocation
-        .arg(append.new_epoch)
-        .arg(append.head)
-        .arg(append.data)
-        .arg(publish);
+    let mut invocation = invocation(script, "append", keys, bounds);
+    invocation.arg(new_epoch).arg(head).arg(publish);
+    for data in data {
+        invocation.arg(data);
+    }
     invocation
 }
 
@@ -240,7 +255,7 @@ fn number(value: &Value) -> Option<u64> {
     }
 }
 
-/// An append's answer: `{epoch, offset}`.
+/// An append's answer: `{epoch, offset}`, the offset of the last data appended.
 pub(crate) fn appended(value: Value) -> Result<Position, BackplaneError> {
     let Value::Array(items) = &value else {
         return Err(protocol("append", &value));
