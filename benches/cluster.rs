@@ -15,12 +15,16 @@
 //! | latency at a steady rate (1 k msg/s) | redis-rs PUBLISH -> a RESP3 subscriber connection | `Topics::publish` on node A -> a WebSocket client of node B |
 //! | throughput | redis-rs pipelines of 64 PUBLISH -> the subscriber has them all | node A publishes as fast as it can -> B's client has them all |
 //! | broadcast | one node (no cluster): `broadcast` to N clients | node A `broadcast` with 3 nodes x N clients |
+//! | history: latency, throughput | `XADD` + `PUBLISH` in one redis-rs pipeline | `Topics::publish` on a topic with history, and on one without, A -> B's client |
+//! | history: resume | | a client resuming 1,000 missed messages on a node that reads them from Redis, and on one that has them cached |
 //!
 //! Latency is from just before the publish call to the receiver having the message (the
 //! client parsed the notification); p50 and p99 by sorting the samples. Broadcast time
 //! is until the last client of all has it, median of the rounds. Targets (from the
 //! design): cross-node throughput >= 0.7x raw, p50 <= raw + 0.3 ms, 3 x N broadcast <=
-//! single node + 2 ms. The machine is shared and noisy: compare within one run.
+//! single node + 2 ms; history throughput >= 0.7x the same path without history; a
+//! resume of 1,000 missed messages within 50 ms. The machine is shared and noisy:
+//! compare within one run.
 
 #[allow(dead_code)] // the tests use more of it
 #[path = "../tests/common/redis_cluster.rs"]
@@ -31,12 +35,17 @@ mod redis_server;
 #[path = "cluster/shards.rs"]
 mod shards;
 
+#[path = "cluster/history.rs"]
+mod history;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jsonrpc_peer::cluster::{Cluster, RedisBackplane, RedisOptions};
-use jsonrpc_peer::{connect, Context, Peer, Router, RpcError, Server, ServerHandle, Topics};
+use jsonrpc_peer::{
+    connect, Context, Peer, Position, Router, RpcError, Server, ServerHandle, Topics,
+};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo, ProtocolVersion, PushKind, Value};
 use redis_server::RedisServer;
@@ -53,6 +62,7 @@ struct Opts {
     throughput_msgs: usize,
     broadcast_clients: usize,
     broadcast_rounds: usize,
+    resume_rounds: usize,
 }
 
 impl Opts {
@@ -66,6 +76,7 @@ impl Opts {
                 throughput_msgs: 5_000,
                 broadcast_clients: 100,
                 broadcast_rounds: 3,
+                resume_rounds: 3,
             }
         } else {
             Opts {
@@ -76,6 +87,7 @@ impl Opts {
                 throughput_msgs: 100_000,
                 broadcast_clients: 1_000,
                 broadcast_rounds: 7,
+                resume_rounds: 20,
             }
         }
     }
@@ -231,15 +243,22 @@ async fn node(redis_url: &str, name: &str) -> Node {
         .start()
         .await
         .expect("cluster");
-    let router = Router::with_state(cluster.topics()).method(
-        "subscribe",
-        |cx: Context<Topics>, (): ()| async move {
+    let router = Router::with_state(cluster.topics())
+        .method("subscribe", |cx: Context<Topics>, (): ()| async move {
             cx.state()
                 .subscribe_ready(cx.peer(), TOPIC)
                 .await
                 .map_err(|e| RpcError::new(-32000, e.to_string()))
-        },
-    );
+        })
+        .method(
+            "subscribe_from",
+            |cx: Context<Topics>, (topic, from): (String, Option<Position>)| async move {
+                cx.state()
+                    .subscribe_from(cx.peer(), &topic, from)
+                    .await
+                    .map_err(|e| RpcError::new(-32000, e.to_string()))
+            },
+        );
     tokio::spawn(server.serve(router));
     Node {
         url,
@@ -292,6 +311,7 @@ struct Figures {
     ours_rate: f64,
     single_ms: f64,
     cluster_ms: f64,
+    history: history::HistoryFigures,
 }
 
 async fn run(opts: &Opts, redis_url: &str) -> Figures {
@@ -357,7 +377,10 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
     ours_arrivals.reset(opts.throughput_msgs);
     let start = Instant::now();
     for seq in 0..opts.throughput_msgs {
-        let _ = topics.publish(TOPIC, [seq]).await;
+        topics
+            .publish(TOPIC, [seq])
+            .await
+            .expect("taken by the outbox");
         if seq % 64 == 63 {
             tokio::task::yield_now().await;
         }
@@ -367,10 +390,13 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
         opts.throughput_msgs as f64 / (ours_arrivals.last().unwrap_or(start) - start).as_secs_f64();
     let stats = a.cluster.stats();
     assert_eq!(
-        stats.outbox_dropped, 0,
-        "the outbox dropped envelopes: {stats:?}"
+        stats.outbox_refused, 0,
+        "the outbox refused publishes: {stats:?}"
     );
     receiver.close().await;
+
+    let c = node(redis_url, "c").await;
+    let history = history::run(opts, redis_url, &a, &b, &c).await;
 
     // Broadcast: one node without a cluster and N clients, against 3 nodes x N clients.
     let n = opts.broadcast_clients;
@@ -381,7 +407,6 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
     let single_arrivals = Arrivals::new(n);
     let single_peers = clients(&single_url, n, &single_arrivals).await;
 
-    let c = node(redis_url, "c").await;
     let cluster_arrivals = Arrivals::new(3 * n);
     let mut cluster_peers = Vec::new();
     for node in [&a, &b, &c] {
@@ -438,6 +463,7 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
         ours_rate,
         single_ms: median(single_ms),
         cluster_ms: median(cluster_ms),
+        history,
     }
 }
 
@@ -497,6 +523,42 @@ fn main() {
         f.cluster_ms,
         f.cluster_ms - f.single_ms,
         verdict(f.cluster_ms <= f.single_ms + 2.0)
+    );
+    let h = &f.history;
+    println!();
+    println!(
+        "topic history ({} publishes in flight for the throughputs; raw = XADD + PUBLISH in one pipeline)",
+        256
+    );
+    println!("| measure | raw XADD+PUBLISH | ours, no history | ours, history | history / no history | target | |");
+    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| latency p50 at 1 k msg/s | {:.3} ms | {:.3} ms | {:.3} ms | +{:.3} ms | | |",
+        h.raw_p50,
+        h.plain_p50,
+        h.hist_p50,
+        h.hist_p50 - h.plain_p50
+    );
+    println!(
+        "| throughput | {:.0} msg/s | {:.0} msg/s | {:.0} msg/s | {:.2}x | >= 0.7x | {} |",
+        h.raw_rate,
+        h.plain_rate,
+        h.hist_rate,
+        h.hist_rate / h.plain_rate,
+        verdict(h.hist_rate >= 0.7 * h.plain_rate)
+    );
+    let (mut redis_ms, mut cache_ms) = (h.resume_redis_ms.clone(), h.resume_cache_ms.clone());
+    println!(
+        "| resume on another node, 1,000 missed: from Redis (its cache empty) | | | p50 {:.2} ms, p90 {:.2} ms | | <= 50 ms | {} |",
+        percentile(&mut redis_ms, 0.5),
+        percentile(&mut redis_ms, 0.9),
+        verdict(percentile(&mut redis_ms, 0.5) <= 50.0)
+    );
+    println!(
+        "| the same, from its cache (it has a subscriber) | | | p50 {:.2} ms, p90 {:.2} ms | | <= 50 ms | {} |",
+        percentile(&mut cache_ms, 0.5),
+        percentile(&mut cache_ms, 0.9),
+        verdict(percentile(&mut cache_ms, 0.5) <= 50.0)
     );
     shards.print(opts.shard_rounds);
 }

@@ -25,6 +25,21 @@
 //! `HandshakePolicy` default) caps this node's connections. Ctrl-C (SIGINT) or SIGTERM
 //! says goodbye. Subscribers of a topic that may have missed messages (Redis was down,
 //! say) get the notification `$/gap` with `{"topic": topic}`.
+//!
+//! `--history N`: every topic keeps its last N publications in Redis (at most 1 MiB of
+//! data, 5 minutes), with offsets Redis gives, one order on every node. Then:
+//! - every subscriber gets `{"method": topic, "params": {"offset": N, "data": payload}}`
+//!   (any JSON value is a payload), from the bus, in offset order, on every node;
+//! - `subscribe [topic]` -> `{"epoch": E, "offset": K}` (live from K + 1);
+//!   `subscribe [topic, {"epoch": E, "offset": K0}]` -> `{"epoch": E, "offset": K,
+//!   "recovered": true}` once K0 + 1 ..= K are queued, on whichever node (or
+//!   `"recovered": false`, nothing replayed, when K0 is no longer kept or E is not the
+//!   current epoch); `unsubscribe [topic]` -> `true`, or `false` if not subscribed;
+//! - `publish [topic, payload]` -> `{"offset": N}` once Redis recorded it (an error when
+//!   it could not be: Redis down, too many waiting);
+//! - a history Redis lost (it came back empty) reaches each subscriber as `$/gap` with
+//!   `{"topic": T, "epoch": E2, "offset": K}`, once per topic; the next notification
+//!   carries K + 1.
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -33,8 +48,11 @@ use std::io::Write;
 use std::time::Duration;
 
 use jsonrpc_peer::cluster::{Cluster, ClusterBuilder, PeerAddr, RedisBackplane, RedisOptions};
-use jsonrpc_peer::{Context, Error, HandshakePolicy, Router, RpcError, Server, ServerHandle};
-use serde_json::Value;
+use jsonrpc_peer::{
+    Context, Error, HandshakePolicy, HistoryConfig, Router, RpcError, Server, ServerHandle,
+    TopicMethods,
+};
+use serde_json::{json, Value};
 
 /// Local errors of a cross-node call, as the answer's error.
 fn answer_error(e: Error) -> RpcError {
@@ -54,41 +72,57 @@ fn payload_ok(payload: &Value) -> Result<(), RpcError> {
     }
 }
 
-fn router(cluster: Cluster) -> Router<Cluster> {
-    Router::with_state(cluster)
-        .method("whoami", |cx: Context<Cluster>, (): ()| async move {
+fn router(cluster: Cluster, history: bool) -> Router<Cluster> {
+    let router = Router::with_state(cluster.clone()).method(
+        "whoami",
+        |cx: Context<Cluster>, (): ()| async move {
             Ok::<_, RpcError>(cx.state().addr(cx.peer()).to_string())
-        })
-        .method(
-            "subscribe",
-            |cx: Context<Cluster>, (topic,): (String,)| async move {
-                let topics = cx.state().topics();
-                topics
-                    .subscribe_ready(cx.peer(), &topic)
-                    .await
-                    .map_err(answer_error)?;
-                Ok::<_, RpcError>(true)
-            },
-        )
-        .method(
-            "unsubscribe",
-            |cx: Context<Cluster>, (topic,): (String,)| async move {
-                cx.state().topics().unsubscribe(cx.peer(), &topic);
-                Ok::<_, RpcError>(true)
-            },
-        )
-        .method(
+        },
+    );
+    let router = if history {
+        // The ready-made subscribe and unsubscribe; publish answers the offset.
+        router.topics(TopicMethods::new(&cluster.topics())).method(
             "publish",
             |cx: Context<Cluster>, (topic, payload): (String, Value)| async move {
-                payload_ok(&payload)?;
-                cx.state()
-                    .topics()
-                    .publish(&topic, payload)
-                    .await
-                    .map(|published| published.delivered)
-                    .map_err(answer_error)
+                let published = cx.state().topics().publish(&topic, payload).await;
+                let published = published.map_err(answer_error)?;
+                Ok::<_, RpcError>(json!({ "offset": published.offset }))
             },
         )
+    } else {
+        router
+            .method(
+                "subscribe",
+                |cx: Context<Cluster>, (topic,): (String,)| async move {
+                    let topics = cx.state().topics();
+                    topics
+                        .subscribe_ready(cx.peer(), &topic)
+                        .await
+                        .map_err(answer_error)?;
+                    Ok::<_, RpcError>(true)
+                },
+            )
+            .method(
+                "unsubscribe",
+                |cx: Context<Cluster>, (topic,): (String,)| async move {
+                    cx.state().topics().unsubscribe(cx.peer(), &topic);
+                    Ok::<_, RpcError>(true)
+                },
+            )
+            .method(
+                "publish",
+                |cx: Context<Cluster>, (topic, payload): (String, Value)| async move {
+                    payload_ok(&payload)?;
+                    cx.state()
+                        .topics()
+                        .publish(&topic, payload)
+                        .await
+                        .map(|published| published.delivered)
+                        .map_err(answer_error)
+                },
+            )
+    };
+    router
         .method(
             "broadcast",
             |cx: Context<Cluster>, (payload,): (Value,)| async move {
@@ -154,8 +188,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "node",
             "heartbeat-ms",
             "max-connections",
+            "history",
         ],
     )?;
+    let history = args.number("history", 0)?;
     let seeds = args.text("redis-cluster", "");
     let heartbeat = Duration::from_millis(args.number("heartbeat-ms", 2000)?.max(10));
     let policy = HandshakePolicy::default();
@@ -180,6 +216,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         builder = builder.node_id(name);
     }
     let cluster = builder.start().await?;
+    if history > 0 {
+        let kept = HistoryConfig::default().max_len(usize::try_from(history)?);
+        cluster.topics().keep_history_for_all(kept);
+    }
     println!(
         "listening on ws://{} node {}",
         server.local_addr()?,
@@ -187,7 +227,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     std::io::stdout().flush()?;
 
-    let serving = tokio::spawn(server.serve(router(cluster.clone())));
+    let serving = tokio::spawn(server.serve(router(cluster.clone(), history > 0)));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}

@@ -5,77 +5,43 @@
 //! mid-stream. The example must be built with `redis-cluster` (`cargo test
 //! --all-features` does).
 
-#[path = "common/cluster_nodes.rs"]
-mod cluster_nodes;
+#[path = "common/cluster_suite.rs"]
+mod cluster_suite;
 mod common;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use cluster_nodes::{count_becomes, Bus, Client, Node};
+use cluster_suite::{count_becomes, Client};
+use common::cluster_node::Node;
 use common::redis_cluster::RedisCluster;
 use common::within;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-/// A Redis Cluster as the suite's bus.
-struct ClusterBus(RedisCluster);
-
-impl ClusterBus {
-    fn start() -> ClusterBus {
-        ClusterBus(RedisCluster::start(3, 1))
-    }
-
-    /// The shard channel whose name holds `topic`, and the master holding it, as Redis
-    /// lists them (`PUBSUB SHARDCHANNELS` on each master).
-    fn topic_channel(&self, topic: &str) -> (String, u16) {
-        for (port, _) in self.0.masters() {
-            let listed = self.0.cli(port, &["PUBSUB", "SHARDCHANNELS", "jp:t:*"]);
-            // `jp:t:news`, or `jp:t:{news}` where topics get a hash tag of their own.
-            let names = [format!("jp:t:{topic}"), format!("jp:t:{{{topic}}}")];
-            let found = listed.lines().find(|c| names.iter().any(|n| n == c));
-            if let Some(channel) = found {
-                return (channel.to_owned(), port);
-            }
+/// The shard channel of `topic` (`jp:t:{topic}`) and the master holding it, as Redis
+/// lists them (`PUBSUB SHARDCHANNELS` on each master).
+fn topic_channel(cluster: &RedisCluster, topic: &str) -> (String, u16) {
+    let name = format!("jp:t:{{{topic}}}");
+    for (port, _) in cluster.masters() {
+        let listed = cluster.cli(port, &["PUBSUB", "SHARDCHANNELS", "jp:t:*"]);
+        if listed.lines().any(|c| c == name) {
+            return (name, port);
         }
-        panic!("no master holds a channel of topic {topic}");
     }
-}
-
-impl Bus for ClusterBus {
-    fn args(&self) -> Vec<String> {
-        vec!["--redis-cluster".into(), self.0.seeds().join(",")]
-    }
-
-    fn subscribers(&self, channel: &str) -> u64 {
-        let master = self.0.master_of(self.0.keyslot(channel));
-        let numsub = self.0.cli(master, &["PUBSUB", "SHARDNUMSUB", channel]);
-        numsub
-            .lines()
-            .nth(1)
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    }
-
-    fn kill(&mut self) {
-        self.0.kill_all();
-    }
-
-    fn restart(&mut self) {
-        self.0.restart_all();
-    }
+    panic!("no master holds the channel of topic {topic}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_share_broadcasts_topics_calls_and_counts() {
-    let bus = ClusterBus::start();
-    cluster_nodes::three_nodes_share_broadcasts_topics_calls_and_counts(&bus).await;
+    let bus = RedisCluster::start(3, 1);
+    cluster_suite::three_nodes_share_broadcasts_topics_calls_and_counts(&bus).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_whole_cluster_down_for_two_seconds_behaves_as_one_redis_down() {
-    let mut bus = ClusterBus::start();
-    cluster_nodes::bus_down_for_two_seconds_local_goes_on_then_resubscribe_flush_and_one_gap(
+    let mut bus = RedisCluster::start(3, 1);
+    cluster_suite::bus_down_for_two_seconds_local_goes_on_then_resubscribe_flush_and_one_gap(
         &mut bus,
     )
     .await;
@@ -83,9 +49,9 @@ async fn the_whole_cluster_down_for_two_seconds_behaves_as_one_redis_down() {
 
 /// Two nodes, a publisher's client on `a` and a subscriber's on `b`, `b` subscribed to
 /// `topics`.
-async fn two_nodes(bus: &ClusterBus, topics: &[&str]) -> (Node, Node, Client, Client) {
-    let a = Node::start(bus, "a", 2000).await;
-    let b = Node::start(bus, "b", 2000).await;
+async fn two_nodes(bus: &RedisCluster, topics: &[&str]) -> (Node, Node, Client, Client) {
+    let a = Node::start(bus, "a", 2000, &[]).await;
+    let b = Node::start(bus, "b", 2000, &[]).await;
     let ca = Client::connect(&a).await;
     let cb = Client::connect(&b).await;
     for client in [&ca, &cb] {
@@ -180,13 +146,13 @@ fn check_once_in_order_gaps_explained(topic: &str, got: &Got) {
 /// Topics whose channels live on two different masters (as Redis lists them once `b`
 /// subscribed): (the first, its master), (one on another master).
 fn on_two_masters(
-    bus: &ClusterBus,
+    bus: &RedisCluster,
     topics: &[&'static str],
 ) -> ((&'static str, u16), &'static str) {
-    let (_, first_master) = bus.topic_channel(topics[0]);
+    let (_, first_master) = topic_channel(bus, topics[0]);
     let other = topics[1..]
         .iter()
-        .find(|t| bus.topic_channel(t).1 != first_master)
+        .find(|t| topic_channel(bus, t).1 != first_master)
         .expect("a topic on another master");
     ((topics[0], first_master), other)
 }
@@ -195,7 +161,7 @@ const TOPICS: [&str; 5] = ["news", "feed", "alerts", "scores", "chat"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_killed_mid_stream_costs_its_topic_one_gap_and_nothing_twice() {
-    let mut bus = ClusterBus::start();
+    let mut bus = RedisCluster::start(3, 1);
     let (_a, _b, ca, mut cb) = two_nodes(&bus, &TOPICS).await;
     let ((news, victim), other) = on_two_masters(&bus, &TOPICS);
     for topic in TOPICS.iter().filter(|t| **t != news && **t != other) {
@@ -207,9 +173,9 @@ async fn a_master_killed_mid_stream_costs_its_topic_one_gap_and_nothing_twice() 
     // Some of the stream flows before the kill.
     let before = collect(&mut cb, &[news, other], 20).await;
     tokio::task::block_in_place(|| {
-        let slot = bus.0.keyslot(&bus.topic_channel(news).0);
-        bus.0.kill(victim);
-        bus.0.wait_failover(slot, victim);
+        let slot = bus.keyslot(&topic_channel(&bus, news).0);
+        bus.kill(victim);
+        bus.wait_failover(slot, victim);
     });
     // The stream goes on a while on the promoted replica, then stops.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -262,34 +228,33 @@ async fn a_master_killed_mid_stream_costs_its_topic_one_gap_and_nothing_twice() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_moved_mid_stream_costs_its_topic_one_gap_and_nothing_twice() {
-    let bus = ClusterBus::start();
+    let bus = RedisCluster::start(3, 1);
     let (_a, _b, ca, mut cb) = two_nodes(&bus, &TOPICS).await;
     let ((news, from), other) = on_two_masters(&bus, &TOPICS);
     for topic in TOPICS.iter().filter(|t| **t != news && **t != other) {
         assert_eq!(cb.ok("unsubscribe", json!([topic])).await, json!(true));
     }
     let to = bus
-        .0
         .masters()
         .into_iter()
         .map(|(p, _)| p)
         .find(|p| *p != from)
         .expect("another master");
-    let slot = bus.0.keyslot(&bus.topic_channel(news).0);
+    let slot = bus.keyslot(&topic_channel(&bus, news).0);
 
     let (stop, stopped) = watch::channel(false);
     let publisher = stream(&ca, vec![news.to_owned(), other.to_owned()], stopped);
     let before = collect(&mut cb, &[news, other], 20).await;
     // Migrating for a while (the source still serves the channel), then moved.
-    tokio::task::block_in_place(|| assert_eq!(bus.0.begin_move(slot, to), from));
+    tokio::task::block_in_place(|| assert_eq!(bus.begin_move(slot, to), from));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    tokio::task::block_in_place(|| bus.0.finish_move(slot, from, to));
+    tokio::task::block_in_place(|| bus.finish_move(slot, from, to));
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.send_replace(true);
     let rounds = within(publisher).await.expect("the publisher");
     let after = collect(&mut cb, &[news, other], rounds - 1).await;
     assert_eq!(
-        bus.topic_channel(news).1,
+        topic_channel(&bus, news).1,
         to,
         "b listens on the slot's new master"
     );

@@ -211,7 +211,7 @@ impl Side {
                 cpu: a.cpu - b.cpu,
             })
             .collect();
-        assert_eq!(self.a.stats().outbox_dropped, 0, "{}", self.label);
+        assert_eq!(self.a.stats().outbox_refused, 0, "{}", self.label);
         Run { rate, load }
     }
 }

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
+use super::keys::{self, TopicKeys};
 use super::slot;
 
 /// What an envelope carries.
@@ -36,6 +37,10 @@ pub(crate) enum Kind {
     /// A node leaving on purpose.
     #[serde(rename = "g")]
     Goodbye,
+    /// A publication on a topic with history, as the bus recorded it (the header gets
+    /// `ep` and `off` from the bus; the body is the data alone).
+    #[serde(rename = "x")]
+    Recorded,
 }
 
 /// The header line. Short member names: it rides on every message.
@@ -69,6 +74,11 @@ pub(crate) struct Header<'a> {
     /// A heartbeat that asks every other node to announce itself at once.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hello: bool,
+    /// A recorded publication's epoch and offset, written by the bus.
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub ep: Option<Cow<'a, str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off: Option<u64>,
 }
 
 impl<'a> Header<'a> {
@@ -87,6 +97,8 @@ impl<'a> Header<'a> {
             e: None,
             n: None,
             hello: false,
+            ep: None,
+            off: None,
         }
     }
 }
@@ -151,6 +163,9 @@ pub(crate) struct Me {
     pub broadcast: String,
     /// The control channel this node publishes on (one of [`Channels::control`]).
     pub control: String,
+    /// The head of this node's recorded publications: its header of kind `x` without
+    /// the closing brace, so the bus can add the position (`Append::head`).
+    pub recorded_head: Vec<u8>,
 }
 
 impl Me {
@@ -160,13 +175,20 @@ impl Me {
         let channels = Channels::new(prefix, spread);
         // The same pick for every publish of this node: its own order holds.
         let pick = usize::from(slot::slot(id.as_bytes())) % channels.all.len();
+        let incarnation = format!("{:012x}", fastrand::u64(..) >> 16);
+        let mut recorded_head =
+            serde_json::to_vec(&Header::new(Kind::Recorded, &id, &incarnation)).unwrap_or_default();
+        // `{...,"s":0}` -> `{...,"s":0,`
+        recorded_head.pop();
+        recorded_head.push(b',');
         Me {
             own: channels.node(&id),
             broadcast: channels.all[pick].clone(),
             control: channels.control[pick].clone(),
-            incarnation: format!("{:012x}", fastrand::u64(..) >> 16),
+            incarnation,
             id,
             channels,
+            recorded_head,
         }
     }
 
@@ -232,15 +254,17 @@ impl Channels {
     pub fn node(&self, node: &str) -> String {
         format!("{}:n:{node}", self.prefix)
     }
-    /// One topic.
+    /// One topic: `<prefix>:t:` + its tagged name (keys.rs).
     pub fn topic(&self, topic: &str) -> String {
-        format!("{}:t:{topic}", self.prefix)
+        keys::key(&self.prefix, 't', topic)
     }
     /// The topic of a topic channel.
     pub fn topic_of<'c>(&self, channel: &'c str) -> Option<&'c str> {
-        channel
-            .strip_prefix(self.prefix.as_str())?
-            .strip_prefix(":t:")
+        keys::topic_of(&self.prefix, channel)
+    }
+    /// Every bus name of one topic: its channel and its history's keys.
+    pub fn keys(&self, topic: &str) -> TopicKeys {
+        TopicKeys::new(&self.prefix, topic)
     }
 }
 
@@ -263,6 +287,21 @@ mod tests {
     }
 
     #[test]
+    fn a_recorded_publication_reads_back_with_the_position_the_bus_added() {
+        let me = Me::new("a".into(), "jp", 1);
+        let keys = me.channels.keys("t");
+        let bounds = crate::history::HistoryConfig::default();
+        let append =
+            crate::cluster::backplane::Append::new(&keys, &bounds, "e", &me.recorded_head, b"[1]");
+        let message = append.message("ep1", 42);
+        let (header, body) = read(&message).unwrap();
+        assert_eq!(header.k, Kind::Recorded);
+        assert_eq!((header.ep.as_deref(), header.off), (Some("ep1"), Some(42)));
+        assert_eq!((&*header.o, &*header.i), ("a", me.incarnation.as_str()));
+        assert_eq!(&body[..], b"[1]");
+    }
+
+    #[test]
     fn foreign_bytes_are_not_an_envelope() {
         assert!(read(&Bytes::from_static(b"hello")).is_none());
         assert!(read(&Bytes::from_static(b"{\"v\":2}\n{}")).is_none());
@@ -272,6 +311,7 @@ mod tests {
     fn topic_channels_name_their_topic() {
         let c = Channels::new("jp", 1);
         assert_eq!(c.topic_of(&c.topic("a:b")), Some("a:b"));
+        assert_eq!(c.topic("a:b"), "jp:t:{a:b}");
         assert_eq!(c.topic_of(&c.all()[0]), None);
     }
 

@@ -1,5 +1,8 @@
 //! A bus inside one process, shared by several nodes, with faults on demand: the whole
-//! cluster logic runs and is tested on it without any server.
+//! cluster logic runs and is tested on it without any server. It keeps topic histories
+//! too (`history.rs`), as the Redis script does.
+
+mod history;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -9,8 +12,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+use super::backplane::{Append, Backplane, BackplaneError, BoxFuture, BusEvent, HistoryRead};
+use super::keys::TopicKeys;
 use super::sync::lock;
+use crate::history::{HistoryConfig, Position};
+use history::Histories;
 
 /// The hub: every [`MemoryBackplane`] made from it (or from a clone of it) sees the
 /// others' publishes, like clients of one Redis.
@@ -28,6 +34,7 @@ use super::sync::lock;
 pub struct MemoryHub {
     links: Arc<Mutex<Vec<Weak<Link>>>>,
     spread: usize,
+    histories: Arc<Mutex<Histories>>,
 }
 
 /// One node's link to a [`MemoryHub`].
@@ -67,8 +74,8 @@ impl MemoryHub {
     /// `spread` channels ([`Backplane::spread`]), as a Redis Cluster's do.
     pub fn with_spread(spread: usize) -> Self {
         MemoryHub {
-            links: Arc::default(),
             spread,
+            ..MemoryHub::default()
         }
     }
 
@@ -132,6 +139,25 @@ impl MemoryHub {
 
     fn live(&self) -> Vec<Arc<Link>> {
         lock(&self.links).iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Every topic's history is lost, as when Redis comes back empty: the next append or
+    /// position of each topic starts a new epoch, from offset 1. (Cut and restore the
+    /// links around it for the whole of a restart.)
+    pub fn clear_history(&self) {
+        lock(&self.histories).clear();
+    }
+
+    /// How many reads of history entries the hub has served (not positions, not
+    /// appends): what coalesced resumes save.
+    pub fn history_reads(&self) -> u64 {
+        lock(&self.histories).reads
+    }
+
+    fn publish_to_links(&self, channel: &str, payload: &Bytes) {
+        for link in self.live() {
+            link.deliver(channel, payload);
+        }
     }
 }
 
@@ -249,9 +275,7 @@ impl Backplane for MemoryBackplane {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
                 self.link.check()?;
             }
-            for link in self.hub.live() {
-                link.deliver(&channel, &payload);
-            }
+            self.hub.publish_to_links(&channel, &payload);
             let lost = self
                 .link
                 .lose_acks
@@ -287,6 +311,65 @@ impl Backplane for MemoryBackplane {
 
     fn spread(&self) -> usize {
         self.hub.spread.max(1)
+    }
+
+    fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Position, BackplaneError>> {
+        Box::pin(async move {
+            self.link.check()?;
+            let delay = self.link.delay_ms.load(Ordering::SeqCst);
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                self.link.check()?;
+            }
+            let now = tokio::time::Instant::now();
+            // Recorded and published under one lock: one order for every link.
+            let mut histories = lock(&self.hub.histories);
+            let (epoch, offset) = histories.append(
+                &append.keys.meta,
+                append.bounds,
+                append.new_epoch,
+                append.data,
+                now,
+            );
+            self.hub
+                .publish_to_links(&append.keys.channel, &append.message(&epoch, offset));
+            drop(histories);
+            let lost = self
+                .link
+                .lose_acks
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+            if lost.is_ok() {
+                return Err(BackplaneError::Unavailable("answer lost".into()));
+            }
+            Ok(Position { epoch, offset })
+        })
+    }
+
+    fn read_history<'a>(
+        &'a self,
+        keys: &'a TopicKeys,
+        bounds: &'a HistoryConfig,
+        after: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
+        Box::pin(async move {
+            self.link.check()?;
+            let now = tokio::time::Instant::now();
+            Ok(lock(&self.hub.histories).read(&keys.meta, bounds, after, max, now))
+        })
+    }
+
+    fn history_position<'a>(
+        &'a self,
+        keys: &'a TopicKeys,
+        bounds: &'a HistoryConfig,
+        new_epoch: &'a str,
+    ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
+        Box::pin(async move {
+            self.link.check()?;
+            let now = tokio::time::Instant::now();
+            Ok(lock(&self.hub.histories).position(&keys.meta, bounds, new_epoch, now))
+        })
     }
 }
 

@@ -22,9 +22,14 @@
 //! # Failure behaviour
 //!
 //! - Bus down: local delivery goes on; envelopes wait in an outbox bounded in bytes
-//!   ([`outbox_limit`](ClusterBuilder::outbox_limit)), the oldest dropped and counted
-//!   past it; calls and notifies to other nodes fail at once with
-//!   [`ClusterError::Unavailable`], and calls waiting on an answer fail too.
+//!   ([`outbox_limit`](ClusterBuilder::outbox_limit)). A broadcast or publish that
+//!   does not fit is refused with [`ClusterError::Overloaded`] and reaches no one
+//!   (counted); what the outbox took is never dropped. Calls and notifies to other
+//!   nodes fail at once with [`ClusterError::Unavailable`], and calls waiting on an
+//!   answer fail too.
+//! - Bus slow (it takes less than is published): `Topics::publish` waits for room in
+//!   the outbox, at most the call timeout; a broadcast, which does not wait, is
+//!   refused as above.
 //! - Bus back: subscriptions are issued again, the outbox is flushed (receivers drop
 //!   duplicates), and one gap is reported per topic with local subscribers. The flush
 //!   of broadcasts and topic messages waits until every node live before the outage
@@ -48,6 +53,9 @@ mod backplane;
 mod builder;
 mod calls;
 mod envelope;
+mod gaps;
+mod history;
+mod keys;
 mod memory;
 mod node;
 mod nodes;
@@ -71,8 +79,11 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 pub use crate::addr::{ClusterError, ParsePeerAddrError, PeerAddr};
-pub use backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+pub use backplane::{
+    Append, Backplane, BackplaneError, BoxFuture, BusEvent, HistoryEntry, HistoryRead,
+};
 pub use builder::ClusterBuilder;
+pub use keys::TopicKeys;
 pub use memory::{MemoryBackplane, MemoryHub};
 #[cfg(feature = "redis-cluster")]
 pub use redis::RedisClusterBackplane;

@@ -30,6 +30,8 @@ use tracing::Instrument;
 use super::backplane::{Backplane, BackplaneError, BusEvent};
 use super::calls::Calls;
 use super::envelope::{Kind, Me};
+use super::gaps::Gaps;
+use super::history::{History, Inbound, Room};
 use super::nodes::{Heard, Nodes, Roster, Table};
 use super::outbox::{self, Outbox};
 use super::receive::Receive;
@@ -55,6 +57,7 @@ pub(crate) struct Options {
     pub max_remote_calls: usize,
     pub on_gap: Option<GapHook>,
     pub gap_method: Option<String>,
+    pub max_recording: usize,
 }
 
 impl Default for Options {
@@ -68,6 +71,7 @@ impl Default for Options {
             max_remote_calls: 1024,
             on_gap: None,
             gap_method: None,
+            max_recording: 10_000,
         }
     }
 }
@@ -88,6 +92,7 @@ pub(crate) struct Node {
     pub outbox: Arc<Outbox>,
     pub calls: Arc<Calls>,
     subscriptions: Arc<Subscriptions>,
+    history: Arc<History>,
     counters: Arc<Counters>,
     stop: watch::Sender<bool>,
 }
@@ -113,15 +118,29 @@ impl Node {
                 Error::Cluster(ClusterError::Unavailable(e.to_string()))
             })?;
         }
-        let node = Node::new(me, handle, topics, &options);
+        let (node, history) = Node::new(me, handle, topics, bus.clone(), &options);
         node.attach()?;
-        node.spawn(bus, events, options);
+        node.spawn(bus, events, history, options);
         Ok(Arc::new(node))
     }
 
-    /// The rooms' handles; no task runs yet.
-    fn new(me: Arc<Me>, handle: ServerHandle, topics: Topics, options: &Options) -> Node {
+    /// The rooms' handles, and the history room's inbox; no task runs yet.
+    fn new(
+        me: Arc<Me>,
+        handle: ServerHandle,
+        topics: Topics,
+        bus: Arc<dyn Backplane>,
+        options: &Options,
+    ) -> (Node, mpsc::Receiver<Inbound>) {
         let state = watch::Sender::new(ClusterState::Up);
+        let counters = Arc::new(Counters::default());
+        let (history, inbox) = History::new(
+            bus,
+            me.clone(),
+            counters.clone(),
+            options.max_recording,
+            state.subscribe(),
+        );
         let window = options.heartbeat * options.missed;
         let roster = Arc::new(Roster::new(&me.id));
         let outbox = Arc::new(Outbox::new(options.outbox_limit, window, state.subscribe()));
@@ -134,7 +153,7 @@ impl Node {
             options.call_timeout,
             options.max_remote_calls,
         ));
-        Node {
+        let node = Node {
             me,
             handle,
             topics,
@@ -144,9 +163,11 @@ impl Node {
             outbox,
             calls,
             subscriptions: Arc::new(Subscriptions::default()),
-            counters: Arc::new(Counters::default()),
+            history: Arc::new(history),
+            counters,
             stop: watch::Sender::new(false),
-        }
+        };
+        (node, inbox)
     }
 
     /// Makes the registry's broadcasts and the topics' publishes cluster-wide.
@@ -155,6 +176,7 @@ impl Node {
             self.me.clone(),
             &self.outbox,
             &self.subscriptions,
+            &self.history,
             self.state.subscribe(),
             self.call_timeout,
         ));
@@ -167,11 +189,34 @@ impl Node {
         Ok(())
     }
 
-    /// Starts the four tasks, each in a span that names the node, and says hello.
-    fn spawn(&self, bus: Arc<dyn Backplane>, events: mpsc::Receiver<BusEvent>, options: Options) {
+    /// Starts the five tasks, each in a span that names the node, and says hello.
+    fn spawn(
+        &self,
+        bus: Arc<dyn Backplane>,
+        events: mpsc::Receiver<BusEvent>,
+        inbox: mpsc::Receiver<Inbound>,
+        options: Options,
+    ) {
         let (forget_tx, forget_rx) = mpsc::unbounded_channel();
         let (heard_tx, heard_rx) = mpsc::channel::<Heard>(HEARD_CAPACITY);
         let span = tracing::info_span!("cluster", node = %self.me.id);
+        let gaps = Arc::new(Gaps {
+            counters: self.counters.clone(),
+            hook: options.on_gap,
+            method: options.gap_method,
+            topics: self.topics.clone(),
+        });
+        let room = Room {
+            topics: self.topics.clone(),
+            history: self.history.clone(),
+            gaps: gaps.clone(),
+            state: self.state.subscribe(),
+            retry: HashSet::new(),
+        };
+        tokio::spawn(
+            room.run(inbox, self.stop.subscribe())
+                .instrument(span.clone()),
+        );
         let receive = Receive {
             me: self.me.clone(),
             handle: self.handle.clone(),
@@ -182,9 +227,9 @@ impl Node {
             calls: self.calls.clone(),
             outbox: self.outbox.clone(),
             subscriptions: self.subscriptions.clone(),
+            history: self.history.clone(),
             counters: self.counters.clone(),
-            on_gap: options.on_gap,
-            gap_method: options.gap_method,
+            gaps,
             marks: Marks::default(),
             before_outage: HashSet::new(),
         };
@@ -210,6 +255,7 @@ impl Node {
             bus,
             self.topics.clone(),
             self.me.clone(),
+            self.history.clone(),
             forget_tx,
             self.stop.subscribe(),
         );
@@ -227,7 +273,7 @@ impl Node {
             return;
         }
         let goodbye = self.me.header(Kind::Goodbye);
-        self.outbox.push(&self.me.control, goodbye, b"", false);
+        let _ = self.outbox.push(&self.me.control, goodbye, b"", false);
         self.outbox.drained(Duration::from_secs(2)).await;
         self.stop();
     }
@@ -237,10 +283,11 @@ impl Node {
         ClusterStats {
             outbox_len: fill.len,
             outbox_bytes: fill.bytes,
-            outbox_dropped: fill.dropped,
+            outbox_refused: fill.refused,
             duplicates: self.counters.duplicates.load(Ordering::Relaxed),
             gaps: self.counters.gaps.load(Ordering::Relaxed),
             duplicate_node_seen: self.counters.twins.load(Ordering::Relaxed),
+            history_reads: self.counters.history_reads.load(Ordering::Relaxed),
         }
     }
 

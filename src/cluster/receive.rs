@@ -16,10 +16,12 @@ use tokio::sync::{mpsc, watch};
 use super::backplane::BusEvent;
 use super::calls::Calls;
 use super::envelope::{self, Header, Kind, Me};
+use super::gaps::Gaps;
+use super::history::{History, Inbound};
 use super::nodes::Heard;
 use super::outbox::Outbox;
 use super::sequence::{Forget, Marks, Seen};
-use super::status::{ClusterState, Counters, Gap, GapHook};
+use super::status::{ClusterState, Counters, Gap};
 use super::subscriptions::Subscriptions;
 use crate::addr::ClusterError;
 use crate::registry::ServerHandle;
@@ -39,9 +41,9 @@ pub(super) struct Receive {
     pub calls: Arc<Calls>,
     pub outbox: Arc<Outbox>,
     pub subscriptions: Arc<Subscriptions>,
+    pub history: Arc<History>,
     pub counters: Arc<Counters>,
-    pub on_gap: Option<GapHook>,
-    pub gap_method: Option<String>,
+    pub gaps: Arc<Gaps>,
     pub marks: Marks,
     /// The other nodes live when the bus went down, awaited by the flush when it is back.
     pub before_outage: HashSet<String>,
@@ -74,7 +76,7 @@ impl Receive {
                 }
                 Some(BusEvent::Down) => self.on_down(),
                 Some(BusEvent::Up) => self.on_up().await,
-                Some(BusEvent::Interrupted { channels }) => self.on_interrupted(&channels),
+                Some(BusEvent::Interrupted { channels }) => self.on_interrupted(&channels).await,
                 None => {
                     tracing::error!("the backplane's events ended");
                     self.on_down();
@@ -89,6 +91,21 @@ impl Receive {
             tracing::debug!(channel, "not an envelope; ignored");
             return;
         };
+        if header.k == Kind::Recorded {
+            // Ordered by its offset in the history room, this node's own too (its
+            // subscribers get its publications through the bus, in the one order).
+            let topic = self.me.channels.topic_of(channel);
+            if let (Some(topic), Some(epoch), Some(offset)) = (topic, &header.ep, header.off) {
+                let recorded = Inbound::Recorded {
+                    topic: topic.to_owned(),
+                    epoch: epoch.to_string(),
+                    offset,
+                    data: body,
+                };
+                self.history.tell(recorded).await;
+            }
+            return;
+        }
         if !self.is_new(channel, &header) {
             return;
         }
@@ -122,6 +139,7 @@ impl Receive {
                 hello: header.hello,
             },
             Kind::Goodbye => Heard::Goodbye(header.o.to_string()),
+            Kind::Recorded => return,
         };
         let _ = self.nodes.send(heard).await;
     }
@@ -150,10 +168,11 @@ impl Receive {
                     _ => None,
                 };
                 if header.k == Kind::Broadcast || topic.is_some() {
-                    self.report_gap(Gap {
+                    self.gaps.report(Gap {
                         topic,
                         origin: Some(header.o.to_string()),
                         missed: Some(missed),
+                        position: None,
                     });
                 }
             }
@@ -202,38 +221,51 @@ impl Receive {
         }
         tracing::info!("bus back");
         self.marks.resync();
-        // Whatever was published elsewhere while we were away is lost to us.
-        self.report_gap(Gap {
+        // Whatever was published elsewhere while we were away is lost to us; topics
+        // with history are filled in from the bus instead (the history room).
+        self.gaps.report(Gap {
             topic: None,
             origin: None,
             missed: None,
+            position: None,
         });
         for topic in self.topics.topic_names() {
-            self.report_gap(Gap {
+            if self.topics.keeps_history(&topic) {
+                continue;
+            }
+            self.gaps.report(Gap {
                 topic: Some(topic),
                 origin: None,
                 missed: None,
+                position: None,
             });
         }
+        self.history.tell(Inbound::BusUp).await;
         self.subscriptions.all_changed(self.topics.topic_names());
         let _ = self.nodes.send(Heard::BusBack).await;
     }
 
     /// Some channels lost messages while the bus stayed up (one server of several went
-    /// away): a gap for each of their topics with local subscribers and one for
-    /// broadcasts, not for the rest. Calls waiting on answers to this node fail, as
-    /// their answers may be lost; heartbeats simply resume.
-    fn on_interrupted(&mut self, channels: &[String]) {
+    /// away, a slot moved): a gap for each of their topics without history that has
+    /// local subscribers, and one for broadcasts, not for the rest; topics with history
+    /// are filled in from the bus instead (the history room looks at them again). Calls
+    /// waiting on answers to this node fail, as their answers may be lost; heartbeats
+    /// simply resume.
+    async fn on_interrupted(&mut self, channels: &[String]) {
         tracing::info!(?channels, "bus channels interrupted and subscribed again");
         let mut broadcast = false;
-        let mut topics = Vec::new();
+        let (mut topics, mut recorded) = (Vec::new(), Vec::new());
         for channel in channels {
             // Reported here once: the next number from each origin sets a new baseline.
             self.marks.resync_channel(channel);
             if self.me.channels.is_broadcast(channel) {
                 broadcast = true;
             } else if let Some(topic) = self.me.channels.topic_of(channel) {
-                topics.push(topic.to_owned());
+                if self.topics.keeps_history(topic) {
+                    recorded.push(topic.to_owned());
+                } else {
+                    topics.push(topic.to_owned());
+                }
             } else if *channel == self.me.own {
                 self.calls.fail_all(&ClusterError::Unavailable(
                     "this node's channel was interrupted: answers may be lost".into(),
@@ -241,36 +273,27 @@ impl Receive {
             }
         }
         if broadcast {
-            self.report_gap(Gap {
+            self.gaps.report(Gap {
                 topic: None,
                 origin: None,
                 missed: None,
+                position: None,
             });
         }
-        for topic in topics {
-            if self.topics.subscriber_count(&topic) > 0 {
-                self.report_gap(Gap {
+        for topic in topics.iter().chain(&recorded) {
+            if !recorded.contains(topic) && self.topics.subscriber_count(topic) > 0 {
+                self.gaps.report(Gap {
                     topic: Some(topic.clone()),
                     origin: None,
                     missed: None,
+                    position: None,
                 });
             }
             // The bus may have failed to issue it meanwhile: look again.
-            self.subscriptions.changed(&topic);
+            self.subscriptions.changed(topic);
         }
-    }
-
-    fn report_gap(&self, gap: Gap) {
-        self.counters.gaps.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(?gap, "gap");
-        if let Some(hook) = &self.on_gap {
-            hook(&gap);
-        }
-        if let (Some(method), Some(topic)) = (&self.gap_method, &gap.topic) {
-            let params = serde_json::json!({ "topic": topic });
-            if let Ok(frame) = crate::message::request(method, &params, None) {
-                self.topics.deliver(topic, Text::from(frame));
-            }
+        if !recorded.is_empty() {
+            self.history.tell(Inbound::Interrupted(recorded)).await;
         }
     }
 }

@@ -13,10 +13,14 @@
 //! Liveness: the subscribing connection publishes a probe on a channel of its own every
 //! [`RedisOptions::probe_interval`] and expects it back. A link that stays silent for
 //! [`RedisOptions::probe_misses`] intervals (a frozen Redis, a half-open socket) is
-//! dropped and dialed again, with `Down` and `Up` reported like any other loss.
+//! dropped and dialed again, with `Down` and `Up` reported like any other loss. Only
+//! intervals the link's task saw on time count: when this process is too busy to read
+//! (its runtime queue long with connection tasks), Redis's silence is not what it saw.
 
+mod append;
 #[cfg(feature = "redis-cluster")]
 mod cluster;
+mod history;
 mod subscriber;
 
 use std::sync::atomic::Ordering;
@@ -32,7 +36,9 @@ use tokio::sync::{mpsc, oneshot};
 pub use cluster::RedisClusterBackplane;
 use subscriber::{Control, Shared, Subscriber};
 
-use super::backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+use super::backplane::{Append, Backplane, BackplaneError, BoxFuture, BusEvent, HistoryRead};
+use super::keys::TopicKeys;
+use crate::history::{HistoryConfig, Position};
 use crate::reconnect::Backoff;
 
 /// Settings of a [`RedisBackplane`]; every one has a default.
@@ -93,7 +99,8 @@ impl RedisOptions {
         self
     }
 
-    /// How many probe intervals without the probe coming back make the subscribing
+    /// How many probe intervals without the probe coming back (intervals this process
+    /// saw on time: a tick over half an interval late does not count) make the subscribing
     /// connection count as dead and be dialed again (default 2, at least 1).
     pub fn probe_misses(mut self, misses: u32) -> Self {
         self.probe_misses = misses.max(1);
@@ -181,6 +188,12 @@ impl RedisOptions {
 /// # Ok(()) }
 /// ```
 pub struct RedisBackplane {
+    /// The publishing connection, for the history script's reads (multiplexed:
+    /// concurrent calls go out pipelined).
+    scripts: ConnectionManager,
+    script: redis::Script,
+    /// Appends waiting to be committed, in groups (append.rs).
+    appends: mpsc::Sender<append::Record>,
     publish_tx: mpsc::Sender<Publish>,
     control_tx: mpsc::Sender<Control>,
     events: Mutex<Option<mpsc::Receiver<BusEvent>>>,
@@ -226,9 +239,21 @@ impl RedisBackplane {
 
         let (publish_tx, publish_rx) = mpsc::channel(options.publish_queue);
         let (control_tx, control_rx) = mpsc::channel(64);
+        let scripts = publisher.clone();
+        let script = redis::Script::new(history::SCRIPT);
+        let (appends, appends_rx) = mpsc::channel(options.publish_queue);
+        tokio::spawn(append::run(
+            publisher.clone(),
+            script.clone(),
+            appends_rx,
+            options.batch_max,
+        ));
         tokio::spawn(write_loop(publisher, publish_rx, options.batch_max));
         tokio::spawn(subscriber.run(link, control_rx));
         Ok(RedisBackplane {
+            scripts,
+            script,
+            appends,
             publish_tx,
             control_tx,
             events: Mutex::new(Some(events_rx)),
@@ -347,6 +372,62 @@ impl Backplane for RedisBackplane {
 
     fn events(&self) -> Option<mpsc::Receiver<BusEvent>> {
         self.events.lock().ok()?.take()
+    }
+
+    /// Committed with the other appends waiting at the time, one script call per topic.
+    fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Position, BackplaneError>> {
+        let (done, answer) = oneshot::channel();
+        let record = append::Record {
+            keys: append.keys.clone(),
+            bounds: append.bounds.clone(),
+            new_epoch: append.new_epoch.to_owned(),
+            head: Bytes::copy_from_slice(append.head),
+            data: Bytes::copy_from_slice(append.data),
+            done,
+        };
+        let appends = self.appends.clone();
+        Box::pin(async move {
+            appends
+                .send(record)
+                .await
+                .map_err(|_| BackplaneError::Closed)?;
+            answer.await.map_err(|_| BackplaneError::Closed)?
+        })
+    }
+
+    fn read_history<'a>(
+        &'a self,
+        keys: &'a TopicKeys,
+        bounds: &'a HistoryConfig,
+        after: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
+        let invocation = history::read(&self.script, keys, bounds, after, max);
+        let mut conn = self.scripts.clone();
+        Box::pin(async move {
+            let value = invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            history::history(value)
+        })
+    }
+
+    fn history_position<'a>(
+        &'a self,
+        keys: &'a TopicKeys,
+        bounds: &'a HistoryConfig,
+        new_epoch: &'a str,
+    ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
+        let invocation = history::position(&self.script, keys, bounds, new_epoch);
+        let mut conn = self.scripts.clone();
+        Box::pin(async move {
+            let value = invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            history::history(value)
+        })
     }
 }
 

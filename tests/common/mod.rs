@@ -2,6 +2,8 @@
 //! client that speaks text frames, and a timeout on every wait.
 #![allow(dead_code)]
 
+pub mod cluster_node;
+pub mod history_bus;
 pub mod proxy;
 pub mod redis_cluster;
 pub mod redis_server;

@@ -5,96 +5,15 @@
 //! example must be built (`cargo test` builds it).
 #![allow(dead_code)]
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use jsonrpc_peer::{connect, Context, Peer, Router, RpcError};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::common::cluster_node::{Bus, Node};
 use crate::common::within;
-
-/// The bus the nodes share.
-pub trait Bus {
-    /// The example's flags that name it (`--redis URL`, `--redis-cluster SEEDS`).
-    fn args(&self) -> Vec<String>;
-    /// How many nodes listen to `channel` now.
-    fn subscribers(&self, channel: &str) -> u64;
-    /// The whole bus goes away (SIGKILL: no goodbye to anyone).
-    fn kill(&mut self);
-    /// And comes back, empty; returns once it answers.
-    fn restart(&mut self);
-}
-
-/// The example binary, next to this test's own `deps/` folder.
-pub fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>");
-    let bin = dir.join("examples").join("cluster_node");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build --features redis-cluster --example cluster_node` first",
-        bin.display()
-    );
-    bin
-}
-
-/// One `cluster_node` process; killed (SIGKILL) when dropped.
-pub struct Node {
-    pub child: Child,
-    pub url: String,
-}
-
-impl Node {
-    pub async fn start(bus: &dyn Bus, name: &str, heartbeat_ms: u64) -> Node {
-        let mut child = Command::new(example_binary())
-            .args(["--listen", "127.0.0.1:0"])
-            .args(bus.args())
-            .args(["--node", name])
-            .args(["--heartbeat-ms", &heartbeat_ms.to_string()])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start cluster_node");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let first = within(lines.next_line())
-            .await
-            .expect("read stdout")
-            .expect("a first line");
-        let rest = first
-            .strip_prefix("listening on ")
-            .expect("`listening on ...` first");
-        let (url, node) = rest.split_once(" node ").expect("`... node NAME`");
-        assert_eq!(node, name);
-        Node {
-            child,
-            url: url.to_owned(),
-        }
-    }
-
-    pub fn signal(&self, name: &str) {
-        let pid = self.child.id().expect("running");
-        let ok = std::process::Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(pid.to_string())
-            .status()
-            .expect("run kill")
-            .success();
-        assert!(ok);
-    }
-
-    pub async fn wait_exit(&mut self) {
-        within(self.child.wait()).await.expect("wait for the node");
-    }
-}
 
 /// A client: answers `add [a, b]` and `hang []` (never: it records a `hanging` note when
 /// it starts), records notifications.
@@ -190,9 +109,9 @@ pub async fn count_becomes(client: &Client, want: u64) -> Duration {
 /// Three nodes: broadcasts, a topic on two of them, calls and notifies by address,
 /// counts, a goodbye, a node killed mid-call.
 pub async fn three_nodes_share_broadcasts_topics_calls_and_counts(bus: &dyn Bus) {
-    let a = Node::start(bus, "a", 500).await;
-    let mut b = Node::start(bus, "b", 500).await;
-    let c = Node::start(bus, "c", 500).await;
+    let a = Node::start(bus, "a", 500, &[]).await;
+    let mut b = Node::start(bus, "b", 500, &[]).await;
+    let c = Node::start(bus, "c", 500, &[]).await;
     let mut ca = Client::connect(&a).await;
     let mut cb = Client::connect(&b).await;
     let mut cc = Client::connect(&c).await;
@@ -216,7 +135,7 @@ pub async fn three_nodes_share_broadcasts_topics_calls_and_counts(bus: &dyn Bus)
     // A topic with subscribers on B and C only: A's channel is not subscribed.
     assert_eq!(cb.ok("subscribe", json!(["news"])).await, json!(true));
     assert_eq!(cc.ok("subscribe", json!(["news"])).await, json!(true));
-    assert_eq!(bus.subscribers("jp:t:news"), 2);
+    assert_eq!(bus.subscribers("jp:t:{news}"), 2);
     assert_eq!(ca.ok("publish", json!(["news", {"n": 1}])).await, json!(0));
     assert_eq!(cb.ok("publish", json!(["news", {"n": 2}])).await, json!(1));
     // Each once; no order between two publishers (B has its own at once).
@@ -324,9 +243,9 @@ pub async fn bus_down_for_two_seconds_local_goes_on_then_resubscribe_flush_and_o
     // the others one heartbeat window at most. The default 2 s x 3 missed is well over
     // that spread; 500 ms x 3 was not (B, back last, once missed the flush: about one
     // run in 40 by the backoff's numbers).
-    let a = Node::start(bus, "a", 2000).await;
-    let b = Node::start(bus, "b", 2000).await;
-    let c = Node::start(bus, "c", 2000).await;
+    let a = Node::start(bus, "a", 2000, &[]).await;
+    let b = Node::start(bus, "b", 2000, &[]).await;
+    let c = Node::start(bus, "c", 2000, &[]).await;
     let mut ca = Client::connect(&a).await;
     let mut cb = Client::connect(&b).await;
     let mut cc = Client::connect(&c).await;
@@ -357,7 +276,7 @@ pub async fn bus_down_for_two_seconds_local_goes_on_then_resubscribe_flush_and_o
     // and the topic channel is subscribed by all three again.
     let start = Instant::now();
     loop {
-        let numsub = bus.subscribers("jp:t:news");
+        let numsub = bus.subscribers("jp:t:{news}");
         if numsub == 3 {
             break;
         }
