@@ -20,8 +20,11 @@
 //! subscriber link alone costs its subscribers nothing. A read that fails is tried
 //! again every second while the bus is up.
 //!
-//! The room is one task, so a topic's deliveries, fills and resets happen one at a time
-//! and in the order they came. Resumes older than a node's cache read the bus through
+//! The receive loop delivers what is simply the next one itself (`Topics::apply` under
+//! the topic's lock decides); anything else comes here. The room is one task, so a
+//! topic's fills and resets happen one at a time and in the order they came; since a
+//! publication is delivered only as the very next offset, a later one the receive loop
+//! sees while the room fills a hole just comes here too, behind it. Resumes older than a node's cache read the bus through
 //! [`Reads`]: concurrent readers of one topic and position share one read (a
 //! reconnect storm after a node restart reads each position once), and what they read
 //! goes into the cache for those who come after.
@@ -63,12 +66,15 @@ const READ_KEPT: Duration = Duration::from_secs(2);
 
 /// What the room hears.
 pub(super) enum Inbound {
-    /// A publication the bus recorded, from the receive loop.
+    /// A publication the bus recorded that the receive loop could not deliver at once
+    /// (not the next one, or of another epoch, or not followed): its notification and
+    /// its data's size.
     Recorded {
         topic: String,
         epoch: String,
         offset: u64,
-        data: Bytes,
+        frame: Text,
+        bytes: usize,
     },
     /// A subscriber needs `topic`'s cache to follow the bus.
     Follow {
@@ -318,7 +324,7 @@ fn replay(topic: &str, epoch: &str, after: u64, read: HistoryRead) -> Replay {
 
 /// The notification of a recorded publication, and its data's size; `None` when the
 /// data is not JSON (not written by a node of this cluster).
-fn frame_of(topic: &str, offset: u64, data: &Bytes) -> Option<(Text, usize)> {
+pub(super) fn frame_of(topic: &str, offset: u64, data: &Bytes) -> Option<(Text, usize)> {
     let raw: &RawValue = serde_json::from_slice(data).ok()?;
     let frame = recorded_frame(topic, offset, raw).ok()?;
     Some((frame, data.len()))
@@ -383,8 +389,9 @@ impl Room {
                 topic,
                 epoch,
                 offset,
-                data,
-            } => self.recorded(&topic, &epoch, offset, &data).await,
+                frame,
+                bytes,
+            } => self.recorded(&topic, &epoch, offset, &frame, bytes).await,
             Inbound::Follow { topic, done } => {
                 // Those that asked while the first was looking: it follows now.
                 if self.topics.history_follows(&topic) == Some(true) {
@@ -418,18 +425,17 @@ impl Room {
     }
 
     /// A publication from the bus: delivered in order, after any hole is filled.
-    async fn recorded(&mut self, topic: &str, epoch: &str, offset: u64, data: &Bytes) {
-        let Some((frame, bytes)) = frame_of(topic, offset, data) else {
-            tracing::debug!(
-                topic,
-                offset,
-                "a recorded publication that is not JSON; ignored"
-            );
-            return;
-        };
+    async fn recorded(
+        &mut self,
+        topic: &str,
+        epoch: &str,
+        offset: u64,
+        frame: &Text,
+        bytes: usize,
+    ) {
         // At most: look at the topic, fill a hole, deliver.
         for _ in 0..3 {
-            match self.topics.apply(topic, epoch, offset, &frame, bytes) {
+            match self.topics.apply(topic, epoch, offset, frame, bytes) {
                 Applied::Delivered(_) | Applied::Duplicate => return,
                 Applied::NotFollowing => {
                     // No one here asked for it yet; a subscriber that does makes the

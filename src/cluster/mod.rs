@@ -17,7 +17,18 @@
 //!   [`on_gap`](ClusterBuilder::on_gap) hook and, if enabled, notifies the topic's
 //!   local subscribers so the application can refetch.
 //! - **Order per publisher and topic.** Publishes made one after another on one node
-//!   arrive everywhere in that order. There is no total order across publishers.
+//!   arrive everywhere in that order. There is no total order across publishers,
+//!   except on topics with history.
+//! - **Topics with history** ([`Topics::keep_history`]): Redis gives the offsets
+//!   ([`Backplane::append`]), so a topic has one order on every node and for every
+//!   publisher; `publish` returns once Redis recorded it; every node, the publishing
+//!   one too, delivers in offset order, filling any hole from the history first; a
+//!   resume works on any node; a lost history is one gap per topic and node, with the
+//!   new position ([`Gap::position`]). The README's "Across a cluster" has the frames.
+//! - **Ok means taken.** A broadcast or publish the cluster cannot take (its outbox is
+//!   full; a topic with history that Redis cannot record) fails with an error and
+//!   reaches no one, and is counted ([`Topics::refused`],
+//!   [`ClusterStats::outbox_refused`]); what the outbox took is never dropped.
 //!
 //! # Failure behaviour
 //!

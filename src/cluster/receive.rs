@@ -17,7 +17,7 @@ use super::backplane::BusEvent;
 use super::calls::Calls;
 use super::envelope::{self, Header, Kind, Me};
 use super::gaps::Gaps;
-use super::history::{History, Inbound};
+use super::history::{self, History, Inbound};
 use super::nodes::Heard;
 use super::outbox::Outbox;
 use super::sequence::{Forget, Marks, Seen};
@@ -25,7 +25,7 @@ use super::status::{ClusterState, Counters, Gap};
 use super::subscriptions::Subscriptions;
 use crate::addr::ClusterError;
 use crate::registry::ServerHandle;
-use crate::topics::Topics;
+use crate::topics::{Applied, Topics};
 use crate::transport::Text;
 
 /// The receive loop's state and the rooms it hands events to.
@@ -92,17 +92,28 @@ impl Receive {
             return;
         };
         if header.k == Kind::Recorded {
-            // Ordered by its offset in the history room, this node's own too (its
-            // subscribers get its publications through the bus, in the one order).
+            // Ordered by its offset, this node's own too (its subscribers get its
+            // publications through the bus, in the one order): the next one is
+            // delivered here, anything else goes to the history room.
             let topic = self.me.channels.topic_of(channel);
             if let (Some(topic), Some(epoch), Some(offset)) = (topic, &header.ep, header.off) {
-                let recorded = Inbound::Recorded {
-                    topic: topic.to_owned(),
-                    epoch: epoch.to_string(),
-                    offset,
-                    data: body,
+                let Some((frame, bytes)) = history::frame_of(topic, offset, &body) else {
+                    tracing::debug!(topic, offset, "a recorded publication that is not JSON");
+                    return;
                 };
-                self.history.tell(recorded).await;
+                match self.topics.apply(topic, epoch, offset, &frame, bytes) {
+                    Applied::Delivered(_) | Applied::Duplicate => {}
+                    _ => {
+                        let recorded = Inbound::Recorded {
+                            topic: topic.to_owned(),
+                            epoch: epoch.to_string(),
+                            offset,
+                            frame,
+                            bytes,
+                        };
+                        self.history.tell(recorded).await;
+                    }
+                }
             }
             return;
         }
