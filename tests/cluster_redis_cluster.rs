@@ -12,8 +12,9 @@ use bytes::Bytes;
 use common::redis_cluster::RedisCluster;
 use common::within;
 use jsonrpc_peer::cluster::{
-    Backplane, BackplaneError, BusEvent, RedisClusterBackplane, RedisOptions,
+    Append, Backplane, BackplaneError, BusEvent, RedisClusterBackplane, RedisOptions, TopicKeys,
 };
+use jsonrpc_peer::HistoryConfig;
 use tokio::sync::mpsc;
 
 /// Fast probes and timeouts, with room for a loaded machine.
@@ -391,4 +392,107 @@ async fn a_process_too_busy_to_read_does_not_take_silence_for_a_dead_master() {
         "no Down or Interrupted first"
     );
     assert_eq!(b.reconnects(), 0, "no link dialed again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_script_runs_on_its_topics_master_and_publishes_there() {
+    let cluster = RedisCluster::start(3, 0);
+    let (a, _a_events) = backplane(&cluster).await;
+    let (b, mut b_events) = backplane(&cluster).await;
+    let masters: Vec<u16> = cluster.masters().into_iter().map(|(p, _)| p).collect();
+    common::history_bus::history_semantics(&a, &b, &mut b_events, || {
+        // Empty, as after a restart without persistence; the script caches too.
+        for &m in &masters {
+            cluster.cli(m, &["FLUSHALL"]);
+            cluster.cli(m, &["SCRIPT", "FLUSH"]);
+        }
+    })
+    .await;
+    // The topic's stream, meta and channel share a slot: its calls run on its master,
+    // which publishes there.
+    let keys = TopicKeys::new("jp", "news");
+    let home = cluster.master_of(cluster.keyslot(&keys.channel));
+    for key in [&keys.stream, &keys.meta] {
+        assert_eq!(cluster.master_of(cluster.keyslot(key)), home, "{key}");
+    }
+    // A listener of its own: what b heard of the checks above is b's business.
+    let (c, mut c_events) = backplane(&cluster).await;
+    within(c.subscribe(&keys.channel)).await.expect("subscribe");
+    let evalsha_before: Vec<u64> = masters
+        .iter()
+        .map(|&m| cluster.calls(m, "evalsha"))
+        .collect();
+    let bounds = HistoryConfig::default();
+    let head = br#"{"v":1,"k":"x","o":"a","i":"i1","s":0,"#;
+    for n in 1..=3u64 {
+        let data = format!("[{n}]");
+        let append = Append::new(&keys, &bounds, "e", head, data.as_bytes());
+        let at = within(a.append(append)).await.expect("append");
+        assert_eq!(at.offset, n);
+        let (channel, payload) = next_message(&mut c_events).await;
+        assert_eq!(channel, keys.channel);
+        assert!(payload.ends_with(data.as_bytes()), "{payload:?}");
+    }
+    for (i, &m) in masters.iter().enumerate() {
+        let calls = cluster.calls(m, "evalsha") - evalsha_before[i];
+        if m == home {
+            assert!(calls > 0, "the topic's master ran the script");
+        } else {
+            assert_eq!(calls, 0, "master {m} ran {calls} of the topic's scripts");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_go_on_while_their_slot_moves_with_one_order_of_offsets() {
+    let cluster = RedisCluster::start(3, 0);
+    let (a, _a_events) = backplane(&cluster).await;
+    let keys = TopicKeys::new("jp", "moving");
+    let bounds = HistoryConfig::default();
+    let head = br#"{"v":1,"k":"x","o":"a","i":"i1","s":0,"#;
+    let slot = cluster.keyslot(&keys.channel);
+    let from = cluster.master_of(slot);
+    let to = cluster
+        .masters()
+        .into_iter()
+        .map(|(p, _)| p)
+        .find(|p| *p != from)
+        .expect("another master");
+    let append = |n: u64| {
+        let data = format!("[{n}]");
+        let a = &a;
+        let keys = &keys;
+        let bounds = &bounds;
+        async move {
+            let append = Append::new(keys, bounds, "e1", head, data.as_bytes());
+            within_30s(a.append(append)).await
+        }
+    };
+    let mut offsets = Vec::new();
+    for n in 1..=10 {
+        offsets.push(append(n).await.expect("appended before the move").offset);
+    }
+    // The keys move while the slot migrates: the source answers ASK for them, the
+    // cluster client asks the target (ASKING), then MOVED once it is the target's.
+    cluster.begin_move(slot, to);
+    for n in 11..=20 {
+        offsets.push(append(n).await.expect("appended while migrating").offset);
+    }
+    cluster.finish_move(slot, from, to);
+    for n in 21..=30 {
+        offsets.push(append(n).await.expect("appended after the move").offset);
+    }
+    assert_eq!(
+        offsets,
+        (1..=30).collect::<Vec<_>>(),
+        "one order, no offset twice"
+    );
+    let read = within(a.read_history(&keys, &bounds, 0, 100))
+        .await
+        .expect("read after the move");
+    let data: Vec<Vec<u8>> = read.entries.iter().map(|e| e.data.to_vec()).collect();
+    let want: Vec<Vec<u8>> = (1..=30).map(|n| format!("[{n}]").into_bytes()).collect();
+    assert_eq!((read.first, read.last), (1, 30));
+    assert_eq!(data, want, "every entry, on the slot's new master");
+    assert_eq!(cluster.master_of(cluster.keyslot(&keys.stream)), to);
 }

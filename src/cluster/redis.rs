@@ -21,6 +21,7 @@ mod append;
 #[cfg(feature = "redis-cluster")]
 mod cluster;
 mod history;
+mod scripts;
 mod subscriber;
 
 use std::sync::atomic::Ordering;
@@ -188,12 +189,9 @@ impl RedisOptions {
 /// # Ok(()) }
 /// ```
 pub struct RedisBackplane {
-    /// The publishing connection, for the history script's reads (multiplexed:
-    /// concurrent calls go out pipelined).
-    scripts: ConnectionManager,
-    script: redis::Script,
-    /// Appends waiting to be committed, in groups (append.rs).
-    appends: mpsc::Sender<append::Record>,
+    /// The history script on the publishing connection (multiplexed: concurrent calls
+    /// go out pipelined), its appends committed in groups (append.rs).
+    history: scripts::Scripts<ConnectionManager>,
     publish_tx: mpsc::Sender<Publish>,
     control_tx: mpsc::Sender<Control>,
     events: Mutex<Option<mpsc::Receiver<BusEvent>>>,
@@ -239,21 +237,16 @@ impl RedisBackplane {
 
         let (publish_tx, publish_rx) = mpsc::channel(options.publish_queue);
         let (control_tx, control_rx) = mpsc::channel(64);
-        let scripts = publisher.clone();
-        let script = redis::Script::new(history::SCRIPT);
-        let (appends, appends_rx) = mpsc::channel(options.publish_queue);
-        tokio::spawn(append::run(
+        let history = scripts::Scripts::start(
             publisher.clone(),
-            script.clone(),
-            appends_rx,
+            "PUBLISH",
+            options.publish_queue,
             options.batch_max,
-        ));
+        );
         tokio::spawn(write_loop(publisher, publish_rx, options.batch_max));
         tokio::spawn(subscriber.run(link, control_rx));
         Ok(RedisBackplane {
-            scripts,
-            script,
-            appends,
+            history,
             publish_tx,
             control_tx,
             events: Mutex::new(Some(events_rx)),
@@ -376,23 +369,7 @@ impl Backplane for RedisBackplane {
 
     /// Committed with the other appends waiting at the time, one script call per topic.
     fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Position, BackplaneError>> {
-        let (done, answer) = oneshot::channel();
-        let record = append::Record {
-            keys: append.keys.clone(),
-            bounds: append.bounds.clone(),
-            new_epoch: append.new_epoch.to_owned(),
-            head: Bytes::copy_from_slice(append.head),
-            data: Bytes::copy_from_slice(append.data),
-            done,
-        };
-        let appends = self.appends.clone();
-        Box::pin(async move {
-            appends
-                .send(record)
-                .await
-                .map_err(|_| BackplaneError::Closed)?;
-            answer.await.map_err(|_| BackplaneError::Closed)?
-        })
+        self.history.append(append)
     }
 
     fn read_history<'a>(
@@ -402,15 +379,7 @@ impl Backplane for RedisBackplane {
         after: u64,
         max: usize,
     ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
-        let invocation = history::read(&self.script, keys, bounds, after, max);
-        let mut conn = self.scripts.clone();
-        Box::pin(async move {
-            let value = invocation
-                .invoke_async(&mut conn)
-                .await
-                .map_err(unavailable)?;
-            history::history(value)
-        })
+        self.history.read(keys, bounds, after, max)
     }
 
     fn history_position<'a>(
@@ -419,15 +388,7 @@ impl Backplane for RedisBackplane {
         bounds: &'a HistoryConfig,
         new_epoch: &'a str,
     ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
-        let invocation = history::position(&self.script, keys, bounds, new_epoch);
-        let mut conn = self.scripts.clone();
-        Box::pin(async move {
-            let value = invocation
-                .invoke_async(&mut conn)
-                .await
-                .map_err(unavailable)?;
-            history::history(value)
-        })
+        self.history.position(keys, bounds, new_epoch)
     }
 }
 

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use redis::aio::ConnectionManager;
+use redis::aio::ConnectionLike;
 use redis::Script;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
@@ -37,13 +37,18 @@ impl Record {
     }
 }
 
-/// Sends what `queue` brings, grouped (see the module's doc), until it ends.
-pub(super) async fn run(
-    conn: ConnectionManager,
+/// Sends what `queue` brings, grouped (see the module's doc), until it ends, on `conn`
+/// (one Redis, or a Redis Cluster's client that routes each call to its topic's slot);
+/// the script publishes with `publish` (`PUBLISH`, or `SPUBLISH` on a cluster).
+pub(super) async fn run<C>(
+    conn: C,
     script: Script,
     mut queue: mpsc::Receiver<Record>,
     batch_max: usize,
-) {
+    publish: &'static str,
+) where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut batch = Vec::with_capacity(batch_max);
     loop {
@@ -64,7 +69,7 @@ pub(super) async fn run(
         tokio::spawn(async move {
             let calls = groups
                 .into_iter()
-                .map(|group| commit(&script, conn.clone(), group));
+                .map(|group| commit(&script, conn.clone(), group, publish));
             futures_util::future::join_all(calls).await;
             drop(permit);
         });
@@ -72,7 +77,12 @@ pub(super) async fn run(
 }
 
 /// One script call for `group` (one topic); each record gets its own offset.
-async fn commit(script: &Script, mut conn: ConnectionManager, group: Vec<Record>) {
+async fn commit<C: ConnectionLike + Send>(
+    script: &Script,
+    mut conn: C,
+    group: Vec<Record>,
+    publish: &str,
+) {
     let first = &group[0];
     let invocation = history::append(
         script,
@@ -80,7 +90,7 @@ async fn commit(script: &Script, mut conn: ConnectionManager, group: Vec<Record>
         &first.bounds,
         &first.new_epoch,
         &first.head,
-        "PUBLISH",
+        publish,
         group.iter().map(|r| r.data.as_ref()),
     );
     let answer = match invocation.invoke_async(&mut conn).await {

@@ -20,6 +20,11 @@
 //!
 //! Both share the slot map (topology.rs), fetched with `CLUSTER SLOTS` from the masters
 //! known, their replicas, then the seeds.
+//!
+//! Topic history runs the same script as on one Redis (scripts.rs), through redis-rs's
+//! cluster client: a topic's stream, meta and channel share a slot (keys.rs), so each
+//! call runs on that slot's master, `SPUBLISH`es there, and follows `MOVED`, `ASK` and
+//! `TRYAGAIN` while the slot moves.
 
 mod publisher;
 mod shards;
@@ -28,12 +33,19 @@ mod topology;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo};
 use tokio::sync::mpsc;
 
+use super::scripts::Scripts;
 use super::subscriber::{Control, Shared};
-use super::{control, enqueue, Publish, RedisOptions};
-use crate::cluster::backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+use super::{control, enqueue, unavailable, Publish, RedisOptions};
+use crate::cluster::backplane::{
+    Append, Backplane, BackplaneError, BoxFuture, BusEvent, HistoryRead,
+};
+use crate::cluster::keys::TopicKeys;
+use crate::history::{HistoryConfig, Position};
 use shards::Shards;
 use topology::Map;
 
@@ -59,6 +71,8 @@ use topology::Map;
 /// # Ok(()) }
 /// ```
 pub struct RedisClusterBackplane {
+    /// The history script, through the cluster client.
+    history: Scripts<ClusterConnection>,
     publish_tx: mpsc::Sender<Publish>,
     control_tx: mpsc::Sender<Control>,
     events: Mutex<Option<mpsc::Receiver<BusEvent>>>,
@@ -87,6 +101,23 @@ impl RedisClusterBackplane {
                 "no Redis Cluster seed given".into(),
             ));
         }
+        let client = ClusterClientBuilder::new(seeds.iter().map(|s| format!("redis://{s}")))
+            .connection_timeout(options.connect_timeout)
+            .response_timeout(options.response_timeout)
+            // A moved slot is a retry (at once for MOVED and ASK); TRYAGAIN and a master
+            // gone wait 10 ms growing to 500 ms. The caller hears of what still fails.
+            .retries(6)
+            .min_retry_wait(10)
+            .max_retry_wait(500)
+            .build()
+            .map_err(unavailable)?;
+        let scripts = client.get_async_connection().await.map_err(unavailable)?;
+        let history = Scripts::start(
+            scripts,
+            "SPUBLISH",
+            options.publish_queue,
+            options.batch_max,
+        );
         let map = Map::new(seeds, options.connect_timeout, options.response_timeout)
             .await
             .map_err(BackplaneError::Unavailable)?;
@@ -119,6 +150,7 @@ impl RedisClusterBackplane {
         ));
         tokio::spawn(shards.run(inputs));
         Ok(RedisClusterBackplane {
+            history,
             publish_tx,
             control_tx,
             events: Mutex::new(Some(events_rx)),
@@ -221,6 +253,29 @@ impl Backplane for RedisClusterBackplane {
 
     fn spread(&self) -> usize {
         self.spread
+    }
+
+    fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Position, BackplaneError>> {
+        self.history.append(append)
+    }
+
+    fn read_history<'a>(
+        &'a self,
+        keys: &'a TopicKeys,
+        bounds: &'a HistoryConfig,
+        after: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
+        self.history.read(keys, bounds, after, max)
+    }
+
+    fn history_position<'a>(
+        &'a self,
+        keys: &'a TopicKeys,
+        bounds: &'a HistoryConfig,
+        new_epoch: &'a str,
+    ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
+        self.history.position(keys, bounds, new_epoch)
     }
 }
 

@@ -39,14 +39,18 @@ use crate::cluster::backplane::{BackplaneError, HistoryEntry, HistoryRead};
 use crate::cluster::keys::TopicKeys;
 use crate::history::{HistoryConfig, Position};
 
-/// The script. `KEYS`: the stream, the meta, the channel. `ARGV`: the operation
-/// (`append`, `read`, `position`), `max_len`, `max_bytes`, `max_age` in ms, then per
-/// operation: append: the new epoch, the message head, the publish command (`PUBLISH`,
-/// or `SPUBLISH` on a sharded Redis Cluster), then one or more data, recorded in that
-/// order at consecutive offsets (the answer is the epoch and the last one's offset);
-/// read: after, max; position: the new epoch.
+/// The script. `KEYS`: the stream, the meta. `ARGV`: the operation (`append`, `read`,
+/// `position`), `max_len`, `max_bytes`, `max_age` in ms, then per operation: append:
+/// the new epoch, the message head, the publish command (`PUBLISH`, or `SPUBLISH` on a
+/// sharded Redis Cluster), the channel, then one or more data, recorded in that order at
+/// consecutive offsets (the answer is the epoch and the last one's offset); read: after,
+/// max; position: the new epoch.
+///
+/// The channel is an argument, not a key, though it shares the keys' slot: it never
+/// exists as a key, and on a Redis Cluster a call naming a key that does not exist is
+/// refused (`TRYAGAIN`) for as long as its slot migrates.
 pub(crate) const SCRIPT: &str = r#"
-local stream, meta, channel = KEYS[1], KEYS[2], KEYS[3]
+local stream, meta = KEYS[1], KEYS[2]
 local op = ARGV[1]
 local max_len, max_bytes, max_age = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local clock = redis.call('TIME')
@@ -117,12 +121,12 @@ local function store()
 end
 
 if op == 'append' then
-  local head, publish, n = ARGV[6], ARGV[7], #ARGV - 7
+  local head, publish, channel, n = ARGV[6], ARGV[7], ARGV[8], #ARGV - 8
   local first_one = last == 0
   local len = redis.call('XLEN', stream)
   if len == 0 then oldest = now end
   local at = string.format('%d', now)
-  for i = 8, #ARGV do
+  for i = 9, #ARGV do
     last = last + 1
     redis.call('XADD', stream, string.format('%d-0', last), 't', at, 'd', ARGV[i])
     bytes = bytes + string.len(ARGV[i])
@@ -133,8 +137,8 @@ if op == 'append' then
   if first_one then redis.call('PERSIST', meta) end
   redis.call('PEXPIRE', stream, max_age)
   local prefix = head .. '"ep":"' .. epoch .. '","off":'
-  for i = 8, #ARGV do
-    local offset = last - n + i - 7
+  for i = 9, #ARGV do
+    local offset = last - n + i - 8
     redis.call(publish, channel, prefix .. string.format('%d', offset) .. '}\n' .. ARGV[i])
   end
   return {epoch, last}
@@ -180,11 +184,7 @@ fn invocation<'s>(
     config: &HistoryConfig,
 ) -> ScriptInvocation<'s> {
     let mut invocation = script.prepare_invoke();
-    invocation
-        .key(&keys.stream)
-        .key(&keys.meta)
-        .key(&keys.channel)
-        .arg(op);
+    invocation.key(&keys.stream).key(&keys.meta).arg(op);
     for bound in bounds(config) {
         invocation.arg(bound);
     }
@@ -203,7 +203,11 @@ pub(crate) fn append<'s, 'd>(
     data: impl IntoIterator<Item = &'d [u8]>,
 ) -> ScriptInvocation<'s> {
     let mut invocation = invocation(script, "append", keys, bounds);
-    invocation.arg(new_epoch).arg(head).arg(publish);
+    invocation
+        .arg(new_epoch)
+        .arg(head)
+        .arg(publish)
+        .arg(&keys.channel);
     for data in data {
         invocation.arg(data);
     }
