@@ -392,3 +392,68 @@ async fn a_topic_with_history_loses_nothing_when_its_master_dies_and_resumes_any
     }
     assert_eq!(replayed, (middle + 1..=last).collect::<Vec<_>>());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_with_history_loses_nothing_while_its_slot_moves() {
+    let bus = RedisCluster::start(3, 1);
+    let history = ["--history", "10000"];
+    let a = Node::start(&bus, "a", 2000, &history).await;
+    let b = Node::start(&bus, "b", 2000, &history).await;
+    let ca = Client::connect(&a).await;
+    let mut cb = Client::connect(&b).await;
+    for client in [&ca, &cb] {
+        count_becomes(client, 2).await;
+    }
+    let first = cb.ok("subscribe", json!(["news"])).await;
+    assert_eq!(first["offset"], json!(0), "{first}");
+    let (channel, from) = topic_channel(&bus, "news");
+    let slot = bus.keyslot(&channel);
+    let to = bus
+        .masters()
+        .into_iter()
+        .map(|(p, _)| p)
+        .find(|p| *p != from)
+        .expect("another master");
+
+    let (stop, stopped) = watch::channel(false);
+    let publisher = recorded_stream(&ca, "news", stopped);
+    let mut got = Vec::new();
+    while got.len() < 20 {
+        let (method, params) = cb.next_note().await;
+        assert_eq!(method, "news", "{params}");
+        got.push(params["offset"].as_u64().expect("an offset"));
+    }
+    // Migrating for a while (the source still serves the channel, the keys move at the
+    // end), then moved: the channel is unsubscribed there, and b subscribes it on `to`.
+    tokio::task::block_in_place(|| assert_eq!(bus.begin_move(slot, to), from));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::task::block_in_place(|| bus.finish_move(slot, from, to));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.send_replace(true);
+    let recorded = within(publisher).await.expect("the publisher");
+    let last = *recorded.last().expect("recorded");
+    assert_eq!(
+        recorded,
+        (1..=last).collect::<Vec<_>>(),
+        "appends follow the slot: one order, none twice"
+    );
+    // What pub/sub lost while the channel moved came from the history: no $/gap.
+    while got.last() < Some(&last) {
+        let (method, params) = cb.next_note().await;
+        assert_eq!(
+            method, "news",
+            "no $/gap for a topic with history: {params}"
+        );
+        got.push(params["offset"].as_u64().expect("an offset"));
+    }
+    assert_eq!(
+        got,
+        (1..=last).collect::<Vec<_>>(),
+        "every offset once, in order"
+    );
+    assert_eq!(
+        topic_channel(&bus, "news").1,
+        to,
+        "b listens on the new master"
+    );
+}
