@@ -1,8 +1,9 @@
 //! Topics with history across three `cluster_node --redis-cluster ... --history N`
 //! processes on a real Redis Cluster (three masters, three replicas, started by each
 //! test on free loopback ports): the history suite one Redis runs
-//! (tests/common/history_suite.rs), so a resume, the order of two publishers and a bus
-//! back empty behave alike on both. A master killed and a slot moved with history are in
+//! (tests/common/history_suite.rs), so a resume, the order of two publishers, a bus
+//! back empty, the nodes' (shard) pub/sub links killed and 1,000 resumes at once (one
+//! `XRANGE` per position, summed over the masters) behave alike on both. A master killed and a slot moved with history are in
 //! tests/cluster_redis_cluster_nodes.rs. The example must be built with `redis-cluster`
 //! (`cargo test --all-features` does).
 
@@ -31,4 +32,17 @@ async fn outside_the_window_or_after_the_cluster_came_back_empty_a_resume_is_not
         &mut bus,
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_pubsub_links_are_filled_in_from_the_history_with_no_gap() {
+    let bus = RedisCluster::start(3, 1);
+    history_suite::killed_pubsub_links_are_filled_in_from_the_history_with_no_gap(&bus).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_clients_resuming_at_once_read_the_history_once_per_position() {
+    let bus = RedisCluster::start(3, 1);
+    history_suite::a_thousand_clients_resuming_at_once_read_the_history_once_per_position(&bus)
+        .await;
 }

@@ -22,6 +22,9 @@ pub trait Bus {
     fn kill(&mut self);
     /// And comes back, empty; returns once it answers.
     fn restart(&mut self);
+    /// `redis-cli` with `args` on every Redis process holding the bus's data (one
+    /// Redis, or each master), the answers in that order.
+    fn cli_each(&self, args: &[&str]) -> Vec<String>;
 }
 
 /// The count `redis-cli` prints for `PUBSUB NUMSUB` or `SHARDNUMSUB` ("channel\ncount").
@@ -50,6 +53,10 @@ impl Bus for RedisServer {
     fn restart(&mut self) {
         RedisServer::restart(self);
     }
+
+    fn cli_each(&self, args: &[&str]) -> Vec<String> {
+        vec![self.cli(args)]
+    }
 }
 
 /// A Redis Cluster: `--redis-cluster` with every node as a seed.
@@ -69,6 +76,13 @@ impl Bus for RedisCluster {
 
     fn restart(&mut self) {
         self.restart_all();
+    }
+
+    fn cli_each(&self, args: &[&str]) -> Vec<String> {
+        self.masters()
+            .into_iter()
+            .map(|(port, _)| self.cli(port, args))
+            .collect()
     }
 }
 

@@ -1,7 +1,7 @@
 //! Topics with history across three `cluster_node --history N` processes on any bus the
 //! example takes, with WebSocket clients over real sockets: resumes on another node after
 //! a dropped TCP connection, one order for two publishers, resumes that cannot recover,
-//! the bus back empty. `tests/cluster_redis_history.rs` runs it on one Redis,
+//! the bus back empty, pub/sub links killed, a reconnect storm. `tests/cluster_redis_history.rs` runs it on one Redis,
 //! `tests/cluster_redis_cluster_history.rs` on a Redis Cluster. The example must be
 //! built (`cargo test` builds it).
 #![allow(dead_code)]
@@ -326,4 +326,122 @@ pub async fn publish_when_up(peer: &Peer, topic: &str, data: &str) -> Value {
         }
     }
     panic!("the node never recorded again");
+}
+
+/// Every node's subscriber connections killed (`CLIENT KILL TYPE pubsub`) mid-stream:
+/// the subscribers get every publication once, in order, no `$/gap`.
+pub async fn killed_pubsub_links_are_filled_in_from_the_history_with_no_gap(bus: &dyn Bus) {
+    let nodes = three(bus, "10000").await;
+    let (subscriber, mut rx) = client(&nodes[1].url, &["feed"]).await;
+    call(&subscriber, "subscribe", json!(["feed"])).await;
+    let (publisher, _) = client(&nodes[0].url, &[]).await;
+    // A steady stream; midway every node's subscriber connection is killed. A publish
+    // made while its node's link is down is refused (not recorded) and made again.
+    let mut ok = Vec::new();
+    let mut refused = 0;
+    for i in 0..300u64 {
+        if i == 100 {
+            let killed: u64 = bus
+                .cli_each(&["CLIENT", "KILL", "TYPE", "pubsub"])
+                .iter()
+                .map(|k| k.trim().parse::<u64>().expect("a count"))
+                .sum();
+            assert_ne!(killed, 0, "no subscriber connection killed");
+        }
+        loop {
+            match within(publisher.call::<Value>("publish", json!(["feed", i]))).await {
+                Ok(answer) => {
+                    ok.push((answer["offset"].as_u64().unwrap(), json!(i)));
+                    break;
+                }
+                Err(e) => {
+                    let rpc = e.rpc().cloned().unwrap_or_else(|| panic!("{e}"));
+                    assert!(rpc.message.contains("down"), "{rpc:?}");
+                    refused += 1;
+                    assert!(refused < 1000, "the node never came back");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let offsets: Vec<u64> = ok.iter().map(|(o, _)| *o).collect();
+    assert_eq!(
+        offsets,
+        (1..=300).collect::<Vec<_>>(),
+        "refused ones took no offset"
+    );
+    for (offset, data) in &ok {
+        assert_eq!(next(&mut rx, "feed").await, (*offset, data.clone()));
+    }
+    // Nothing else (no $/gap): the next thing is the next publication.
+    call(&publisher, "publish", json!(["feed", "end"])).await;
+    assert_eq!(next(&mut rx, "feed").await, (301, json!("end")));
+    let dialed: u64 = bus
+        .cli_each(&["INFO", "stats"])
+        .iter()
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("total_connections_received:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .sum();
+    assert!(dialed > 6, "the nodes dialed again ({dialed} connections)");
+}
+
+/// 1,000 clients of a node that never had the topic resume at once from two positions:
+/// at most one history read (`XRANGE`, counted by Redis) per position.
+pub async fn a_thousand_clients_resuming_at_once_read_the_history_once_per_position(bus: &dyn Bus) {
+    let nodes = three(bus, "1000").await;
+    let (publisher, _) = client(&nodes[0].url, &[]).await;
+    for i in 0..100u64 {
+        call(&publisher, "publish", json!(["storm", i])).await;
+    }
+    let (probe, _probe_rx) = client(&nodes[0].url, &["storm"]).await;
+    let epoch = call(&probe, "subscribe", json!(["storm"])).await["epoch"].clone();
+    // b has never had a subscriber of the topic: its cache is empty, so what the
+    // clients missed is on Redis only.
+    let mut clients = Vec::new();
+    for _ in 0..1000 {
+        clients.push(client(&nodes[1].url, &["storm"]).await);
+    }
+    bus.cli_each(&["CONFIG", "RESETSTAT"]);
+    let resumes = clients.iter().enumerate().map(|(i, (peer, _))| {
+        let from = json!({"epoch": epoch, "offset": if i % 2 == 0 { 30 } else { 60 }});
+        let peer = peer.clone();
+        async move { call(&peer, "subscribe", json!(["storm", from])).await }
+    });
+    let answers = within(futures_util::future::join_all(resumes)).await;
+    for answer in &answers {
+        assert_eq!(answer["recovered"], true, "{answer}");
+        assert_eq!(answer["offset"], 100);
+    }
+    for (i, (_, rx)) in clients.iter_mut().enumerate() {
+        let start = if i % 2 == 0 { 31 } else { 61 };
+        for offset in start..=100u64 {
+            assert_eq!(
+                next(rx, "storm").await,
+                (offset, json!(offset - 1)),
+                "client {i}"
+            );
+        }
+    }
+    // Redis's own count: every read of entries is one XRANGE (positions read none).
+    let xrange: u64 = bus
+        .cli_each(&["INFO", "commandstats"])
+        .iter()
+        .filter_map(|stats| {
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix("cmdstat_xrange:calls="))
+                .and_then(|v| v.split(',').next())
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .sum();
+    // One per position at most: 2, or 1 when the read from 30 was in the cache
+    // before any resume from 60 looked.
+    assert!(
+        (1..=2).contains(&xrange),
+        "{xrange} history reads for 1,000 resumes from 2 positions"
+    );
 }
