@@ -1,7 +1,8 @@
 //! Topics with history across three `cluster_node --history N` processes on any bus the
 //! example takes, with WebSocket clients over real sockets: resumes on another node after
 //! a dropped TCP connection, one order for two publishers, resumes that cannot recover,
-//! the bus back empty, pub/sub links killed, a reconnect storm. `tests/cluster_redis_history.rs` runs it on one Redis,
+//! the bus back empty, pub/sub links killed, a reconnect storm.
+//! `tests/cluster_redis_history.rs` runs it on one Redis,
 //! `tests/cluster_redis_cluster_history.rs` on a Redis Cluster. The example must be
 //! built (`cargo test` builds it).
 #![allow(dead_code)]
