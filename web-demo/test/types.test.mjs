@@ -56,3 +56,14 @@ test("a result field the page's handler does not give fails the check at the han
   assert.notEqual(code, 0, 'tsc accepted a ui.describe answer without platform');
   assert.match(out, /platform/, out);
 });
+
+test("a chat line's field renamed on the server fails the check where the followed topic's data is shown", async (t) => {
+  const doc = await served();
+  const line = doc.components.schemas.ChatMessage;
+  line.properties.body = line.properties.text;
+  delete line.properties.text;
+  line.required = line.required.map((f) => (f === 'text' ? 'body' : f));
+  const { code, out } = await check(t, doc);
+  assert.notEqual(code, 0, 'tsc accepted chat lines without text');
+  assert.match(out, /app\.js\(\d+,\d+\): error TS\d+.*'text'/, out);
+});
