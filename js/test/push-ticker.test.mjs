@@ -7,10 +7,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import net from 'node:net';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { within } from './helpers.mjs';
+import { tcpProxy } from './tcp-proxy.mjs';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const BIN = process.env.PUSH_TICKER_BIN ?? `${ROOT}target/debug/examples/push_ticker`;
@@ -31,37 +31,10 @@ async function ticker(t, args) {
   return { port: Number(m[1]), stop };
 }
 
-/**
- * A TCP proxy on 127.0.0.1 to `upstream` (a port; changeable). `cut()` ends every
- * connection through it at the TCP level: both ends see the link drop without a
- * WebSocket close handshake. While `down`, new connections are closed at once. (Not
- * `resetAndDestroy()`: with it, Node 20 left this process spinning after the tests.)
- */
+/** A TCP proxy to `upstream` (tcp-proxy.mjs), closed after the test. */
 async function proxy(t, upstream) {
-  const pairs = new Set();
-  const p = { upstream, down: false, accepted: 0, port: 0 };
-  const server = net.createServer((client) => {
-    if (p.down) return void client.destroy();
-    p.accepted += 1;
-    const up = net.connect(p.upstream, '127.0.0.1');
-    const pair = [client, up];
-    pairs.add(pair);
-    const end = () => (pairs.delete(pair), client.destroy(), up.destroy());
-    for (const s of pair) s.on('error', end).on('close', end);
-    client.pipe(up);
-    up.pipe(client);
-  });
-  p.cut = () => {
-    for (const pair of pairs) for (const s of pair) s.destroy();
-    pairs.clear();
-  };
-  t.after(() => {
-    p.down = true;
-    p.cut();
-    return new Promise((r) => server.close(r));
-  });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  p.port = /** @type {net.AddressInfo} */ (server.address()).port;
+  const p = await tcpProxy(upstream);
+  t.after(() => p.close());
   return p;
 }
 
