@@ -397,6 +397,9 @@ function showSync(state, text) {
 /** While `chat.recent` is on its way, the lines that arrive wait here: {line, offset}. */
 let arrivedWhileReloading = null;
 let reloadAgain = false;
+const CHAT_KEEP = 100;
+/** @type {{line: ChatLine, offset: number}[]} the lines shown, oldest first */
+let shown = [];
 
 /** @param {ChatLine} line @param {number} offset */
 function onChatLine(line, offset) {
@@ -404,7 +407,7 @@ function onChatLine(line, offset) {
   else showChatLine(line, offset);
 }
 
-/** Lines were missed: show the server's last lines, then what arrived meanwhile. */
+/** Lines were missed: show the server's last lines, and what arrived meanwhile. */
 async function reloadChat() {
   if (arrivedWhileReloading) {
     reloadAgain = true; // missed again during the reload: once more after it
@@ -414,11 +417,27 @@ async function reloadChat() {
   showSync('reloading', 'missed some lines, reloading…');
   try {
     const { epoch, lines } = await peer.call('chat.recent');
+    const recent = lines.map((l) => ({ line: l, offset: l.offset ?? 0 }));
+    let all;
+    if (epoch && epoch === chat.position?.epoch) {
+      // With history: the server's last lines, then those that came after the newest.
+      const newest = recent.at(-1)?.offset ?? 0;
+      all = [...recent, ...arrivedWhileReloading.filter((l) => l.offset > newest)];
+    } else if (epoch) {
+      // The history changed again meanwhile: what the server has, then what came.
+      all = [...recent, ...arrivedWhileReloading];
+    } else {
+      // Without history (a cluster, for now) the server has only its own node's lines:
+      // they join those shown, each once, in the order they were written.
+      const key = ({ line: l }) => `${l.at_ms}\u0000${l.name}\u0000${l.text}`;
+      const seen = new Set();
+      all = [...shown, ...recent, ...arrivedWhileReloading]
+        .filter((l) => !seen.has(key(l)) && seen.add(key(l)))
+        .sort((x, y) => x.line.at_ms - y.line.at_ms);
+    }
+    shown = [];
     $('chat-log').replaceChildren();
-    for (const l of lines) showChatLine(l, l.offset ?? 0);
-    // Lines with history have offsets: one the reload has is not shown twice.
-    const newest = epoch === chat.position?.epoch ? (lines.at(-1)?.offset ?? 0) : 0;
-    for (const { line, offset } of arrivedWhileReloading) if (offset === 0 || offset > newest) showChatLine(line, offset);
+    for (const { line, offset } of all) showChatLine(line, offset);
     showSync('missed', 'missed, reloaded');
   } catch (e) {
     for (const { line, offset } of arrivedWhileReloading) showChatLine(line, offset);
@@ -434,6 +453,8 @@ async function reloadChat() {
 
 /** @param {ChatLine} m @param {number} offset its offset in the chat's history (0: none) */
 function showChatLine(m, offset) {
+  shown.push({ line: m, offset });
+  if (shown.length > CHAT_KEEP) shown.shift();
   const log = $('chat-log');
   log.querySelector('.empty')?.remove();
   const li = document.createElement('li');
@@ -452,7 +473,7 @@ function showChatLine(m, offset) {
   text.textContent = String(m?.text ?? '');
   li.append(head, text);
   log.append(li);
-  while (log.children.length > 100) log.firstElementChild.remove();
+  while (log.children.length > CHAT_KEEP) log.firstElementChild.remove();
   log.scrollTop = log.scrollHeight;
 }
 
