@@ -40,8 +40,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use jsonrpc_peer::axum::Endpoint;
 use jsonrpc_peer::{
-    Context, HandshakePolicy, HistoryConfig, Method, Notification, Router, RpcError,
-    ServerHandle, TopicMethods, Topics,
+    Context, HandshakePolicy, HistoryConfig, Method, Notification, Router, RpcError, ServerHandle,
+    TopicMethods, Topics,
 };
 use serde::Deserialize;
 use serde_json::json;
