@@ -472,6 +472,8 @@ impl Room {
         let bounds = self.topics.history_bounds(topic)?;
         // Again only if the epoch changed while filling in.
         for _ in 0..3 {
+            // The cache before the read: the receive loop may deliver while it runs.
+            let seen = self.topics.position(topic);
             let at = match self.history.position(topic, &bounds).await {
                 Ok(at) => at,
                 Err(e) => {
@@ -482,7 +484,10 @@ impl Room {
             };
             self.retry.remove(topic);
             let notice = self.gaps.history_notice(topic, &at);
-            match self.topics.follow_at(topic, &at, notice.as_ref(), false)? {
+            match self
+                .topics
+                .follow_at(topic, &at, seen.as_ref(), notice.as_ref(), false)?
+            {
                 Followed::Started | Followed::Same => {}
                 Followed::Behind { after } => {
                     match self.fill(topic, &at.epoch, after, at.offset + 1).await {
@@ -528,7 +533,8 @@ impl Room {
                     offset: read.first - 1,
                 };
                 let notice = self.gaps.history_notice(topic, &at);
-                self.topics.follow_at(topic, &at, notice.as_ref(), true);
+                self.topics
+                    .follow_at(topic, &at, None, notice.as_ref(), true);
                 self.report(topic, &at);
                 after = at.offset;
                 continue;

@@ -278,11 +278,12 @@ impl Topics {
         &self,
         topic: &str,
         at: &Position,
+        seen: Option<&Position>,
         gap: Option<&Text>,
         restart: bool,
     ) -> Option<Followed> {
         self.log(topic, true)
-            .map(|log| log.follow(at, gap, restart))
+            .map(|log| log.follow(at, seen, gap, restart))
     }
 
     /// For the cluster: this node no longer hears `topic` on the bus.

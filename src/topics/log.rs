@@ -217,15 +217,28 @@ impl TopicLog {
     /// (or offsets that went back, or `restart`: what the cache lacks is gone from the
     /// bus) while it followed: the history it had is lost here, the cache starts over
     /// at `at`, and `gap` (the gap notice, if any) is queued for the live subscribers,
-    /// after everything they had.
-    pub(crate) fn follow(&self, at: &Position, gap: Option<&Text>, restart: bool) -> Followed {
+    /// after everything they had. `seen` is the cache's position when `at` was asked
+    /// for: a cache ahead of `at` that was not ahead then had publications delivered
+    /// while the bus was read (the read is older than the cache), which is no loss.
+    pub(crate) fn follow(
+        &self,
+        at: &Position,
+        seen: Option<&Position>,
+        gap: Option<&Text>,
+        restart: bool,
+    ) -> Followed {
         let mut state = self.state();
         let (epoch, last) = (state.store.epoch() == at.epoch, state.store.last());
+        let read_while_delivering =
+            seen.is_some_and(|seen| seen.epoch == at.epoch && seen.offset <= at.offset);
         let followed = if !state.follows {
             state.store.reset(at.epoch.clone(), at.offset);
             state.follows = true;
             Followed::Started
-        } else if !restart && epoch && last == at.offset {
+        } else if !restart
+            && epoch
+            && (last == at.offset || last > at.offset && read_while_delivering)
+        {
             Followed::Same
         } else if !restart && epoch && last < at.offset {
             Followed::Behind { after: last }
