@@ -75,6 +75,7 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
         on_start(&peer);
     }
     let connection = Connection::new(transport, router, &peer, config);
+    crate::metrics::connection_opened();
     // Everything the connection logs, and the handlers it runs, is inside this span.
     let span = tracing::info_span!(
         "connection",
@@ -102,6 +103,7 @@ fn task<T: Transport, S: Send + Sync + 'static>(
         // also keep its room here (what an `async` block captures keeps its room for
         // the block's whole life).
         let peer = connection.run().await;
+        crate::metrics::connection_closed();
         if let Some(on_end) = on_end {
             on_end(&peer);
         }

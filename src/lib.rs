@@ -113,7 +113,13 @@ pub mod fuzzing;
 mod handshake;
 mod history;
 mod lanes;
+pub mod layer;
+mod limit;
 mod message;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+#[cfg(not(feature = "metrics"))]
+mod metrics;
 mod peer;
 mod pending;
 mod policy;
@@ -139,6 +145,7 @@ pub use discover::OPENRPC_VERSION;
 pub use error::{CloseReason, Error, ErrorCode, Result, RpcError};
 pub use history::{HistoryConfig, HistoryError, Position, Published, Subscribed};
 pub use lanes::MethodOptions;
+pub use limit::{RateLimit, RATE_LIMIT_CLOSE};
 pub use peer::{ConnectionInfo, Peer, Reply};
 pub use policy::{HandshakePolicy, Refusal};
 pub use progress::Progress;
@@ -146,7 +153,7 @@ pub use reconnect::{
     Backoff, LinkState, Reconnecting, ReconnectingBuilder, TopicEvent, TopicEvents, TopicOptions,
 };
 pub use registry::ServerHandle;
-pub use router::{Context, Router};
+pub use router::{Context, Router, Unrouted};
 /// The schemars crate this one describes types with (feature `schemars`).
 #[cfg(feature = "schemars")]
 pub use schemars;

@@ -114,6 +114,8 @@ impl Node {
         }
         let node = Node::new(me, handle, topics, &options);
         node.attach()?;
+        crate::metrics::cluster_bus(true);
+        crate::metrics::cluster_nodes(1);
         node.spawn(bus, events, options);
         Ok(Arc::new(node))
     }
@@ -218,6 +220,7 @@ impl Node {
     pub(crate) fn stop(&self) {
         self.stop.send_replace(true);
         self.state.send_replace(ClusterState::Stopped);
+        crate::metrics::cluster_bus(false);
         self.calls.fail_all(&ClusterError::Stopped);
     }
 
