@@ -356,6 +356,9 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         let deadline = Instant::now() + self.close_timeout;
         let handshake = std::future::poll_fn(|cx| closing.poll(cx, &mut self.writer));
         let _ = tokio::time::timeout_at(deadline, handshake).await;
+        // What the close timeout left queued will never go out: its memory (and its
+        // bytes in the metrics) goes now, not when the last handle does.
+        self.writer.close_queue(true);
         // Handler tasks were aborted above; wait until they are gone, so nothing of
         // this connection outlives it.
         self.dispatch.stopped().await;

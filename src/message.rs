@@ -86,6 +86,13 @@ pub(crate) enum Item<'a> {
     },
 }
 
+impl Item<'_> {
+    /// Whether it is (or tries to be) a response: an answer to one of our calls.
+    pub(crate) fn is_answer(&self) -> bool {
+        matches!(self, Item::Response { .. } | Item::BadResponse { .. })
+    }
+}
+
 /// The `result` or the `error` member of a response, still raw: borrowed from the
 /// frame while the reader classifies it (`Outcome<Raw>`), then owned on its way to the
 /// waiting call (`Outcome<Reply>`, see `peer`).

@@ -117,7 +117,11 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             Incoming::Single(item) => self.on_item(&frame, item, None),
             Incoming::Batch(items) => {
                 if let Some(layers) = self.peer.shared.layers() {
-                    layers.on_batch(Direction::Served, items.len());
+                    // A batch of calls; an array of answers to a batch of ours is not.
+                    let calls = items.iter().filter(|item| !item.is_answer()).count();
+                    if calls > 0 {
+                        layers.on_batch(Direction::Served, calls);
+                    }
                 }
                 let mut answers = Vec::new();
                 let mut calls = Vec::new();

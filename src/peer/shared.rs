@@ -226,12 +226,14 @@ impl Shared {
         let remote = self.info.remote_addr;
         match self.settings.slow_peer {
             SlowPeer::Close => {
-                crate::metrics::slow_peer(true);
                 tracing::debug!(?remote, reason, "slow peer; closing with 1008");
-                self.ask_close(CloseRequest {
+                let first = self.ask_close(CloseRequest {
                     discard_queued: true,
                     ..CloseRequest::new(1008, reason)
                 });
+                if first {
+                    crate::metrics::slow_peer(true);
+                }
                 true
             }
             SlowPeer::Drop => {
