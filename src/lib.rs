@@ -54,10 +54,13 @@
 //! - [`connect`] and [`Reconnecting`]: clients, one that comes back by itself.
 //! - [`HandshakePolicy`]: connection limit, Origin allow-list, authentication.
 //! - [`PeerConfig`]: every limit, with its default.
+//! - [`layer`]: call layers around every call served and made (metrics, limits,
+//!   authorization per call); [`RateLimit`]; [`Router::fallback`] for unnamed methods.
 //!
 //! Features: `axum` (mount an endpoint in an axum app: `axum::Endpoint`),
 //! `rustls` (`wss://` for servers and clients), `schemars` (serve `rpc.discover`, an
-//! OpenRPC document of an [`Api`]: `Router::discover`).
+//! OpenRPC document of an [`Api`]: `Router::discover`), `metrics` (the `Metrics` call
+//! layer and the engine's metrics, through the `metrics` facade).
 //!
 //! # What the wire sees
 //!
@@ -166,7 +169,8 @@ pub use tokio_tungstenite::tungstenite::http;
 pub use topics::{TopicMethods, Topics};
 
 /// The README's code, compiled and run as a doc test so it stays true (with the axum
-/// feature, which its axum snippet needs; `cargo test --workspace` turns it on).
-#[cfg(all(doctest, feature = "axum"))]
+/// and metrics features, which its snippets need; `cargo test --workspace` turns them
+/// on).
+#[cfg(all(doctest, feature = "axum", feature = "metrics"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
