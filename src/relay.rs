@@ -77,3 +77,39 @@ pub(crate) trait Relay: Send + Sync {
     /// any node after that reaches this node's subscribers.
     fn ready<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<()>>;
 }
+
+/// Presence across nodes: the sibling of [`Relay`] that the topics hold for their
+/// members; implemented by the cluster (`cluster/members.rs`).
+///
+/// The topics keep this node's members and tell the relay only *that* a member of a
+/// topic changed ([`changed`](Self::changed)); the relay reads the topics' members at
+/// the moment it writes them out, so changes that race come out as the final state.
+/// The relay keeps a view of the other nodes' members for the topics this node
+/// follows, and calls joins and leaves from them down on the topics
+/// (`Topics::presence_changed`).
+pub(crate) trait MemberRelay: Send + Sync {
+    /// This node's name, in its members' addresses.
+    fn node(&self) -> &str;
+
+    /// The local member `id` of `topic` joined or left.
+    fn changed(&self, topic: &str, id: u64);
+
+    /// Keeps a view of `topic`'s members on the other nodes from now on (this node has
+    /// subscribers there, so it hears their changes). Resolves once the view holds them;
+    /// at once while the bus is down (the view loads when it is back).
+    fn follow<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, ()>;
+
+    /// `topic` has no local subscribers left: its view may go.
+    fn unfollow(&self, topic: &str);
+
+    /// The members of `topic` on the other nodes: from the view when this node follows
+    /// it, else read from the bus.
+    fn members<'a>(&'a self, topic: &'a str)
+        -> BoxFuture<'a, Result<Vec<crate::presence::Member>>>;
+
+    /// How many members `topic` has on the other nodes (as [`members`](Self::members)).
+    fn count<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<usize>>;
+
+    /// How many members of `topic` on the other nodes the view holds now, without waiting.
+    fn known(&self, topic: &str) -> usize;
+}

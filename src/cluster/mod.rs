@@ -41,6 +41,8 @@ mod backplane;
 mod builder;
 mod calls;
 mod envelope;
+mod member_store;
+mod members;
 mod memory;
 mod node;
 mod nodes;
@@ -65,6 +67,7 @@ use tokio::sync::watch;
 pub use crate::addr::{ClusterError, ParsePeerAddrError, PeerAddr};
 pub use backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
 pub use builder::ClusterBuilder;
+pub use member_store::{PartWrite, PresenceKey, PresenceRead, StoredPart, StoredPresence};
 pub use memory::{MemoryBackplane, MemoryHub};
 #[cfg(feature = "redis")]
 pub use redis::{RedisBackplane, RedisOptions};

@@ -46,6 +46,8 @@ pub(super) struct Roster {
     names: watch::Sender<Vec<String>>,
     /// Connections on the other nodes, from their last heartbeats.
     connections: AtomicU64,
+    /// The other live nodes and their incarnations (presence tells restarts apart).
+    live: watch::Sender<Arc<HashMap<String, String>>>,
 }
 
 impl Roster {
@@ -53,7 +55,13 @@ impl Roster {
         Roster {
             names: watch::Sender::new(vec![me.to_owned()]),
             connections: AtomicU64::new(0),
+            live: watch::Sender::new(Arc::default()),
         }
+    }
+
+    /// Watches the other live nodes and their incarnations.
+    pub fn watch_live(&self) -> watch::Receiver<Arc<HashMap<String, String>>> {
+        self.live.subscribe()
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -237,6 +245,13 @@ impl Nodes {
             names.push(self.me.id.clone());
             names.sort();
             self.roster.names.send_replace(names);
+            let live = self
+                .table
+                .live
+                .iter()
+                .map(|(name, r)| (name.clone(), r.incarnation.clone()))
+                .collect();
+            self.roster.live.send_replace(Arc::new(live));
         }
     }
 }
