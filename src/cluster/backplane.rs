@@ -77,9 +77,13 @@ pub trait Backplane: Send + Sync + 'static {
     fn unsubscribe(&self, channel: &str) -> BoxFuture<'_, Result<(), BackplaneError>>;
 
     /// Presence: applies `writes` (each to one node's part of one topic's members, see
-    /// [`PartWrite`]) in order; on an error any prefix of them may have been applied.
-    /// The default fails: a backplane that keeps nothing has presence on each node only.
-    fn presence_write(&self, writes: Vec<PartWrite>) -> BoxFuture<'_, Result<(), BackplaneError>> {
+    /// [`PartWrite`]) in order, and answers each topic's record's generation after its
+    /// write; on an error any prefix of them may have been applied. The default fails: a
+    /// backplane that keeps nothing has presence on each node only.
+    fn presence_write(
+        &self,
+        writes: Vec<PartWrite>,
+    ) -> BoxFuture<'_, Result<Vec<String>, BackplaneError>> {
         let _ = writes;
         Box::pin(async { Err(no_presence()) })
     }

@@ -341,6 +341,14 @@ struct Own {
     members: HashMap<u64, Arc<RawValue>>,
 }
 
+/// A change of this node's part of a topic, sent once written.
+struct Delta {
+    prev: u64,
+    v: u64,
+    joins: Vec<(u64, Arc<RawValue>)>,
+    leaves: Vec<u64>,
+}
+
 /// A delta as it goes on the topic's channel.
 #[derive(Serialize)]
 struct SaidOut<'a> {
@@ -350,6 +358,21 @@ struct SaidOut<'a> {
     j: Vec<(u64, &'a RawValue)>,
     #[serde(skip_serializing_if = "<[u64]>::is_empty")]
     l: &'a [u64],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    g: Option<&'a str>,
+}
+
+impl Delta {
+    fn body(&self, generation: Option<&str>) -> Option<Vec<u8>> {
+        let said = SaidOut {
+            prev: self.prev,
+            v: self.v,
+            j: self.joins.iter().map(|(id, i)| (*id, i.as_ref())).collect(),
+            l: &self.leaves,
+            g: generation,
+        };
+        serde_json::to_vec(&said).ok()
+    }
 }
 
 /// The task: the parts this node wrote, and the rooms it tells.
@@ -369,6 +392,8 @@ pub(super) struct Task {
     settle_until: Option<Instant>,
     was_up: bool,
     stopped: bool,
+    /// The roster as last seen, to tell who left it.
+    seen_live: Arc<HashMap<String, String>>,
 }
 
 impl Task {
@@ -392,6 +417,7 @@ impl Task {
             settle_until: Some(Instant::now() + window),
             was_up: true,
             stopped: false,
+            seen_live: Arc::default(),
         }
     }
 
@@ -617,24 +643,42 @@ impl Task {
         }
     }
 
+    /// Nodes that left the roster (or came back as another incarnation) since it was
+    /// last seen: their members leave, unless this node is cut off (the roster empties
+    /// because it hears no one; what really went is found after the outage).
     fn on_roster(&mut self) {
-        if self.was_up && !self.settling() {
-            self.drop_departed();
+        let live = self.members.live.borrow().clone();
+        let departed: HashSet<(String, String)> = self
+            .seen_live
+            .iter()
+            .filter(|(node, incarnation)| live.get(*node) != Some(*incarnation))
+            .map(|(n, i)| (n.clone(), i.clone()))
+            .collect();
+        self.seen_live = live;
+        if self.was_up && !departed.is_empty() {
+            self.drop_parts(|node, incarnation| {
+                departed.contains(&(node.to_owned(), incarnation.to_owned()))
+            });
         }
     }
 
-    /// Members of nodes that are no longer live (or live as another incarnation) leave.
+    /// Members of nodes that are not live (or live as another incarnation) leave.
     fn drop_departed(&mut self) {
         let live = self.members.live.borrow().clone();
+        self.drop_parts(|node, incarnation| live.get(node).is_none_or(|i| i != incarnation));
+    }
+
+    /// The members of the parts `gone` says leave, in every view.
+    fn drop_parts(&mut self, gone: impl Fn(&str, &str) -> bool) {
         let mut told = Vec::new();
         for mut view in self.members.views.iter_mut() {
-            let gone: Vec<String> = view
+            let nodes: Vec<String> = view
                 .nodes()
-                .filter(|(node, incarnation)| live.get(*node).is_none_or(|i| i != incarnation))
+                .filter(|(node, incarnation)| gone(node, incarnation))
                 .map(|(node, _)| node.to_owned())
                 .collect();
             let mut out = Vec::new();
-            for node in gone {
+            for node in nodes {
                 view.remove(&node, &mut out);
             }
             if !out.is_empty() {
@@ -727,24 +771,42 @@ impl Task {
             by_topic.entry(topic).or_default().push(id);
         }
         let mut writes = Vec::new();
-        let mut said = Vec::new();
+        let mut deltas = Vec::new();
         for (topic, ids) in by_topic {
-            if let Some((write, body)) = self.diff(&topic, ids) {
+            if let Some((write, delta)) = self.diff(&topic, ids) {
                 writes.push((topic.clone(), write));
-                said.push((topic, body));
+                deltas.push((topic, delta));
             }
             if writes.len() >= BATCH {
-                self.store(std::mem::take(&mut writes)).await;
-                self.send_all(std::mem::take(&mut said));
+                self.write_then_tell(std::mem::take(&mut writes), std::mem::take(&mut deltas))
+                    .await;
             }
         }
-        self.store(writes).await;
-        self.send_all(said);
+        self.write_then_tell(writes, deltas).await;
+    }
+
+    /// Writes, then sends the deltas (with the generation their write answered, when
+    /// it went through): a node that reads the store on a delta finds it written.
+    async fn write_then_tell(
+        &mut self,
+        writes: Vec<(Box<str>, PartWrite)>,
+        deltas: Vec<(Box<str>, Delta)>,
+    ) {
+        let generations = self.store(writes).await;
+        for (i, (topic, delta)) in deltas.into_iter().enumerate() {
+            let generation = generations
+                .as_ref()
+                .and_then(|g| g.get(i))
+                .map(String::as_str);
+            if let Some(body) = delta.body(generation) {
+                self.send(&topic, &body);
+            }
+        }
     }
 
     /// What changed of `topic` among `ids`, as a write and a delta; the truth is the
     /// topics' members now, whatever order the changes were reported in.
-    fn diff(&mut self, topic: &str, ids: Vec<u64>) -> Option<(PartWrite, Vec<u8>)> {
+    fn diff(&mut self, topic: &str, ids: Vec<u64>) -> Option<(PartWrite, Delta)> {
         let own = self.own.entry(topic.into()).or_default();
         let mut joins: Vec<(u64, Arc<RawValue>)> = Vec::new();
         let mut leaves: Vec<u64> = Vec::new();
@@ -796,45 +858,39 @@ impl Task {
             .map(|(id, info)| (*id, Bytes::copy_from_slice(info.get().as_bytes())))
             .collect();
         write.remove = removed;
-        let body = SaidOut {
-            prev,
-            v: self.counter,
-            j: joins
-                .iter()
-                .map(|(id, info)| (*id, info.as_ref()))
-                .collect(),
-            l: &leaves,
-        };
-        let body = serde_json::to_vec(&body).ok()?;
         if own.members.is_empty() {
             self.own.remove(topic);
         }
-        Some((write, body))
+        let delta = Delta {
+            prev,
+            v: self.counter,
+            joins,
+            leaves,
+        };
+        Some((write, delta))
     }
 
     /// Sends writes to the store; a topic whose write fails is written anew later.
-    /// Whether they were written.
-    async fn store(&mut self, writes: Vec<(Box<str>, PartWrite)>) -> bool {
+    /// The generation of each topic's record, when they were written.
+    async fn store(&mut self, writes: Vec<(Box<str>, PartWrite)>) -> Option<Vec<String>> {
         if writes.is_empty() {
-            return true;
+            return Some(Vec::new());
         }
         let (topics, writes): (Vec<Box<str>>, Vec<PartWrite>) = writes.into_iter().unzip();
         if self.members.is_up() {
             match self.members.bus.presence_write(writes).await {
-                Ok(()) => return true,
+                Ok(generations) => return Some(generations),
                 Err(e) => tracing::debug!(error = %e, "presence not written; again later"),
             }
         }
         self.rewrite.extend(topics);
-        false
+        None
     }
 
-    fn send_all(&self, said: Vec<(Box<str>, Vec<u8>)>) {
-        for (topic, body) in said {
-            let channel = self.members.me.channels.topic(&topic);
-            let header = self.members.me.header(Kind::Presence);
-            self.outbox.push(&channel, header, &body, true);
-        }
+    fn send(&self, topic: &str, body: &[u8]) {
+        let channel = self.members.me.channels.topic(topic);
+        let header = self.members.me.header(Kind::Presence);
+        self.outbox.push(&channel, header, body, true);
     }
 
     /// Writes every part marked for it anew (a part with no members is deleted), and
@@ -876,8 +932,10 @@ impl Task {
                     ));
                 }
             }
-            if self.store(writes).await {
-                self.send_all(said);
+            if self.store(writes).await.is_some() {
+                for (topic, body) in said {
+                    self.send(&topic, &body);
+                }
             }
         }
     }

@@ -255,14 +255,14 @@ impl Backplane for MemoryBackplane {
         })
     }
 
-    fn presence_write(&self, writes: Vec<PartWrite>) -> BoxFuture<'_, Result<(), BackplaneError>> {
+    fn presence_write(
+        &self,
+        writes: Vec<PartWrite>,
+    ) -> BoxFuture<'_, Result<Vec<String>, BackplaneError>> {
         Box::pin(async move {
             self.link.check()?;
             let mut store = lock(&self.hub.store);
-            for write in writes {
-                store.write(write);
-            }
-            Ok(())
+            Ok(writes.into_iter().map(|w| store.write(w)).collect())
         })
     }
 

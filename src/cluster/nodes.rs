@@ -244,7 +244,7 @@ impl Nodes {
             let mut names: Vec<String> = self.table.live.keys().cloned().collect();
             names.push(self.me.id.clone());
             names.sort();
-            self.roster.names.send_replace(names);
+            // Before the names: whoever sees a name live finds its incarnation.
             let live = self
                 .table
                 .live
@@ -252,6 +252,7 @@ impl Nodes {
                 .map(|(name, r)| (name.clone(), r.incarnation.clone()))
                 .collect();
             self.roster.live.send_replace(Arc::new(live));
+            self.roster.names.send_replace(names);
         }
     }
 }

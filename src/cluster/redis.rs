@@ -312,7 +312,10 @@ impl Backplane for RedisBackplane {
         self.control(move |done| Control::Unsubscribe(channel, done))
     }
 
-    fn presence_write(&self, writes: Vec<PartWrite>) -> BoxFuture<'_, Result<(), BackplaneError>> {
+    fn presence_write(
+        &self,
+        writes: Vec<PartWrite>,
+    ) -> BoxFuture<'_, Result<Vec<String>, BackplaneError>> {
         let mut conn = self.store.clone();
         let up = self.is_up();
         Box::pin(async move {

@@ -10,8 +10,9 @@
 //!   other is a hole: the part is read again from the store;
 //! - a read of the store replaces a part unless the view's is newer (deltas run ahead of
 //!   a read); a part the view has but the store does not is gone if the store's record
-//!   is the one read last time (same generation), and kept unconfirmed otherwise (the
-//!   store lost it, its node will write it again and say so).
+//!   is the one the part was written in (its generation, which deltas carry), and kept
+//!   otherwise until the next read (the store lost it: its node writes it again and
+//!   says so).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -47,6 +48,10 @@ pub(super) struct Said {
     /// Members that left.
     #[serde(default)]
     pub l: Vec<u64>,
+    /// The generation of the store's record the part was written in, when the write
+    /// went through.
+    #[serde(default)]
+    pub g: Option<String>,
     /// Not a delta: the node wrote its part anew at this version; read it.
     #[serde(default)]
     pub sync: Option<u64>,
@@ -57,6 +62,8 @@ pub(super) struct Said {
 struct Part {
     incarnation: String,
     version: u64,
+    /// The store's record it was last seen in; `None` when not known.
+    generation: Option<String>,
     members: HashMap<u64, Arc<RawValue>>,
 }
 
@@ -64,8 +71,6 @@ struct Part {
 #[derive(Debug, Default)]
 pub(super) struct View {
     parts: HashMap<String, Part>,
-    /// The store's generation at the last read.
-    generation: Option<String>,
     /// Members in all parts.
     count: usize,
     /// Filled by a read of the store; until then deltas are not applied.
@@ -110,16 +115,15 @@ impl View {
             .map(|(n, p)| (n.as_str(), p.incarnation.as_str()))
     }
 
-    /// Whether the store, as read without members, matches the view: same generation,
-    /// the same parts at the same versions. `accept` says which parts count.
+    /// Whether the store, as read without members, matches the view: the same parts at
+    /// the same versions and sizes. `accept` says which parts count.
     pub fn matches(&self, stored: &StoredPresence, accept: impl Fn(&str, &str) -> bool) -> bool {
         let parts: Vec<&StoredPart> = stored
             .parts
             .iter()
             .filter(|p| accept(&p.node, &p.incarnation))
             .collect();
-        self.generation == stored.generation
-            && parts.len() == self.parts.len()
+        parts.len() == self.parts.len()
             && parts.iter().all(|p| {
                 self.parts.get(&p.node).is_some_and(|mine| {
                     mine.incarnation == p.incarnation
@@ -167,6 +171,9 @@ impl View {
         let part = self.parts.entry(node.to_owned()).or_default();
         part.incarnation = incarnation.to_owned();
         part.version = part.version.max(said.v);
+        if said.g.is_some() {
+            part.generation = said.g.clone();
+        }
         for id in &said.l {
             if let Some(info) = part.members.remove(id) {
                 self.count -= 1;
@@ -192,9 +199,15 @@ impl View {
         }
     }
 
-    /// The part of `node` as the store has it (`None`: it has none), unless the view's
-    /// is newer.
-    pub fn replace(&mut self, node: &str, stored: Option<&StoredPart>, out: &mut Vec<Change>) {
+    /// The part of `node` as the store (its record of `generation`) has it (`None`: it
+    /// has none), unless the view's is newer.
+    fn replace(
+        &mut self,
+        node: &str,
+        stored: Option<&StoredPart>,
+        generation: &Option<String>,
+        out: &mut Vec<Change>,
+    ) {
         let Some(stored) = stored else {
             self.remove(node, out);
             return;
@@ -236,6 +249,7 @@ impl View {
                 Part {
                     incarnation: stored.incarnation.clone(),
                     version: stored.version,
+                    generation: generation.clone(),
                     members: fresh,
                 },
             );
@@ -243,8 +257,9 @@ impl View {
     }
 
     /// A read of `node`'s part (`part`, if the store has it, from `stored`): the part
-    /// is replaced; one the store does not have is gone if the store's record is the
-    /// one read last (same generation), else kept until its node writes it again.
+    /// is replaced. One the store does not have is gone if it was written in the
+    /// store's record read now (same generation); else the store lost it, and it is
+    /// kept until the next read (its node writes it again meanwhile).
     pub fn replace_read(
         &mut self,
         node: &str,
@@ -252,8 +267,16 @@ impl View {
         stored: &StoredPresence,
         out: &mut Vec<Change>,
     ) {
-        if part.is_some() || self.generation == stored.generation {
-            self.replace(node, part, out);
+        if part.is_some() {
+            return self.replace(node, part, &stored.generation, out);
+        }
+        let Some(mine) = self.parts.get_mut(node) else {
+            return;
+        };
+        if mine.generation.is_some() && mine.generation == stored.generation {
+            self.remove(node, out);
+        } else {
+            mine.generation = stored.generation.clone();
         }
     }
 
@@ -267,7 +290,6 @@ impl View {
     ) {
         let first = !self.loaded;
         let mut changes = Vec::new();
-        let same_record = self.loaded && self.generation == stored.generation;
         let found: HashMap<&str, &StoredPart> = stored
             .parts
             .iter()
@@ -281,16 +303,11 @@ impl View {
             .cloned()
             .collect();
         for node in missing {
-            // Gone if the store kept its record since the last read; else the store
-            // lost it and the node will write it again (kept until then).
-            if same_record {
-                self.remove(&node, &mut changes);
-            }
+            self.replace_read(&node, None, stored, &mut changes);
         }
         for (node, part) in found {
-            self.replace(node, Some(part), &mut changes);
+            self.replace(node, Some(part), &stored.generation, &mut changes);
         }
-        self.generation = stored.generation.clone();
         self.loaded = true;
         if !first {
             out.extend(changes);
@@ -347,6 +364,7 @@ mod tests {
                 })
                 .collect(),
             l: l.to_vec(),
+            g: None,
             sync: None,
         }
     }
@@ -414,7 +432,7 @@ mod tests {
         assert_eq!(view.apply("b", "i", &late, &mut out), Applied::Read);
         // The store has version 6 already (written before the delta was sent).
         let read = stored("g", &[("b", 6, &[1, 2, 4])]);
-        view.replace("b", read.parts.first(), &mut out);
+        view.replace_read("b", read.parts.first(), &read, &mut out);
         let mut got = summary(&out);
         got.sort();
         assert_eq!(got, [(true, "b".into(), 2), (true, "b".into(), 4)]);

@@ -57,7 +57,8 @@ impl Store {
         }
     }
 
-    pub fn write(&mut self, write: PartWrite) {
+    /// Applies `write`; the record's generation.
+    pub fn write(&mut self, write: PartWrite) -> String {
         let part_key = write.key.part(&write.node);
         self.expire(&write.key, Some(&part_key));
         let expires = Instant::now() + write.ttl;
@@ -93,12 +94,14 @@ impl Store {
                 expires,
             });
         index.expires = expires;
+        let generation = index.generation.clone();
         if empty {
             self.parts.remove(&part_key);
             index.nodes.remove(&write.node);
         } else {
             index.nodes.insert(write.node, write.incarnation);
         }
+        generation
     }
 
     pub fn read(&mut self, read: &PresenceRead) -> StoredPresence {

@@ -16,7 +16,7 @@ use crate::cluster::member_store::{
 /// KEYS: index, part. ARGV: node, incarnation, version, ttl (ms), replace (1/0), a
 /// generation for a new index, how many members are set, their ids and infos, then the
 /// ids removed. A part of another incarnation is dropped first; a part left empty is
-/// deleted and its node taken out of the index.
+/// deleted and its node taken out of the index. Returns the index's generation.
 const WRITE: &str = r"
 local index, part = KEYS[1], KEYS[2]
 local node, inc = ARGV[1], ARGV[2]
@@ -44,7 +44,7 @@ else
   redis.call('HDEL', index, node)
 end
 redis.call('PEXPIRE', index, ARGV[4])
-return len
+return redis.call('HGET', index, '~g')
 ";
 
 /// KEYS: index. ARGV: the parts' key prefix, one node ('' for every node), with members
@@ -94,13 +94,13 @@ fn generation() -> String {
     format!("{:016x}", fastrand::u64(..))
 }
 
-/// Applies `writes` in order, as one pipeline.
+/// Applies `writes` in order, as one pipeline; each topic's generation.
 pub(crate) async fn write<C: ConnectionLike + Send>(
     conn: &mut C,
     writes: Vec<PartWrite>,
-) -> RedisResult<()> {
+) -> RedisResult<Vec<String>> {
     if writes.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let mut pipe = redis::pipe();
     for w in &writes {
@@ -123,9 +123,8 @@ pub(crate) async fn write<C: ConnectionLike + Send>(
         for id in &w.remove {
             cmd.arg(*id);
         }
-        cmd.ignore();
     }
-    pipe.exec_async(conn).await
+    pipe.query_async(conn).await
 }
 
 /// Reads one topic's presence.
