@@ -134,6 +134,10 @@ impl Nodes {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
+        // Silence is looked for four times an interval, so a node is dropped within a
+        // quarter interval of its window (its members with it, for presence).
+        let mut expire = tokio::time::interval((self.interval / 4).max(Duration::from_millis(1)));
+        expire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
@@ -142,6 +146,7 @@ impl Nodes {
                     None => return,
                 },
                 _ = tick.tick() => self.beat(window, &forget),
+                _ = expire.tick() => self.drop_silent(window),
             }
         }
     }
@@ -210,17 +215,8 @@ impl Nodes {
     /// Every interval: announce this node, drop the silent ones, forget the long gone.
     fn beat(&mut self, window: Duration, forget: &mpsc::UnboundedSender<Forget>) {
         self.heartbeat(false);
+        self.drop_silent(window);
         let now = Instant::now();
-        let silent: Vec<String> = self
-            .table
-            .live
-            .iter()
-            .filter(|(_, r)| now.duration_since(r.last_seen) > window)
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in silent {
-            self.forget_node(&name, "silent for the heartbeat window");
-        }
         let after = self.interval * FORGET_AFTER;
         self.table.departed.retain(|(node, incarnation, when)| {
             let keep = now.duration_since(*when) <= after;
@@ -232,6 +228,21 @@ impl Nodes {
             }
             keep
         });
+    }
+
+    /// Drops the nodes silent for longer than `window`.
+    fn drop_silent(&mut self, window: Duration) {
+        let now = Instant::now();
+        let silent: Vec<String> = self
+            .table
+            .live
+            .iter()
+            .filter(|(_, r)| now.duration_since(r.last_seen) > window)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in silent {
+            self.forget_node(&name, "silent for the heartbeat window");
+        }
     }
 
     /// Publishes the roster: the connection count always, the names when they changed.

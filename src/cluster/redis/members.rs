@@ -124,7 +124,13 @@ pub(crate) async fn write<C: ConnectionLike + Send>(
             cmd.arg(*id);
         }
     }
-    pipe.query_async(conn).await
+    let first = pipe.query_async(conn).await;
+    if first.as_ref().is_err_and(|e| e.is_unrecoverable_error()) {
+        // The manager dials again on this error (after a Redis restart, say): once more
+        // on the new connection. Writing a part twice leaves it as written once.
+        return pipe.query_async(conn).await;
+    }
+    first
 }
 
 /// Reads one topic's presence.
@@ -132,16 +138,18 @@ pub(crate) async fn read<C: ConnectionLike + Send>(
     conn: &mut C,
     read: PresenceRead,
 ) -> RedisResult<StoredPresence> {
-    let value: Value = redis::cmd("EVAL")
-        .arg(READ)
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(READ)
         .arg(1)
         .arg(&read.key.index)
         .arg(&read.key.parts)
         .arg(read.node.as_deref().unwrap_or(""))
-        .arg(if read.members { "1" } else { "0" })
-        .query_async(conn)
-        .await?;
-    Ok(parse_read(value))
+        .arg(if read.members { "1" } else { "0" });
+    let mut value = cmd.query_async::<Value>(conn).await;
+    if value.as_ref().is_err_and(|e| e.is_unrecoverable_error()) {
+        value = cmd.query_async(conn).await;
+    }
+    Ok(parse_read(value?))
 }
 
 /// Extends `node`'s parts of the topics at `keys`; whether each was there.
@@ -165,8 +173,11 @@ pub(crate) async fn refresh<C: ConnectionLike + Send>(
             .arg(millis(ttl))
             .arg(generation());
     }
-    let found: Vec<i64> = pipe.query_async(conn).await?;
-    Ok(found.into_iter().map(|n| n == 1).collect())
+    let mut found = pipe.query_async::<Vec<i64>>(conn).await;
+    if found.as_ref().is_err_and(|e| e.is_unrecoverable_error()) {
+        found = pipe.query_async(conn).await;
+    }
+    Ok(found?.into_iter().map(|n| n == 1).collect())
 }
 
 fn text(value: &Value) -> Option<String> {
