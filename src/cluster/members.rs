@@ -76,20 +76,22 @@ pub(super) struct Members {
     bus: Arc<dyn Backplane>,
     /// The followed topics' views; the task alone writes them.
     views: DashMap<Box<str>, View>,
-    /// This node's members that changed, by topic.
-    dirty: Mutex<Vec<(Box<str>, u64)>>,
+    /// This node's members that changed, by topic: a set, so as many entries as
+    /// (topic, member) pairs at most, however fast they change.
+    dirty: Mutex<HashMap<Box<str>, HashSet<u64>>>,
     wake: Notify,
     control: mpsc::UnboundedSender<Control>,
     incoming: mpsc::Sender<Incoming>,
     /// Topics whose deltas did not fit in the queue.
     overflowed: Mutex<HashSet<Box<str>>>,
+    /// Topics that lost their last local subscriber: their views may go.
+    unfollowed: Mutex<HashSet<Box<str>>>,
     live: Live,
     state: watch::Receiver<ClusterState>,
 }
 
 enum Control {
     Follow(Box<str>, oneshot::Sender<()>),
-    Unfollow(Box<str>),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -134,11 +136,12 @@ impl Members {
             call_timeout: setup.call_timeout,
             bus: setup.bus,
             views: DashMap::new(),
-            dirty: Mutex::new(Vec::new()),
+            dirty: Mutex::new(HashMap::new()),
             wake: Notify::new(),
             control: control_tx,
             incoming: incoming_tx,
             overflowed: Mutex::new(HashSet::new()),
+            unfollowed: Mutex::new(HashSet::new()),
             live: setup.live,
             state: setup.state,
         });
@@ -244,7 +247,16 @@ impl MemberRelay for MembersRelay {
 
     fn changed(&self, topic: &str, id: u64) {
         if let Some(members) = self.members.upgrade() {
-            lock(&members.dirty).push((topic.into(), id));
+            let mut dirty = lock(&members.dirty);
+            match dirty.get_mut(topic) {
+                Some(ids) => {
+                    ids.insert(id);
+                }
+                None => {
+                    dirty.insert(topic.into(), HashSet::from([id]));
+                }
+            }
+            drop(dirty);
             members.wake.notify_one();
         }
     }
@@ -272,7 +284,8 @@ impl MemberRelay for MembersRelay {
 
     fn unfollow(&self, topic: &str) {
         if let Some(members) = self.members.upgrade() {
-            let _ = members.control.send(Control::Unfollow(topic.into()));
+            lock(&members.unfollowed).insert(topic.into());
+            members.wake.notify_one();
         }
     }
 
@@ -437,6 +450,7 @@ impl Task {
                 Some(control) = inbox.control.recv() => self.on_control(control).await,
                 _ = members.wake.notified() => {
                     self.write_own().await;
+                    self.unfollow();
                     self.read_overflowed().await;
                 }
                 Some(incoming) = inbox.incoming.recv() => self.on_incoming(incoming).await,
@@ -490,11 +504,6 @@ impl Task {
                     }
                 }
                 let _ = done.send(());
-            }
-            Control::Unfollow(topic) => {
-                if self.topics.subscriber_count(&topic) == 0 {
-                    self.members.views.remove(&topic);
-                }
             }
             Control::Shutdown(done) => {
                 self.write_own().await;
@@ -608,6 +617,17 @@ impl Task {
                     self.read_part(&topic, &node, Some((incarnation, said)))
                         .await;
                 }
+            }
+        }
+    }
+
+    /// Views of topics left without local subscribers go (this node no longer hears
+    /// their changes); the truth is the subscribers now, whatever came in between.
+    fn unfollow(&mut self) {
+        let topics: Vec<Box<str>> = lock(&self.members.unfollowed).drain().collect();
+        for topic in topics {
+            if self.topics.subscriber_count(&topic) == 0 {
+                self.members.views.remove(&topic);
             }
         }
     }
@@ -762,13 +782,9 @@ impl Task {
 
     /// Writes what changed among this node's members, then tells the other nodes.
     async fn write_own(&mut self) {
-        let dirty = std::mem::take(&mut *lock(&self.members.dirty));
-        if dirty.is_empty() || self.stopped {
+        let by_topic = std::mem::take(&mut *lock(&self.members.dirty));
+        if by_topic.is_empty() || self.stopped {
             return;
-        }
-        let mut by_topic: HashMap<Box<str>, Vec<u64>> = HashMap::new();
-        for (topic, id) in dirty {
-            by_topic.entry(topic).or_default().push(id);
         }
         let mut writes = Vec::new();
         let mut deltas = Vec::new();
@@ -806,16 +822,12 @@ impl Task {
 
     /// What changed of `topic` among `ids`, as a write and a delta; the truth is the
     /// topics' members now, whatever order the changes were reported in.
-    fn diff(&mut self, topic: &str, ids: Vec<u64>) -> Option<(PartWrite, Delta)> {
+    fn diff(&mut self, topic: &str, ids: HashSet<u64>) -> Option<(PartWrite, Delta)> {
         let own = self.own.entry(topic.into()).or_default();
         let mut joins: Vec<(u64, Arc<RawValue>)> = Vec::new();
         let mut leaves: Vec<u64> = Vec::new();
         let mut removed: Vec<u64> = Vec::new();
-        let mut seen = HashSet::new();
         for id in ids {
-            if !seen.insert(id) {
-                continue;
-            }
             match (self.topics.local_member(topic, id), own.members.get(&id)) {
                 (Some(info), None) => {
                     own.members.insert(id, info.clone());
