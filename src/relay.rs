@@ -32,10 +32,11 @@
 //!   without a cluster, the offset each topic's subscribers have reached, a live message
 //!   held while a replay runs. Deliveries coming down from the cluster then carry their
 //!   position.
-//! - **Presence** adds methods here for members: a local member joined or left a topic
-//!   (with its info), and the members on the other nodes. The topics keep this node's
-//!   members beside its subscribers; joins and leaves from other nodes come down as calls
-//!   on the topics, like deliveries.
+//! - **Presence** is the sibling trait [`MemberRelay`] (below), held by the topics: they
+//!   keep this node's members (`topics/presence.rs`) and say only that a member of a
+//!   topic changed; the cluster's members room (`cluster/members.rs`) writes them out,
+//!   keeps a view of the other nodes' members, and calls their joins and leaves down on
+//!   the topics (`Topics::presence_changed`), like deliveries.
 //!
 //! Each of those is a method of this trait (or a sibling trait beside it, held by the
 //! topics) that the cluster implements in a room of its own. Their likely shape, for
@@ -46,12 +47,7 @@
 //! fn record<'a>(&'a self, topic: &'a str, frame: &'a str) -> BoxFuture<'a, Result<Position>>;
 //! fn read_after<'a>(&'a self, topic: &'a str, after: Position, max: usize)
 //!     -> BoxFuture<'a, Result<Replay>>;
-//! // presence: the topics keep this node's members, the relay the others'
-//! fn joined(&self, topic: &str, member: &Member);
-//! fn left(&self, topic: &str, member: &Member);
-//! fn members<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<Vec<Member>>>;
-//! // and down, from the cluster: Topics::deliver_at(topic, position, frame),
-//! // Topics::member_joined / member_left(topic, member)
+//! // and down, from the cluster: Topics::deliver_at(topic, position, frame)
 //! ```
 
 use futures_util::future::BoxFuture;

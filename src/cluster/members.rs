@@ -21,11 +21,15 @@
 //!   sequence): the node's part is read again;
 //! - this node's bus outage: its deltas wait in the outbox, its writes are done again
 //!   when the bus is back (each part anew, then a `sync` word so the others read it),
-//!   and every view is read again; for one heartbeat window after that, nodes missing
-//!   from the roster are not taken for dead (the roster itself is coming back);
+//!   and every view is read again. Nodes that left the roster while this node heard no
+//!   one are not taken for dead then; one heartbeat window after the bus is back, those
+//!   still missing are (the roster refills from their hellos meanwhile);
+//! - another node leaves the roster (silent for its window, a goodbye, or back as
+//!   another incarnation): its members leave every view at once;
 //! - the store lost everything (a Redis restart): every node writes its parts again
-//!   when its link is back; a part missing under a new generation is kept until its
-//!   node writes it or one more check finds it missing;
+//!   when its link is back; a part missing from a record of another generation than
+//!   the one it was written in is kept until its node writes it or one more read finds
+//!   it missing;
 //! - whatever else slips through (a lost last delta): every heartbeat window, each view
 //!   is compared with the store's versions and read again where they differ.
 

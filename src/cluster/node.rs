@@ -1,6 +1,6 @@
 //! A running node: how its rooms are wired at the start, and its stop.
 //!
-//! Four tasks per node, each owning its state; they talk by messages or through the
+//! Five tasks per node, each owning its state; they talk by messages or through the
 //! narrow handle of the room they reach, never through each other's fields:
 //!
 //! - the **receive loop** (receive.rs) reads the bus's events in order; it owns the
@@ -10,7 +10,9 @@
 //! - the **nodes** task (nodes.rs) owns the table of live nodes: the receive loop hands
 //!   it heartbeats and goodbyes ([`Heard`]), it publishes the [`Roster`];
 //! - the **subscriptions** task (subscriptions.rs) owns the set of topic channels the
-//!   bus has, and keeps it in step with the local subscribers.
+//!   bus has, and keeps it in step with the local subscribers;
+//! - the **members** task (members.rs) owns this node's presence as written to the
+//!   bus's store, and the views of the other nodes' members.
 //!
 //! [`Calls`] (calls.rs) owns the pending map of calls to other nodes. The nodes and
 //! subscriptions tasks ask the receive loop to forget sequence numbers by message
