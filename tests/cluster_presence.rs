@@ -319,6 +319,9 @@ async fn a_node_that_shuts_down_takes_its_members_with_it_at_once() {
     assert_eq!(w.next().await, leave(&m, r#"{"user":"cy"}"#));
     assert!(asked.elapsed() < heartbeat, "took {:?}", asked.elapsed());
     converge(&[&a, &b], "room", &BTreeSet::new()).await;
+    // c goes on alone: its presence is its own members, as without a cluster.
+    let alone = set(&[format!("{} {{\"user\":\"cy\"}}", m.addr)]);
+    assert_eq!(listed(&c, "room").await, alone);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -154,6 +154,9 @@ impl Members {
 
     /// A presence envelope on `topic`'s channel (the receive loop).
     pub fn said(&self, topic: &str, header: &Header<'_>, body: Bytes) {
+        if !self.views.contains_key(topic) {
+            return; // not followed here: nobody's view to change
+        }
         let incoming = Incoming::Said {
             topic: topic.into(),
             node: header.o.to_string(),
@@ -196,6 +199,11 @@ impl Members {
 
     fn is_up(&self) -> bool {
         *self.state.borrow() == ClusterState::Up
+    }
+
+    /// The node is stopped: presence is this node's alone, as without a cluster.
+    fn is_stopped(&self) -> bool {
+        *self.state.borrow() == ClusterState::Stopped
     }
 
     async fn read(&self, topic: &str, node: Option<&str>, members: bool) -> Result<StoredPresence> {
@@ -295,7 +303,7 @@ impl MemberRelay for MembersRelay {
 
     fn members<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<Vec<Member>>> {
         Box::pin(async move {
-            let Some(members) = self.members.upgrade() else {
+            let Some(members) = self.members.upgrade().filter(|m| !m.is_stopped()) else {
                 return Ok(Vec::new());
             };
             if let Some(view) = members.views.get(topic).filter(|v| v.is_loaded()) {
@@ -326,7 +334,7 @@ impl MemberRelay for MembersRelay {
 
     fn count<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<usize>> {
         Box::pin(async move {
-            let Some(members) = self.members.upgrade() else {
+            let Some(members) = self.members.upgrade().filter(|m| !m.is_stopped()) else {
                 return Ok(0);
             };
             if let Some(view) = members.views.get(topic).filter(|v| v.is_loaded()) {
@@ -345,6 +353,7 @@ impl MemberRelay for MembersRelay {
     fn known(&self, topic: &str) -> usize {
         self.members
             .upgrade()
+            .filter(|m| !m.is_stopped())
             .and_then(|m| m.views.get(topic).map(|v| v.count()))
             .unwrap_or(0)
     }
@@ -411,6 +420,9 @@ pub(super) struct Task {
     stopped: bool,
     /// The roster as last seen, to tell who left it.
     seen_live: Arc<HashMap<String, String>>,
+    /// Nodes (and incarnations) that left the roster, and when: their parts are not
+    /// taken from the store while their keys may live (two windows).
+    departed: HashMap<(String, String), Instant>,
 }
 
 impl Task {
@@ -435,6 +447,7 @@ impl Task {
             was_up: true,
             stopped: false,
             seen_live: Arc::default(),
+            departed: HashMap::new(),
         }
     }
 
@@ -472,15 +485,21 @@ impl Task {
         self.settle_until.is_some_and(|t| Instant::now() < t)
     }
 
-    /// Whether a part of `node` counts: a live node's of its live incarnation, or,
-    /// while the roster fills, any node's but this one's.
+    /// Whether a part of `node` counts: a live node's of its live incarnation; one
+    /// the roster does not know yet (its first heartbeat may come after its first
+    /// delta) unless it left the roster. Never this node's own.
     fn accept(&self, node: &str, incarnation: &str) -> bool {
         if node == self.members.me.id {
             return false;
         }
         match self.members.live.borrow().get(node) {
             Some(i) => i == incarnation,
-            None => self.settling(),
+            None => {
+                self.settling()
+                    || !self
+                        .departed
+                        .contains_key(&(node.to_owned(), incarnation.to_owned()))
+            }
         }
     }
 
@@ -516,6 +535,7 @@ impl Task {
                 self.rewrite.extend(topics);
                 self.write_anew().await;
                 self.stopped = true;
+                self.members.views.clear();
                 let _ = done.send(());
             }
         }
@@ -679,6 +699,10 @@ impl Task {
             .map(|(n, i)| (n.clone(), i.clone()))
             .collect();
         self.seen_live = live;
+        let now = Instant::now();
+        for gone in &departed {
+            self.departed.insert(gone.clone(), now);
+        }
         if self.was_up && !departed.is_empty() {
             self.drop_parts(|node, incarnation| {
                 departed.contains(&(node.to_owned(), incarnation.to_owned()))
@@ -715,6 +739,8 @@ impl Task {
     }
 
     async fn on_tick(&mut self, window: bool) {
+        let keep = self.interval * self.missed * 2;
+        self.departed.retain(|_, when| when.elapsed() < keep);
         if self.settle_until.is_some_and(|t| Instant::now() >= t) {
             self.settle_until = None;
             if self.was_up {
