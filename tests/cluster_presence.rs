@@ -514,3 +514,31 @@ async fn a_restarted_node_leaves_no_ghosts() {
     assert_eq!(listed(&d, "room").await, now);
     drop(c);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_the_store_lost_is_written_whole_at_its_next_change() {
+    let hub = MemoryHub::new();
+    // A long window: the next change must mend the part, not the refresh at the next
+    // heartbeat.
+    let heartbeat = Duration::from_secs(2);
+    let [a, b, c] = three(&hub, heartbeat).await;
+    let first = client(&c).await;
+    first.sub("room", json!(1), false).await;
+    let _follows = {
+        let f = client(&a).await;
+        f.sub("room", Value::Null, false).await;
+        f
+    };
+    converge(&[&a, &b], "room", &set(&[format!("{} 1", first.addr)])).await;
+
+    // The store loses everything (a FLUSHALL, say) while every link stays up; then c's
+    // next change finds its part gone and writes it whole.
+    hub.forget_stored();
+    let asked = Instant::now();
+    let second = client(&c).await;
+    second.sub("room", json!(2), false).await;
+    let both = set(&[format!("{} 1", first.addr), format!("{} 2", second.addr)]);
+    // b follows nothing: it reads the store.
+    converge_within(&[&a, &b], "room", &both, heartbeat / 2).await;
+    assert!(asked.elapsed() < heartbeat, "took {:?}", asked.elapsed());
+}

@@ -78,7 +78,8 @@ pub trait Backplane: Send + Sync + 'static {
 
     /// Presence: applies `writes` (each to one node's part of one topic's members, see
     /// [`PartWrite`]) in order, and answers each topic's record's generation after its
-    /// write; on an error any prefix of them may have been applied. The default fails: a
+    /// write (empty for a change to a part that is gone: nothing written); on an error
+    /// any prefix of them may have been applied. The default fails: a
     /// backplane that keeps nothing has presence on each node only.
     fn presence_write(
         &self,

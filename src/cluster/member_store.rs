@@ -74,7 +74,9 @@ pub struct PartWrite {
     pub incarnation: String,
     /// The part's version once written.
     pub version: u64,
-    /// Whether the part is written anew (what it held is dropped first).
+    /// Whether the part is written anew (what it held is dropped first). A change that
+    /// is not a replace finds the part gone (expired, or the store lost it) and writes
+    /// nothing: the store answers an empty generation, and the writer writes it whole.
     pub replace: bool,
     /// Members added: their local id and info (JSON text).
     pub set: Vec<(u64, Bytes)>,

@@ -113,14 +113,24 @@ impl Task {
         deltas: Vec<(Box<str>, Delta)>,
     ) {
         let generations = self.store(writes).await;
+        let mut gone = false;
         for (i, (topic, delta)) in deltas.into_iter().enumerate() {
             let generation = generations
                 .as_ref()
                 .and_then(|g| g.get(i))
                 .map(String::as_str);
-            if let Some(body) = delta.body(generation) {
+            if generation == Some("") {
+                // The store had lost the part (it expired while this node was cut
+                // off): it is written whole, and the others told to read it.
+                self.rewrite.insert(topic.clone());
+                gone = true;
+            }
+            if let Some(body) = delta.body(generation.filter(|g| !g.is_empty())) {
                 self.send(&topic, &body);
             }
+        }
+        if gone {
+            self.write_anew().await;
         }
     }
 

@@ -62,11 +62,14 @@ impl Store {
         let part_key = write.key.part(&write.node);
         self.expire(&write.key, Some(&part_key));
         let expires = Instant::now() + write.ttl;
-        let stale = self
+        let mine = self
             .parts
             .get(&part_key)
-            .is_some_and(|p| p.incarnation != write.incarnation);
-        if write.replace || stale {
+            .is_some_and(|p| p.incarnation == write.incarnation);
+        if !write.replace && !mine {
+            return String::new(); // gone: to be written whole
+        }
+        if write.replace {
             self.parts.remove(&part_key);
         }
         let part = self.parts.entry(part_key.clone()).or_insert_with(|| Part {

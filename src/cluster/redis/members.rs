@@ -15,12 +15,18 @@ use crate::cluster::member_store::{
 
 /// KEYS: index, part. ARGV: node, incarnation, version, ttl (ms), replace (1/0), a
 /// generation for a new index, how many members are set, their ids and infos, then the
-/// ids removed. A part of another incarnation is dropped first; a part left empty is
-/// deleted and its node taken out of the index. Returns the index's generation.
+/// ids removed. A change (not replace) to a part that is gone (or another
+/// incarnation's) writes nothing and returns '': the part must be written whole. A part
+/// of another incarnation is dropped before a replace; a part left empty is deleted and
+/// its node taken out of the index. Returns the index's generation.
 const WRITE: &str = r"
 local index, part = KEYS[1], KEYS[2]
 local node, inc = ARGV[1], ARGV[2]
-if ARGV[5] == '1' or redis.call('HGET', part, '~i') ~= inc then
+local mine = redis.call('HGET', part, '~i') == inc
+if ARGV[5] ~= '1' and not mine then
+  return ''
+end
+if ARGV[5] == '1' then
   redis.call('DEL', part)
 end
 local n = tonumber(ARGV[7])
