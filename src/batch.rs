@@ -6,8 +6,8 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::message;
-use crate::peer::Peer;
-use crate::pending::{Due, Registered, Reply};
+use crate::peer::{Peer, Reply};
+use crate::pending::{Due, Registered};
 
 /// Calls and notifications sent as one JSON array; see [`Peer::batch`].
 #[derive(Debug)]
@@ -74,7 +74,7 @@ impl<'p> Batch<'p> {
     /// [`Error::Closed`] when the batch cannot be sent; each call's own failure is in
     /// its place in the returned list.
     pub async fn send(self) -> Result<Vec<Result<Reply>>> {
-        let timeout = self.peer.shared.call_timeout;
+        let timeout = self.peer.shared.call_timeout();
         self.send_with_timeout(timeout).await
     }
 

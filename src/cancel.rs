@@ -14,26 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use tokio::sync::Notify;
 
+use crate::config::CancelStyle;
 use crate::error::{ErrorCode, RpcError};
 use crate::peer::{Peer, Shared};
 use crate::router::Context;
-
-/// Which cancel notification this side sends when it gives up on a call.
-///
-/// Both are understood when they arrive, whatever this setting says.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CancelStyle {
-    /// The Language Server Protocol's `{"method":"$/cancelRequest","params":{"id":ID}}`.
-    /// The other side still answers the call: with `-32800 Request cancelled`, or with
-    /// what a cooperative handler returned. The default.
-    #[default]
-    Lsp,
-    /// The Model Context Protocol's
-    /// `{"method":"notifications/cancelled","params":{"requestId":ID}}`. The other side
-    /// sends no answer at all.
-    Mcp,
-}
 
 /// The LSP form's method.
 pub(crate) const LSP_METHOD: &str = "$/cancelRequest";
@@ -114,13 +98,7 @@ impl Drop for CancelOnDrop<'_> {
         if self.state.load(Ordering::Relaxed) != QUEUED {
             return;
         }
-        let Some(style) = self.shared.cancel_style else {
-            return;
-        };
-        if !self.shared.try_send_now(style.frame(self.id)) {
-            self.shared.cancels_skipped.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(id = self.id, "outgoing queue full; cancel not sent");
-        }
+        self.shared.send_cancel(self.id);
     }
 }
 
@@ -129,14 +107,14 @@ impl Peer {
     /// when a call was given up. The other side then runs that call to its end, and
     /// its late answer is ignored.
     pub fn cancels_skipped(&self) -> u64 {
-        self.shared.cancels_skipped.load(Ordering::Relaxed)
+        self.shared.cancels_skipped()
     }
 
     /// How many calls from the other side are running on a task of their own or
     /// waiting in a lane: the calls a cancel can still stop. (Calls answered at once are
     /// never counted.) Zero once the connection has ended.
     pub fn calls_running(&self) -> usize {
-        self.shared.running.len()
+        self.shared.running().len()
     }
 }
 

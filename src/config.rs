@@ -8,8 +8,6 @@ use std::time::Duration;
 
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
-use crate::cancel::CancelStyle;
-
 /// Settings of one connection, for clients and servers alike.
 ///
 /// ```
@@ -46,7 +44,8 @@ pub struct PeerConfig {
     /// that wait for room count too: past this many bytes of them, the connection
     /// stops reading until they are queued. With the defaults, a peer that never
     /// reads costs the queue at most 1 MiB plus one frame, and its answers waiting
-    /// at most as much again (plus the answers of calls still running).
+    /// at most as much again (plus the answers of calls still running and one
+    /// incoming message read ahead).
     pub outgoing_queue_bytes: usize,
     /// How many incoming notifications may wait for their ordered handler
     /// (default 256). Past it the peer stops reading until the handler catches up.
@@ -58,7 +57,9 @@ pub struct PeerConfig {
     /// that goes silent is caught within the ping interval plus this timeout.
     pub keepalive_timeout: Duration,
     /// How long a closing handshake may take before the connection is dropped
-    /// (default 2 s).
+    /// (default 2 s), whatever is still queued. A close frame from the other side is
+    /// seen even while reading is paused because that side reads nothing (its answers
+    /// wait for room): the connection reads one message ahead then.
     pub close_timeout: Duration,
     /// The WebSocket read buffer, in bytes (default 2 KiB). It is allocated for
     /// every connection; larger messages still arrive whole. JSON-RPC frames are
@@ -87,6 +88,23 @@ pub struct PeerConfig {
     /// (default 64). The connection never waits for them: past this, values are
     /// dropped.
     pub progress_queue: usize,
+}
+
+/// Which cancel notification this side sends when it gives up on a call.
+///
+/// Both are understood when they arrive, whatever this setting says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelStyle {
+    /// The Language Server Protocol's `{"method":"$/cancelRequest","params":{"id":ID}}`.
+    /// The other side still answers the call: with `-32800 Request cancelled`, or with
+    /// what a cooperative handler returned. The default.
+    #[default]
+    Lsp,
+    /// The Model Context Protocol's
+    /// `{"method":"notifications/cancelled","params":{"requestId":ID}}`. The other side
+    /// sends no answer at all.
+    Mcp,
 }
 
 /// What a notification pushed without waiting (a broadcast, a topic) does when the

@@ -302,20 +302,10 @@ impl<S: Send + Sync + 'static> Router<S> {
         // A `Value` always serializes: its keys are strings.
         let raw = serde_json::value::to_raw_value(&api.openrpc()).unwrap_or_default();
         let document = Document(Arc::from(raw));
-        // `method` refuses `rpc.` names: register under a name it accepts, then move
-        // the handler to the reserved one.
-        const STAGING: &str = "\u{0}rpc.discover";
-        let mut router = self.method(STAGING, move |_cx, (): ()| {
+        // `method` refuses `rpc.` names: this crate serves the one it defines.
+        self.serve("rpc.discover", move |_cx, (): ()| {
             let document = document.clone();
             async move { Ok::<_, RpcError>(document) }
-        });
-        if let Some(handler) = router.methods.remove(STAGING) {
-            let previous = router.methods.insert("rpc.discover".into(), handler);
-            assert!(
-                previous.is_none(),
-                "method `rpc.discover` is registered twice"
-            );
-        }
-        router
+        })
     }
 }

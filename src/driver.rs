@@ -24,38 +24,43 @@
 //! Neither direction waits on the other, because nothing in the pass *awaits*:
 //! - Reading goes on while the sink is full (a peer that does not read must not stop us
 //!   reading, or two peers that both write could deadlock): an answer that the sink
-//!   cannot take at once goes to the queue, and when the queue is full, to a small task
-//!   that waits for room and counts as a running call, so at worst reading pauses for
-//!   the in-flight bound, as it would for slow handlers.
+//!   cannot take at once goes to the queue, and when the queue is full, waits for room
+//!   in the writer (`writer.rs`) and counts as a running call, so at worst reading
+//!   pauses for the in-flight bound (or the queue's byte bound), as it would for slow
+//!   handlers.
 //! - Writing goes on while reading is paused by back-pressure (too many calls running,
 //!   or the notification handler behind): the queue is drained on every pass.
 //! - A full queue is the slow-peer signal: senders wait for room, pushes apply the
 //!   [`SlowPeer`](crate::SlowPeer) policy.
 
 mod cancel;
+mod closing;
 mod deadlines;
 mod dispatch;
+mod in_flight;
 mod keepalive;
 mod lanes;
 mod ordered;
+mod run;
 mod writer;
 
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll, Waker};
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 use crate::config::PeerConfig;
 use crate::error::CloseReason;
-use crate::peer::{Peer, Shared};
-use crate::router::{BoxFuture, Router};
-use crate::transport::{Frame, Transport, TransportError};
+use crate::peer::{CloseRequest, Peer, Shared};
+use crate::router::Router;
+use crate::transport::{Frame, Text, Transport, TransportError};
 pub(crate) use cancel::Running;
+use closing::Closing;
+use deadlines::CallTimer;
 use dispatch::Dispatch;
 use keepalive::{Keepalive, Tick};
+use writer::Writer;
 
 /// Starts the connection's task and returns its handle.
 pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
@@ -65,26 +70,11 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
     info: crate::peer::ConnectionInfo,
     hooks: Hooks,
 ) -> Peer {
-    let peer = Peer {
-        shared: Arc::new(Shared::new(config, info)),
-        owner: None,
-    };
+    let peer = Peer::handle(Arc::new(Shared::new(config, info)));
     if let Some(on_start) = hooks.on_start {
         on_start(&peer);
     }
-    let on_end = hooks.on_end;
-    // Only what the loop needs of the config: its task lives as long as the
-    // connection, so every byte here is paid by every idle connection.
-    let connection = Connection {
-        transport,
-        dispatch: Dispatch::new(router, peer.clone(), config),
-        unflushed: 0,
-        write_error: None,
-        keepalive: Keepalive::new(config.ping_interval, config.keepalive_timeout),
-        call_timer: None,
-        close_timeout: config.close_timeout,
-        discard_queued: false,
-    };
+    let connection = Connection::new(transport, router, &peer, config);
     // Everything the connection logs, and the handlers it runs, is inside this span.
     let span = tracing::info_span!(
         "connection",
@@ -93,7 +83,7 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
         path = peer.info().path.as_deref(),
     );
     tokio::spawn(tracing::Instrument::instrument(
-        task(connection, on_end),
+        task(connection, hooks.on_end),
         span,
     ));
     peer
@@ -130,27 +120,29 @@ pub(crate) struct Hooks {
     pub(crate) on_end: Option<ConnectionHook>,
 }
 
+/// The connection's task's state: each piece has one owner. Only what the loop needs
+/// of the config is here: the task lives as long as the connection, so every byte is
+/// paid by every idle connection.
 struct Connection<T, S> {
-    transport: T,
+    /// The transport, and everything on its way into it.
+    writer: Writer<T>,
+    /// What each incoming frame starts, and what runs.
     dispatch: Dispatch<S>,
-    /// Frames fed to the sink since it was last flushed.
-    unflushed: usize,
-    /// A write that failed; the loop ends with it, and `end` makes it the cause.
-    write_error: Option<TransportError>,
+    /// The task's side of the state its handles share: close requests, wake-ups, the
+    /// pending calls' deadlines, the end.
+    shared: Arc<Shared>,
+    /// A message read ahead while reading is paused, waiting for its turn.
+    ahead: Option<Text>,
     /// `None` when no pings are sent.
     keepalive: Option<Keepalive>,
-    /// Fires at the earliest deadline of this side's calls; `None` while none waits
-    /// (`deadlines.rs`).
-    call_timer: Option<Pin<Box<Sleep>>>,
+    call_timer: CallTimer,
     close_timeout: Duration,
-    /// The close asked for drops what is queued (the slow-peer close).
-    discard_queued: bool,
 }
 
 /// What ended a pass, when the loop itself has to act on it.
 enum Event {
     /// This side asked to close (at once, or after the running calls).
-    Close(crate::peer::CloseRequest),
+    Close(CloseRequest),
     /// The connection is over: the other side closed, the transport ended or failed, a
     /// write failed, or a graceful close is done.
     End(CloseReason),
@@ -161,39 +153,55 @@ enum Event {
 }
 
 impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
+    fn new(transport: T, router: Arc<Router<S>>, peer: &Peer, config: &PeerConfig) -> Self {
+        Connection {
+            writer: Writer::new(transport, peer.shared.clone(), config),
+            dispatch: Dispatch::new(router, peer.clone(), config),
+            shared: peer.shared.clone(),
+            ahead: None,
+            keepalive: Keepalive::new(config.ping_interval, config.keepalive_timeout),
+            call_timer: CallTimer::default(),
+            close_timeout: config.close_timeout,
+        }
+    }
+
     /// Runs the connection to its end; returns its handle for the `on_end` hook.
     async fn run(&mut self) -> Peer {
-        let reason = loop {
+        let (reason, discard_queued) = loop {
             let event = std::future::poll_fn(|cx| self.poll_event(cx)).await;
             match event {
                 Event::Again => {}
-                Event::End(reason) => break reason,
+                Event::End(reason) => break (reason, false),
                 Event::Close(request) => {
-                    self.discard_queued = request.discard_queued;
+                    let discard = request.discard_queued;
                     if let Some(reason) = self.dispatch.close(request) {
-                        break reason;
+                        break (reason, discard);
                     }
                 }
                 Event::KeepaliveTick(now) => {
-                    let reading = self.dispatch.may_read();
+                    let reading = self.may_read();
                     let Some(keepalive) = &mut self.keepalive else {
                         continue;
                     };
                     match keepalive.tick(now, reading) {
                         Tick::Wait => {}
                         // A full queue means the link is busy: the silence is timed anyway.
-                        Tick::Ping => {
-                            self.dispatch.peer().shared.out.try_ping();
-                        }
-                        Tick::TimedOut => break CloseReason::KeepaliveTimeout,
+                        Tick::Ping => self.writer.ping(),
+                        Tick::TimedOut => break (CloseReason::KeepaliveTimeout, false),
                     }
                 }
             }
         };
         // Boxed: the closing handshake's state is large and needed once, at the end; in
         // place, every idle connection's task would carry room for it.
-        Box::pin(self.end(reason)).await;
-        self.dispatch.peer().clone()
+        Box::pin(self.end(reason, discard_queued)).await;
+        Peer::handle(self.shared.clone())
+    }
+
+    /// Whether to read more: not while too many calls run (the answers waiting for room
+    /// count as running), those answers hold the byte bound, or notifications wait.
+    fn may_read(&self) -> bool {
+        !self.writer.waiting_full() && self.dispatch.may_read(self.writer.waiting())
     }
 
     /// One pass over every source, in priority order. Written by hand rather than with
@@ -203,11 +211,11 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         // A close is asked for at most once: once draining, it is not looked at again.
         // Either way the task's waker is registered, for a call's deadline too.
         if !self.dispatch.draining() {
-            if let Poll::Ready(request) = self.dispatch.peer().shared.poll_close_request(cx) {
+            if let Poll::Ready(request) = self.shared.poll_close_request(cx) {
                 return Poll::Ready(Event::Close(request));
             }
         } else {
-            self.dispatch.peer().shared.register_task(cx);
+            self.shared.register_task(cx);
         }
         if let Poll::Ready(reason) = self.dispatch.poll_drained(cx) {
             return Poll::Ready(Event::End(reason));
@@ -215,51 +223,28 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         if self.dispatch.poll_progress(cx).is_ready() {
             return Poll::Ready(Event::Again);
         }
-        // Every frame already there is handled in this pass.
-        while self.dispatch.may_read() {
-            let frame = match Pin::new(&mut self.transport).poll_next(cx) {
-                Poll::Pending => break,
-                Poll::Ready(Some(Ok(frame))) => frame,
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Event::End(failed(e))),
-                Poll::Ready(None) => return Poll::Ready(Event::End(CloseReason::Eof)),
-            };
-            if let Some(keepalive) = &mut self.keepalive {
-                keepalive.heard();
-            }
-            match frame {
-                Frame::Text(text) => {
-                    if let Some(answer) = self.dispatch.on_text(text) {
-                        self.answer(cx, answer);
-                    }
-                }
-                Frame::Binary(_) => {
-                    tracing::debug!("binary frame ignored: JSON-RPC is text");
-                }
-                Frame::Ping(_) | Frame::Pong(_) => {}
-                Frame::Close(frame) => {
-                    let (code, reason) = frame.unwrap_or((1005, String::new()));
-                    return Poll::Ready(Event::End(CloseReason::Remote { code, reason }));
-                }
-            }
-            if self.write_error.is_some() {
-                return Poll::Ready(Event::End(CloseReason::Eof));
-            }
-            if !self.dispatch.may_read() {
-                // Reading paused: the waits that resume it are set up next pass.
-                return Poll::Ready(Event::Again);
-            }
+        if let Poll::Ready(event) = self.poll_read(cx) {
+            return Poll::Ready(event);
         }
+        // Reading is held up by answers waiting for room, which only writing frees.
+        let held_up = self.writer.waiting() > 0 && !self.may_read();
         // After reading, so the answers to everything just read go out in one flush.
-        let paused = self.dispatch.paused_by_later();
-        if let Err(e) = self.poll_write(cx) {
-            self.write_error = Some(e);
+        self.writer.poll_write(cx);
+        if self.writer.failed() {
             return Poll::Ready(Event::End(CloseReason::Eof));
         }
-        // Writing made room for the answers that held reading up.
-        if paused && self.dispatch.may_read() {
-            return Poll::Ready(Event::Again);
+        if held_up {
+            // Writing made room for the answers that held reading up.
+            if self.may_read() {
+                return Poll::Ready(Event::Again);
+            }
+            if self.writer.waiting() > 0 {
+                if let Poll::Ready(reason) = self.poll_ahead(cx) {
+                    return Poll::Ready(Event::End(reason));
+                }
+            }
         }
-        self.poll_deadlines(cx);
+        self.call_timer.poll(cx, self.shared.pending());
         if let Some(keepalive) = &mut self.keepalive {
             if let Poll::Ready(now) = keepalive.poll_tick(cx) {
                 return Poll::Ready(Event::KeepaliveTick(now));
@@ -268,81 +253,126 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         Poll::Pending
     }
 
-    /// Tears the connection down once the loop has ended with `reason`.
-    async fn end(&mut self, reason: CloseReason) {
-        let write_failed = self.write_error.is_some();
-        let reason = match self.write_error.take() {
+    /// Reads and acts on every frame already there, while reading may go on. Ready
+    /// when the loop has to act.
+    #[inline]
+    fn poll_read(&mut self, cx: &mut TaskContext<'_>) -> Poll<Event> {
+        while self.may_read() {
+            let frame = match self.ahead.take() {
+                Some(text) => Frame::Text(text),
+                None => match self.poll_frame(cx) {
+                    Poll::Pending => break,
+                    Poll::Ready(Ok(frame)) => frame,
+                    Poll::Ready(Err(reason)) => return Poll::Ready(Event::End(reason)),
+                },
+            };
+            // Text, the frame of every message, is handled here; the rest below.
+            match frame {
+                Frame::Text(text) => {
+                    if let Some(answer) = self.dispatch.on_text(text) {
+                        self.writer.answer(cx, answer);
+                    }
+                }
+                other => {
+                    if let Some(reason) = on_control(other) {
+                        return Poll::Ready(Event::End(reason));
+                    }
+                }
+            }
+            if self.writer.failed() {
+                return Poll::Ready(Event::End(CloseReason::Eof));
+            }
+            if !self.may_read() {
+                // Reading paused: the waits that resume it are set up next pass.
+                return Poll::Ready(Event::Again);
+            }
+        }
+        Poll::Pending
+    }
+
+    /// The next frame from the transport, or the cause of the end when there is none.
+    /// Any frame counts as a sign of life.
+    #[inline]
+    fn poll_frame(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<Frame, CloseReason>> {
+        let frame = match std::task::ready!(self.writer.poll_read(cx)) {
+            Some(Ok(frame)) => frame,
+            Some(Err(e)) => return Poll::Ready(Err(failed(e))),
+            None => return Poll::Ready(Err(CloseReason::Eof)),
+        };
+        if let Some(keepalive) = &mut self.keepalive {
+            keepalive.heard();
+        }
+        Poll::Ready(Ok(frame))
+    }
+
+    /// While reading is paused by answers waiting for room, which only the other side's
+    /// reading frees: reads one message ahead, so that the end of the connection right
+    /// behind what was read (a close frame, the transport's end or failure) is acted on
+    /// now, not once reading resumes, which it never does if the other side does not
+    /// read. (A pause of this side's own making, its handlers behind, ends by itself.)
+    /// The message waits in `ahead` for its turn, and is dropped if the connection ends
+    /// first: nothing could be answered after the other side's close. Pings, pongs and
+    /// binary frames do not take its place. Ready with the cause of the end.
+    fn poll_ahead(&mut self, cx: &mut TaskContext<'_>) -> Poll<CloseReason> {
+        while self.ahead.is_none() {
+            match std::task::ready!(self.poll_frame(cx)) {
+                Err(reason) => return Poll::Ready(reason),
+                Ok(Frame::Text(text)) => self.ahead = Some(text),
+                Ok(frame) => {
+                    if let Some(reason) = on_control(frame) {
+                        return Poll::Ready(reason);
+                    }
+                }
+            }
+        }
+        Poll::Pending
+    }
+
+    /// Tears the connection down once the loop has ended with `reason`; `discard_queued`
+    /// for the slow-peer close, whose close frame goes ahead of what is queued.
+    async fn end(&mut self, reason: CloseReason, discard_queued: bool) {
+        let write_failed = self.writer.failed();
+        let reason = match self.writer.take_error() {
             Some(e) => CloseReason::Transport(Arc::from(
                 Box::<dyn std::error::Error + Send + Sync>::from(e),
             )),
             None => reason,
         };
         tracing::debug!(%reason, "connection closing");
-        self.call_timer = None;
-        let shared = self.dispatch.peer().shared.clone();
+        self.call_timer.stop();
         // Registries forget the peer first, so whoever sees it closed (below) also
         // sees it gone from them. Then calls waiting on us end, and handlers serving
         // the other side stop.
-        shared.run_on_close();
-        shared.mark_closed(reason.clone());
+        self.shared.run_on_close();
+        self.shared.mark_closed(reason.clone());
         self.dispatch.stop();
         // What is queued now still goes out; nothing more is taken. Unless the queue
         // is what the other side does not read: then the close frame goes next, so a
         // client that reads again sees its code, not a connection cut mid-stream.
-        shared.out.close();
-        if self.discard_queued {
-            shared.out.discard();
-            self.dispatch.discard_later();
-        }
-
-        let mut close = match &reason {
-            CloseReason::Local { code, reason } => {
-                Some(Frame::Close(Some((*code, reason.clone()))))
-            }
-            // 1011: the other side stopped answering; the code says why we leave.
-            CloseReason::KeepaliveTimeout => {
-                Some(Frame::Close(Some((1011, "keepalive timeout".to_owned()))))
-            }
-            _ => None,
-        };
-        // After our close frame, read until the other side answers it, so the
-        // connection ends with a complete closing handshake.
-        let mut echoed = close.is_none();
-        let mut written = write_failed;
-        let mut queue_done = false;
+        self.writer.close_queue(discard_queued);
+        let mut closing = Closing::new(&reason, write_failed);
         let deadline = Instant::now() + self.close_timeout;
-        let _ = tokio::time::timeout_at(
-            deadline,
-            std::future::poll_fn(|cx| {
-                if !written {
-                    if let Poll::Ready(result) = self.poll_finish(cx, &mut close, &mut queue_done) {
-                        if let Err(e) = result {
-                            tracing::debug!(error = %e, "closing the transport failed");
-                        }
-                        written = true;
-                    }
-                }
-                while !echoed {
-                    match Pin::new(&mut self.transport).poll_next(cx) {
-                        Poll::Pending => break,
-                        Poll::Ready(Some(Ok(Frame::Close(_)))) | Poll::Ready(None) => {
-                            echoed = true;
-                        }
-                        Poll::Ready(Some(Err(_))) => echoed = true,
-                        Poll::Ready(Some(Ok(_))) => {}
-                    }
-                }
-                if written && echoed {
-                    Poll::Ready(())
-                } else {
-                    Poll::Pending
-                }
-            }),
-        )
-        .await;
+        let handshake = std::future::poll_fn(|cx| closing.poll(cx, &mut self.writer));
+        let _ = tokio::time::timeout_at(deadline, handshake).await;
         // Handler tasks were aborted above; wait until they are gone, so nothing of
         // this connection outlives it.
         self.dispatch.stopped().await;
+    }
+}
+
+/// Acts on a frame that is not text; returns the cause of the end when it ends the
+/// connection (a close frame).
+fn on_control(frame: Frame) -> Option<CloseReason> {
+    match frame {
+        Frame::Close(frame) => {
+            let (code, reason) = frame.unwrap_or((1005, String::new()));
+            Some(CloseReason::Remote { code, reason })
+        }
+        Frame::Binary(_) => {
+            tracing::debug!("binary frame ignored: JSON-RPC is text");
+            None
+        }
+        Frame::Text(_) | Frame::Ping(_) | Frame::Pong(_) => None,
     }
 }
 
@@ -373,32 +403,6 @@ fn failed(e: TransportError) -> CloseReason {
     }
 }
 
-/// What became of a handler polled once on the connection's task.
-enum FirstPoll<T> {
-    Done(T),
-    /// Not done: it moves to a task of its own, which polls it again at once (what the
-    /// first poll registered with the no-op waker is registered anew).
-    Waiting(BoxFuture<T>),
-    /// Panicked, in making its future or in the poll.
-    Panicked,
-}
-
-/// Makes a handler's future with `start` and polls it once, with a waker that does
-/// nothing. Most handlers finish there, which saves a task per call; see `dispatch`.
-fn poll_once<T>(start: impl FnOnce() -> BoxFuture<T>) -> FirstPoll<T> {
-    let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        let mut fut = start();
-        match fut
-            .as_mut()
-            .poll(&mut TaskContext::from_waker(Waker::noop()))
-        {
-            Poll::Ready(value) => FirstPoll::Done(value),
-            Poll::Pending => FirstPoll::Waiting(fut),
-        }
-    }));
-    polled.unwrap_or(FirstPoll::Panicked)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -409,20 +413,8 @@ mod tests {
     async fn the_task_holds_one_connection_and_little_else() {
         let (end, _other) = crate::transport::pair();
         let config = PeerConfig::default();
-        let peer = Peer {
-            shared: Arc::new(Shared::new(&config, Default::default())),
-            owner: None,
-        };
-        let connection = Connection {
-            transport: end,
-            dispatch: Dispatch::new(Arc::new(Router::<()>::new()), peer, &config),
-            unflushed: 0,
-            write_error: None,
-            keepalive: Keepalive::new(config.ping_interval, config.keepalive_timeout),
-            call_timer: None,
-            close_timeout: config.close_timeout,
-            discard_queued: false,
-        };
+        let peer = Peer::handle(Arc::new(Shared::new(&config, Default::default())));
+        let connection = Connection::new(end, Arc::new(Router::<()>::new()), &peer, &config);
         let one = std::mem::size_of_val(&connection);
         let task = task(connection, None);
         let size = std::mem::size_of_val(&task);
@@ -506,7 +498,7 @@ mod tests {
             }
         }
         assert_eq!(peer.pending_calls(), 0);
-        assert_eq!(peer.shared.pending.deadlines_len(), 0);
+        assert_eq!(peer.shared.pending().deadlines_len(), 0);
         // Every call given up told the other side.
         peer.close().await;
         assert_eq!(cancels.await.unwrap(), 1000);
@@ -537,7 +529,7 @@ mod tests {
             for call in burst {
                 assert_eq!(call.await.unwrap().unwrap(), 1);
             }
-            most = most.max(peer.shared.pending.deadlines_len());
+            most = most.max(peer.shared.pending().deadlines_len());
         }
         assert!(most <= 2 * 51 + 32, "the deque held {most} entries");
         assert_eq!(peer.pending_calls(), 1);
@@ -546,7 +538,7 @@ mod tests {
         assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
         assert_eq!(Instant::now(), start + config.call_timeout);
         assert_eq!(peer.pending_calls(), 0);
-        assert_eq!(peer.shared.pending.deadlines_len(), 0);
+        assert_eq!(peer.shared.pending().deadlines_len(), 0);
     }
 
     /// A call still times out while the connection cannot write (the other side reads
@@ -569,6 +561,6 @@ mod tests {
         }
         assert_eq!(Instant::now(), start + config.call_timeout);
         assert_eq!(peer.pending_calls(), 0);
-        assert_eq!(peer.shared.pending.deadlines_len(), 0);
+        assert_eq!(peer.shared.pending().deadlines_len(), 0);
     }
 }

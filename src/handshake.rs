@@ -258,11 +258,11 @@ pub(crate) async fn switch<IO: AsyncWrite + Unpin>(
 #[derive(Debug)]
 pub(crate) struct Handshakes {
     max: usize,
-    pending: Mutex<Pending>,
+    table: Mutex<Table>,
 }
 
 #[derive(Debug, Default)]
-struct Pending {
+struct Table {
     next: u64,
     /// Oldest first; dropping a sender tells that handshake to give up.
     live: BTreeMap<u64, oneshot::Sender<()>>,
@@ -272,27 +272,26 @@ impl Handshakes {
     pub(crate) fn new(max: usize) -> Arc<Self> {
         Arc::new(Handshakes {
             max: max.max(1),
-            pending: Mutex::new(Pending::default()),
+            table: Mutex::new(Table::default()),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Pending> {
-        // Nothing panics while holding it; a poisoned lock still holds a valid map.
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        crate::sync::lock(&self.table)
     }
 
     /// Registers a new handshake, evicting the oldest if the bound is reached.
     pub(crate) fn enter(self: &Arc<Self>) -> Ticket {
         let (tx, rx) = oneshot::channel();
-        let mut pending = self.lock();
-        while pending.live.len() >= self.max {
-            if pending.live.pop_first().is_none() {
+        let mut table = self.lock();
+        while table.live.len() >= self.max {
+            if table.live.pop_first().is_none() {
                 break;
             }
         }
-        let id = pending.next;
-        pending.next += 1;
-        pending.live.insert(id, tx);
+        let id = table.next;
+        table.next += 1;
+        table.live.insert(id, tx);
         Ticket {
             id,
             evicted: rx,

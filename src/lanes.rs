@@ -146,13 +146,6 @@ pub(crate) enum Lane {
     Keyed(Arc<KeyFn>),
 }
 
-/// A registration's options, with the params type erased.
-#[derive(Default)]
-pub(crate) struct Registration {
-    pub(crate) cooperative: bool,
-    pub(crate) lane: Lane,
-}
-
 impl<S: Send + Sync + 'static> Router<S> {
     /// Adds a method that runs as `options` say; otherwise as [`Router::method`].
     ///
@@ -160,7 +153,7 @@ impl<S: Send + Sync + 'static> Router<S> {
     ///
     /// As for [`Router::method`].
     pub fn method_with<P, T, F, Fut>(
-        mut self,
+        self,
         name: &str,
         options: MethodOptions<P>,
         handler: F,
@@ -171,14 +164,7 @@ impl<S: Send + Sync + 'static> Router<S> {
         P: DeserializeOwned + Send + 'static,
         T: Serialize + Send + 'static,
     {
-        self = self.method(name, handler);
-        self.options.insert(
-            name.into(),
-            Registration {
-                cooperative: options.cooperative,
-                lane: options.lane,
-            },
-        );
-        self
+        self.method(name, handler)
+            .run_as(name, options.lane, options.cooperative)
     }
 }

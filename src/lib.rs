@@ -125,23 +125,22 @@ mod registry;
 mod relay;
 mod router;
 mod server;
+mod sync;
 mod topics;
 pub mod transport;
 
 pub use batch::Batch;
-pub use cancel::CancelStyle;
 #[cfg(feature = "rustls")]
 pub use client::connect_with_tls;
 pub use client::{connect, connect_with_config};
-pub use config::{PeerConfig, SlowPeer};
+pub use config::{CancelStyle, PeerConfig, SlowPeer};
 pub use contract::{Api, ApiMismatch, Method, Notification, Notifications};
 #[cfg(feature = "schemars")]
 pub use discover::OPENRPC_VERSION;
 pub use error::{CloseReason, Error, ErrorCode, Result, RpcError};
 pub use history::{HistoryConfig, HistoryError, Position, Published, Subscribed};
 pub use lanes::MethodOptions;
-pub use peer::{ConnectionInfo, Peer};
-pub use pending::Reply;
+pub use peer::{ConnectionInfo, Peer, Reply};
 pub use policy::{HandshakePolicy, Refusal};
 pub use presence::{Member, PresenceChange, PresenceError, PresenceEvent, PresenceLimits};
 pub use progress::Progress;

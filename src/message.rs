@@ -86,7 +86,7 @@ pub(crate) enum Item<'a> {
 
 /// The `result` or the `error` member of a response, still raw: borrowed from the
 /// frame while the reader classifies it (`Outcome<Raw>`), then owned on its way to the
-/// waiting call (`Outcome<Reply>`, see `pending`).
+/// waiting call (`Outcome<Reply>`, see `peer`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Outcome<T> {
     Result(T),
@@ -101,6 +101,14 @@ impl<T> Outcome<T> {
             Outcome::Error(t) => Outcome::Error(f(t)),
         }
     }
+}
+
+/// Where `part`, a slice of `whole`, lies in it: what keeps a member of a frame
+/// without copying it.
+pub(crate) fn span(whole: &str, part: &str) -> std::ops::Range<usize> {
+    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+    debug_assert!(start + part.len() <= whole.len());
+    start..start + part.len()
 }
 
 /// Classifies one text frame. `max_batch` bounds the length of a batch: a longer one is

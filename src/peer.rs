@@ -1,251 +1,34 @@
 //! The `Peer` handle: call, notify, batch, close, closed.
+//!
+//! The handle is a reference to the state it shares with the connection's task
+//! (`peer/shared.rs`); the task itself is `driver.rs`.
+
+mod info;
+mod reply;
+mod shared;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
-use futures_util::task::AtomicWaker;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::sync::{LazyLock, Mutex, OnceLock};
-
-use tokio::sync::{mpsc, Notify};
-use tokio_tungstenite::tungstenite::http::HeaderMap;
+use tokio::sync::mpsc;
 
 use crate::batch::Batch;
-use crate::cancel::{CancelOnDrop, CancelStyle};
-use crate::config::{PeerConfig, SlowPeer};
-use crate::driver::Running;
+use crate::cancel::CancelOnDrop;
+use crate::config::PeerConfig;
 use crate::error::{CloseReason, Error, Result};
 use crate::message;
-use crate::pending::{Due, Pending, Registered, Reply};
-use crate::progress::Sinks;
+use crate::pending::Registered;
+use crate::queue::Outgoing;
 use crate::router::Router;
 use crate::transport::{Text, Transport};
 
-use crate::queue::Outgoing;
-use crate::queue::{OutQueue, TrySendError};
-
-/// A close asked for by this side.
-#[derive(Clone, Debug)]
-pub(crate) struct CloseRequest {
-    pub(crate) code: u16,
-    pub(crate) reason: String,
-    /// Let calls already running finish (until this instant) before closing; calls
-    /// that arrive meanwhile are refused.
-    pub(crate) drain_until: Option<tokio::time::Instant>,
-    /// Drop what is queued and send the close frame next: the slow-peer close, where
-    /// the queue is what the other side does not read, and waiting behind it would
-    /// hide the code from a client that reads again.
-    pub(crate) discard_queued: bool,
-}
-
-/// The state one connection's handles share with its tasks.
-pub(crate) struct Shared {
-    pub(crate) out: OutQueue,
-    pub(crate) pending: Pending,
-    next_id: AtomicU64,
-    pub(crate) call_timeout: Duration,
-    /// Empty while open; the cause once closed. A `OnceLock` and a `Notify` rather than
-    /// a watch channel, which costs about 350 bytes on every connection.
-    closed: OnceLock<CloseReason>,
-    /// Wakes [`Peer::closed`] waiters once `closed` is set.
-    closed_notify: Notify,
-    /// A close asked for by this side (the first one wins). The connection's task is its
-    /// only waiter, and checks it on every pass: a `OnceLock` read and an `AtomicWaker`
-    /// cost a load each, where polling a `Notify` takes its lock.
-    close_request: OnceLock<CloseRequest>,
-    /// The connection's task, registered on every pass: woken for a close request, and
-    /// for a call whose deadline its timer does not cover yet (`pending.rs`).
-    task_waker: AtomicWaker,
-    pub(crate) info: ConnectionInfo,
-    pub(crate) id: u64,
-    pub(crate) slow_peer: SlowPeer,
-    /// Run once when the connection ends; `None` once they have run.
-    on_close: Mutex<Option<Vec<OnClose>>>,
-    /// The cancel sent for a call given up; `None` sends none.
-    pub(crate) cancel_style: Option<CancelStyle>,
-    pub(crate) cancels_skipped: AtomicU64,
-    /// Incoming calls a cancel can still stop.
-    pub(crate) running: Running,
-    /// Where the progress of our calls that asked for it goes.
-    pub(crate) progress: Sinks,
-    pub(crate) progress_queue: usize,
-}
-
-type OnClose = Box<dyn FnOnce() + Send + 'static>;
-
-/// Where a connection comes from: what the WebSocket handshake said.
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct ConnectionInfo {
-    /// The other side's address, when the transport has one.
-    pub remote_addr: Option<SocketAddr>,
-    /// The request path and query of the handshake (server side), e.g. `/rpc?room=1`.
-    pub path: Option<String>,
-    /// The handshake's headers: the client's request on the server side, the
-    /// server's response on the client side. On the server side, hooks always see
-    /// them, but the peer keeps them only with
-    /// [`HandshakePolicy::keep_headers`](crate::HandshakePolicy::keep_headers).
-    pub headers: HeaderMap,
-    /// What the authentication hook attached, if any.
-    pub(crate) auth: Option<crate::policy::Attached>,
-}
-
-impl ConnectionInfo {
-    /// Info with only a remote address.
-    pub fn from_addr(remote_addr: Option<SocketAddr>) -> Self {
-        ConnectionInfo {
-            remote_addr,
-            ..Default::default()
-        }
-    }
-}
-
-/// The next connection's id. It counts up from the moment this process made its first
-/// connection, in microseconds since the Unix epoch, so a restarted process starts above
-/// every id the one before it gave (unless that one made more connections than
-/// microseconds passed between the two starts, or the clock went back): an address from
-/// before a restart names no one after it. Below 2^53 until the year 2255, so
-/// JavaScript reads it exactly.
-static NEXT_PEER_ID: LazyLock<AtomicU64> = LazyLock::new(|| AtomicU64::new(first_peer_id()));
-
-fn first_peer_id() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-        .clamp(1, (1 << 53) - (1 << 40))
-}
-
-impl Shared {
-    pub(crate) fn new(config: &PeerConfig, info: ConnectionInfo) -> Self {
-        Shared {
-            out: OutQueue::new(config.outgoing_queue, config.outgoing_queue_bytes),
-            pending: Pending::new(),
-            next_id: AtomicU64::new(1),
-            call_timeout: config.call_timeout,
-            closed: OnceLock::new(),
-            closed_notify: Notify::new(),
-            close_request: OnceLock::new(),
-            task_waker: AtomicWaker::new(),
-            info,
-            id: NEXT_PEER_ID.fetch_add(1, Ordering::Relaxed),
-            slow_peer: config.slow_peer,
-            on_close: Mutex::new(Some(Vec::new())),
-            cancel_style: config.cancel_on_drop.then_some(config.cancel_style),
-            cancels_skipped: AtomicU64::new(0),
-            running: Running::default(),
-            progress: Sinks::default(),
-            progress_queue: config.progress_queue,
-        }
-    }
-
-    /// Queues a frame if there is room now. False only when the queue is full.
-    pub(crate) fn try_send_now(&self, frame: String) -> bool {
-        !matches!(
-            self.out.try_send(Outgoing::Frame(Text::from(frame))),
-            Err(TrySendError::Full(_))
-        )
-    }
-
-    /// Runs the `on_close` callbacks, once.
-    pub(crate) fn run_on_close(&self) {
-        let callbacks = self
-            .on_close
-            .lock()
-            .map(|mut c| c.take())
-            .unwrap_or_default();
-        for callback in callbacks.into_iter().flatten() {
-            callback();
-        }
-    }
-
-    /// Ready once a close is asked for, with the request. For the connection's task.
-    pub(crate) fn poll_close_request(&self, cx: &mut std::task::Context<'_>) -> Poll<CloseRequest> {
-        if let Some(request) = self.close_request.get() {
-            return Poll::Ready(request.clone());
-        }
-        // Registered, then checked again: a close asked for in between is not missed.
-        self.task_waker.register(cx.waker());
-        match self.close_request.get() {
-            Some(request) => Poll::Ready(request.clone()),
-            None => Poll::Pending,
-        }
-    }
-
-    /// Registers the connection's task for its wake-ups, when it does not look at the
-    /// close request (while draining).
-    pub(crate) fn register_task(&self, cx: &mut std::task::Context<'_>) {
-        self.task_waker.register(cx.waker());
-    }
-
-    /// Registers an outgoing call in the pending map, and wakes the connection's task
-    /// when its timer must be set for the call's deadline.
-    pub(crate) fn register(&self, id: u64, due: Due) -> Result<Registered<'_>> {
-        let registered = self.pending.register(id, due, || self.close_reason())?;
-        if registered.wake {
-            self.task_waker.wake();
-        }
-        Ok(registered)
-    }
-
-    /// How the pending map keeps the deadline of a call with `timeout`: the
-    /// connection's sweep for timeouts up to the connection's own (later deadlines
-    /// would hold the deque's order back for the calls that use the default), a timer of
-    /// the call's own for longer ones.
-    pub(crate) fn due(&self, timeout: Duration) -> Due {
-        if timeout <= self.call_timeout {
-            Due::After(timeout)
-        } else {
-            Due::Own
-        }
-    }
-
-    pub(crate) fn close_reason(&self) -> CloseReason {
-        self.closed.get().cloned().unwrap_or(CloseReason::Eof)
-    }
-
-    /// Records why the connection ended (the first cause wins), ends every call, then
-    /// wakes whoever waits in [`Peer::closed`]: a call that sees the connection closed
-    /// has already ended.
-    pub(crate) fn mark_closed(&self, reason: CloseReason) {
-        let _ = self.closed.set(reason);
-        self.pending.fail_all(&self.close_reason());
-        self.closed_notify.notify_waiters();
-    }
-
-    /// Queues `frame`, waiting for room.
-    pub(crate) async fn send(&self, frame: String) -> Result<()> {
-        // Without a deadline it never gives up, so `None` does not come back.
-        self.send_by(frame, None)
-            .await
-            .unwrap_or_else(|| Err(Error::Closed(self.close_reason())))
-    }
-
-    /// Queues `frame`, waiting for room until `deadline` (if any): `None` once it
-    /// passes. Most sends find room: `try_send` skips the future that waits for it, and
-    /// only a full queue makes a timer.
-    pub(crate) async fn send_by(
-        &self,
-        frame: String,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Option<Result<()>> {
-        let frame = match self.out.try_send(Outgoing::Frame(Text::from(frame))) {
-            Ok(()) => return Some(Ok(())),
-            Err(TrySendError::Full(frame)) => frame,
-            Err(TrySendError::Closed(_)) => return Some(Err(Error::Closed(self.close_reason()))),
-        };
-        let send = self.out.send(frame);
-        let sent = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, send).await.ok()?,
-            None => send.await,
-        };
-        Some(sent.map_err(|_| Error::Closed(self.close_reason())))
-    }
-}
+pub(crate) use info::Attached;
+pub use info::ConnectionInfo;
+pub use reply::Reply;
+pub(crate) use shared::{CloseRequest, Shared};
 
 /// A handle to one connection: call the other side, notify it, send it a batch, close.
 ///
@@ -261,25 +44,19 @@ pub struct Peer {
     /// Shared by the handles a client's user holds ([`connect`](crate::connect)); when
     /// the last of them is dropped, the connection closes. `None` for the handles the
     /// connection's own task, handlers and registries hold: they do not keep it open.
-    pub(crate) owner: Option<Arc<Owner>>,
+    owner: Option<Arc<Owner>>,
 }
 
 /// Closes its connection with 1000 when dropped: the last user handle of a client
 /// connection went away, and nobody could reach the connection any more.
-pub(crate) struct Owner(Arc<Shared>);
+struct Owner(Arc<Shared>);
 
 impl Drop for Owner {
     fn drop(&mut self) {
-        let request = CloseRequest {
-            code: 1000,
-            reason: String::new(),
-            drain_until: None,
-            // What was sent before the drop still goes out, then the close frame.
-            discard_queued: false,
-        };
-        if self.0.close_request.set(request).is_ok() {
-            tracing::debug!(peer = self.0.id, "last handle dropped; closing with 1000");
-            self.0.task_waker.wake();
+        // What was sent before the drop still goes out, then the close frame.
+        if self.0.ask_close(CloseRequest::new(1000, "")) {
+            let peer = self.0.id();
+            tracing::debug!(peer, "last handle dropped; closing with 1000");
         }
     }
 }
@@ -321,7 +98,7 @@ impl Peer {
         method: &str,
         params: impl Serialize,
     ) -> Result<R> {
-        self.call_with_timeout(method, params, self.shared.call_timeout)
+        self.call_with_timeout(method, params, self.shared.call_timeout())
             .await
     }
 
@@ -349,7 +126,7 @@ impl Peer {
     ///
     /// As for [`call`](Self::call), except that the result is not read.
     pub async fn call_raw(&self, method: &str, params: impl Serialize) -> Result<Reply> {
-        self.call_raw_with_timeout(method, params, self.shared.call_timeout)
+        self.call_raw_with_timeout(method, params, self.shared.call_timeout())
             .await
     }
 
@@ -381,7 +158,7 @@ impl Peer {
         let _sink = match progress {
             Some(tx) => {
                 frame = crate::progress::with_token(frame, id);
-                Some(shared.progress.register(id, tx))
+                Some(shared.progress().register(id, tx))
             }
             None => None,
         };
@@ -414,7 +191,7 @@ impl Peer {
             Ok::<_, Error>(answer)
         };
         // One span per outgoing call: what happens while it waits says which call.
-        let span = tracing::debug_span!("call", method, id, peer = shared.id);
+        let span = tracing::debug_span!("call", method, id, peer = shared.id());
         let waiting = tracing::Instrument::instrument(waiting, span);
         let answer = match deadline {
             // The connection's sweep ends the call at its deadline.
@@ -463,9 +240,18 @@ impl Peer {
         self
     }
 
+    /// A handle that does not keep the connection open: the connection's own, its
+    /// handlers', a registry's.
+    pub(crate) fn handle(shared: Arc<Shared>) -> Peer {
+        Peer {
+            shared,
+            owner: None,
+        }
+    }
+
     /// A fresh id for an outgoing call.
     pub(crate) fn next_id(&self) -> u64 {
-        self.shared.next_id.fetch_add(1, Ordering::Relaxed)
+        self.shared.next_id()
     }
 
     /// Asks the connection to close with code 1000 and waits until it has (at most the
@@ -476,81 +262,50 @@ impl Peer {
 
     /// [`close`](Self::close) with a close code and reason of your own.
     pub async fn close_with(&self, code: u16, reason: &str) {
-        self.request_close(code, reason);
+        self.shared.ask_close(CloseRequest::new(code, reason));
         self.closed().await;
     }
 
     /// Resolves when the connection has ended, with the cause.
     pub async fn closed(&self) -> CloseReason {
-        let shared = &*self.shared;
-        loop {
-            // Registered before the check: `notify_waiters` keeps no permit, so a close
-            // between the check and the wait would otherwise be missed.
-            let mut notified = std::pin::pin!(shared.closed_notify.notified());
-            notified.as_mut().enable();
-            if let Some(reason) = shared.closed.get() {
-                return reason.clone();
-            }
-            notified.await;
-        }
+        self.shared.closed().await
     }
 
     /// Whether the connection has ended.
     pub fn is_closed(&self) -> bool {
-        self.shared.closed.get().is_some()
+        self.shared.ended().is_some()
     }
 
     /// How many of this side's calls are waiting for their answers.
     pub fn pending_calls(&self) -> usize {
-        self.shared.pending.len()
+        self.shared.pending().len()
     }
 
     /// How many bytes of frames wait in the outgoing queue for the socket: at most
     /// [`PeerConfig::outgoing_queue_bytes`] plus one frame.
     pub fn queued_bytes(&self) -> usize {
-        self.shared.out.queued_bytes()
+        self.shared.queue().queued_bytes()
     }
 
     /// Queues an already serialized frame without waiting. A full queue means the other
-    /// side does not keep up: the [`SlowPeer`] policy applies to it alone.
+    /// side does not keep up: the [`SlowPeer`](crate::SlowPeer) policy applies to it
+    /// alone.
     pub(crate) fn push(&self, frame: Text) -> bool {
-        match self.shared.out.try_send(Outgoing::Frame(frame)) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_)) => {
-                self.fell_behind("outgoing queue full");
-                false
-            }
-            Err(TrySendError::Closed(_)) => false,
-        }
+        self.shared.push(frame)
     }
 
-    /// Applies the [`SlowPeer`] policy: with `Close`, closes with 1008 and `reason`,
-    /// dropping what is queued; with `Drop`, only logs (the caller drops the message).
-    /// Returns whether the connection is being closed.
+    /// Applies the [`SlowPeer`](crate::SlowPeer) policy: with `Close`, closes with 1008
+    /// and `reason`, dropping what is queued; with `Drop`, only logs (the caller drops
+    /// the message). Returns whether the connection is being closed.
     pub(crate) fn fell_behind(&self, reason: &str) -> bool {
-        match self.shared.slow_peer {
-            SlowPeer::Close => {
-                tracing::debug!(remote = ?self.remote_addr(), reason, "slow peer; closing with 1008");
-                self.ask_close(CloseRequest {
-                    code: 1008,
-                    reason: reason.to_owned(),
-                    drain_until: None,
-                    discard_queued: true,
-                });
-                true
-            }
-            SlowPeer::Drop => {
-                tracing::debug!(remote = ?self.remote_addr(), reason, "slow peer; message dropped");
-                false
-            }
-        }
+        self.shared.fell_behind(reason)
     }
 
     /// Queues an already serialized frame, waiting for room: back-pressure for a
     /// replay, where the slow-peer policy would punish a peer for the replay's length.
     pub(crate) async fn push_waiting(&self, frame: Text) -> Result<()> {
         self.shared
-            .out
+            .queue()
             .send(Outgoing::Frame(frame))
             .await
             .map_err(|_| Error::Closed(self.shared.close_reason()))
@@ -558,7 +313,7 @@ impl Peer {
 
     /// Whether the outgoing queue holds at most half of each of its bounds.
     pub(crate) fn queue_half_empty(&self) -> bool {
-        self.shared.out.half_empty()
+        self.shared.queue().half_empty()
     }
 
     /// Resolves once the outgoing queue holds at most half of each bound.
@@ -567,7 +322,7 @@ impl Peer {
     ///
     /// [`Error::Closed`] once the connection is ending.
     pub(crate) async fn wait_queue_half_empty(&self) -> Result<()> {
-        if self.shared.out.wait_half_empty().await {
+        if self.shared.queue().wait_half_empty().await {
             Ok(())
         } else {
             Err(Error::Closed(self.shared.close_reason()))
@@ -578,25 +333,13 @@ impl Peer {
     /// run before [`is_closed`](Self::is_closed) turns true), so a registry that adds the
     /// peer now must remove it itself.
     pub(crate) fn is_ending(&self) -> bool {
-        self.shared
-            .on_close
-            .lock()
-            .map(|list| list.is_none())
-            .unwrap_or(true)
+        self.shared.is_ending()
     }
 
     /// Runs `callback` once when the connection ends (at once if it already has),
     /// before [`closed`](Self::closed) resolves. Registries use it to forget the peer.
     pub fn on_close(&self, callback: impl FnOnce() + Send + 'static) {
-        let mut callback = Some(Box::new(callback) as OnClose);
-        if let Ok(mut slot) = self.shared.on_close.lock() {
-            if let Some(list) = slot.as_mut() {
-                list.extend(callback.take());
-            }
-        }
-        if let Some(callback) = callback {
-            callback();
-        }
+        self.shared.on_close(Box::new(callback));
     }
 
     /// A number that tells this connection apart from every other in the process, and
@@ -606,65 +349,48 @@ impl Peer {
     /// names a connection after it, unless the system clock went back in between. Ids
     /// stay below 2^53, so JavaScript reads them exactly.
     pub fn id(&self) -> u64 {
-        self.shared.id
+        self.shared.id()
     }
 
     /// What the handshake said: remote address, path, headers.
     pub fn info(&self) -> &ConnectionInfo {
-        &self.shared.info
+        self.shared.info()
     }
 
     /// What the [`HandshakePolicy::authenticate`](crate::HandshakePolicy::authenticate)
     /// hook attached to this connection, if it attached a `T`.
     pub fn auth<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.shared.info.auth.as_deref()?.downcast_ref()
+        self.info().auth.as_deref()?.downcast_ref()
     }
 
     /// Why the connection ended, once it has.
     pub fn close_reason(&self) -> Option<CloseReason> {
-        self.shared.closed.get().cloned()
-    }
-
-    fn request_close(&self, code: u16, reason: &str) {
-        self.ask_close(CloseRequest {
-            code,
-            reason: reason.to_owned(),
-            drain_until: None,
-            discard_queued: false,
-        });
-    }
-
-    fn ask_close(&self, request: CloseRequest) {
-        if self.shared.close_request.set(request).is_ok() {
-            self.shared.task_waker.wake();
-        }
+        self.shared.ended().cloned()
     }
 
     /// Closes gracefully: calls from the other side that are already running may
     /// finish and send their answers (for at most `grace`), new ones are refused with
     /// `-32000`, then the connection closes with `code`. Waits until it has.
     pub async fn drain_and_close(&self, code: u16, reason: &str, grace: Duration) {
-        self.ask_close(CloseRequest {
-            code,
-            reason: reason.to_owned(),
+        self.shared.ask_close(CloseRequest {
             drain_until: Some(tokio::time::Instant::now() + grace),
-            discard_queued: false,
+            ..CloseRequest::new(code, reason)
         });
         self.closed().await;
     }
 
     /// The other side's address, when the transport has one.
     pub fn remote_addr(&self) -> Option<SocketAddr> {
-        self.shared.info.remote_addr
+        self.info().remote_addr
     }
 }
 
 impl std::fmt::Debug for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Peer")
-            .field("id", &self.shared.id)
-            .field("remote_addr", &self.shared.info.remote_addr)
-            .field("closed", &self.shared.closed.get())
+            .field("id", &self.id())
+            .field("remote_addr", &self.remote_addr())
+            .field("closed", &self.shared.ended())
             .field("pending_calls", &self.pending_calls())
             .finish()
     }

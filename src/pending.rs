@@ -5,7 +5,7 @@
 //! connection's sweep, below), its caller gives up (the guard's drop, on its own
 //! timeout or cancellation), or the connection ends (`fail_all`).
 //!
-//! The map is a plain `Mutex<HashMap>` with the router's Fx hasher, not the `DashMap`
+//! The map is a plain `Mutex<HashMap>` with rustc-hash's Fx hasher (see the note on `Router`), not the `DashMap`
 //! design first named: it is per connection, touched by the calling tasks and the
 //! reader for a few nanoseconds each (an insert or a remove, never held across a send
 //! or an await), so shards buy nothing, while they cost a SipHash per lookup, a
@@ -28,75 +28,24 @@
 //! more than twice the live calls (plus [`SLACK`]), so one call that never ends cannot
 //! make it grow with the call rate.
 
-use serde::de::DeserializeOwned;
+use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
-use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::error::{CloseReason, Error, RpcError};
+use crate::error::{CloseReason, Error};
 use crate::message::Outcome;
-use crate::router::FxHashMap;
-use crate::transport::Text;
-
-/// The result of one call, still raw JSON text: read it with the caller's own type
-/// ([`decode`](Self::decode)), or pass it on unparsed ([`get`](Self::get)).
-#[derive(Clone)]
-pub struct Reply {
-    frame: Text,
-    range: Range<usize>,
-}
-
-impl Reply {
-    pub(crate) fn new(frame: Text, range: Range<usize>) -> Self {
-        Reply { frame, range }
-    }
-
-    /// The `result` member as raw JSON text, exactly as received.
-    pub fn get(&self) -> &str {
-        &self.frame[self.range.clone()]
-    }
-
-    /// Reads the result as `R`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Serialization`] when the result does not fit `R`.
-    pub fn decode<R: DeserializeOwned>(&self) -> Result<R, Error> {
-        Ok(serde_json::from_str(self.get())?)
-    }
-}
-
-impl std::fmt::Debug for Reply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Reply").field(&self.get()).finish()
-    }
-}
+// The cluster names `Reply` here; it is restructured in parallel and moves to
+// `crate::peer::Reply` then.
+pub(crate) use crate::peer::Reply;
+use crate::sync::lock;
 
 /// What the reader hands a waiting call: the response's member, or the reason it is
 /// not a valid response ([`Error::InvalidResponse`]).
 pub(crate) type Answer = Result<Outcome<Reply>, Error>;
-
-impl Outcome<Reply> {
-    /// The call's result; `method` is the method called, for an error to name it.
-    pub(crate) fn into_result(self, method: &str) -> Result<Reply, Error> {
-        match self {
-            Outcome::Result(reply) => Ok(reply),
-            Outcome::Error(error) => match serde_json::from_str::<RpcError>(error.get()) {
-                Ok(error) => Err(Error::Rpc {
-                    method: method.into(),
-                    error,
-                }),
-                Err(e) => Err(Error::InvalidResponse(format!(
-                    "malformed error object: {e}"
-                ))),
-            },
-        }
-    }
-}
 
 /// A waiting call's end of its channel: `Some` answer, or `None` once its deadline
 /// passed (the connection's sweep, below).
@@ -214,10 +163,9 @@ impl Pending {
         Pending::default()
     }
 
-    /// The map and the deque. No code panics while holding them, but a poisoned lock
-    /// is still usable: its data is consistent after every single operation.
+    /// The map and the deque.
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// Registers a call. The returned guard removes the entry if the call gives up.

@@ -1,7 +1,6 @@
 //! Who may open a connection: the connection and handshake limits, the Origin
 //! allow-list, and an authentication hook, all decided at the WebSocket handshake.
 
-use std::any::Any;
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
@@ -9,6 +8,8 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_tungstenite::tungstenite::http::{header, Request, StatusCode};
+
+use crate::peer::Attached;
 
 /// Why a handshake is refused: the HTTP status and a short text for the body.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,10 +58,6 @@ impl fmt::Display for Refusal {
         write!(f, "{} {}", self.status.as_u16(), self.reason)
     }
 }
-
-/// What an authentication hook attached to a connection; read it with
-/// [`Peer::auth`](crate::Peer::auth).
-pub(crate) type Attached = Arc<dyn Any + Send + Sync>;
 
 type AuthFn = Arc<dyn Fn(&Request<()>) -> Result<Attached, Refusal> + Send + Sync>;
 

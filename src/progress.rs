@@ -22,12 +22,13 @@
 //! included) and simply sends none.
 
 use std::pin::Pin;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll};
 
 use std::future::Future;
 use std::time::Duration;
 
+use rustc_hash::FxHashMap;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde::Serialize;
@@ -35,9 +36,10 @@ use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
-use crate::peer::Peer;
-use crate::pending::Reply;
-use crate::router::{Context, FxHashMap};
+use crate::message::span;
+use crate::peer::{Peer, Reply};
+use crate::router::Context;
+use crate::sync::lock;
 use crate::transport::Text;
 
 /// The method of a progress notification.
@@ -79,7 +81,7 @@ pub(crate) struct Sinks {
 
 impl Sinks {
     fn map(&self) -> MutexGuard<'_, FxHashMap<u64, mpsc::Sender<Reply>>> {
-        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.map)
     }
 
     /// Registers call `id`'s sink; the guard removes it when the call ends.
@@ -108,9 +110,7 @@ impl Sinks {
         let Some(tx) = map.get(&token) else {
             return false;
         };
-        let value = params.value.get();
-        let start = value.as_ptr() as usize - frame.as_ptr() as usize;
-        let reply = Reply::new(frame.clone(), start..start + value.len());
+        let reply = Reply::new(frame.clone(), span(frame, params.value.get()));
         if tx.try_send(reply).is_err() {
             tracing::debug!(token, "progress value dropped: the caller's queue is full");
         }
@@ -171,7 +171,7 @@ impl Peer {
         params: impl Serialize + 'a,
         timeout: Duration,
     ) -> (Progress, impl Future<Output = Result<R>> + 'a) {
-        let (tx, rx) = mpsc::channel(self.shared.progress_queue.max(1));
+        let (tx, rx) = mpsc::channel(self.shared.progress_queue().max(1));
         let call = async move {
             self.call_inner(method, params, timeout, Some(tx))
                 .await?

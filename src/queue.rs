@@ -17,21 +17,22 @@
 //! goes from full to not full and when it closes; their order among themselves is not
 //! kept (they are different tasks).
 //!
-//! Answers the connection's own task made that found the queue full wait beside it, on
-//! that task (`Dispatch::queue`), so reading goes on; their bytes are counted against
-//! the same bound, and reading pauses while they exceed it, as it pauses while too
-//! many calls run.
+//! Answers the connection's own task made that found the queue full wait beside it, in
+//! that task's writer (`driver/writer.rs`), so reading goes on; their bytes are counted
+//! against the same bound, and reading pauses while they exceed it, as it pauses while
+//! too many calls run.
 //!
 //! [`PeerConfig::outgoing_queue`]: crate::PeerConfig::outgoing_queue
 //! [`PeerConfig::outgoing_queue_bytes`]: crate::PeerConfig::outgoing_queue_bytes
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use futures_util::task::AtomicWaker;
 use tokio::sync::Notify;
 
+use crate::sync::lock;
 use crate::transport::Text;
 
 /// What the connection is asked to send by other tasks.
@@ -111,9 +112,8 @@ impl OutQueue {
         }
     }
 
-    /// The state. No code panics while holding it, but a poisoned lock is still usable.
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// Queues `frame` if the queue has room for it now, in frames and in bytes.

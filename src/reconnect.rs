@@ -24,6 +24,7 @@ use crate::config::PeerConfig;
 use crate::error::{Error, Result};
 use crate::peer::Peer;
 use crate::router::Router;
+use crate::sync::lock;
 
 /// How long to wait between attempts: exponential, capped, with full jitter.
 ///
@@ -134,7 +135,8 @@ fn retry_refusal(status: crate::http::StatusCode) -> bool {
     !status.is_client_error() || status.as_u16() == 408 || status.as_u16() == 429
 }
 
-type Hook = Arc<dyn Fn(Peer) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+/// A hook run each time the link is up, before calls go through it.
+type ConnectHook = Arc<dyn Fn(Peer) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// A client connection that comes back: when the link drops it dials again with
 /// [`Backoff`], runs the `on_connect` hook (to subscribe again, say), and carries on.
@@ -176,7 +178,7 @@ pub struct ReconnectingBuilder<S> {
     router: Router<S>,
     config: PeerConfig,
     backoff: Backoff,
-    on_connect: Vec<Hook>,
+    on_connect: Vec<ConnectHook>,
 }
 
 impl<S> std::fmt::Debug for ReconnectingBuilder<S> {
@@ -246,17 +248,13 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
     ) {
         let router = Arc::new(self.router);
         let remember = |e: Error| {
-            if let Ok(mut slot) = last_error.lock() {
-                *slot = Some(Arc::new(e));
-            }
+            *lock(&last_error) = Some(Arc::new(e));
         };
         let request = match &self.request {
             Ok(request) => request,
             Err(e) => {
                 tracing::warn!(error = %e, "reconnecting client: the request is not valid; stopped");
-                if let Ok(mut slot) = last_error.lock() {
-                    *slot = Some(e.clone());
-                }
+                *lock(&last_error) = Some(e.clone());
                 state.send_replace(LinkState::Stopped);
                 return;
             }
@@ -360,7 +358,7 @@ impl Reconnecting {
     /// or of the link ([`Error::Closed`] with why it closed). Kept after the link is up
     /// again, so a display can say what happened last.
     pub fn last_error(&self) -> Option<Arc<Error>> {
-        self.last_error.lock().ok().and_then(|e| e.clone())
+        lock(&self.last_error).clone()
     }
 
     /// Where the link stands now.

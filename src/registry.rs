@@ -24,7 +24,8 @@ pub struct ServerHandle {
     inner: Arc<Registry>,
 }
 
-type Hook = Arc<dyn Fn(&Peer, &ConnectionInfo) + Send + Sync>;
+/// A hook run as each peer arrives or goes.
+type PeerHook = Arc<dyn Fn(&Peer, &ConnectionInfo) + Send + Sync>;
 
 struct Registry {
     peers: DashMap<u64, Peer>,
@@ -32,8 +33,8 @@ struct Registry {
     shutdown: watch::Sender<Option<Duration>>,
     /// Every hook given, in order. Copied on write: a new connection takes the list
     /// with one reference count, however many hooks there are.
-    on_connect: RwLock<Arc<Vec<Hook>>>,
-    on_disconnect: RwLock<Arc<Vec<Hook>>>,
+    on_connect: RwLock<Arc<Vec<PeerHook>>>,
+    on_disconnect: RwLock<Arc<Vec<PeerHook>>>,
     /// Ticks each time a connection is gone, for `shutdown` to wait on.
     gone: watch::Sender<()>,
     /// Set once when a cluster node serves these peers; unset, broadcast stays local
@@ -240,12 +241,12 @@ impl std::fmt::Debug for ServerHandle {
 }
 
 /// The hooks of one kind, as they are now.
-fn hooks(list: &RwLock<Arc<Vec<Hook>>>) -> Arc<Vec<Hook>> {
+fn hooks(list: &RwLock<Arc<Vec<PeerHook>>>) -> Arc<Vec<PeerHook>> {
     list.read().map(|l| l.clone()).unwrap_or_default()
 }
 
 /// Adds a hook after the others.
-fn add_hook(list: &RwLock<Arc<Vec<Hook>>>, hook: Hook) {
+fn add_hook(list: &RwLock<Arc<Vec<PeerHook>>>, hook: PeerHook) {
     if let Ok(mut slot) = list.write() {
         let mut next = Vec::clone(&slot);
         next.push(hook);

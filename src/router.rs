@@ -6,15 +6,19 @@ use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::RpcError;
+use crate::lanes::Lane;
 use crate::message;
 use crate::peer::Peer;
 use crate::transport::Text;
 
-pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+/// A handler's future, boxed: what the erased handlers return, and what the connection
+/// polls once and then moves to a task of its own.
+pub(crate) type HandlerFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// What a handler gets besides its params: the peer that called it and the shared state.
 ///
@@ -83,6 +87,17 @@ pub(crate) struct Call {
 }
 
 impl Call {
+    /// The call whose `id` and `params` are slices of `frame`; without an id, a
+    /// notification run by a method.
+    pub(crate) fn new(frame: &Text, id: Option<&str>, params: Option<&str>) -> Self {
+        Call {
+            frame: frame.clone(),
+            id: id.map_or(0..0, |id| message::span(frame, id)),
+            params: params.map(|params| message::span(frame, params)),
+            notification: id.is_none(),
+        }
+    }
+
     pub(crate) fn id(&self) -> &str {
         &self.frame[self.id.clone()]
     }
@@ -134,20 +149,12 @@ fn is_empty_container(text: &str) -> bool {
 }
 
 /// A method handler with its types erased. It returns the whole response frame.
-pub(crate) type MethodFn<S> = dyn Fn(Context<S>, Call) -> BoxFuture<String> + Send + Sync;
+pub(crate) type MethodFn<S> = dyn Fn(Context<S>, Call) -> HandlerFuture<String> + Send + Sync;
 /// A notification handler with its types erased. It reads its params from the frame
 /// before it returns, so it borrows the frame: cloning and dropping it (two atomic
 /// operations) was a visible part of a notification's cost.
 pub(crate) type NotificationFn<S> =
-    dyn Fn(Context<S>, &str, Option<Range<usize>>) -> BoxFuture<()> + Send + Sync;
-
-/// The maps on every message's path (the method table, the pending and running calls)
-/// hash with rustc-hash's Fx hasher: SipHash was a visible part of each lookup. The
-/// method table's and the pending map's keys are chosen by this program (names
-/// registered at start, ids from a counter), so a crafted name can only miss; the
-/// running calls are keyed by the other side's ids, but that map holds at most
-/// `max_in_flight` entries, which bounds any probe sequence a crafted id could make.
-pub(crate) use rustc_hash::FxHashMap;
+    dyn Fn(Context<S>, &str, Option<Range<usize>>) -> HandlerFuture<()> + Send + Sync;
 
 /// The method table a peer serves: incoming calls and notifications by method name.
 ///
@@ -189,13 +196,39 @@ pub(crate) use rustc_hash::FxHashMap;
 ///     });
 /// assert!(router.has_method("subtract"));
 /// ```
+// The maps on every message's path (this method table, the pending and running calls)
+// hash with rustc-hash's Fx hasher: SipHash was a visible part of each lookup. The
+// method table's and the pending map's keys are chosen by this program (names
+// registered at start, ids from a counter), so a crafted name can only miss; the
+// running calls are keyed by the other side's ids, but that map holds at most
+// `max_in_flight` entries, which bounds any probe sequence a crafted id could make.
 pub struct Router<S = ()> {
-    pub(crate) state: Arc<S>,
-    pub(crate) methods: FxHashMap<Box<str>, Arc<MethodFn<S>>>,
-    pub(crate) notifications: FxHashMap<Box<str>, Arc<NotificationFn<S>>>,
-    /// How the methods registered with options run (see `lanes.rs`); the others run
-    /// concurrently and are stopped when cancelled.
-    pub(crate) options: FxHashMap<Box<str>, crate::lanes::Registration>,
+    state: Arc<S>,
+    /// Each method with how its calls run: one lookup per incoming call.
+    methods: FxHashMap<Box<str>, Route<S>>,
+    notifications: FxHashMap<Box<str>, Arc<NotificationFn<S>>>,
+}
+
+/// Where a method's calls go: its handler, and how they run (see `lanes.rs`).
+pub(crate) struct Route<S> {
+    handler: Arc<MethodFn<S>>,
+    lane: Lane,
+    /// Told of a cancel instead of stopped by it.
+    cooperative: bool,
+}
+
+impl<S> Route<S> {
+    pub(crate) fn handler(&self) -> &Arc<MethodFn<S>> {
+        &self.handler
+    }
+
+    pub(crate) fn lane(&self) -> &Lane {
+        &self.lane
+    }
+
+    pub(crate) fn cooperative(&self) -> bool {
+        self.cooperative
+    }
 }
 
 impl Router<()> {
@@ -218,8 +251,17 @@ impl<S: Send + Sync + 'static> Router<S> {
             state: Arc::new(state),
             methods: FxHashMap::default(),
             notifications: FxHashMap::default(),
-            options: FxHashMap::default(),
         }
+    }
+
+    /// Makes the calls of method `name` run in `lane`, and, if `cooperative`, tells
+    /// its handler of a cancel instead of stopping it.
+    pub(crate) fn run_as(mut self, name: &str, lane: Lane, cooperative: bool) -> Self {
+        if let Some(route) = self.methods.get_mut(name) {
+            route.lane = lane;
+            route.cooperative = cooperative;
+        }
+        self
     }
 
     /// Adds a method: `handler` answers each call of `name`.
@@ -234,7 +276,7 @@ impl<S: Send + Sync + 'static> Router<S> {
     ///
     /// If `name` is already a method, or begins with `rpc.` (the specification
     /// reserves those names). Both are mistakes in the program, found when it starts.
-    pub fn method<P, T, F, Fut>(mut self, name: &str, handler: F) -> Self
+    pub fn method<P, T, F, Fut>(self, name: &str, handler: F) -> Self
     where
         F: Fn(Context<S>, P) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T, RpcError>> + Send + 'static,
@@ -242,8 +284,24 @@ impl<S: Send + Sync + 'static> Router<S> {
         T: Serialize + Send + 'static,
     {
         check_name(name);
+        self.serve(name, handler)
+    }
+
+    /// [`method`](Self::method) without the check of the name: for the names this
+    /// crate itself serves in the reserved `rpc.` space (`rpc.discover`).
+    ///
+    /// # Panics
+    ///
+    /// If `name` is already a method.
+    pub(crate) fn serve<P, T, F, Fut>(mut self, name: &str, handler: F) -> Self
+    where
+        F: Fn(Context<S>, P) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, RpcError>> + Send + 'static,
+        P: DeserializeOwned + Send + 'static,
+        T: Serialize + Send + 'static,
+    {
         let method: Arc<str> = name.into();
-        let erased = move |cx: Context<S>, call: Call| -> BoxFuture<String> {
+        let erased = move |cx: Context<S>, call: Call| -> HandlerFuture<String> {
             let params = match call.decode::<P>() {
                 Ok(p) => p,
                 Err(e) if call.notification => {
@@ -280,7 +338,12 @@ impl<S: Send + Sync + 'static> Router<S> {
                 }
             })
         };
-        let previous = self.methods.insert(name.into(), Arc::new(erased));
+        let route = Route {
+            handler: Arc::new(erased),
+            lane: Lane::Concurrent,
+            cooperative: false,
+        };
+        let previous = self.methods.insert(name.into(), route);
         assert!(previous.is_none(), "method `{name}` is registered twice");
         self
     }
@@ -306,7 +369,7 @@ impl<S: Send + Sync + 'static> Router<S> {
         let method: Arc<str> = name.into();
         let erased = move |cx: Context<S>, frame: &str, params: Option<Range<usize>>| {
             match decode_params::<P>(frame, params) {
-                Ok(p) => Box::pin(handler(cx, p)) as BoxFuture<()>,
+                Ok(p) => Box::pin(handler(cx, p)) as HandlerFuture<()>,
                 Err(e) => {
                     tracing::warn!(method = %method, error = %e, "notification params do not fit; dropped");
                     Box::pin(std::future::ready(()))
@@ -320,7 +383,10 @@ impl<S: Send + Sync + 'static> Router<S> {
         );
         self
     }
+}
 
+/// What the connection asks of the table: lookups, with no bounds on `S`.
+impl<S> Router<S> {
     /// Whether a method of this name is registered.
     pub fn has_method(&self, name: &str) -> bool {
         self.methods.contains_key(name)
@@ -329,6 +395,32 @@ impl<S: Send + Sync + 'static> Router<S> {
     /// Whether a notification handler of this name is registered.
     pub fn has_notification(&self, name: &str) -> bool {
         self.notifications.contains_key(name)
+    }
+
+    /// The method `name` and how its calls run, if it is served.
+    #[inline]
+    pub(crate) fn route(&self, name: &str) -> Option<&Route<S>> {
+        self.methods.get(name)
+    }
+
+    /// The notification handler of `name`, if there is one.
+    pub(crate) fn notification_handler(&self, name: &str) -> Option<&Arc<NotificationFn<S>>> {
+        self.notifications.get(name)
+    }
+
+    /// The context a handler called through `peer` runs with.
+    pub(crate) fn context(&self, peer: &Peer) -> Context<S> {
+        Context::new(peer.clone(), self.state.clone())
+    }
+
+    /// The names of the methods served.
+    pub(crate) fn method_names(&self) -> impl Iterator<Item = &str> {
+        self.methods.keys().map(|name| &**name)
+    }
+
+    /// The names of the notifications handled.
+    pub(crate) fn notification_names(&self) -> impl Iterator<Item = &str> {
+        self.notifications.keys().map(|name| &**name)
     }
 }
 

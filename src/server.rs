@@ -328,7 +328,7 @@ type Admitted = (
     http::Request<()>,
     Vec<u8>,
     OwnedSemaphorePermit,
-    Option<crate::policy::Attached>,
+    Option<crate::peer::Attached>,
     http::HeaderValue,
 );
 

@@ -657,3 +657,58 @@ async fn a_close_ends_waiting_calls_at_once_and_stops_running_handlers() {
         CloseReason::Remote { code: 1000, .. }
     ));
 }
+
+/// A peer that never reads fills this side's outgoing side (the sink, the queue, and the
+/// answers that wait for room, which pause reading), then sends a close frame: the
+/// close is seen at once, though reading is paused, and the connection is gone when the
+/// closing handshake's timeout runs out, whatever is still unwritten.
+#[tokio::test(start_paused = true)]
+async fn a_peer_that_fills_our_side_then_closes_is_gone_within_the_close_timeout() {
+    // Answers twice the byte bound: the sink (one frame) takes one, the queue one, and
+    // the next waits for room, holding the byte bound: reading pauses there.
+    const BOUND: usize = 8 * 1024;
+    let config = PeerConfig::default().outgoing_queue_bytes(BOUND);
+    let (peer, mut raw) = start(blob(), &config, 1);
+    let mut id = 0;
+    while peer.queued_bytes() < BOUND && id < 10 {
+        // Each send waits until the peer has read the call before it.
+        raw.send(call("blob", json!([2 * BOUND]), id)).await;
+        id += 1;
+    }
+    assert!(peer.queued_bytes() >= BOUND, "the queue is full");
+    // The last call sent goes unanswered for want of room; the close goes in behind it
+    // once the peer has read it.
+    let close = Frame::Close(Some((1000, String::new())));
+    within(raw.end.send(close)).await.unwrap();
+    let closed_at = Instant::now();
+    let reason = tokio::time::timeout(WAIT, peer.closed())
+        .await
+        .expect("the close frame is seen although reading is paused");
+    assert!(
+        matches!(reason, CloseReason::Remote { code: 1000, .. }),
+        "{reason:?}"
+    );
+    assert_eq!(closed_at.elapsed(), Duration::ZERO, "seen at once");
+    assert!(peer.queued_bytes() > 0, "what is queued is still unwritten");
+
+    // The peer reads nothing after the other side's close: a frame fills the link
+    // toward it, and the next send fails only once its transport is dropped.
+    let mut dropped = false;
+    for _ in 0..2 {
+        let filler = Frame::Text("{}".to_owned().into());
+        if tokio::time::timeout(WAIT, raw.end.send(filler))
+            .await
+            .expect("the transport is dropped")
+            .is_err()
+        {
+            dropped = true;
+            break;
+        }
+    }
+    assert!(dropped, "the peer's transport is gone");
+    assert_eq!(
+        closed_at.elapsed(),
+        config.close_timeout,
+        "the closing handshake ends at its timeout, whatever is unwritten"
+    );
+}

@@ -1,5 +1,7 @@
-//! A slow peer's close frame goes ahead of the frames queued for it: a client that
-//! stops reading and reads again later sees 1008, not a connection cut mid-stream.
+//! Closing against a peer that does not read. A slow peer's close frame goes ahead of
+//! the frames queued for it: a client that stops reading and reads again later sees
+//! 1008, not a connection cut mid-stream. And a client that never reads, fills the
+//! outgoing side and then closes is let go within the closing handshake's timeout.
 
 mod common;
 
@@ -60,4 +62,95 @@ async fn a_slow_client_that_reads_again_sees_1008_ahead_of_the_queue() {
         before_close < 512,
         "{before_close} frames came before the close: the queue went first"
     );
+}
+
+/// A masked text frame from a client, written by hand.
+fn client_text(payload: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0x81u8];
+    match payload.len() {
+        n if n < 126 => frame.push(0x80 | n as u8),
+        n => {
+            frame.push(0x80 | 126);
+            frame.extend_from_slice(&u16::try_from(n).expect("a short frame").to_be_bytes());
+        }
+    }
+    // The zero mask leaves the payload as it is.
+    frame.extend_from_slice(&[0, 0, 0, 0]);
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// Over a real socket: a client that never reads fills the server's outgoing side (the
+/// sockets' buffers, the queue, then the answers waiting for room, which pause
+/// reading), then sends a close frame. The server sees it although it reads no more
+/// calls, and lets the connection go within the closing handshake's 2 s.
+#[tokio::test]
+async fn a_client_that_fills_our_side_without_reading_then_closes_is_let_go_in_time() {
+    use tokio::io::AsyncWriteExt;
+    use tokio::sync::mpsc;
+
+    // Each answer is larger than the default byte bound (1 MiB): once one is queued, the
+    // queue is full, and the next answer waits for room and holds the bound.
+    const ANSWER: usize = (1 << 20) + 1;
+    let (ran_tx, mut ran) = mpsc::unbounded_channel::<u64>();
+    let router = Router::with_state(ran_tx).method(
+        "blob",
+        |cx: jsonrpc_peer::Context<mpsc::UnboundedSender<u64>>, (n,): (u64,)| async move {
+            let _ = cx.state().send(n);
+            Ok::<_, jsonrpc_peer::RpcError>("x".repeat(ANSWER))
+        },
+    );
+    let (url, handle) = common::serve(router).await;
+    let mut arrivals = common::connections(&handle);
+    let mut gone = common::disconnections(&handle);
+    let mut tcp = common::raw_upgrade(&url).await;
+    let server_peer = within(arrivals.recv()).await.expect("registered");
+
+    // One call at a time; the handler's signal says the server read it, and (on this
+    // one-thread runtime) placed its answer before this task runs again.
+    let call = |n: u64| {
+        client_text(
+            format!(r#"{{"jsonrpc":"2.0","method":"blob","params":[{n}],"id":{n}}}"#).as_bytes(),
+        )
+    };
+    let mut n = 0;
+    while server_peer.queued_bytes() < 1 << 20 && n < 64 {
+        within(tcp.write_all(&call(n))).await.unwrap();
+        assert_eq!(within(ran.recv()).await, Some(n));
+        n += 1;
+    }
+    assert!(server_peer.queued_bytes() >= 1 << 20, "the queue is full");
+    // The next answer finds the sink and the queue full: it waits, and reading pauses.
+    within(tcp.write_all(&call(n))).await.unwrap();
+    assert_eq!(within(ran.recv()).await, Some(n));
+    assert!(
+        server_peer.queued_bytes() >= 1 << 20,
+        "nothing was written since"
+    );
+
+    // A masked close frame, code 1000.
+    within(tcp.write_all(&[0x88, 0x82, 0, 0, 0, 0, 0x03, 0xe8]))
+        .await
+        .unwrap();
+    let sent = std::time::Instant::now();
+    let reason = tokio::time::timeout(std::time::Duration::from_secs(2), server_peer.closed())
+        .await
+        .expect("the close frame is seen although reading is paused");
+    assert!(
+        matches!(reason, CloseReason::Remote { code: 1000, .. }),
+        "{reason:?}"
+    );
+    // Its answers cannot be written: the closing handshake gives up at its 2 s.
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(5), gone.recv()).await;
+    assert!(
+        matches!(ended, Ok(Some(_))),
+        "the connection is still there {:?} after the close",
+        sent.elapsed()
+    );
+    assert!(
+        sent.elapsed() < std::time::Duration::from_secs(5),
+        "ended {:?} after the close",
+        sent.elapsed()
+    );
+    drop(tcp);
 }

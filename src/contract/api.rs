@@ -216,14 +216,12 @@ impl Api {
                 .any(|e| e.name == name && e.kind == kind && e.side == side)
         };
         let mut extra: Vec<String> = router
-            .methods
-            .keys()
+            .method_names()
             .filter(|name| !name.starts_with("rpc.") && !described(name, Kind::Method, Side::This))
             .map(|name| format!("method `{name}` has a handler but is not described"))
             .chain(
                 router
-                    .notifications
-                    .keys()
+                    .notification_names()
                     .filter(|name| !described(name, Kind::Notification, Side::Other))
                     .map(|name| {
                         format!("notification `{name}` has a handler but is not described")
@@ -239,15 +237,13 @@ impl Api {
         let mut problems = Vec::new();
         for entry in &self.entries {
             match (entry.kind, entry.side) {
-                (Kind::Method, Side::This) if !router.methods.contains_key(entry.name) => {
+                (Kind::Method, Side::This) if !router.has_method(entry.name) => {
                     problems.push(format!(
                         "method `{}` is described but has no handler",
                         entry.name
                     ));
                 }
-                (Kind::Notification, Side::Other)
-                    if !router.notifications.contains_key(entry.name) =>
-                {
+                (Kind::Notification, Side::Other) if !router.has_notification(entry.name) => {
                     problems.push(format!(
                         "notification `{}` is described as sent by the other side but has no handler",
                         entry.name

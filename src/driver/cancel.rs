@@ -16,19 +16,23 @@ use std::future::Future;
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::FutureExt;
+use rustc_hash::FxHashMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::cancel::{CancelStyle, CancelToken};
+use crate::cancel::CancelToken;
+use crate::config::CancelStyle;
 use crate::error::RpcError;
 use crate::message;
 use crate::peer::Peer;
-use crate::queue::Outgoing;
-use crate::router::{BoxFuture, FxHashMap};
+use crate::router::HandlerFuture;
+use crate::sync::lock;
+
+use super::run::panicked;
 use crate::transport::Text;
 
 struct Entry {
@@ -55,7 +59,7 @@ pub(super) struct Ticket {
 
 impl Running {
     fn map(&self) -> MutexGuard<'_, FxHashMap<Box<str>, Entry>> {
-        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.map)
     }
 
     /// How many incoming calls wait or run where a cancel can reach them.
@@ -159,7 +163,7 @@ pub(super) fn on_cancel(peer: &Peer, style: CancelStyle, params: Option<&str>) -
         tracing::debug!(params, "cancel without a readable id; ignored");
         return None;
     };
-    let answer = peer.shared.running.cancel(id.get(), style);
+    let answer = peer.shared.running().cancel(id.get(), style);
     if answer.is_none() {
         tracing::debug!(id = id.get(), "cancel handled without an answer");
     }
@@ -170,16 +174,15 @@ pub(super) fn on_cancel(peer: &Peer, style: CancelStyle, params: Option<&str>) -
 /// to its answer and sends it, unless a cancel took it first. A panic answers -32603.
 pub(super) fn stoppable_call(
     peer: &Peer,
-    fut: BoxFuture<String>,
-    id_frame: Text,
-    id: Range<usize>,
+    fut: HandlerFuture<String>,
+    (id_frame, id): (Text, Range<usize>),
     method: &str,
     token: Option<Arc<CancelToken>>,
 ) -> impl Future<Output = ()> + Send + 'static {
     let method = Box::<str>::from(method);
     let (fut, ticket) = peer
         .shared
-        .running
+        .running()
         .register(&id_frame[id.clone()], fut, token);
     let peer = peer.clone();
     async move {
@@ -187,11 +190,10 @@ pub(super) fn stoppable_call(
             Ok(Ok(answer)) => answer,
             // Cancelled: the cancel answered (or, MCP, chose not to).
             Ok(Err(_aborted)) => return,
-            Err(_) => super::dispatch::panicked(Some(&id_frame[id]), &method, peer.id())
-                .unwrap_or_default(),
+            Err(_) => panicked(Some(&id_frame[id]), &method, peer.id()).unwrap_or_default(),
         };
-        if peer.shared.running.finish(&ticket) {
-            let _ = peer.shared.out.send(Outgoing::Frame(answer.into())).await;
+        if peer.shared.running().finish(&ticket) {
+            peer.shared.send_answer(answer).await;
         }
     }
 }

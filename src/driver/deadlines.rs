@@ -15,42 +15,50 @@ use std::task::Context as TaskContext;
 
 use tokio::time::{Instant, Sleep};
 
-use super::Connection;
-use crate::transport::Transport;
+use crate::pending::Pending;
 
-impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
+/// The connection's timer for its calls' deadlines.
+#[derive(Default)]
+pub(super) struct CallTimer {
+    /// Fires at the earliest deadline; `None` while no call waits.
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl CallTimer {
     /// Sets the timer again if a call asked, and ends the calls past their deadline
     /// when it fires. On every pass that returns `Pending`, like the keepalive timer,
     /// so calls time out while writing is blocked, reading is paused or the connection
     /// drains. The task's waker was registered for the call's wake-up (with the close
     /// request) before this looks.
-    pub(super) fn poll_deadlines(&mut self, cx: &mut TaskContext<'_>) {
-        let shared = &self.dispatch.peer().shared;
-        if shared.pending.rearm_wanted() {
-            let at = shared.pending.rearm();
-            set(&mut self.call_timer, at);
+    pub(super) fn poll(&mut self, cx: &mut TaskContext<'_>, pending: &Pending) {
+        if pending.rearm_wanted() {
+            self.set(pending.rearm());
         }
-        while let Some(timer) = &mut self.call_timer {
+        while let Some(timer) = &mut self.timer {
             if timer.as_mut().poll(cx).is_pending() {
                 return;
             }
             // The timer fired, so its deadline has passed, whatever the clock reads.
             let now = Instant::now().max(timer.deadline());
-            let next = shared.pending.expire(now);
-            set(&mut self.call_timer, next);
+            self.set(pending.expire(now));
         }
     }
-}
 
-/// Sets `timer` to fire at `at`, or drops it.
-fn set(timer: &mut Option<Pin<Box<Sleep>>>, at: Option<Instant>) {
-    match (timer.as_mut(), at) {
-        (_, None) => *timer = None,
-        (Some(sleep), Some(at)) => {
-            if sleep.deadline() != at {
-                sleep.as_mut().reset(at);
+    /// Drops the timer: the connection ends.
+    pub(super) fn stop(&mut self) {
+        self.timer = None;
+    }
+
+    /// Sets the timer to fire at `at`, or drops it.
+    fn set(&mut self, at: Option<Instant>) {
+        match (self.timer.as_mut(), at) {
+            (_, None) => self.timer = None,
+            (Some(sleep), Some(at)) => {
+                if sleep.deadline() != at {
+                    sleep.as_mut().reset(at);
+                }
             }
+            (None, Some(at)) => self.timer = Some(Box::pin(tokio::time::sleep_until(at))),
         }
-        (None, Some(at)) => *timer = Some(Box::pin(tokio::time::sleep_until(at))),
     }
 }

@@ -22,64 +22,34 @@
 //!   notification handler falls behind, reading pauses, and the other side's writes
 //!   wait on TCP.
 
-use std::collections::VecDeque;
-use std::future::Future;
-use std::ops::Range;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
-use crate::message::Raw;
-use futures_util::FutureExt;
-use tokio::task::JoinSet;
-use tokio::time::Sleep;
-
-use crate::cancel::CancelStyle;
-use crate::config::PeerConfig;
+use crate::config::{CancelStyle, PeerConfig};
 use crate::error::{CloseReason, Error, ErrorCode, RpcError};
-use crate::message::{self, Incoming, Item};
-use crate::peer::{CloseRequest, Peer};
-use crate::pending::{Answer, Reply};
-use crate::queue::Outgoing;
-use crate::queue::TrySendError;
-use crate::router::{Call, Context, MethodFn, Router};
+use crate::lanes::Lane;
+use crate::message::{self, span, Incoming, Item, Raw};
+use crate::peer::{CloseRequest, Peer, Reply};
+use crate::pending::Answer;
+use crate::router::{Call, Router};
 use crate::transport::Text;
 
 use super::cancel;
+use super::in_flight::{join_batch, BatchCall, InFlight};
 use super::lanes::Keyed;
 use super::ordered::Ordered;
-use super::{poll_once, FirstPoll};
-use crate::lanes::Lane;
 
-/// The connection's dispatcher: what it has started and what waits to start.
+/// The connection's dispatcher: what each message starts, and what runs.
 pub(super) struct Dispatch<S> {
     router: Arc<Router<S>>,
     peer: Peer,
-    /// Calls running on their own tasks and batches; with `later`, everything that
-    /// counts against the in-flight bound.
-    handlers: JoinSet<()>,
-    /// Answers made on this task that found the queue full, oldest first. Empty (and
-    /// unallocated) unless the other side reads slower than it calls.
-    later: VecDeque<Outgoing>,
-    later_bytes: usize,
-    /// Past this many bytes of `later`, reading pauses: the queue's byte bound.
-    max_later_bytes: usize,
-    notifications: Ordered<S>,
+    /// Calls (and batches) running on tasks of their own; the drain state.
+    in_flight: InFlight,
+    /// Notifications and ordered calls, one after another.
+    ordered: Ordered<S>,
     /// The keyed lanes, from the first keyed call on.
     keyed: Option<Keyed>,
     max_batch: usize,
-    max_in_flight: usize,
-    /// Closing gracefully: new calls are refused while running ones finish. The one
-    /// place the drain state lives.
-    drain: Option<Drain>,
-}
-
-/// A graceful close waiting for the running calls, and its grace period.
-struct Drain {
-    code: u16,
-    reason: String,
-    grace: Pin<Box<Sleep>>,
 }
 
 impl<S: Send + Sync + 'static> Dispatch<S> {
@@ -87,180 +57,61 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         Dispatch {
             router,
             peer,
-            handlers: JoinSet::new(),
-            later: VecDeque::new(),
-            later_bytes: 0,
-            max_later_bytes: config.outgoing_queue_bytes.max(1),
-            notifications: Ordered::new(config.notification_queue.max(1)),
+            in_flight: InFlight::new(config.max_in_flight),
+            ordered: Ordered::new(config.notification_queue.max(1)),
             keyed: None,
             max_batch: config.max_batch_len,
-            max_in_flight: config.max_in_flight.max(1),
-            drain: None,
         }
     }
 
-    /// The connection's handle.
-    pub(super) fn peer(&self) -> &Peer {
-        &self.peer
-    }
-
-    /// Whether to read more: not while too many calls run or notifications wait.
-    pub(super) fn may_read(&self) -> bool {
-        self.handlers.len() + self.later.len() < self.max_in_flight
-            && self.later_bytes < self.max_later_bytes
-            && !self.notifications.blocked()
-    }
-
-    /// Whether reading is paused with answers waiting for room (which only writing
-    /// frees).
-    pub(super) fn paused_by_later(&self) -> bool {
-        !self.later.is_empty() && !self.may_read()
+    /// Whether to read more, with `waiting` answers waiting for room (they count as
+    /// running calls): not while too many calls run or notifications wait.
+    pub(super) fn may_read(&self, waiting: usize) -> bool {
+        self.in_flight.has_room(waiting) && !self.ordered.blocked()
     }
 
     /// Whether a graceful close is under way.
     pub(super) fn draining(&self) -> bool {
-        self.drain.is_some()
+        self.in_flight.draining()
     }
 
-    /// A close asked for by this side. Returns the reason to close with now, or `None`
-    /// when it drains first: running calls may finish until its deadline, new ones are
-    /// refused.
+    /// A close asked for by this side: the reason to close with now, or `None` while
+    /// the running calls may finish (see [`InFlight::close`]).
     pub(super) fn close(&mut self, request: CloseRequest) -> Option<CloseReason> {
-        match request.drain_until {
-            Some(until) if !self.handlers.is_empty() => {
-                self.drain = Some(Drain {
-                    code: request.code,
-                    reason: request.reason,
-                    grace: Box::pin(tokio::time::sleep_until(until)),
-                });
-                None
-            }
-            _ => Some(CloseReason::Local {
-                code: request.code,
-                reason: request.reason,
-            }),
-        }
+        self.in_flight.close(request)
     }
 
-    /// Ready with the close reason once a graceful close is done: every running call
-    /// finished, or the grace period is over (the calls still running are stopped by
-    /// the close).
+    /// Ready with the close reason once a graceful close is done.
     pub(super) fn poll_drained(&mut self, cx: &mut TaskContext<'_>) -> Poll<CloseReason> {
-        let Some(drain) = &mut self.drain else {
-            return Poll::Pending;
-        };
-        if !self.handlers.is_empty() {
-            if drain.grace.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            tracing::debug!("grace period over; stopping the calls still running");
-        }
-        Poll::Ready(CloseReason::Local {
-            code: drain.code,
-            reason: std::mem::take(&mut drain.reason),
-        })
+        self.in_flight.poll_drained(cx)
     }
 
-    /// Reaps finished handlers; when their number holds up reading (or a graceful
-    /// close waits for them), waits for one. Ready when something changed.
+    /// Ready when something that holds reading up moved: a call ended, or a
+    /// notification found room in the ordered queue.
     pub(super) fn poll_progress(&mut self, cx: &mut TaskContext<'_>) -> Poll<()> {
-        // `try_join_next` takes the set's lock even when it is empty.
-        let mut reaped = false;
-        if !self.handlers.is_empty() {
-            while let Some(done) = self.handlers.try_join_next() {
-                log_join(done);
-                reaped = true;
-            }
-        }
-        // A graceful close ends when the last call does: say so, or it would wait for
-        // the end of its grace.
-        let draining = self.draining();
-        if draining && reaped {
-            return Poll::Ready(());
-        }
-        if draining || self.handlers.len() >= self.max_in_flight {
-            if let Poll::Ready(Some(done)) = self.handlers.poll_join_next(cx) {
-                log_join(done);
-                return Poll::Ready(());
-            }
-        }
-        if self.notifications.poll_room(cx).is_ready() {
+        if self.in_flight.poll_reaped(cx).is_ready() || self.ordered.poll_room(cx).is_ready() {
             return Poll::Ready(());
         }
         Poll::Pending
     }
 
-    /// Queues an answer made on the connection's task that the sink could not take:
-    /// into the queue when it has room (and no earlier answer waits), else behind the
-    /// answers waiting for room, so the connection does not wait. They count as running
-    /// calls, and in bytes against the queue's byte bound: reading pauses while too
-    /// many wait. Only this task frees room in the queue (by writing), and it moves
-    /// them into the queue as it does: see [`feed_later`](Self::feed_later).
-    pub(super) fn queue(&mut self, frame: Outgoing) {
-        let frame = if self.later.is_empty() {
-            match self.peer.shared.out.try_send(frame) {
-                Ok(()) | Err(TrySendError::Closed(_)) => return,
-                Err(TrySendError::Full(frame)) => frame,
-            }
-        } else {
-            frame
-        };
-        self.later_bytes += frame.len();
-        self.later.push_back(frame);
-    }
-
-    /// Moves the answers waiting for room into the queue, oldest first, while it has
-    /// room. Returns whether any moved.
-    pub(super) fn feed_later(&mut self) -> bool {
-        let mut moved = false;
-        while let Some(frame) = self.later.pop_front() {
-            let n = frame.len();
-            match self.peer.shared.out.try_send(frame) {
-                Ok(()) | Err(TrySendError::Closed(_)) => {
-                    self.later_bytes -= n;
-                    moved = true;
-                }
-                Err(TrySendError::Full(frame)) => {
-                    self.later.push_front(frame);
-                    break;
-                }
-            }
-        }
-        moved
-    }
-
-    /// The oldest answer waiting for room, for the end of the connection, when the
-    /// queue is closed and drained.
-    pub(super) fn pop_later(&mut self) -> Option<Outgoing> {
-        let frame = self.later.pop_front()?;
-        self.later_bytes -= frame.len();
-        Some(frame)
-    }
-
-    /// Drops the answers waiting for room (the slow-peer close).
-    pub(super) fn discard_later(&mut self) {
-        self.later.clear();
-        self.later_bytes = 0;
-    }
-
-    /// Stops everything this connection started: handlers, the notification task.
+    /// Stops everything this connection started: calls, the notification task.
     pub(super) fn stop(&mut self) {
-        self.handlers.abort_all();
-        self.peer.shared.running.clear();
-        self.notifications.stop();
+        self.in_flight.stop();
+        self.peer.shared.running().clear();
+        self.ordered.stop();
     }
 
     /// Waits until the tasks stopped by [`stop`](Self::stop) are gone, so nothing of
     /// the connection outlives it.
     pub(super) async fn stopped(&mut self) {
-        while self.handlers.join_next().await.is_some() {}
+        self.in_flight.stopped().await;
     }
 
     /// Handles one text frame. Returns the one answer to write now, if any: a frame
     /// gets at most one (a batch's answers are joined into one array).
     pub(super) fn on_text(&mut self, frame: Text) -> Option<String> {
-        let text: &str = &frame;
-        match message::classify(text, self.max_batch) {
+        match message::classify(&frame, self.max_batch) {
             Incoming::Reject(error) => Some(message::error_response(None, &error)),
             Incoming::Single(item) => self.on_item(&frame, item, None),
             Incoming::Batch(items) => {
@@ -274,27 +125,19 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 if calls.is_empty() {
                     return (!answers.is_empty()).then(|| join_batch(&answers));
                 }
-                let shared = self.peer.shared.clone();
-                self.handlers.spawn(async move {
-                    let running = calls
-                        .into_iter()
-                        .map(|(handle, call)| run_call(handle, call));
-                    answers.extend(futures_util::future::join_all(running).await);
-                    let frame = Outgoing::Frame(join_batch(&answers).into());
-                    let _ = shared.out.send(frame).await;
-                });
+                self.in_flight.spawn_batch(&self.peer, answers, calls);
                 None
             }
         }
     }
 
-    /// Handles one message. Returns an answer to send now, if any. A call is started
-    /// here, or pushed to `batch` to run with the rest of its batch.
+    /// Handles one message by its kind. Returns an answer to send now, if any; a call
+    /// of a batch goes to `batch`, to run with the rest of it.
     fn on_item(
         &mut self,
         frame: &Text,
         item: Item<'_>,
-        batch: Option<&mut Vec<(MethodHandle<S>, Call)>>,
+        batch: Option<&mut Vec<BatchCall<S>>>,
     ) -> Option<String> {
         match item {
             Item::Request {
@@ -302,134 +145,19 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 method,
                 params,
                 progress,
-            } => {
-                if self.draining() {
-                    return Some(message::error_response(
-                        Some(id.get()),
-                        &RpcError::new(ErrorCode::CLOSING, "Closing")
-                            .with_data("the connection is closing"),
-                    ));
-                }
-                let Some(handler) = self.router.methods.get(&*method) else {
-                    return Some(message::error_response(
-                        Some(id.get()),
-                        &RpcError::method_not_found(),
-                    ));
-                };
-                let mut cx = Context::new(self.peer.clone(), self.router.state.clone());
-                let mut lane = &Lane::Concurrent;
-                if !self.router.options.is_empty() {
-                    if let Some(options) = self.router.options.get(&*method) {
-                        if options.cooperative {
-                            cx.cancel = Some(Default::default());
-                        }
-                        lane = &options.lane;
-                    }
-                }
-                cx.progress = progress.map(|token| token.get().into());
-                let call = Call {
-                    frame: frame.clone(),
-                    id: span(frame, id.get()),
-                    params: params.map(|p| span(frame, p.get())),
-                    notification: false,
-                };
-                match batch {
-                    Some(batch) => {
-                        let handle = MethodHandle {
-                            handler: handler.clone(),
-                            cx,
-                            method: (*method).into(),
-                        };
-                        batch.push((handle, call));
-                        None
-                    }
-                    None => match lane {
-                        Lane::Concurrent => {
-                            self.start_call(handler.clone(), cx, call, frame, &method, Some(id))
-                        }
-                        Lane::Ordered => {
-                            let token = cx.cancel.clone();
-                            let (id_frame, id) = (frame.clone(), call.id.clone());
-                            let fut = handler(cx, call);
-                            let job = cancel::stoppable_call(
-                                &self.peer, fut, id_frame, id, &method, token,
-                            );
-                            let (peer, state) = (&self.peer, &self.router.state);
-                            self.notifications.push_call(Box::pin(job), peer, state);
-                            None
-                        }
-                        Lane::Keyed(key) => match key(frame, call.params.clone()) {
-                            Some(key) => {
-                                let token = cx.cancel.clone();
-                                let (id_frame, id) = (frame.clone(), call.id.clone());
-                                let fut = handler(cx, call);
-                                let job = cancel::stoppable_call(
-                                    &self.peer, fut, id_frame, id, &method, token,
-                                );
-                                let queued = self.keyed.get_or_insert_with(Default::default);
-                                self.handlers.spawn(queued.queue(key, job));
-                                None
-                            }
-                            // Params that do not fit: the handler answers -32602 at once.
-                            None => {
-                                self.start_call(handler.clone(), cx, call, frame, &method, Some(id))
-                            }
-                        },
-                    },
-                }
-            }
+            } => self.on_request(frame, id.get(), &method, params, progress, batch),
             Item::Notification { method, params } => {
-                // Cancels are handled here, before any queue: a cancel must reach its
-                // call even while ordered work runs.
-                if let Some(style) = CancelStyle::of_method(&method) {
-                    return cancel::on_cancel(&self.peer, style, params.map(Raw::get));
-                }
-                // Progress of our own calls goes to their callers, before any queue.
-                if method == crate::progress::METHOD
-                    && self
-                        .peer
-                        .shared
-                        .progress
-                        .deliver(frame, params.map(Raw::get))
-                {
-                    return None;
-                }
-                match self.router.notifications.get(&*method) {
-                    Some(handler) => {
-                        let params = params.map(|p| span(frame, p.get()));
-                        let (peer, state) = (&self.peer, &self.router.state);
-                        self.notifications.push(handler, frame, params, peer, state);
-                    }
-                    // A notification is a request without an id: a method of that name
-                    // runs, as a call whose answer (and failure) is dropped.
-                    None => match self.router.methods.get(&*method) {
-                        Some(handler) => {
-                            let cx = Context::new(self.peer.clone(), self.router.state.clone());
-                            let call = Call {
-                                frame: frame.clone(),
-                                id: 0..0,
-                                params: params.map(|p| span(frame, p.get())),
-                                notification: true,
-                            };
-                            let _ =
-                                self.start_call(handler.clone(), cx, call, frame, &method, None);
-                        }
-                        None => {
-                            tracing::warn!(%method, "notification without a handler; dropped")
-                        }
-                    },
-                }
-                None
+                self.on_notification(frame, &method, params.map(Raw::get))
             }
             Item::Response { id, outcome } => {
                 let outcome = outcome.map(|raw| Reply::new(frame.clone(), span(frame, raw.get())));
-                self.route(id, Ok(outcome));
+                self.on_response(id, Ok(outcome));
                 None
             }
             Item::BadResponse { id, reason } => {
                 tracing::debug!(reason, "invalid response");
                 if let Some(id) = id {
-                    self.route(id, Err(Error::InvalidResponse(reason.to_owned())));
+                    self.on_response(id, Err(Error::InvalidResponse(reason.to_owned())));
                 }
                 None
             }
@@ -437,59 +165,116 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         }
     }
 
-    /// Starts a call and polls it once; returns its answer if that was enough. If not,
-    /// the call goes on on its own task (see the module docs).
-    fn start_call(
+    /// A call: refused while draining, `-32601` for an unknown method; else started in
+    /// its lane (or with its batch). Returns its answer if it has one already.
+    fn on_request(
         &mut self,
-        handler: Arc<MethodFn<S>>,
-        cx: Context<S>,
-        call: Call,
         frame: &Text,
+        id: &str,
         method: &str,
-        id: Option<Raw<'_>>,
+        params: Option<Raw<'_>>,
+        progress: Option<Raw<'_>>,
+        batch: Option<&mut Vec<BatchCall<S>>>,
     ) -> Option<String> {
-        let token = cx.cancel.clone();
-        let peer = self.peer.id();
-        // One span per incoming call (or notification run by a method): what the handler
-        // logs says which call it serves.
-        let call_span = match id {
-            Some(id) => tracing::debug_span!("incoming", method, id = id.get()),
-            None => tracing::debug_span!("incoming", method, notification = true),
-        };
-        let polled = call_span.in_scope(|| poll_once(|| handler(cx, call)));
-        match (polled, id) {
-            // A notification's run (no id) answers nothing.
-            (FirstPoll::Done(answer), id) => id.map(|_| answer),
-            (FirstPoll::Waiting(fut), Some(id)) => {
-                // From here on a cancel can stop it.
-                let (id_frame, id) = (frame.clone(), span(frame, id.get()));
-                let rest = cancel::stoppable_call(&self.peer, fut, id_frame, id, method, token);
-                self.handlers
-                    .spawn(tracing::Instrument::instrument(rest, call_span));
-                None
-            }
-            (FirstPoll::Waiting(fut), None) => {
-                // No id to cancel it by, no answer to send.
-                let method = Box::<str>::from(method);
-                let rest = async move {
-                    if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
-                        panicked(None, &method, peer);
-                    }
-                };
-                self.handlers
-                    .spawn(tracing::Instrument::instrument(rest, call_span));
-                None
-            }
-            (FirstPoll::Panicked, id) => panicked(id.map(|id| id.get()), method, peer),
+        if self.draining() {
+            let closing =
+                RpcError::new(ErrorCode::CLOSING, "Closing").with_data("the connection is closing");
+            return Some(message::error_response(Some(id), &closing));
         }
+        let Some(route) = self.router.route(method) else {
+            return Some(message::error_response(
+                Some(id),
+                &RpcError::method_not_found(),
+            ));
+        };
+        let mut cx = self.router.context(&self.peer);
+        if route.cooperative() {
+            cx.cancel = Some(Default::default());
+        }
+        cx.progress = progress.map(|token| token.get().into());
+        let call = Call::new(frame, Some(id), params.map(Raw::get));
+        if let Some(batch) = batch {
+            let handler = route.handler().clone();
+            let method = method.into();
+            batch.push(BatchCall {
+                handler,
+                cx,
+                method,
+                call,
+            });
+            return None;
+        }
+        let (handler, peer) = (&**route.handler(), &self.peer);
+        let turn = match route.lane() {
+            Lane::Concurrent => Turn::Now,
+            Lane::Ordered => Turn::Ordered,
+            // Params that do not fit have no key: the call starts at once, and its
+            // handler answers -32602.
+            Lane::Keyed(key) => key(frame, call.params.clone()).map_or(Turn::Now, Turn::Keyed),
+        };
+        if let Turn::Now = turn {
+            let id = Some((frame, id));
+            return self.in_flight.start(peer, handler, cx, call, method, id);
+        }
+        // Waiting for its turn, it may wait long: a cancel can stop it from the start.
+        let token = cx.cancel.clone();
+        let call_id = (call.frame.clone(), call.id.clone());
+        let job = cancel::stoppable_call(peer, handler(cx, call), call_id, method, token);
+        if let Turn::Keyed(key) = turn {
+            let keyed = self.keyed.get_or_insert_with(Default::default);
+            self.in_flight.spawn(keyed.queue(key, job));
+        } else {
+            self.ordered.push_call(Box::pin(job), peer, &self.router);
+        }
+        None
     }
 
-    fn route(&self, id: Raw<'_>, answer: Answer) {
+    /// A notification: a cancel or progress of ours is handled at once, before any
+    /// queue; others go to their handler in order, or run a method of that name.
+    /// Returns the answer a cancel makes (`-32800` for the call it stopped), if any.
+    fn on_notification(
+        &mut self,
+        frame: &Text,
+        method: &str,
+        params: Option<&str>,
+    ) -> Option<String> {
+        // A cancel must reach its call even while ordered work runs.
+        if let Some(style) = CancelStyle::of_method(method) {
+            return cancel::on_cancel(&self.peer, style, params);
+        }
+        // Progress of our own calls goes to their callers.
+        if method == crate::progress::METHOD && self.peer.shared.progress().deliver(frame, params) {
+            return None;
+        }
+        if let Some(handler) = self.router.notification_handler(method) {
+            let params = params.map(|p| span(frame, p));
+            self.ordered
+                .push(handler, frame, params, &self.peer, &self.router);
+            return None;
+        }
+        // A notification is a request without an id: a method of that name runs, as a
+        // call whose answer (and failure) is dropped.
+        match self.router.route(method) {
+            Some(route) => {
+                let cx = self.router.context(&self.peer);
+                let call = Call::new(frame, None, params);
+                let peer = &self.peer;
+                let _ = self
+                    .in_flight
+                    .start(peer, &**route.handler(), cx, call, method, None);
+            }
+            None => tracing::warn!(%method, "notification without a handler; dropped"),
+        }
+        None
+    }
+
+    /// An answer to one of our calls, handed to the call that waits for it.
+    fn on_response(&self, id: Raw<'_>, answer: Answer) {
         // We only ever send numeric ids, so any other id answers nothing of ours.
         let delivered = id
             .get()
             .parse::<u64>()
-            .is_ok_and(|id| self.peer.shared.pending.complete(id, answer));
+            .is_ok_and(|id| self.peer.shared.pending().complete(id, answer));
         if !delivered {
             tracing::debug!(
                 id = id.get(),
@@ -499,69 +284,9 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     }
 }
 
-fn log_join(done: Result<(), tokio::task::JoinError>) {
-    if let Err(e) = done {
-        if e.is_panic() {
-            tracing::error!("a connection task panicked outside any handler");
-        }
-    }
-}
-
-/// The -32603 answer of a call whose handler panicked; none for a notification's run
-/// (no id).
-pub(super) fn panicked(id: Option<&str>, method: &str, peer: u64) -> Option<String> {
-    tracing::error!(
-        method,
-        id,
-        peer,
-        "a method handler panicked; answered -32603"
-    );
-    id.map(|id| message::error_response(Some(id), &RpcError::internal_error()))
-}
-
-/// A method's handler and the context it runs with.
-struct MethodHandle<S> {
-    handler: Arc<MethodFn<S>>,
-    cx: Context<S>,
-    method: Box<str>,
-}
-
-/// Runs one call of a batch to its answer frame. A panic in the handler answers -32603.
-async fn run_call<S: Send + Sync + 'static>(handle: MethodHandle<S>, call: Call) -> String {
-    let id_frame = call.frame.clone();
-    let id = call.id.clone();
-    let MethodHandle {
-        handler,
-        cx,
-        method,
-    } = handle;
-    let peer = cx.peer().id();
-    match AssertUnwindSafe(async move { handler(cx, call).await })
-        .catch_unwind()
-        .await
-    {
-        Ok(answer) => answer,
-        Err(_) => panicked(Some(&id_frame[id]), &method, peer).unwrap_or_default(),
-    }
-}
-
-fn join_batch(answers: &[String]) -> String {
-    let len = answers.iter().map(|a| a.len() + 1).sum::<usize>() + 1;
-    let mut s = String::with_capacity(len);
-    s.push('[');
-    for (i, a) in answers.iter().enumerate() {
-        if i > 0 {
-            s.push(',');
-        }
-        s.push_str(a);
-    }
-    s.push(']');
-    s
-}
-
-/// Where `part`, a slice of `whole`, lies in it.
-fn span(whole: &str, part: &str) -> Range<usize> {
-    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
-    debug_assert!(start + part.len() <= whole.len());
-    start..start + part.len()
+/// When a call starts: now, or after those before it in its lane.
+enum Turn {
+    Now,
+    Ordered,
+    Keyed(u64),
 }

@@ -13,11 +13,12 @@
 //! never start before the one ahead of it has finished.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
+use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 
-use crate::router::FxHashMap;
+use crate::sync::lock;
 
 /// The end of the chain of one key.
 struct Tail {
@@ -31,10 +32,6 @@ struct Tail {
 pub(super) struct Keyed {
     tails: Arc<Mutex<FxHashMap<u64, Tail>>>,
     next: u64,
-}
-
-fn lock(tails: &Mutex<FxHashMap<u64, Tail>>) -> MutexGuard<'_, FxHashMap<u64, Tail>> {
-    tails.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Keyed {

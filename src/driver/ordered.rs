@@ -7,8 +7,10 @@
 //! full, notifications wait in a backlog and the connection stops reading.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
@@ -18,10 +20,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::peer::Peer;
-use crate::router::{BoxFuture, Context, NotificationFn};
+use crate::router::{Context, HandlerFuture, NotificationFn, Router};
 use crate::transport::Text;
 
-use super::{poll_once, FirstPoll};
+use super::run::{poll_once, FirstPoll};
 
 /// One notification for the ordered notification task.
 enum NotificationJob<S> {
@@ -33,8 +35,11 @@ enum NotificationJob<S> {
     },
     /// Started on the connection's task and not finished by its first poll; or an
     /// ordered call, made ready to run to its answer.
-    Resume(BoxFuture<()>),
+    Resume(HandlerFuture<()>),
 }
+
+/// Waits for room in the notification task's queue.
+type Room<S> = Pin<Box<dyn Future<Output = Option<mpsc::OwnedPermit<NotificationJob<S>>>> + Send>>;
 
 /// The task that runs notifications in order, and its queue.
 struct Task<S> {
@@ -51,7 +56,7 @@ pub(super) struct Ordered<S> {
     /// Notifications that did not fit the queue. While any wait here, reading stops.
     backlog: VecDeque<NotificationJob<S>>,
     /// Waits for room in the queue while the backlog is not empty.
-    room: Option<BoxFuture<Option<mpsc::OwnedPermit<NotificationJob<S>>>>>,
+    room: Option<Room<S>>,
     queue: usize,
 }
 
@@ -109,7 +114,7 @@ impl<S: Send + Sync + 'static> Ordered<S> {
         frame: &Text,
         params: Option<Range<usize>>,
         peer: &Peer,
-        state: &Arc<S>,
+        router: &Router<S>,
     ) {
         if !self.backlog.is_empty() {
             self.backlog.push_back(NotificationJob::Start {
@@ -125,7 +130,7 @@ impl<S: Send + Sync + 'static> Ordered<S> {
             .is_none_or(|n| n.busy.load(Ordering::Acquire) == 0);
         let job = if idle {
             // Nothing before it is queued or running: it may start here, in order.
-            let cx = Context::new(peer.clone(), state.clone());
+            let cx = router.context(peer);
             match poll_once(|| handler(cx, frame, params)) {
                 FirstPoll::Done(()) => return,
                 FirstPoll::Waiting(fut) => NotificationJob::Resume(fut),
@@ -141,29 +146,29 @@ impl<S: Send + Sync + 'static> Ordered<S> {
                 params,
             }
         };
-        self.enqueue(job, peer, state);
+        self.enqueue(job, peer, router);
     }
 
     /// Runs an ordered call after every notification and ordered call before it. `job`
     /// runs the call to its answer and sends it; it is never polled here, so the
     /// answer always goes out from the notification task.
-    pub(super) fn push_call(&mut self, job: BoxFuture<()>, peer: &Peer, state: &Arc<S>) {
+    pub(super) fn push_call(&mut self, job: HandlerFuture<()>, peer: &Peer, router: &Router<S>) {
         let job = NotificationJob::Resume(job);
         if !self.backlog.is_empty() {
             self.backlog.push_back(job);
             return;
         }
-        self.enqueue(job, peer, state);
+        self.enqueue(job, peer, router);
     }
 
     /// Sends `job` to the notification task (made if needed), or to the backlog when
     /// its queue is full.
-    fn enqueue(&mut self, job: NotificationJob<S>, peer: &Peer, state: &Arc<S>) {
+    fn enqueue(&mut self, job: NotificationJob<S>, peer: &Peer, router: &Router<S>) {
         let queue = self.queue;
         let n = self.task.get_or_insert_with(|| {
             let (tx, rx) = mpsc::channel(queue);
             let busy = Arc::new(AtomicUsize::new(0));
-            let cx = Context::new(peer.clone(), state.clone());
+            let cx = router.context(peer);
             Task {
                 tx,
                 busy: busy.clone(),

@@ -1,19 +1,71 @@
 //! The connection's writing: the one place where frames enter the sink.
+//!
+//! The writer owns what writing needs and nothing else: the transport (one stream and
+//! sink, never split, so the connection reads through it too), how many frames were fed
+//! since the last flush, the first write that failed, and the answers that wait for
+//! room. Those are answers made on the connection's task that found the outgoing queue
+//! full: they wait here, oldest first, and move into the queue as writing makes room,
+//! so reading never waits on writing. They count as running calls, and in bytes
+//! against the queue's byte bound: reading pauses while they hold it.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context as TaskContext, Poll};
 
-use super::Connection;
-use crate::queue::Outgoing;
+use crate::config::PeerConfig;
+use crate::peer::Shared;
+use crate::queue::{OutQueue, Outgoing, TrySendError};
 use crate::transport::{Frame, Transport, TransportError};
 
 /// Longest run of frames fed before one flush, so the other side gets a steady stream
 /// while the queue is never empty.
 const MAX_COALESCE: usize = 256;
 
-impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
-    pub(super) fn sink(&mut self) -> Pin<&mut T> {
+pub(super) struct Writer<T> {
+    transport: T,
+    /// Whose outgoing queue this writer empties: other tasks fill it.
+    shared: Arc<Shared>,
+    /// Frames fed to the sink since it was last flushed.
+    unflushed: usize,
+    /// The first write that failed; the connection ends with it as the cause.
+    error: Option<TransportError>,
+    /// Answers made on the connection's task that found the queue full, oldest
+    /// first. Empty (and unallocated) unless the other side reads slower than it calls.
+    waiting: VecDeque<Outgoing>,
+    waiting_bytes: usize,
+    /// Past this many bytes of waiting answers, reading pauses: the queue's byte bound.
+    max_waiting_bytes: usize,
+}
+
+impl<T: Transport> Writer<T> {
+    pub(super) fn new(transport: T, shared: Arc<Shared>, config: &PeerConfig) -> Self {
+        Writer {
+            transport,
+            shared,
+            unflushed: 0,
+            error: None,
+            waiting: VecDeque::new(),
+            waiting_bytes: 0,
+            max_waiting_bytes: config.outgoing_queue_bytes.max(1),
+        }
+    }
+
+    fn sink(&mut self) -> Pin<&mut T> {
         Pin::new(&mut self.transport)
+    }
+
+    fn queue(&self) -> &OutQueue {
+        self.shared.queue()
+    }
+
+    /// The next frame the other side sent. The connection reads through the writer
+    /// because the transport is one stream and sink, used whole.
+    pub(super) fn poll_read(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<Frame, TransportError>>> {
+        Pin::new(&mut self.transport).poll_next(cx)
     }
 
     fn feed(&mut self, frame: Frame) -> Result<(), TransportError> {
@@ -21,10 +73,43 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         self.sink().start_send(frame)
     }
 
+    /// Whether a write failed: the connection ends.
+    pub(super) fn failed(&self) -> bool {
+        self.error.is_some()
+    }
+
+    /// The write that failed, for the cause of the end.
+    pub(super) fn take_error(&mut self) -> Option<TransportError> {
+        self.error.take()
+    }
+
+    /// How many answers wait for room.
+    pub(super) fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Whether the answers waiting for room hold the byte bound.
+    pub(super) fn waiting_full(&self) -> bool {
+        self.waiting_bytes >= self.max_waiting_bytes
+    }
+
+    /// Queues a keepalive ping, unless the queue is full (then the link is busy, and the
+    /// silence is timed anyway).
+    pub(super) fn ping(&self) {
+        self.queue().try_ping();
+    }
+
     /// Feeds what is queued into the sink and flushes once the queue is momentarily
     /// empty. Never waits: when the sink is full, the sink wakes the task when it has
-    /// room.
-    pub(super) fn poll_write(&mut self, cx: &mut TaskContext<'_>) -> Result<(), TransportError> {
+    /// room. A failure is kept ([`failed`](Self::failed)).
+    #[inline]
+    pub(super) fn poll_write(&mut self, cx: &mut TaskContext<'_>) {
+        if let Err(e) = self.try_poll_write(cx) {
+            self.error.get_or_insert(e);
+        }
+    }
+
+    fn try_poll_write(&mut self, cx: &mut TaskContext<'_>) -> Result<(), TransportError> {
         loop {
             if self.unflushed >= MAX_COALESCE {
                 if self.sink().poll_flush(cx)?.is_pending() {
@@ -36,12 +121,12 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
             if self.sink().poll_ready(cx)?.is_pending() {
                 return Ok(());
             }
-            match self.dispatch.peer().shared.out.poll_next(cx) {
+            match self.queue().poll_next(cx) {
                 Poll::Ready(Some(next)) => self.feed(next.into_frame())?,
                 // `None` cannot come while the connection's handles live, and they live
                 // as long as this task. Empty: the answers waiting for room go next.
                 Poll::Ready(None) | Poll::Pending => {
-                    if !self.dispatch.feed_later() {
+                    if !self.feed_waiting() {
                         break;
                     }
                 }
@@ -55,17 +140,19 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
 
     /// Writes an answer made on this task. Frames keep the order they were made in: it
     /// goes into the sink after whatever the queue holds, when the sink takes it at
-    /// once; otherwise it joins the queue, and when even the queue is full, a task
-    /// waits for room so that reading does not.
+    /// once; otherwise it joins the queue, and when even the queue is full, it waits
+    /// here for room so that reading does not.
+    #[inline]
     pub(super) fn answer(&mut self, cx: &mut TaskContext<'_>, answer: String) {
         let frame = Outgoing::Frame(answer.into());
         if let Some(frame) = self.write_now(cx, frame) {
-            self.dispatch.queue(frame);
+            self.wait(frame);
         }
     }
 
     /// Feeds the queue, then `frame`, into the sink while it is ready. Returns the
     /// frame if the sink was not.
+    #[inline]
     fn write_now(&mut self, cx: &mut TaskContext<'_>, frame: Outgoing) -> Option<Outgoing> {
         let result = loop {
             match self.sink().poll_ready(cx) {
@@ -74,49 +161,113 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                 Poll::Ready(Ok(())) => {}
             }
             // What was queued before this frame goes first.
-            match self.dispatch.peer().shared.out.try_next() {
+            match self.queue().try_next() {
                 Some(queued) => {
                     if let Err(e) = self.feed(queued.into_frame()) {
                         break Err(e);
                     }
                 }
                 // Earlier answers waiting for room go before this one.
-                None if self.dispatch.feed_later() => {}
+                None if self.feed_waiting() => {}
                 None => break self.feed(frame.into_frame()),
             }
         };
         if let Err(e) = result {
-            self.write_error.get_or_insert(e);
+            self.error.get_or_insert(e);
         }
         None
     }
 
-    /// The end of writing: what was queued goes out first (answers of calls that
-    /// finished during a graceful close, above all), then our close frame, then the
-    /// sink closes.
-    pub(super) fn poll_finish(
-        &mut self,
-        cx: &mut TaskContext<'_>,
-        close: &mut Option<Frame>,
-        queue_done: &mut bool,
-    ) -> Poll<Result<(), TransportError>> {
-        while !*queue_done {
-            ready!(self.sink().poll_ready(cx))?;
-            match self.dispatch.peer().shared.out.try_next() {
-                Some(next) => self.feed(next.into_frame())?,
-                // The queue is closed: the answers that waited for room go after it.
-                None => match self.dispatch.pop_later() {
-                    Some(next) => self.feed(next.into_frame())?,
-                    None => *queue_done = true,
-                },
+    /// An answer the sink could not take: into the queue when it has room (and no
+    /// earlier answer waits), else behind the answers waiting for room.
+    fn wait(&mut self, frame: Outgoing) {
+        let frame = if self.waiting.is_empty() {
+            match self.queue().try_send(frame) {
+                Ok(()) | Err(TrySendError::Closed(_)) => return,
+                Err(TrySendError::Full(frame)) => frame,
+            }
+        } else {
+            frame
+        };
+        self.waiting_bytes += frame.len();
+        self.waiting.push_back(frame);
+    }
+
+    /// Moves the answers waiting for room into the queue, oldest first, while it has
+    /// room. Returns whether any moved.
+    fn feed_waiting(&mut self) -> bool {
+        let mut moved = false;
+        while let Some(frame) = self.waiting.pop_front() {
+            let n = frame.len();
+            match self.queue().try_send(frame) {
+                Ok(()) | Err(TrySendError::Closed(_)) => {
+                    self.waiting_bytes -= n;
+                    moved = true;
+                }
+                Err(TrySendError::Full(frame)) => {
+                    self.waiting.push_front(frame);
+                    break;
+                }
             }
         }
-        if close.is_some() {
+        moved
+    }
+
+    /// The connection ends: nothing more goes into the queue. What it holds, and the
+    /// answers waiting for room, still go out ([`poll_drain`](Self::poll_drain)),
+    /// unless `discard` (the slow-peer close: the queue is what the other side does not
+    /// read, and the close frame goes next).
+    pub(super) fn close_queue(&mut self, discard: bool) {
+        self.queue().close();
+        if discard {
+            self.queue().discard();
+            self.waiting.clear();
+            self.waiting_bytes = 0;
+        }
+    }
+
+    /// Feeds everything still to write into the sink: the closed queue, then the
+    /// answers that waited for room. Ready once both are empty.
+    pub(super) fn poll_drain(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Result<(), TransportError>> {
+        loop {
             ready!(self.sink().poll_ready(cx))?;
-            if let Some(frame) = close.take() {
+            let next = match self.queue().try_next() {
+                Some(next) => next,
+                None => match self.waiting.pop_front() {
+                    Some(next) => {
+                        self.waiting_bytes -= next.len();
+                        next
+                    }
+                    None => return Poll::Ready(Ok(())),
+                },
+            };
+            self.feed(next.into_frame())?;
+        }
+    }
+
+    /// Feeds the frame in `slot`, if any, once the sink takes it.
+    pub(super) fn poll_feed(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        slot: &mut Option<Frame>,
+    ) -> Poll<Result<(), TransportError>> {
+        if slot.is_some() {
+            ready!(self.sink().poll_ready(cx))?;
+            if let Some(frame) = slot.take() {
                 self.feed(frame)?;
             }
         }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Flushes and closes the sink.
+    pub(super) fn poll_close(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Result<(), TransportError>> {
         self.sink().poll_close(cx)
     }
 }

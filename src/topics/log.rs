@@ -22,8 +22,8 @@ use crate::error::{Error, Result};
 use crate::history::{HistoryConfig, HistoryError, Position, Subscribed};
 use crate::message;
 use crate::peer::Peer;
-use crate::router::FxHashMap;
 use crate::transport::Text;
+use rustc_hash::FxHashMap;
 
 /// Publications a catching-up subscriber reads from the history per turn of the lock.
 const REPLAY_BATCH: usize = 64;

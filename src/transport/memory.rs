@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use futures_util::{Sink, Stream};
@@ -40,8 +40,7 @@ struct Link {
 
 impl Link {
     fn lanes(&self) -> MutexGuard<'_, [Lane; 2]> {
-        // A lane is consistent after every operation, so a poisoned lock is usable.
-        self.lanes.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.lanes)
     }
 }
 

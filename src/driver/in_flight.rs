@@ -1,0 +1,254 @@
+//! The calls a connection runs on tasks of their own, and the graceful close that
+//! waits for them.
+//!
+//! A call whose handler is not done after its first poll on the connection's task
+//! moves to a task here, as does a batch with calls (run together, answered as one
+//! array) and a call waiting in a keyed lane. Together with the answers waiting for
+//! room (the writer's), they count against `max_in_flight`: past it, reading pauses
+//! until one ends.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+
+use futures_util::FutureExt;
+use tokio::task::JoinSet;
+use tokio::time::Sleep;
+
+use super::cancel;
+use super::run::{panicked, poll_once, FirstPoll};
+use crate::error::CloseReason;
+use crate::message::span;
+use crate::peer::{CloseRequest, Peer};
+use crate::router::{Call, Context, MethodFn};
+use crate::transport::Text;
+
+pub(super) struct InFlight {
+    tasks: JoinSet<()>,
+    max: usize,
+    /// Closing gracefully: new calls are refused while running ones finish. The one
+    /// place the drain state lives.
+    drain: Option<Drain>,
+}
+
+/// A graceful close waiting for the running calls, and its grace period.
+struct Drain {
+    code: u16,
+    reason: String,
+    grace: Pin<Box<Sleep>>,
+}
+
+impl InFlight {
+    pub(super) fn new(max: usize) -> Self {
+        InFlight {
+            tasks: JoinSet::new(),
+            max: max.max(1),
+            drain: None,
+        }
+    }
+
+    /// Whether another call may start, with `waiting` answers waiting for room.
+    pub(super) fn has_room(&self, waiting: usize) -> bool {
+        self.tasks.len() + waiting < self.max
+    }
+
+    /// Whether a graceful close is under way.
+    pub(super) fn draining(&self) -> bool {
+        self.drain.is_some()
+    }
+
+    /// A close asked for by this side. Returns the reason to close with now, or `None`
+    /// when it drains first: running calls may finish until its deadline, new ones are
+    /// refused.
+    pub(super) fn close(&mut self, request: CloseRequest) -> Option<CloseReason> {
+        match request.drain_until {
+            Some(until) if !self.tasks.is_empty() => {
+                self.drain = Some(Drain {
+                    code: request.code,
+                    reason: request.reason,
+                    grace: Box::pin(tokio::time::sleep_until(until)),
+                });
+                None
+            }
+            _ => Some(CloseReason::Local {
+                code: request.code,
+                reason: request.reason,
+            }),
+        }
+    }
+
+    /// Ready with the close reason once a graceful close is done: every running call
+    /// finished, or the grace period is over (the calls still running are stopped by
+    /// the close).
+    pub(super) fn poll_drained(&mut self, cx: &mut TaskContext<'_>) -> Poll<CloseReason> {
+        let Some(drain) = &mut self.drain else {
+            return Poll::Pending;
+        };
+        if !self.tasks.is_empty() {
+            if drain.grace.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            tracing::debug!("grace period over; stopping the calls still running");
+        }
+        Poll::Ready(CloseReason::Local {
+            code: drain.code,
+            reason: std::mem::take(&mut drain.reason),
+        })
+    }
+
+    /// Reaps finished calls; when their number holds up reading (or a graceful close
+    /// waits for them), waits for one. Ready when one ended.
+    pub(super) fn poll_reaped(&mut self, cx: &mut TaskContext<'_>) -> Poll<()> {
+        // `try_join_next` takes the set's lock even when it is empty.
+        let mut reaped = false;
+        if !self.tasks.is_empty() {
+            while let Some(done) = self.tasks.try_join_next() {
+                log_join(done);
+                reaped = true;
+            }
+        }
+        // A graceful close ends when the last call does: say so, or it would wait for
+        // the end of its grace.
+        let draining = self.draining();
+        if draining && reaped {
+            return Poll::Ready(());
+        }
+        if draining || self.tasks.len() >= self.max {
+            if let Poll::Ready(Some(done)) = self.tasks.poll_join_next(cx) {
+                log_join(done);
+                return Poll::Ready(());
+            }
+        }
+        Poll::Pending
+    }
+
+    /// Runs `task` on a task of its own, counted as a running call.
+    pub(super) fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
+        self.tasks.spawn(task);
+    }
+
+    /// Starts a call and polls it once; returns its answer if that was enough. If not,
+    /// the call goes on on a task of its own (see `dispatch`), where a cancel can stop
+    /// it. `id` is the frame and the call's raw id in it; `None` for a notification run
+    /// by a method, which answers nothing.
+    pub(super) fn start<S: Send + Sync + 'static>(
+        &mut self,
+        peer: &Peer,
+        handler: &MethodFn<S>,
+        cx: Context<S>,
+        call: Call,
+        method: &str,
+        id: Option<(&Text, &str)>,
+    ) -> Option<String> {
+        let token = cx.cancel.clone();
+        // One span per incoming call (or notification run by a method): what the handler
+        // logs says which call it serves.
+        let call_span = match id {
+            Some((_, id)) => tracing::debug_span!("incoming", method, id),
+            None => tracing::debug_span!("incoming", method, notification = true),
+        };
+        let polled = call_span.in_scope(|| poll_once(|| handler(cx, call)));
+        match (polled, id) {
+            // A notification's run (no id) answers nothing.
+            (FirstPoll::Done(answer), id) => id.map(|_| answer),
+            (FirstPoll::Waiting(fut), Some((frame, id))) => {
+                // From here on a cancel can stop it.
+                let id = (frame.clone(), span(frame, id));
+                let rest = cancel::stoppable_call(peer, fut, id, method, token);
+                self.spawn(tracing::Instrument::instrument(rest, call_span));
+                None
+            }
+            (FirstPoll::Waiting(fut), None) => {
+                // No id to cancel it by, no answer to send.
+                let (method, peer) = (Box::<str>::from(method), peer.id());
+                let rest = async move {
+                    if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
+                        panicked(None, &method, peer);
+                    }
+                };
+                self.spawn(tracing::Instrument::instrument(rest, call_span));
+                None
+            }
+            (FirstPoll::Panicked, id) => panicked(id.map(|(_, id)| id), method, peer.id()),
+        }
+    }
+
+    /// Runs the calls of a batch together on one task and sends their answers, with
+    /// `answers` (those made at once), as one array.
+    pub(super) fn spawn_batch<S: Send + Sync + 'static>(
+        &mut self,
+        peer: &Peer,
+        mut answers: Vec<String>,
+        calls: Vec<BatchCall<S>>,
+    ) {
+        let shared = peer.shared.clone();
+        self.spawn(async move {
+            let running = calls.into_iter().map(BatchCall::run);
+            answers.extend(futures_util::future::join_all(running).await);
+            shared.send_answer(join_batch(&answers)).await;
+        });
+    }
+
+    /// Stops every call running.
+    pub(super) fn stop(&mut self) {
+        self.tasks.abort_all();
+    }
+
+    /// Waits until the calls stopped by [`stop`](Self::stop) are gone.
+    pub(super) async fn stopped(&mut self) {
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+fn log_join(done: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = done {
+        if e.is_panic() {
+            tracing::error!("a connection task panicked outside any handler");
+        }
+    }
+}
+
+/// A call of a batch, ready to run with the others.
+pub(super) struct BatchCall<S> {
+    pub(super) handler: Arc<MethodFn<S>>,
+    pub(super) cx: Context<S>,
+    pub(super) method: Box<str>,
+    pub(super) call: Call,
+}
+
+impl<S: Send + Sync + 'static> BatchCall<S> {
+    /// Runs the call to its answer frame. A panic in the handler answers -32603.
+    async fn run(self) -> String {
+        let BatchCall {
+            handler,
+            cx,
+            method,
+            call,
+        } = self;
+        let (id_frame, id) = (call.frame.clone(), call.id.clone());
+        let peer = cx.peer().id();
+        match AssertUnwindSafe(async move { handler(cx, call).await })
+            .catch_unwind()
+            .await
+        {
+            Ok(answer) => answer,
+            Err(_) => panicked(Some(&id_frame[id]), &method, peer).unwrap_or_default(),
+        }
+    }
+}
+
+pub(super) fn join_batch(answers: &[String]) -> String {
+    let len = answers.iter().map(|a| a.len() + 1).sum::<usize>() + 1;
+    let mut s = String::with_capacity(len);
+    s.push('[');
+    for (i, a) in answers.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(a);
+    }
+    s.push(']');
+    s
+}
