@@ -7,7 +7,7 @@ mod common;
 use common::{serve, within};
 use jsonrpc_peer::{
     connect, Context, Member, Peer, PresenceChange, PresenceEvent, PresenceJoin, PresenceLeave,
-    PresenceLimits, Router, RpcError, Topics,
+    PresenceLimits, Router, RpcError, TopicMethods, Topics,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -282,4 +282,91 @@ async fn two_tabs_of_one_user_are_two_members_and_users_are_counted_by_info() {
         })
         .collect();
     assert_eq!(users.into_iter().collect::<Vec<_>>(), ["ana", "ben"]);
+}
+
+/// `TopicMethods::presence`: the wire forms of `cluster_node` (and of the browser peer's
+/// `link.topic(name, {info, presence: true})`), served by the ready-made methods.
+#[tokio::test]
+async fn topic_methods_serve_presence_in_the_cluster_node_wire_forms() {
+    let topics = Topics::new();
+    topics.set_presence_limits(PresenceLimits::default().max_info_bytes(64));
+    let router = Router::new().topics(TopicMethods::new(&topics).only(["chat"]).presence());
+    let (url, _handle) = serve(router).await;
+    let (ana, mut ana_heard) = client(&url).await;
+    let (ben, mut ben_heard) = client(&url).await;
+
+    // `[topic, null, info]` joins; `"presence": true` also watches, and is taken out.
+    assert_eq!(
+        ask(
+            &ana,
+            "subscribe",
+            json!(["chat", null, {"user": "ana", "presence": true}])
+        )
+        .await,
+        json!(true)
+    );
+    assert_eq!(
+        ask(
+            &ben,
+            "subscribe",
+            json!({"topic": "chat", "info": {"user": "ben"}})
+        )
+        .await,
+        json!(true)
+    );
+    let (joined, change) = within(ana_heard.recv()).await.unwrap();
+    assert!(joined);
+    assert_eq!(change.info.get(), r#"{"user":"ben"}"#);
+    let members = ask(&ben, "presence", json!(["chat"])).await;
+    assert_eq!(members.as_array().unwrap().len(), 2);
+    let infos: Vec<&Value> = members
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["info"])
+        .collect();
+    assert!(infos.contains(&&json!({"user": "ana"})), "{members}");
+    assert_eq!(ask(&ana, "presence_count", json!(["chat"])).await, json!(2));
+
+    // Bad input: a topic not allowed, a `presence` that is not a boolean, an info over the limit.
+    let err = refused(&ben, "presence", json!(["other"])).await;
+    assert_eq!(err.code, -32602, "{err:?}");
+    assert!(
+        format!("{:?}", err.data).contains("no topic `other`"),
+        "{err:?}"
+    );
+    let err = refused(&ben, "subscribe", json!(["chat", null, {"presence": 1}])).await;
+    assert_eq!(err.code, -32602, "{err:?}");
+    let (cat, _) = client(&url).await;
+    let big = "x".repeat(80);
+    let err = refused(&cat, "subscribe", json!(["chat", null, {"user": big}])).await;
+    assert_eq!(err.code, -32000, "{err:?}");
+    assert!(
+        err.message.contains("over the limit of 64 bytes"),
+        "{err:?}"
+    );
+    // A refused join undoes the subscription: nothing published reaches it.
+    assert_eq!(
+        ask(&cat, "unsubscribe", json!(["chat"])).await,
+        json!(false)
+    );
+    assert_eq!(ask(&ana, "presence_count", json!(["chat"])).await, json!(2));
+
+    // Ben leaves: ana hears it; ben, who did not ask, heard nothing.
+    assert_eq!(ask(&ben, "unsubscribe", json!(["chat"])).await, json!(true));
+    let (joined, change) = within(ana_heard.recv()).await.unwrap();
+    assert!(!joined);
+    assert_eq!(change.info.get(), r#"{"user":"ben"}"#);
+    assert!(ben_heard.try_recv().is_err());
+
+    // Without `presence()`, an info is refused rather than ignored.
+    let plain = Topics::new();
+    let (url, _handle) = serve(Router::new().topics(TopicMethods::new(&plain))).await;
+    let (dan, _) = client(&url).await;
+    let err = refused(&dan, "subscribe", json!(["chat", null, {"user": "dan"}])).await;
+    assert_eq!(err.code, -32602, "{err:?}");
+    assert_eq!(
+        ask(&dan, "subscribe", json!(["chat", null])).await,
+        json!(true)
+    );
 }
