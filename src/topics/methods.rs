@@ -181,8 +181,7 @@ impl<S: Send + Sync + 'static> Router<S> {
                         Some(info) => Some(watching(info)?),
                         None => None,
                     };
-                    let was =
-                        join.is_some() && topics.topics_of(cx.peer()).iter().any(|t| *t == p.topic);
+                    let was = join.is_some() && topics.topics_of(cx.peer()).contains(&p.topic);
                     let answer = if topics.keeps_history(&p.topic) {
                         let from = p.from;
                         Answer::History(topics.subscribe_from(cx.peer(), &p.topic, from).await?)
