@@ -126,6 +126,7 @@ mod metrics;
 mod peer;
 mod pending;
 mod policy;
+mod presence;
 mod progress;
 mod queue;
 mod reconnect;
@@ -151,6 +152,7 @@ pub use lanes::MethodOptions;
 pub use limit::{RateLimit, RATE_LIMIT_CLOSE};
 pub use peer::{ConnectionInfo, Peer, Reply};
 pub use policy::{HandshakePolicy, Refusal};
+pub use presence::{Member, PresenceChange, PresenceError, PresenceEvent, PresenceLimits};
 pub use progress::Progress;
 pub use reconnect::{
     Backoff, LinkState, Reconnecting, ReconnectingBuilder, TopicEvent, TopicEvents, TopicOptions,
@@ -166,7 +168,7 @@ pub use server::Server;
 pub use tokio_tungstenite::tungstenite::client::{ClientRequestBuilder, IntoClientRequest};
 /// The `http` crate's types, as the handshake uses them (headers in [`ConnectionInfo`]).
 pub use tokio_tungstenite::tungstenite::http;
-pub use topics::{TopicMethods, Topics};
+pub use topics::{PresenceEvents, PresenceJoin, PresenceLeave, TopicMethods, Topics};
 
 /// The README's code, compiled and run as a doc test so it stays true (with the axum
 /// and metrics features, which its snippets need; `cargo test --workspace` turns them
