@@ -12,9 +12,11 @@ mod log;
 
 pub(crate) use log::{frame as recorded_frame, Applied, Followed};
 mod methods;
+mod presence;
 mod store;
 
 pub use methods::TopicMethods;
+pub use presence::{PresenceEvents, PresenceJoin, PresenceLeave};
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,6 +74,8 @@ struct Inner {
     history: histories::Histories,
     /// Publications the cluster refused.
     refused: AtomicU64,
+    /// Who is in each topic: this node's members, and who watches them.
+    presence: presence::Presence,
 }
 
 impl Topics {
@@ -204,14 +208,15 @@ impl Topics {
     /// in [`refused`](Self::refused).
     pub async fn publish(&self, topic: &str, params: impl Serialize) -> Result<Published> {
         if let Some(published) = self.publish_recorded(topic, &params).await? {
+            crate::metrics::topic_published(published.delivered);
             return Ok(published);
         }
-        self.publish_plain(topic, &params)
-            .await
-            .map(|delivered| Published {
-                delivered,
-                offset: None,
-            })
+        let delivered = self.publish_plain(topic, &params).await?;
+        crate::metrics::topic_published(delivered);
+        Ok(Published {
+            delivered,
+            offset: None,
+        })
     }
 
     /// A publication on a topic without history.
@@ -240,12 +245,14 @@ impl Topics {
 
     /// Queues `frame` for every local subscriber of `topic` (a publish from another node).
     pub(crate) fn deliver(&self, topic: &str, frame: Text) -> usize {
-        self.inner.topics.get(topic).map_or(0, |subscribers| {
+        let delivered = self.inner.topics.get(topic).map_or(0, |subscribers| {
             subscribers
                 .iter()
                 .filter(|entry| entry.value().push(frame.clone()))
                 .count()
-        })
+        });
+        crate::metrics::topic_delivered(delivered);
+        delivered
     }
 
     /// The topics with local subscribers.
@@ -291,6 +298,7 @@ impl Topics {
             subscribers.is_empty()
         });
         self.leave_history(topic, id, now_empty);
+        self.presence_gone(topic, id, now_empty);
         // Only if no one subscribed in between.
         if now_empty
             && self

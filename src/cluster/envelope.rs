@@ -41,6 +41,10 @@ pub(crate) enum Kind {
     /// `ep` and `off` from the bus; the body is the data alone).
     #[serde(rename = "x")]
     Recorded,
+    /// A change of the origin's members of a topic (the topic is the channel's), or a
+    /// word that it wrote them anew (`members.rs`).
+    #[serde(rename = "p")]
+    Presence,
 }
 
 /// The header line. Short member names: it rides on every message.

@@ -46,6 +46,7 @@ impl Gaps {
     /// with the topic's own deliveries, in order).
     pub fn count(&self, gap: &Gap) {
         self.counters.gaps.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::cluster_gap();
         tracing::debug!(?gap, "gap");
         if let Some(hook) = &self.hook {
             hook(gap);

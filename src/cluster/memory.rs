@@ -3,6 +3,7 @@
 //! too (`history.rs`), as the Redis script does.
 
 mod history;
+mod members;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,6 +15,7 @@ use tokio::sync::mpsc;
 
 use super::backplane::{Append, Backplane, BackplaneError, BoxFuture, BusEvent, HistoryRead};
 use super::keys::TopicKeys;
+use super::member_store::{PartWrite, PresenceKey, PresenceRead, StoredPresence};
 use super::sync::lock;
 use crate::history::{HistoryConfig, Position};
 use history::Histories;
@@ -35,6 +37,8 @@ pub struct MemoryHub {
     links: Arc<Mutex<Vec<Weak<Link>>>>,
     spread: usize,
     histories: Arc<Mutex<Histories>>,
+    /// What the bus keeps (presence), as Redis would.
+    store: Arc<Mutex<members::Store>>,
 }
 
 /// One node's link to a [`MemoryHub`].
@@ -135,6 +139,12 @@ impl MemoryHub {
         for link in changed {
             link.announce(cut);
         }
+    }
+
+    /// Everything the hub keeps (presence) is lost, as when a Redis without persistence
+    /// restarts; links are not touched (cut and restore them around this for a restart).
+    pub fn forget_stored(&self) {
+        lock(&self.store).clear();
     }
 
     fn live(&self) -> Vec<Arc<Link>> {
@@ -302,6 +312,40 @@ impl Backplane for MemoryBackplane {
             self.link.check()?;
             lock(&self.link.subscriptions).remove(&channel);
             Ok(())
+        })
+    }
+
+    fn presence_write(
+        &self,
+        writes: Vec<PartWrite>,
+    ) -> BoxFuture<'_, Result<Vec<String>, BackplaneError>> {
+        Box::pin(async move {
+            self.link.check()?;
+            let mut store = lock(&self.hub.store);
+            Ok(writes.into_iter().map(|w| store.write(w)).collect())
+        })
+    }
+
+    fn presence_read(
+        &self,
+        read: PresenceRead,
+    ) -> BoxFuture<'_, Result<StoredPresence, BackplaneError>> {
+        Box::pin(async move {
+            self.link.check()?;
+            Ok(lock(&self.hub.store).read(&read))
+        })
+    }
+
+    fn presence_refresh(
+        &self,
+        keys: Vec<PresenceKey>,
+        node: &str,
+        ttl: Duration,
+    ) -> BoxFuture<'_, Result<Vec<bool>, BackplaneError>> {
+        let node = node.to_owned();
+        Box::pin(async move {
+            self.link.check()?;
+            Ok(lock(&self.hub.store).refresh(&keys, &node, ttl))
         })
     }
 

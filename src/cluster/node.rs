@@ -13,7 +13,9 @@
 //!   bus has, and keeps it in step with the local subscribers;
 //! - the **history room** (history.rs) puts what the bus recorded in offset order per
 //!   topic when it is not simply the next one: fills holes from the bus's history,
-//!   starts a cache over when the bus lost it, looks again when the bus is back.
+//!   starts a cache over when the bus lost it, looks again when the bus is back;
+//! - the **members** task (members.rs) owns this node's presence as written to the
+//!   bus's store, and the views of the other nodes' members.
 //!
 //! [`Calls`] (calls.rs) owns the pending map of calls to other nodes. The nodes and
 //! subscriptions tasks ask the receive loop to forget sequence numbers by message
@@ -35,6 +37,7 @@ use super::calls::Calls;
 use super::envelope::{Kind, Me};
 use super::gaps::Gaps;
 use super::history::{History, Inbound, Room};
+use super::members::{self, Members, MembersRelay};
 use super::nodes::{Heard, Nodes, Roster, Table};
 use super::outbox::{self, Outbox};
 use super::receive::Receive;
@@ -96,6 +99,7 @@ pub(crate) struct Node {
     pub calls: Arc<Calls>,
     subscriptions: Arc<Subscriptions>,
     history: Arc<History>,
+    members: Arc<Members>,
     counters: Arc<Counters>,
     stop: watch::Sender<bool>,
 }
@@ -121,24 +125,27 @@ impl Node {
                 Error::Cluster(ClusterError::Unavailable(e.to_string()))
             })?;
         }
-        let (node, history) = Node::new(me, handle, topics, bus.clone(), &options);
+        let (node, history, members) = Node::new(me, handle, topics, bus.clone(), &options);
         node.attach()?;
-        node.spawn(bus, events, history, options);
+        crate::metrics::cluster_bus(true);
+        crate::metrics::cluster_nodes(1);
+        node.spawn(bus, events, history, members, options);
         Ok(Arc::new(node))
     }
 
-    /// The rooms' handles, and the history room's inbox; no task runs yet.
+    /// The rooms' handles, and the history room's and the members task's inboxes; no
+    /// task runs yet.
     fn new(
         me: Arc<Me>,
         handle: ServerHandle,
         topics: Topics,
         bus: Arc<dyn Backplane>,
         options: &Options,
-    ) -> (Node, mpsc::Receiver<Inbound>) {
+    ) -> (Node, mpsc::Receiver<Inbound>, members::Inbox) {
         let state = watch::Sender::new(ClusterState::Up);
         let counters = Arc::new(Counters::default());
         let (history, inbox) = History::new(
-            bus,
+            bus.clone(),
             me.clone(),
             counters.clone(),
             options.max_recording,
@@ -156,6 +163,15 @@ impl Node {
             options.call_timeout,
             options.max_remote_calls,
         ));
+        let (members, members_inbox) = Members::new(members::Setup {
+            me: me.clone(),
+            prefix: options.prefix.clone(),
+            window,
+            call_timeout: options.call_timeout,
+            bus,
+            live: roster.watch_live(),
+            state: state.subscribe(),
+        });
         let node = Node {
             me,
             handle,
@@ -167,10 +183,11 @@ impl Node {
             calls,
             subscriptions: Arc::new(Subscriptions::default()),
             history: Arc::new(history),
+            members,
             counters,
             stop: watch::Sender::new(false),
         };
-        (node, inbox)
+        (node, inbox, members_inbox)
     }
 
     /// Makes the registry's broadcasts and the topics' publishes cluster-wide.
@@ -189,15 +206,22 @@ impl Node {
         if !self.topics.attach(relay) {
             return Err(config("these Topics already have a cluster".into()));
         }
+        if !self
+            .topics
+            .attach_members(Arc::new(MembersRelay::new(&self.members)))
+        {
+            return Err(config("these Topics already have a cluster".into()));
+        }
         Ok(())
     }
 
-    /// Starts the five tasks, each in a span that names the node, and says hello.
+    /// Starts the six tasks, each in a span that names the node, and says hello.
     fn spawn(
         &self,
         bus: Arc<dyn Backplane>,
         events: mpsc::Receiver<BusEvent>,
         inbox: mpsc::Receiver<Inbound>,
+        members_inbox: members::Inbox,
         options: Options,
     ) {
         let (forget_tx, forget_rx) = mpsc::unbounded_channel();
@@ -231,6 +255,7 @@ impl Node {
             outbox: self.outbox.clone(),
             subscriptions: self.subscriptions.clone(),
             history: self.history.clone(),
+            members: self.members.clone(),
             counters: self.counters.clone(),
             gaps,
             marks: Marks::default(),
@@ -253,6 +278,18 @@ impl Node {
         nodes.heartbeat(true);
         let nodes = nodes.run(heard_rx, forget_tx.clone(), self.stop.subscribe());
         tokio::spawn(nodes.instrument(span.clone()));
+        let members = members::Task::new(
+            self.members.clone(),
+            self.topics.clone(),
+            self.outbox.clone(),
+            options.heartbeat,
+            options.missed,
+        );
+        tokio::spawn(
+            members
+                .run(members_inbox, self.stop.subscribe())
+                .instrument(span.clone()),
+        );
         let keep = subscriptions::run(
             self.subscriptions.clone(),
             bus,
@@ -268,6 +305,7 @@ impl Node {
     pub(crate) fn stop(&self) {
         self.stop.send_replace(true);
         self.state.send_replace(ClusterState::Stopped);
+        crate::metrics::cluster_bus(false);
         self.calls.fail_all(&ClusterError::Stopped);
     }
 
@@ -275,6 +313,8 @@ impl Node {
         if *self.stop.borrow() {
             return;
         }
+        // This node's members off the store first; the others drop them at the goodbye.
+        self.members.shutdown(Duration::from_secs(1)).await;
         let goodbye = self.me.header(Kind::Goodbye);
         let _ = self.outbox.push(&self.me.control, goodbye, b"", false);
         self.outbox.drained(Duration::from_secs(2)).await;

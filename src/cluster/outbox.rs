@@ -122,7 +122,9 @@ impl Outbox {
             ClusterState::Down => return Err(Refused::Down),
             ClusterState::Stopped => return Err(Refused::Stopped),
         }
-        let urgent = !matches!(header.k, Kind::Broadcast | Kind::Topic);
+        // Presence rides on topic channels: held with their messages, it keeps their
+        // sequence numbers in order.
+        let urgent = !matches!(header.k, Kind::Broadcast | Kind::Topic | Kind::Presence);
         let bound = if urgent {
             self.limit.saturating_mul(2)
         } else {
@@ -132,6 +134,7 @@ impl Outbox {
         // The header's size is known only once it has its number; its number only once
         // it is taken. A header is under 200 bytes; the check is exact below.
         if queue.bytes + body.len() > bound {
+            crate::metrics::cluster_outbox_dropped();
             return Err(Refused::Full);
         }
         let seq = match queue.sequences.get(channel) {
@@ -141,6 +144,7 @@ impl Outbox {
         header.s = seq;
         let payload = envelope::write(&header, body);
         if queue.bytes + payload.len() > bound {
+            crate::metrics::cluster_outbox_dropped();
             return Err(Refused::Full);
         }
         match queue.sequences.get_mut(channel) {
@@ -150,6 +154,7 @@ impl Outbox {
             }
         }
         queue.bytes += payload.len();
+        crate::metrics::cluster_outbox_bytes(payload.len() as i64);
         let id = queue.next_item;
         queue.next_item += 1;
         queue.items.push_back(Item {
@@ -259,6 +264,7 @@ impl Outbox {
             while queue.items.front().is_some_and(|i| i.id <= last) {
                 if let Some(item) = queue.items.pop_front() {
                     queue.bytes -= item.payload.len();
+                    crate::metrics::cluster_outbox_bytes(-(item.payload.len() as i64));
                 }
             }
         } else {
@@ -271,6 +277,7 @@ impl Outbox {
                 !sent
             });
             queue.bytes -= freed;
+            crate::metrics::cluster_outbox_bytes(-(freed as i64));
         }
         drop(queue);
         self.sent.send_replace(());

@@ -18,6 +18,7 @@ use super::calls::Calls;
 use super::envelope::{self, Header, Kind, Me};
 use super::gaps::Gaps;
 use super::history::{self, History, Inbound};
+use super::members::Members;
 use super::nodes::Heard;
 use super::outbox::Outbox;
 use super::sequence::{Forget, Marks, Seen};
@@ -42,6 +43,8 @@ pub(super) struct Receive {
     pub outbox: Arc<Outbox>,
     pub subscriptions: Arc<Subscriptions>,
     pub history: Arc<History>,
+    /// Presence: deltas and gaps on topic channels.
+    pub members: Arc<Members>,
     pub counters: Arc<Counters>,
     pub gaps: Arc<Gaps>,
     pub marks: Marks,
@@ -134,6 +137,12 @@ impl Receive {
                 }
                 return;
             }
+            Kind::Presence => {
+                if let Some(topic) = self.me.channels.topic_of(channel) {
+                    self.members.said(topic, &header, body);
+                }
+                return;
+            }
             Kind::Notify => {
                 let peer = header.p.and_then(|p| self.handle.peer(p));
                 if let (Some(peer), Some(frame)) = (peer, text()) {
@@ -175,9 +184,14 @@ impl Receive {
             }
             Seen::Gap(missed) => {
                 let topic = match header.k {
-                    Kind::Topic => self.me.channels.topic_of(channel).map(str::to_owned),
+                    Kind::Topic | Kind::Presence => {
+                        self.me.channels.topic_of(channel).map(str::to_owned)
+                    }
                     _ => None,
                 };
+                if let Some(topic) = &topic {
+                    self.members.gap(topic, &header.o);
+                }
                 if header.k == Kind::Broadcast || topic.is_some() {
                     self.gaps.report(Gap {
                         topic,
@@ -201,6 +215,7 @@ impl Receive {
             was_up
         });
         if went_down {
+            crate::metrics::cluster_bus(false);
             tracing::warn!("bus down: local delivery only");
             self.before_outage = self
                 .live
@@ -230,6 +245,7 @@ impl Receive {
         if !was_down {
             return;
         }
+        crate::metrics::cluster_bus(true);
         tracing::info!("bus back");
         self.marks.resync();
         // Whatever was published elsewhere while we were away is lost to us; topics
@@ -300,6 +316,8 @@ impl Receive {
                     position: None,
                 });
             }
+            // Presence deltas on it may be lost too: its view is read again.
+            self.members.interrupted(topic);
             // The bus may have failed to issue it meanwhile: look again.
             self.subscriptions.changed(topic);
         }

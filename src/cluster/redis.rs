@@ -21,6 +21,7 @@ mod append;
 #[cfg(feature = "redis-cluster")]
 mod cluster;
 mod history;
+mod members;
 mod scripts;
 mod subscriber;
 
@@ -39,6 +40,7 @@ use subscriber::{Control, Shared, Subscriber};
 
 use super::backplane::{Append, Backplane, BackplaneError, BoxFuture, BusEvent, HistoryRead};
 use super::keys::TopicKeys;
+use super::member_store::{PartWrite, PresenceKey, PresenceRead, StoredPresence};
 use crate::history::{HistoryConfig, Position};
 use crate::reconnect::Backoff;
 
@@ -192,6 +194,8 @@ pub struct RedisBackplane {
     /// The history script on the publishing connection (multiplexed: concurrent calls
     /// go out pipelined), its appends committed in groups (append.rs).
     history: scripts::Scripts<ConnectionManager>,
+    /// Presence's reads and writes (a clone of the publishing connection).
+    store: ConnectionManager,
     publish_tx: mpsc::Sender<Publish>,
     control_tx: mpsc::Sender<Control>,
     events: Mutex<Option<mpsc::Receiver<BusEvent>>>,
@@ -235,6 +239,7 @@ impl RedisBackplane {
         let link = subscriber.dial().await.map_err(unavailable)?;
         shared.up.store(true, Ordering::Release);
 
+        let store = publisher.clone();
         let (publish_tx, publish_rx) = mpsc::channel(options.publish_queue);
         let (control_tx, control_rx) = mpsc::channel(64);
         let history = scripts::Scripts::start(
@@ -247,6 +252,7 @@ impl RedisBackplane {
         tokio::spawn(subscriber.run(link, control_rx));
         Ok(RedisBackplane {
             history,
+            store,
             publish_tx,
             control_tx,
             events: Mutex::new(Some(events_rx)),
@@ -360,6 +366,53 @@ impl Backplane for RedisBackplane {
         let channel = channel.to_owned();
         control(&self.control_tx, move |done| {
             Control::Unsubscribe(channel, done)
+        })
+    }
+
+    fn presence_write(
+        &self,
+        writes: Vec<PartWrite>,
+    ) -> BoxFuture<'_, Result<Vec<String>, BackplaneError>> {
+        let mut conn = self.store.clone();
+        let up = self.is_up();
+        Box::pin(async move {
+            if !up {
+                return Err(BackplaneError::Unavailable("redis link is down".into()));
+            }
+            members::write(&mut conn, writes).await.map_err(unavailable)
+        })
+    }
+
+    fn presence_read(
+        &self,
+        read: PresenceRead,
+    ) -> BoxFuture<'_, Result<StoredPresence, BackplaneError>> {
+        let mut conn = self.store.clone();
+        let up = self.is_up();
+        Box::pin(async move {
+            if !up {
+                return Err(BackplaneError::Unavailable("redis link is down".into()));
+            }
+            members::read(&mut conn, read).await.map_err(unavailable)
+        })
+    }
+
+    fn presence_refresh(
+        &self,
+        keys: Vec<PresenceKey>,
+        node: &str,
+        ttl: Duration,
+    ) -> BoxFuture<'_, Result<Vec<bool>, BackplaneError>> {
+        let mut conn = self.store.clone();
+        let up = self.is_up();
+        let node = node.to_owned();
+        Box::pin(async move {
+            if !up {
+                return Err(BackplaneError::Unavailable("redis link is down".into()));
+            }
+            members::refresh(&mut conn, &keys, &node, ttl)
+                .await
+                .map_err(unavailable)
         })
     }
 

@@ -465,6 +465,7 @@ impl TopicLog {
                 (Next::Batch, _) => {
                     for (offset, frame) in batch.drain(..) {
                         peer.push_waiting(frame).await?;
+                        crate::metrics::topic_replayed();
                         after = offset;
                     }
                     replayed = true;
@@ -503,6 +504,7 @@ impl TopicLog {
                     }
                     for one in kept.iter() {
                         peer.push_waiting(one.frame.clone()).await?;
+                        crate::metrics::topic_replayed();
                         after = one.offset;
                     }
                     replayed = true;

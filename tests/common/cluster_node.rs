@@ -1,12 +1,16 @@
 //! `examples/cluster_node.rs` as a process of its own, for the tests over a real Redis or
-//! a real Redis Cluster (the [`Bus`] it is started on). `cargo test` builds the example
+//! a real Redis Cluster (the [`Bus`] it is started on), and a client of it that records
+//! the notifications it gets. `cargo test` builds the example
 //! with the test's features; by hand: `cargo build --features redis-cluster --example
 //! cluster_node`.
 
 use std::path::PathBuf;
 
+use jsonrpc_peer::{connect, Context, Peer, Router, RpcError};
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
 
 use super::redis_cluster::RedisCluster;
 use super::redis_server::RedisServer;
@@ -163,5 +167,50 @@ impl Node {
     /// Waits for the process to exit.
     pub async fn wait_exit(&mut self) {
         within(self.child.wait()).await.expect("wait for the node");
+    }
+}
+
+/// A client of a node that records every notification it gets as (method, params).
+pub struct NodeClient {
+    pub peer: Peer,
+    pub notes: mpsc::UnboundedReceiver<(String, Value)>,
+}
+
+impl NodeClient {
+    pub async fn connect(node: &Node) -> NodeClient {
+        let (tx, notes) = mpsc::unbounded_channel();
+        let mut router = Router::with_state(tx);
+        for method in ["presence.join", "presence.leave", "$/gap", "broadcast"] {
+            router = router.notification(
+                method,
+                move |cx: Context<mpsc::UnboundedSender<(String, Value)>>, params: Value| {
+                    let _ = cx.state().send((method.to_owned(), params));
+                    std::future::ready(())
+                },
+            );
+        }
+        let peer = within(connect(&node.url, router))
+            .await
+            .expect("connect to the node");
+        NodeClient { peer, notes }
+    }
+
+    pub async fn call(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        match within(self.peer.call::<Value>(method, params)).await {
+            Ok(v) => Ok(v),
+            Err(e) => Err(e.rpc().cloned().unwrap_or_else(|| panic!("{method}: {e}"))),
+        }
+    }
+
+    pub async fn ok(&self, method: &str, params: Value) -> Value {
+        self.call(method, params)
+            .await
+            .unwrap_or_else(|e| panic!("{method}: {e:?}"))
+    }
+
+    pub async fn next_note(&mut self) -> (String, Value) {
+        within(self.notes.recv())
+            .await
+            .expect("the client is alive")
     }
 }

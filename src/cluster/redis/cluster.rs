@@ -31,6 +31,7 @@ mod shards;
 mod topology;
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use redis::cluster::ClusterClientBuilder;
@@ -38,6 +39,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo};
 use tokio::sync::mpsc;
 
+use super::members;
 use super::scripts::Scripts;
 use super::subscriber::{Control, Shared};
 use super::{control, enqueue, unavailable, Publish, RedisOptions};
@@ -45,6 +47,7 @@ use crate::cluster::backplane::{
     Append, Backplane, BackplaneError, BoxFuture, BusEvent, HistoryRead,
 };
 use crate::cluster::keys::TopicKeys;
+use crate::cluster::member_store::{PartWrite, PresenceKey, PresenceRead, StoredPresence};
 use crate::history::{HistoryConfig, Position};
 use shards::Shards;
 use topology::Map;
@@ -73,6 +76,8 @@ use topology::Map;
 pub struct RedisClusterBackplane {
     /// The history script, through the cluster client.
     history: Scripts<ClusterConnection>,
+    /// Presence's scripts, through the same client (a clone of its connection).
+    store: ClusterConnection,
     publish_tx: mpsc::Sender<Publish>,
     control_tx: mpsc::Sender<Control>,
     events: Mutex<Option<mpsc::Receiver<BusEvent>>>,
@@ -112,6 +117,7 @@ impl RedisClusterBackplane {
             .build()
             .map_err(unavailable)?;
         let scripts = client.get_async_connection().await.map_err(unavailable)?;
+        let store = scripts.clone();
         let history = Scripts::start(
             scripts,
             "SPUBLISH",
@@ -151,6 +157,7 @@ impl RedisClusterBackplane {
         tokio::spawn(shards.run(inputs));
         Ok(RedisClusterBackplane {
             history,
+            store,
             publish_tx,
             control_tx,
             events: Mutex::new(Some(events_rx)),
@@ -244,6 +251,53 @@ impl Backplane for RedisClusterBackplane {
         let channel = channel.to_owned();
         control(&self.control_tx, move |done| {
             Control::Unsubscribe(channel, done)
+        })
+    }
+
+    fn presence_write(
+        &self,
+        writes: Vec<PartWrite>,
+    ) -> BoxFuture<'_, Result<Vec<String>, BackplaneError>> {
+        let up = self.is_up();
+        Box::pin(async move {
+            if !up {
+                return Err(BackplaneError::Unavailable("redis cluster is down".into()));
+            }
+            members::write_per_topic(&self.store, writes)
+                .await
+                .map_err(unavailable)
+        })
+    }
+
+    fn presence_read(
+        &self,
+        read: PresenceRead,
+    ) -> BoxFuture<'_, Result<StoredPresence, BackplaneError>> {
+        let mut conn = self.store.clone();
+        let up = self.is_up();
+        Box::pin(async move {
+            if !up {
+                return Err(BackplaneError::Unavailable("redis cluster is down".into()));
+            }
+            members::read(&mut conn, read).await.map_err(unavailable)
+        })
+    }
+
+    fn presence_refresh(
+        &self,
+        keys: Vec<PresenceKey>,
+        node: &str,
+        ttl: Duration,
+    ) -> BoxFuture<'_, Result<Vec<bool>, BackplaneError>> {
+        let up = self.is_up();
+        let node = node.to_owned();
+        Box::pin(async move {
+            if !up {
+                return Err(BackplaneError::Unavailable("redis cluster is down".into()));
+            }
+            members::refresh_per_topic(&self.store, &keys, &node, ttl)
+                .await
+                .map_err(unavailable)
         })
     }
 
