@@ -7,10 +7,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -400,7 +399,11 @@ mod tests {
         let mut first = handshakes.enter().await;
         let _second = handshakes.enter().await;
         let _third = handshakes.enter().await;
-        assert_eq!(Instant::now(), start + grace, "the newcomer waited the grace");
+        assert_eq!(
+            Instant::now(),
+            start + grace,
+            "the newcomer waited the grace"
+        );
         assert_eq!(handshakes.len(), 2);
         assert_eq!(first.run(std::future::pending::<()>()).await, None);
         drop(first);
