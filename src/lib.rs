@@ -117,6 +117,7 @@ mod message;
 mod peer;
 mod pending;
 mod policy;
+mod presence;
 mod progress;
 mod queue;
 mod reconnect;
@@ -141,6 +142,7 @@ pub use history::{HistoryConfig, HistoryError, Position, Published, Subscribed};
 pub use lanes::MethodOptions;
 pub use peer::{ConnectionInfo, Peer, Reply};
 pub use policy::{HandshakePolicy, Refusal};
+pub use presence::{Member, PresenceChange, PresenceError, PresenceEvent, PresenceLimits};
 pub use progress::Progress;
 pub use reconnect::{
     Backoff, LinkState, Reconnecting, ReconnectingBuilder, TopicEvent, TopicEvents, TopicOptions,
@@ -156,7 +158,7 @@ pub use server::Server;
 pub use tokio_tungstenite::tungstenite::client::{ClientRequestBuilder, IntoClientRequest};
 /// The `http` crate's types, as the handshake uses them (headers in [`ConnectionInfo`]).
 pub use tokio_tungstenite::tungstenite::http;
-pub use topics::{TopicMethods, Topics};
+pub use topics::{PresenceEvents, PresenceJoin, PresenceLeave, TopicMethods, Topics};
 
 /// The README's code, compiled and run as a doc test so it stays true (with the axum
 /// feature, which its axum snippet needs; `cargo test --workspace` turns it on).

@@ -351,7 +351,7 @@ impl<S: Send + Sync + 'static> Conn<S> {
         if gate.echo {
             tokio::spawn(async move {
                 let _slot = slot;
-                crate::echo::echo(WebSocket::new(ws)).await;
+                crate::transport::echo::echo(WebSocket::new(ws)).await;
             });
             return;
         }
