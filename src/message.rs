@@ -18,7 +18,9 @@ use crate::error::RpcError;
 mod fast;
 mod write;
 
-pub(crate) use write::{error_response, invalid_utf8, request, response, write_request};
+pub(crate) use write::{
+    error_response, invalid_utf8, request, request_parts, response, result_in, write_request,
+};
 
 /// A JSON value as it appeared in the frame: a slice of the frame's text, checked to
 /// be valid JSON but not read further.
@@ -82,6 +84,13 @@ pub(crate) enum Item<'a> {
         id: Option<Raw<'a>>,
         reason: &'static str,
     },
+}
+
+impl Item<'_> {
+    /// Whether it is (or tries to be) a response: an answer to one of our calls.
+    pub(crate) fn is_answer(&self) -> bool {
+        matches!(self, Item::Response { .. } | Item::BadResponse { .. })
+    }
 }
 
 /// The `result` or the `error` member of a response, still raw: borrowed from the

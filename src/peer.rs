@@ -162,6 +162,23 @@ impl Peer {
             }
             None => None,
         };
+        // The call layers (layer.rs) see it, and may answer it instead.
+        if shared.layers().is_some() {
+            let send = |frame| self.send_call(frame, id, method, timeout);
+            return crate::layer::made_call(self, method, frame, send).await;
+        }
+        self.send_call(frame, id, method, timeout).await
+    }
+
+    /// Registers our call `id`, queues its `frame` and waits for its answer.
+    async fn send_call(
+        &self,
+        frame: impl Into<Text>,
+        id: u64,
+        method: &str,
+        timeout: Duration,
+    ) -> Result<Reply> {
+        let shared = &*self.shared;
         let Registered {
             mut guard,
             rx,
@@ -216,6 +233,10 @@ impl Peer {
     /// [`Error::Closed`], or the params errors of [`call`](Self::call).
     pub async fn notify(&self, method: &str, params: impl Serialize) -> Result<()> {
         let frame = message::request(method, &params, None)?;
+        if self.shared.layers().is_some() {
+            let send = |frame| self.shared.send(frame);
+            return crate::layer::made_notification(self, method, frame, send).await;
+        }
         self.shared.send(frame).await
     }
 
