@@ -30,7 +30,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use jsonrpc_peer::cluster::{Cluster, PeerAddr, RedisBackplane, RedisOptions};
-use jsonrpc_peer::{Context, Error, HandshakePolicy, Router, RpcError, Server};
+use jsonrpc_peer::{Caller, Context, Error, HandshakePolicy, Router, RpcError, Server};
 use serde_json::Value;
 
 /// Local errors of a cross-node call, as the answer's error.
@@ -80,7 +80,7 @@ fn router(cluster: Cluster) -> Router<Cluster> {
                 payload_ok(&payload)?;
                 cx.state()
                     .topics()
-                    .publish(&topic, payload)
+                    .publish(&topic, &payload)
                     .await
                     .map(|published| published.delivered)
                     .map_err(answer_error)
@@ -92,7 +92,7 @@ fn router(cluster: Cluster) -> Router<Cluster> {
                 payload_ok(&payload)?;
                 cx.state()
                     .handle()
-                    .broadcast("broadcast", payload)
+                    .broadcast("broadcast", &payload)
                     .map_err(answer_error)
             },
         )
@@ -100,7 +100,8 @@ fn router(cluster: Cluster) -> Router<Cluster> {
             "call_peer",
             |cx: Context<Cluster>, (addr, method, params): (PeerAddr, String, Value)| async move {
                 cx.state()
-                    .call::<Value>(&addr, &method, params)
+                    .peer(&addr)
+                    .call::<Value>(&method, params)
                     .await
                     .map_err(answer_error)
             },
@@ -109,7 +110,9 @@ fn router(cluster: Cluster) -> Router<Cluster> {
             "notify_peer",
             |cx: Context<Cluster>, (addr, method, params): (PeerAddr, String, Value)| async move {
                 cx.state()
-                    .notify(&addr, &method, params)
+                    .peer(&addr)
+                    .notify(&method, params)
+                    .await
                     .map_err(answer_error)?;
                 Ok::<_, RpcError>(true)
             },

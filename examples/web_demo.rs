@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use jsonrpc_peer::axum::Endpoint;
 use jsonrpc_peer::{
-    Context, HandshakePolicy, Method, Notification, Router, RpcError, ServerHandle,
+    Caller, Context, HandshakePolicy, Method, Notification, Router, RpcError, ServerHandle,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -128,7 +128,8 @@ fn router(pages: ServerHandle) -> Router<Demo> {
             // `From<Error>`): "`ui.describe`: no answer within 10s" in its data.
             let answer = cx
                 .peer()
-                .request_with_timeout(UiDescribe, (), Duration::from_secs(10))
+                .request(UiDescribe, &())
+                .timeout(Duration::from_secs(10))
                 .await?;
             Ok(AskAnswer {
                 asked: UiDescribe::NAME.into(),
@@ -153,8 +154,8 @@ fn router(pages: ServerHandle) -> Router<Demo> {
             let delivered = cx
                 .state()
                 .pages
-                .broadcast(ChatBroadcast::NAME, message)
-                .map_err(|e| RpcError::internal_error().with_data(e.to_string()))?;
+                .broadcast(ChatBroadcast::NAME, &message)
+                .map_err(RpcError::internal_error)?;
             Ok(Delivered { delivered })
         })
 }
@@ -184,9 +185,9 @@ async fn push_metrics(pages: ServerHandle, count: PageCount, clustered: bool) {
         if clustered {
             for page in pages.peers() {
                 let metrics = metrics.clone();
-                tokio::spawn(async move { page.send(MetricsPush, metrics).await });
+                tokio::spawn(async move { page.send(MetricsPush, &metrics).await });
             }
-        } else if let Err(e) = pages.broadcast(MetricsPush::NAME, metrics) {
+        } else if let Err(e) = pages.broadcast(MetricsPush::NAME, &metrics) {
             eprintln!("metrics push failed: {e}");
         }
     }

@@ -84,10 +84,6 @@ pub struct PeerConfig {
     /// Which cancel notification is sent (default [`CancelStyle::Lsp`]). Incoming
     /// cancels are understood in either form.
     pub cancel_style: CancelStyle,
-    /// How many progress values of one call may wait unread by its caller
-    /// (default 64). The connection never waits for them: past this, values are
-    /// dropped.
-    pub progress_queue: usize,
 }
 
 /// Which cancel notification this side sends when it gives up on a call.
@@ -138,7 +134,6 @@ impl Default for PeerConfig {
             connect_timeout: Duration::from_secs(10),
             cancel_on_drop: true,
             cancel_style: CancelStyle::Lsp,
-            progress_queue: 64,
         }
     }
 }
@@ -169,7 +164,6 @@ impl PeerConfig {
     setting!(connect_timeout: Duration);
     setting!(cancel_on_drop: bool);
     setting!(cancel_style: CancelStyle);
-    setting!(progress_queue: usize);
 
     /// The tungstenite settings these limits translate to.
     pub(crate) fn websocket(&self) -> WebSocketConfig {

@@ -96,6 +96,7 @@ mod addr;
 #[cfg(feature = "axum")]
 pub mod axum;
 mod batch;
+mod call;
 mod cancel;
 mod client;
 pub mod cluster;
@@ -129,19 +130,21 @@ mod topics;
 pub mod transport;
 
 pub use batch::Batch;
+pub use call::{Call, CallFuture, CallOptions, Caller, FromReply, Progress, Reply, Request};
 #[cfg(feature = "rustls")]
 pub use client::connect_with_tls;
 pub use client::{connect, connect_with_config};
 pub use config::{CancelStyle, PeerConfig, SlowPeer};
-pub use contract::{Api, ApiMismatch, Method, Notification, Notifications};
+pub use contract::{
+    Api, ApiMismatch, Method, Notification, NotificationName, Notifications, OnTopic, Topic,
+};
 #[cfg(feature = "schemars")]
 pub use discover::OPENRPC_VERSION;
 pub use error::{CloseReason, Error, ErrorCode, Result, RpcError};
 pub use history::{HistoryConfig, HistoryError, Position, Published, Subscribed};
 pub use lanes::MethodOptions;
-pub use peer::{ConnectionInfo, Peer, Reply};
+pub use peer::{ConnectionInfo, Peer};
 pub use policy::{HandshakePolicy, Refusal};
-pub use progress::Progress;
 pub use reconnect::{
     Backoff, LinkState, Reconnecting, ReconnectingBuilder, TopicEvent, TopicEvents, TopicOptions,
 };

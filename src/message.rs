@@ -18,7 +18,9 @@ use crate::error::RpcError;
 mod fast;
 mod write;
 
-pub(crate) use write::{error_response, invalid_utf8, request, response, write_request};
+pub(crate) use write::{
+    error_response, finish_request, invalid_utf8, request, request_head, response, write_request,
+};
 
 /// A JSON value as it appeared in the frame: a slice of the frame's text, checked to
 /// be valid JSON but not read further.

@@ -330,8 +330,9 @@ impl<S: Send + Sync + 'static> Router<S> {
                     Ok(result) => message::response(id, &result).unwrap_or_else(|e| {
                         message::error_response(
                             Some(id),
-                            &RpcError::internal_error()
-                                .with_data(format!("the result could not be serialized: {e}")),
+                            &RpcError::internal_error(format_args!(
+                                "the result could not be serialized: {e}"
+                            )),
                         )
                     }),
                     Err(error) => message::error_response(Some(id), &error),

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use jsonrpc_peer::{
-    CancelStyle, Context, Error, MethodOptions, Peer, PeerConfig, Router, RpcError,
+    Caller, CancelStyle, Context, Error, MethodOptions, Peer, PeerConfig, Router, RpcError,
 };
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify};
@@ -102,7 +102,8 @@ async fn a_call_given_up_by_its_timeout_stops_the_handler_on_the_other_side_at_o
 
     let begun = Instant::now();
     let outcome = client
-        .call_with_timeout::<String>("slow", (), Duration::from_millis(10))
+        .call::<String>("slow", ())
+        .timeout(Duration::from_millis(10))
         .await;
     assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
     assert_eq!(next(&mut events).await, "started slow");
@@ -126,7 +127,8 @@ async fn with_cancels_off_the_handler_runs_on() {
     let server = start(b, router, &config());
 
     let outcome = client
-        .call_with_timeout::<String>("slow", (), Duration::from_millis(10))
+        .call::<String>("slow", ())
+        .timeout(Duration::from_millis(10))
         .await;
     assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
     assert_eq!(next(&mut events).await, "started slow");

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{connections, serve, serve_with, within};
 use futures_util::StreamExt;
 use jsonrpc_peer::schemars::JsonSchema;
-use jsonrpc_peer::{connect, Api, Error, PeerConfig, Reconnecting, Router, RpcError};
+use jsonrpc_peer::{connect, Api, Caller, Error, PeerConfig, Reconnecting, Router, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -95,9 +95,9 @@ async fn typed_calls_go_both_ways() {
     let router = Router::new().handle(Subtract, |cx, p| async move {
         let page = cx
             .peer()
-            .request(UiDescribe, ())
+            .request(UiDescribe, &())
             .await
-            .map_err(|e| RpcError::internal_error().with_data(e.to_string()))?;
+            .map_err(RpcError::internal_error)?;
         assert_eq!(page.title, "demo");
         Ok(p.minuend - p.subtrahend)
     });
@@ -113,7 +113,7 @@ async fn typed_calls_go_both_ways() {
     let peer = within(connect(&url, client)).await.unwrap();
     let d = within(peer.request(
         Subtract,
-        SubtractParams {
+        &SubtractParams {
             minuend: 42,
             subtrahend: 23,
         },
@@ -124,7 +124,7 @@ async fn typed_calls_go_both_ways() {
 
     // And the server calls the client directly.
     let on_server = within(connected.recv()).await.unwrap();
-    let page = within(on_server.request(UiDescribe, ())).await.unwrap();
+    let page = within(on_server.request(UiDescribe, &())).await.unwrap();
     assert_eq!(
         page,
         Page {
@@ -143,7 +143,7 @@ async fn typed_calls_go_both_ways() {
 async fn a_typed_call_of_a_method_the_other_side_lacks_is_method_not_found() {
     let (url, _server) = serve(Router::new()).await;
     let peer = within(connect(&url, Router::new())).await.unwrap();
-    let err = within(peer.request(Sum, vec![1, 2])).await.unwrap_err();
+    let err = within(peer.request(Sum, &vec![1, 2])).await.unwrap_err();
     assert_eq!(
         err.rpc().map(|e| e.code),
         Some(jsonrpc_peer::ErrorCode::METHOD_NOT_FOUND)
@@ -161,9 +161,9 @@ async fn reconnecting_clients_make_typed_calls_and_notifications() {
     });
     let (url, _server) = serve(router).await;
     let client = Reconnecting::builder(url, Router::new()).start();
-    let total = within(client.request(Sum, vec![1, 2, 4])).await.unwrap();
+    let total = within(client.request(Sum, &vec![1, 2, 4])).await.unwrap();
     assert_eq!(total, 7);
-    within(client.send(Tick, TickParams { n: 5 }))
+    within(client.send(Tick, &TickParams { n: 5 }))
         .await
         .unwrap();
     assert_eq!(within(lines.recv()).await, Some(5));
@@ -179,7 +179,7 @@ async fn notifications_arrive_as_a_typed_stream_in_order_and_end_with_the_connec
     let on_server = within(connected.recv()).await.unwrap();
 
     for n in 0..20 {
-        within(on_server.send(Tick, TickParams { n }))
+        within(on_server.send(Tick, &TickParams { n }))
             .await
             .unwrap();
     }
@@ -191,7 +191,7 @@ async fn notifications_arrive_as_a_typed_stream_in_order_and_end_with_the_connec
     assert_eq!(seen, (0..20).collect::<Vec<_>>());
 
     // `Stream` too, for combinators.
-    within(on_server.send(Tick, TickParams { n: 99 }))
+    within(on_server.send(Tick, &TickParams { n: 99 }))
         .await
         .unwrap();
     let next = within(StreamExt::next(&mut ticks)).await;
@@ -228,14 +228,15 @@ async fn a_full_stream_holds_the_connection_back_and_loses_nothing() {
     let on_server = within(connected.recv()).await.unwrap();
 
     for n in 0..SENT {
-        within(on_server.send(Tick, TickParams { n }))
+        within(on_server.send(Tick, &TickParams { n }))
             .await
             .unwrap();
     }
     // Nobody reads the stream: the client has stopped reading its connection, so a
     // call sent after the ticks is not answered...
     let held = on_server
-        .request_with_timeout(Sum, vec![1, 2], Duration::from_millis(300))
+        .request(Sum, &vec![1, 2])
+        .timeout(Duration::from_millis(300))
         .await;
     assert!(matches!(held, Err(Error::Timeout { .. })), "{held:?}");
 
@@ -245,7 +246,7 @@ async fn a_full_stream_holds_the_connection_back_and_loses_nothing() {
         assert_eq!(tick.n, n);
         taken.fetch_add(1, Ordering::SeqCst);
     }
-    let total = within(on_server.request(Sum, vec![1, 2])).await.unwrap();
+    let total = within(on_server.request(Sum, &vec![1, 2])).await.unwrap();
     assert_eq!(total, 3);
     // The timed-out call was read, and run, only once nearly every tick had been taken:
     // what waits between the socket and the test is the stream (2), the handler that

@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
-use super::backplane::{Backplane, BackplaneError, BusEvent};
+use super::backplane::{Backplane, BusEvent};
 use super::calls::Calls;
 use super::envelope::{Kind, Me};
 use super::nodes::{Heard, Nodes, Roster, Table};
@@ -89,6 +89,8 @@ pub(crate) struct Node {
     pub calls: Arc<Calls>,
     subscriptions: Arc<Subscriptions>,
     counters: Arc<Counters>,
+    /// Read for its counters only: the outbox and subscriptions tasks use it.
+    bus: Arc<dyn Backplane>,
     stop: watch::Sender<bool>,
 }
 
@@ -108,18 +110,22 @@ impl Node {
         let bus: Arc<dyn Backplane> = Arc::from(bus);
         let me = Arc::new(Me::new(id, &options.prefix));
         for channel in [me.channels.all(), me.channels.control(), &me.own] {
-            bus.subscribe(channel).await.map_err(|e: BackplaneError| {
-                Error::Cluster(ClusterError::Unavailable(e.to_string()))
-            })?;
+            bus.subscribe(channel).await?;
         }
-        let node = Node::new(me, handle, topics, &options);
+        let node = Node::new(me, handle, topics, &options, bus);
         node.attach()?;
-        node.spawn(bus, events, options);
+        node.spawn(events, options);
         Ok(Arc::new(node))
     }
 
     /// The rooms' handles; no task runs yet.
-    fn new(me: Arc<Me>, handle: ServerHandle, topics: Topics, options: &Options) -> Node {
+    fn new(
+        me: Arc<Me>,
+        handle: ServerHandle,
+        topics: Topics,
+        options: &Options,
+        bus: Arc<dyn Backplane>,
+    ) -> Node {
         let state = watch::Sender::new(ClusterState::Up);
         let window = options.heartbeat * options.missed;
         let roster = Arc::new(Roster::new(&me.id));
@@ -144,6 +150,7 @@ impl Node {
             calls,
             subscriptions: Arc::new(Subscriptions::default()),
             counters: Arc::new(Counters::default()),
+            bus,
             stop: watch::Sender::new(false),
         }
     }
@@ -167,7 +174,8 @@ impl Node {
     }
 
     /// Starts the four tasks, each in a span that names the node, and says hello.
-    fn spawn(&self, bus: Arc<dyn Backplane>, events: mpsc::Receiver<BusEvent>, options: Options) {
+    fn spawn(&self, events: mpsc::Receiver<BusEvent>, options: Options) {
+        let bus = self.bus.clone();
         let (forget_tx, forget_rx) = mpsc::unbounded_channel();
         let (heard_tx, heard_rx) = mpsc::channel::<Heard>(HEARD_CAPACITY);
         let span = tracing::info_span!("cluster", node = %self.me.id);
@@ -241,6 +249,8 @@ impl Node {
             duplicates: self.counters.duplicates.load(Ordering::Relaxed),
             gaps: self.counters.gaps.load(Ordering::Relaxed),
             duplicate_node_seen: self.counters.twins.load(Ordering::Relaxed),
+            bus_dropped: self.bus.dropped(),
+            bus_reconnects: self.bus.reconnects(),
         }
     }
 

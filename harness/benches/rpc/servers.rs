@@ -1,7 +1,7 @@
 //! The servers, in this process on the server thread: jsonrpc-peer's, the baseline's and
 //! jsonrpsee's side by side; and jsonrpc-peer's client.
 
-use jsonrpc_peer::{connect, Context, Peer, Router, RpcError, Server, ServerHandle};
+use jsonrpc_peer::{connect, Caller, Context, Peer, Router, RpcError, Server, ServerHandle};
 use std::sync::Arc;
 
 use crate::jsonrpsee::JsonrpseeServer;
@@ -50,7 +50,7 @@ pub(crate) fn ours_router() -> Router {
                 cx.peer()
                     .notify(TICK, [i])
                     .await
-                    .map_err(|e| RpcError::internal_error().with_data(e.to_string()))?;
+                    .map_err(RpcError::internal_error)?;
             }
             Ok::<_, RpcError>(n)
         })

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use jsonrpc_peer::{connect, Peer, Router};
+use jsonrpc_peer::{connect, Caller, Peer, Router};
 use serde_json::Value;
 
 use crate::procs::{cpu_ns_of, unix_nanos, Proc};
