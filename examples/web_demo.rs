@@ -6,14 +6,22 @@
 //! One axum app serves the page (`web-demo/`, with the browser peer's package `js/src/`
 //! at `/js/`) and the JSON-RPC endpoint (`/rpc`). The browser calls the server
 //! (`subtract`, `sum`, `get_data`, `chat.send`), the server pushes `metrics` to every
-//! page four times a second and broadcasts `chat.message`, and `demo.ask_browser` makes
-//! the server call the page's own `ui.describe` before it answers: a nested round trip. `demo.long_task {"seconds": S}` runs S seconds,
+//! page four times a second and publishes each chat line on the topic `chat.message`,
+//! and `demo.ask_browser` makes the server call the page's own `ui.describe` before it
+//! answers: a nested round trip. `demo.long_task {"seconds": S}` runs S seconds,
 //! reporting progress to a caller that asks for it, and answers `"done"` (or `-32800`
 //! when its caller cancels it); `demo.tasks_running []` says how many run now.
 //!
+//! The chat topic keeps its last lines (`--chat-history N`, default 1,000; 0: none), so a
+//! page whose link dropped subscribes again from its last offset
+//! (`subscribe ["chat.message", {"epoch":E,"offset":K}]`) and gets exactly the lines it
+//! missed; where that is no longer possible it is told so and reloads `chat.recent`.
+//!
 //! Across servers: `cargo run --example web_demo --features axum,redis -- --redis URL` (URL
 //! `redis://HOST:PORT` or `redis+unix:///path`) joins a cluster over Redis; run two on
-//! two ports and chat lines and "pages connected" span both.
+//! two ports and chat lines and "pages connected" span both. There the chat topic keeps
+//! no history yet (a topic's history is one node's until it spans the cluster), so a
+//! page that comes back reloads `chat.recent`, which holds the lines this node published.
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -22,6 +30,7 @@ mod spec_methods;
 #[path = "common/web_api.rs"]
 mod web_api;
 
+use std::collections::VecDeque;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,21 +40,30 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use jsonrpc_peer::axum::Endpoint;
 use jsonrpc_peer::{
-    Caller, Context, HandshakePolicy, Method, Notification, Router, RpcError, ServerHandle,
+    Caller, Context, HandshakePolicy, HistoryConfig, Method, Notification, Router, RpcError,
+    ServerHandle, TopicMethods, Topics,
 };
 use serde::Deserialize;
 use serde_json::json;
 use tower_http::services::ServeDir;
 use web_api::{
-    AskAnswer, AskBrowser, ChatBroadcast, ChatMessage, ChatSend, Delivered, Metrics, MetricsPush,
-    UiDescribe,
+    AskAnswer, AskBrowser, ChatBroadcast, ChatMessage, ChatRecent, ChatSend, Delivered, Metrics,
+    MetricsPush, RecentChat, RecentLine, UiDescribe,
 };
 
-/// What the demo's handlers share: the registry of connected pages.
+/// The chat's topic: each line is published on it.
+const CHAT: &str = ChatBroadcast::NAME;
+/// How many lines `chat.recent` returns.
+const RECENT: usize = 50;
+
+/// What the demo's handlers share: the long tasks' count and the chat.
 struct Demo {
-    pages: ServerHandle,
     /// How many `demo.long_task` calls run now, on every connection.
     tasks: Arc<AtomicUsize>,
+    topics: Topics,
+    /// The chat's last lines, for `chat.recent`. Its lock is held while a line is
+    /// published, so the list has every line published here, in offset order.
+    chat: tokio::sync::Mutex<VecDeque<RecentLine>>,
 }
 
 #[derive(Deserialize)]
@@ -81,9 +99,17 @@ fn invalid(reason: &str) -> RpcError {
     RpcError::invalid_params(reason)
 }
 
-fn router(pages: ServerHandle) -> Router<Demo> {
+fn router(topics: Topics) -> Router<Demo> {
     let tasks = Arc::new(AtomicUsize::new(0));
-    spec_methods::with_spec_methods(Router::with_state(Demo { pages, tasks }))
+    // `subscribe` / `unsubscribe` for the chat topic: `subscribe ["chat.message", position?]`.
+    let chat_topic = TopicMethods::new(&topics).only([CHAT]);
+    let demo = Demo {
+        tasks,
+        topics,
+        chat: tokio::sync::Mutex::new(VecDeque::with_capacity(RECENT)),
+    };
+    spec_methods::with_spec_methods(Router::with_state(demo))
+        .topics(chat_topic)
         // A long call: progress ten times a second to a caller that asked; stopped
         // (and answered -32800 by the engine) when its caller cancels it.
         .method(
@@ -151,12 +177,33 @@ fn router(pages: ServerHandle) -> Router<Demo> {
                 text: text.into(),
                 at_ms: now_ms(),
             };
-            let delivered = cx
+            let mut recent = cx.state().chat.lock().await;
+            // With history, Ok means recorded: a page that is away gets it when it resumes.
+            let published = cx
                 .state()
-                .pages
-                .broadcast(ChatBroadcast::NAME, &message)
+                .topics
+                .publish(CHAT, &message)
+                .await
                 .map_err(RpcError::internal_error)?;
-            Ok(Delivered { delivered })
+            if recent.len() == RECENT {
+                recent.pop_front();
+            }
+            recent.push_back(RecentLine {
+                offset: published.offset,
+                name: message.name,
+                text: message.text,
+                at_ms: message.at_ms,
+            });
+            Ok(Delivered {
+                delivered: published.delivered,
+            })
+        })
+        .handle(ChatRecent, |cx, ()| async move {
+            let recent = cx.state().chat.lock().await;
+            Ok(RecentChat {
+                epoch: cx.state().topics.position(CHAT).map(|p| p.epoch),
+                lines: recent.iter().cloned().collect(),
+            })
         })
 }
 
@@ -212,9 +259,9 @@ fn origins(addr: SocketAddr, args: &cli::Args) -> Vec<String> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let flags: &[&str] = if cfg!(feature = "redis") {
-        &["allow-origin", "redis"]
+        &["allow-origin", "chat-history", "redis"]
     } else {
-        &["allow-origin"]
+        &["allow-origin", "chat-history"]
     };
     let args = cli::Args::parse("127.0.0.1:8080", flags)?;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -227,6 +274,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = listener.local_addr()?;
 
     let pages = ServerHandle::new();
+    let topics = Topics::new();
+    let chat_history = args.number("chat-history", 1000)?;
     // Both are changed only when the `redis` feature joins a cluster.
     #[allow(unused_mut)]
     let mut count: PageCount = {
@@ -244,16 +293,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             None
         } else {
             let bus = RedisBackplane::connect(&url, RedisOptions::default()).await?;
-            let cluster = Cluster::builder(bus, pages.clone()).start().await?;
+            // Chat lines reach every node's pages; a bus outage reaches them as `$/gap`
+            // (the page reloads the chat).
+            let cluster = Cluster::builder(bus, pages.clone())
+                .topics(topics.clone())
+                .gap_notification("$/gap")
+                .start()
+                .await?;
             let across = cluster.clone();
             count = Arc::new(move || across.connection_count());
             clustered = true;
             Some(cluster)
         }
     };
+    // The chat keeps its last lines, so that a page that comes back gets what it missed.
+    // Not in a cluster yet: there a topic with history is delivered only on the node
+    // that publishes, until the history spans the cluster (issue 21's cluster part).
+    if chat_history > 0 && !clustered {
+        let lines = usize::try_from(chat_history).unwrap_or(usize::MAX);
+        topics.keep_history(CHAT, HistoryConfig::default().max_len(lines));
+    }
     // What the demo serves, calls and pushes, checked now and served as rpc.discover.
     let api = web_api::web_api();
-    let router = router(pages.clone());
+    let router = router(topics);
     api.check(&router)?;
     let endpoint = Endpoint::new(router.discover(&api))
         .with_handle(pages.clone())

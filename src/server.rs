@@ -300,7 +300,7 @@ impl<S: Send + Sync + 'static> Conn<S> {
         if gate.echo {
             tokio::spawn(async move {
                 let _slot = slot;
-                crate::echo::echo(WebSocket::new(ws)).await;
+                crate::transport::echo::echo(WebSocket::new(ws)).await;
             });
             return;
         }

@@ -18,6 +18,8 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
+#[cfg(feature = "fuzzing")]
+pub(crate) mod echo;
 mod memory;
 pub use memory::{pair, pair_with_capacity, Memory, DEFAULT_CAPACITY};
 

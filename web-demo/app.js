@@ -36,7 +36,6 @@ const peer = /** @type {DemoPeer} */ (/** @type {unknown} */ (reconnecting(WS_UR
   },
 })))
   .notification('metrics', onMetrics)
-  .notification('chat.message', onChatMessage)
   .method('ui.describe', describeUi);
 
 peer.addEventListener('statechange', (/** @type {any} */ { detail: s }) => {
@@ -367,11 +366,100 @@ const nameInput = $('chat-name');
 nameInput.value = localStorage.getItem('jsonrpc-peer-demo.name') || `guest-${Math.floor(1000 + Math.random() * 9000)}`;
 nameInput.addEventListener('change', () => localStorage.setItem('jsonrpc-peer-demo.name', nameInput.value));
 
-function onChatMessage(_cx, m) {
+/** @typedef {import('./demo-api.js').ChatMessage} ChatLine a line, as the server describes it */
+
+// The chat is a topic the link follows: after every reconnect it subscribes again from
+// the offset of the last line shown, and the server sends exactly the lines typed
+// meanwhile (each once, in order) before the live ones. When it cannot (the server
+// restarted, or the lines left its history), the page reloads the chat's last lines.
+const chat = peer.topic('chat.message', {
+  onData: (line, { offset }) => onChatLine(line, offset),
+  onSubscribed: (s) => {
+    if (!s.history) showSync('live', 'live (no history kept: after a reconnect the chat reloads)');
+    else if (s.from === null) showSync('live', 'live');
+    else if (s.recovered) {
+      const n = s.offset - s.from.offset;
+      showSync('recovered', `recovered after a reconnect: ${n} missed line${n === 1 ? '' : 's'} replayed`);
+    }
+    // recovered: false: onMissed follows.
+  },
+  onMissed: () => void reloadChat(),
+  onFailed: (e) => showSync('failed', `chat: ${describeError(e)}`),
+});
+
+/** Shows where the chat stands against the server: live, recovered, missed. */
+function showSync(state, text) {
+  const el = $('chat-sync');
+  el.dataset.state = state;
+  el.textContent = text;
+}
+
+/** While `chat.recent` is on its way, the lines that arrive wait here: {line, offset}. */
+let arrivedWhileReloading = null;
+let reloadAgain = false;
+const CHAT_KEEP = 100;
+/** @type {{line: ChatLine, offset: number}[]} the lines shown, oldest first */
+let shown = [];
+
+/** @param {ChatLine} line @param {number} offset */
+function onChatLine(line, offset) {
+  if (arrivedWhileReloading) arrivedWhileReloading.push({ line, offset });
+  else showChatLine(line, offset);
+}
+
+/** Lines were missed: show the server's last lines, and what arrived meanwhile. */
+async function reloadChat() {
+  if (arrivedWhileReloading) {
+    reloadAgain = true; // missed again during the reload: once more after it
+    return;
+  }
+  arrivedWhileReloading = [];
+  showSync('reloading', 'missed some lines, reloading…');
+  try {
+    const { epoch, lines } = await peer.call('chat.recent');
+    const recent = lines.map((l) => ({ line: l, offset: l.offset ?? 0 }));
+    let all;
+    if (epoch && epoch === chat.position?.epoch) {
+      // With history: the server's last lines, then those that came after the newest.
+      const newest = recent.at(-1)?.offset ?? 0;
+      all = [...recent, ...arrivedWhileReloading.filter((l) => l.offset > newest)];
+    } else if (epoch) {
+      // The history changed again meanwhile: what the server has, then what came.
+      all = [...recent, ...arrivedWhileReloading];
+    } else {
+      // Without history (a cluster, for now) the server has only its own node's lines:
+      // they join those shown, each once, in the order they were written.
+      const key = ({ line: l }) => `${l.at_ms}\u0000${l.name}\u0000${l.text}`;
+      const seen = new Set();
+      all = [...shown, ...recent, ...arrivedWhileReloading]
+        .filter((l) => !seen.has(key(l)) && seen.add(key(l)))
+        .sort((x, y) => x.line.at_ms - y.line.at_ms);
+    }
+    shown = [];
+    $('chat-log').replaceChildren();
+    for (const { line, offset } of all) showChatLine(line, offset);
+    showSync('missed', 'missed, reloaded');
+  } catch (e) {
+    for (const { line, offset } of arrivedWhileReloading) showChatLine(line, offset);
+    showSync('failed', `missed some lines; reloading failed: ${describeError(e)}`);
+  } finally {
+    arrivedWhileReloading = null;
+  }
+  if (reloadAgain) {
+    reloadAgain = false;
+    await reloadChat();
+  }
+}
+
+/** @param {ChatLine} m @param {number} offset its offset in the chat's history (0: none) */
+function showChatLine(m, offset) {
+  shown.push({ line: m, offset });
+  if (shown.length > CHAT_KEEP) shown.shift();
   const log = $('chat-log');
   log.querySelector('.empty')?.remove();
   const li = document.createElement('li');
   li.setAttribute('data-testid', 'chat-message');
+  if (offset) li.dataset.offset = String(offset);
   if (m?.name === nameInput.value) li.classList.add('mine');
   const head = document.createElement('div');
   head.className = 'chat-head';
@@ -385,7 +473,7 @@ function onChatMessage(_cx, m) {
   text.textContent = String(m?.text ?? '');
   li.append(head, text);
   log.append(li);
-  while (log.children.length > 100) log.firstElementChild.remove();
+  while (log.children.length > CHAT_KEEP) log.firstElementChild.remove();
   log.scrollTop = log.scrollHeight;
 }
 

@@ -4,8 +4,8 @@
 //     timeout 300 node --test --test-timeout=60000 browser-test.mjs
 // Env: DEMO_URL (required), SCREENSHOT_DIR (default ../target/screenshots),
 //      CHROMIUM (default /usr/bin/chromium), DEMO_BIN (the built web_demo example, default
-//      ../target/debug/examples/web_demo: the reconnect test runs a server of its own
-//      and restarts it under the page).
+//      ../target/debug/examples/web_demo: the reconnect and chat resume tests run servers
+//      of their own, restart them under the page, and cut a page's link with a TCP proxy).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -13,6 +13,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { launchChromium } from './chromium.mjs';
+import { tcpProxy } from '../js/test/tcp-proxy.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const BASE = (process.env.DEMO_URL ?? '').replace(/\/+$/, '');
@@ -22,13 +23,13 @@ const WAIT_MS = 10000; // every wait below is bounded by this (or less)
 const DEMO_BIN = path.resolve(process.env.DEMO_BIN ?? path.join(HERE, '..', 'target', 'debug', 'examples', 'web_demo'));
 
 /**
- * Starts the demo server on `listen`; resolves with `{ url, stop }` once it prints its
- * first line (`listening on http://HOST:PORT ...`). `stop()` kills it and resolves when
- * it has exited.
+ * Starts the demo server on `listen` (with `args`); resolves with `{ url, stop }` once it
+ * prints its first line (`listening on http://HOST:PORT ...`). `stop()` kills it and
+ * resolves when it has exited.
  */
-function startDemo(listen) {
+function startDemo(listen, args = []) {
   return new Promise((resolve, reject) => {
-    const child = spawn(DEMO_BIN, ['--listen', listen], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(DEMO_BIN, ['--listen', listen, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
     const exited = new Promise((r) => child.once('exit', r));
     const stop = () => {
       child.kill('SIGKILL');
@@ -328,6 +329,13 @@ test('the page comes back by itself when the server restarts under it', { timeou
     null,
     { timeout: WAIT_MS },
   );
+  // The chat's history went with the old process: a new epoch, so the page was told it
+  // missed what it cannot get back, and reloaded the chat.
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid="chat-sync"]').textContent === 'missed, reloaded',
+    null,
+    { timeout: WAIT_MS },
+  );
   // Pushes flow again on the new connection.
   const before = Number(await page.getByTestId('push-count').textContent());
   await page.waitForFunction(
@@ -336,5 +344,105 @@ test('the page comes back by itself when the server restarts under it', { timeou
     { timeout: WAIT_MS },
   );
   await page.screenshot({ path: path.join(SHOTS, 'reconnected.png') });
+  assert.deepEqual(errors, []);
+});
+
+/**
+ * Two pages on a demo server of their own: `away`'s socket goes through a TCP proxy the
+ * test can cut (its `?ws=` names the proxy; the page and its origin stay the server's),
+ * `here` connects straight.
+ */
+async function twoChatPages(t, args) {
+  assert.ok(fs.existsSync(DEMO_BIN), `build the demo first (cargo build --example web_demo): ${DEMO_BIN}`);
+  fs.mkdirSync(SHOTS, { recursive: true });
+  let browser;
+  let server;
+  let proxy;
+  t.after(async () => {
+    await browser?.close().catch(() => {});
+    await proxy?.close();
+    await server?.stop();
+  });
+  server = await startDemo('127.0.0.1:0', args);
+  proxy = await tcpProxy(Number(new URL(server.url).port));
+  browser = await launchChromium();
+  const errors = [];
+  const open = async (url, label) => {
+    const page = await (await browser.newContext(LAPTOP)).newPage();
+    page.setDefaultTimeout(WAIT_MS);
+    page.on('pageerror', (e) => errors.push(`[${label}] ${e.message}`));
+    await page.goto(url, { timeout: WAIT_MS });
+    await page.locator('[data-testid="status"][data-state="open"]').waitFor();
+    await page.locator('[data-testid="chat-sync"][data-state="live"]').waitFor();
+    return page;
+  };
+  const away = await open(`${server.url}/?ws=ws://127.0.0.1:${proxy.port}/rpc`, 'away');
+  const here = await open(`${server.url}/`, 'here');
+  return { away, here, proxy, errors };
+}
+
+/** The chat lines a page shows, in order. */
+const chatLines = (page) => page.locator('[data-testid="chat-message"] .chat-text').allTextContents();
+
+/** Types `text` as `name` in `page`'s chat and waits for the line in its own log. */
+async function say(page, name, text) {
+  await page.getByTestId('chat-name').fill(name);
+  await page.getByTestId('chat-text').fill(text);
+  await page.getByTestId('chat-text').press('Enter');
+  await page.locator('[data-testid="chat-message"]', { hasText: text }).waitFor();
+}
+
+/** Cuts `away`'s link (no close handshake) and keeps the server away until the page has seen it. */
+async function cut(away, proxy) {
+  proxy.down = true;
+  proxy.cut();
+  await away.locator('[data-testid="status"][data-state="closed"]').waitFor();
+}
+
+test('chat: a page whose link drops shows the lines typed meanwhile once, in order, and "recovered"', { timeout: 120000 }, async (t) => {
+  const { away, here, proxy, errors } = await twoChatPages(t, []);
+  await say(here, 'bob', 'before the drop');
+  await away.locator('[data-testid="chat-message"]', { hasText: 'before the drop' }).waitFor();
+
+  await cut(away, proxy);
+  const missed = ['one', 'two', 'three', 'four', 'five'].map((w) => `typed while away: ${w}`);
+  for (const line of missed) await say(here, 'bob', line);
+  assert.deepEqual(await chatLines(away), ['before the drop'], 'nothing arrives while the link is down');
+  proxy.down = false;
+
+  // The page dials again by itself (its backoff is at most 8 s) and resumes.
+  await away.locator('[data-testid="status"][data-state="open"]').waitFor({ timeout: WAIT_MS + 8000 });
+  await away.locator('[data-testid="chat-sync"][data-state="recovered"]').waitFor();
+  assert.equal(await away.getByTestId('chat-sync').textContent(), 'recovered after a reconnect: 5 missed lines replayed');
+  assert.deepEqual(await chatLines(away), ['before the drop', ...missed]);
+  // Live again: a line typed now arrives once, after the replayed ones.
+  await say(here, 'bob', 'after the return');
+  await away.locator('[data-testid="chat-message"]', { hasText: 'after the return' }).waitFor();
+  assert.deepEqual(await chatLines(away), ['before the drop', ...missed, 'after the return']);
+  assert.deepEqual(await chatLines(here), ['before the drop', ...missed, 'after the return']);
+  await away.getByTestId('panel-chat').screenshot({ path: path.join(SHOTS, 'chat-recovered.png') });
+  assert.equal(proxy.accepted, 2, 'the away page connected twice, through the proxy');
+  assert.deepEqual(errors, []);
+});
+
+test('chat: a page whose missed lines left the history shows "missed, reloaded" and the chat reloaded', { timeout: 120000 }, async (t) => {
+  // The chat topic keeps one line: three typed while away cannot be replayed.
+  const { away, here, proxy, errors } = await twoChatPages(t, ['--chat-history', '1']);
+  await say(here, 'bob', 'first');
+  await away.locator('[data-testid="chat-message"]', { hasText: 'first' }).waitFor();
+
+  await cut(away, proxy);
+  for (const line of ['lost a', 'lost b', 'lost c']) await say(here, 'bob', line);
+  proxy.down = false;
+
+  await away.locator('[data-testid="status"][data-state="open"]').waitFor({ timeout: WAIT_MS + 8000 });
+  await away.locator('[data-testid="chat-sync"][data-state="missed"]').waitFor();
+  assert.equal(await away.getByTestId('chat-sync').textContent(), 'missed, reloaded');
+  // chat.recent gave the server's last lines back, each once, in order.
+  assert.deepEqual(await chatLines(away), ['first', 'lost a', 'lost b', 'lost c']);
+  await say(here, 'bob', 'live again');
+  await away.locator('[data-testid="chat-message"]', { hasText: 'live again' }).waitFor();
+  assert.deepEqual(await chatLines(away), ['first', 'lost a', 'lost b', 'lost c', 'live again']);
+  await away.getByTestId('panel-chat').screenshot({ path: path.join(SHOTS, 'chat-missed-reloaded.png') });
   assert.deepEqual(errors, []);
 });

@@ -1,6 +1,6 @@
 // Generated from the OpenRPC document of jsonrpc-peer web demo 0.1.0 by
 // tools/openrpc-to-ts.mjs: do not edit. CI regenerates it and fails when it differs.
-import type { HandlerContext, ReconnectingPeer } from 'jsonrpc-peer';
+import type { HandlerContext, ReconnectingPeer, TopicFollower, TopicOptions } from 'jsonrpc-peer';
 
 /**
  * @minItems 2
@@ -33,15 +33,31 @@ export type DemoTasksRunningResult = number;
  */
 export type ChatSendPositional = [string, string];
 /**
+ * @minItems 1
+ * @maxItems 2
+ */
+export type SubscribePositional = [string] | [string, TopicPosition | null];
+/**
+ * `subscribe`'s answer: a position on a topic with history, a boolean on one without.
+ */
+export type SubscribeResult = Subscribed | boolean;
+/**
+ * @minItems 1
+ * @maxItems 1
+ */
+export type UnsubscribePositional = [string];
+export type UnsubscribeResult = boolean;
+/**
  * @minItems 4
  * @maxItems 4
  */
 export type MetricsPositional = [number, number, number, number];
 /**
- * @minItems 3
- * @maxItems 3
+ * One `chat.message` notification: a chat line on the chat topic. Where the topic keeps
+ * history (one server, by default) it is `{"offset":N,"data":LINE}`; where it keeps none
+ * (`--chat-history 0`, and a cluster until topic history spans its nodes) it is the line.
  */
-export type ChatMessagePositional = [string, string, number];
+export type ChatMessageParams = ChatItem | ChatMessage;
 
 export interface SubtractParams {
   /**
@@ -130,6 +146,81 @@ export interface ChatSendResult {
   delivered: number;
 }
 /**
+ * `chat.recent`'s answer.
+ */
+export interface ChatRecentResult {
+  /**
+   * The epoch the offsets are in; null before the first line, or without history.
+   */
+  epoch?: string | null;
+  /**
+   * The last lines (at most 50), oldest first.
+   */
+  lines: RecentLine[];
+}
+/**
+ * A line of `chat.recent`, with its offset.
+ */
+export interface RecentLine {
+  /**
+   * The server's clock when it arrived, milliseconds since 1970.
+   */
+  at_ms: number;
+  /**
+   * Who wrote it.
+   */
+  name: string;
+  /**
+   * Its offset in the chat topic's history; null where the topic keeps none.
+   */
+  offset?: number | null;
+  /**
+   * What they wrote.
+   */
+  text: string;
+}
+export interface SubscribeParams {
+  /**
+   * The topic: `chat.message`.
+   */
+  topic: string;
+  /**
+   * Where to resume from: everything published after it is sent first.
+   */
+  from?: TopicPosition | null;
+}
+/**
+ * A place in a topic's history: `subscribe`'s position to resume from.
+ */
+export interface TopicPosition {
+  /**
+   * Names one history of the topic; changes when it is lost (a server restart).
+   */
+  epoch: string;
+  /**
+   * The offset of the last publication received.
+   */
+  offset: number;
+}
+/**
+ * Where a subscription to a topic with history starts.
+ */
+export interface Subscribed {
+  /**
+   * The topic's epoch.
+   */
+  epoch: string;
+  /**
+   * The newest offset when the subscription took effect.
+   */
+  offset: number;
+  /**
+   * Given a position: whether everything after it was sent (false: nothing was, the
+   * position is no longer kept; fetch the state afresh).
+   */
+  recovered?: boolean | null;
+}
+/**
  * What the page says about itself when the server asks.
  */
 export interface UiDescribeResult {
@@ -168,7 +259,27 @@ export interface MetricsParams {
    */
   value: number;
 }
-export interface ChatMessageParams {
+/**
+ * A chat line and its offset in the chat topic's history.
+ */
+export interface ChatItem {
+  /**
+   * The line.
+   */
+  data: ChatMessage;
+  /**
+   * From 1, each line the previous + 1 (within one epoch of the history).
+   */
+  offset: number;
+}
+/**
+ * One chat line, as the chat topic (`chat.message`) publishes it.
+ */
+export interface ChatMessage {
+  /**
+   * The server's clock when it arrived, milliseconds since 1970.
+   */
+  at_ms: number;
   /**
    * Who wrote it.
    */
@@ -177,10 +288,6 @@ export interface ChatMessageParams {
    * What they wrote.
    */
   text: string;
-  /**
-   * The server's clock when it arrived, milliseconds since 1970.
-   */
-  at_ms: number;
 }
 
 /** Methods the server serves: the page calls them. */
@@ -192,6 +299,9 @@ export interface ServerMethods {
   "demo.tasks_running": { params: [] | undefined; result: DemoTasksRunningResult };
   "demo.ask_browser": { params: [] | undefined; result: DemoAskBrowserResult };
   "chat.send": { params: ChatSendParams | ChatSendPositional; result: ChatSendResult };
+  "chat.recent": { params: [] | undefined; result: ChatRecentResult };
+  "subscribe": { params: SubscribeParams | SubscribePositional; result: SubscribeResult };
+  "unsubscribe": { params: UnsubscribePositional; result: UnsubscribeResult };
 }
 /** Methods the page serves (`x-implemented-by: client`): the server calls them. */
 export interface ClientMethods {
@@ -200,7 +310,7 @@ export interface ClientMethods {
 /** Notifications the server sends: the page handles them. */
 export interface ServerNotifications {
   "metrics": MetricsParams | MetricsPositional;
-  "chat.message": ChatMessageParams | ChatMessagePositional;
+  "chat.message": ChatMessageParams;
 }
 /** Notifications the page sends: the server handles them. */
 export interface ClientNotifications {
@@ -212,6 +322,8 @@ export interface ClientNotifications {
 type CallOptions = Parameters<ReconnectingPeer['call']>[2];
 type Args<P> = [] extends P ? [params?: P, options?: CallOptions] : undefined extends P ? [params?: P, options?: CallOptions] : [params: P, options?: CallOptions];
 type Answer<R> = R | Promise<R>;
+/** What a followed topic hands over: the `data` of a notification on a topic with history, else its params. */
+type DataOf<P> = P extends { offset: number; data: infer D } ? D : P;
 
 /** The page's peer seen through this API: only described names, with their types. */
 export interface TypedPeer {
@@ -219,7 +331,8 @@ export interface TypedPeer {
   notify<N extends keyof ClientNotifications>(method: N, ...args: Args<ClientNotifications[N]>): Promise<void>;
   method<M extends keyof ClientMethods>(name: M, handler: (cx: HandlerContext, params: ClientMethods[M]['params']) => Answer<ClientMethods[M]['result']>): this;
   notification<N extends keyof ServerNotifications>(name: N, handler: (cx: HandlerContext, params: ServerNotifications[N]) => unknown): this;
+  topic<N extends keyof ServerNotifications>(name: N, options?: TopicOptions<DataOf<ServerNotifications[N]>>): TopicFollower;
 }
 
 /** A ReconnectingPeer typed by this API: cast what reconnecting() returns to it. */
-export type DemoPeer = TypedPeer & Omit<ReconnectingPeer, 'call' | 'notify' | 'method' | 'notification'>;
+export type DemoPeer = TypedPeer & Omit<ReconnectingPeer, 'call' | 'notify' | 'method' | 'notification' | 'topic'>;

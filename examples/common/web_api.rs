@@ -71,8 +71,8 @@ pub struct Metrics {
     pub value: f64,
 }
 
-/// One `chat.message` broadcast.
-#[derive(Serialize, Deserialize, JsonSchema)]
+/// One chat line, as the chat topic (`chat.message`) publishes it.
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ChatMessage {
     /// Who wrote it.
     pub name: String,
@@ -80,6 +80,91 @@ pub struct ChatMessage {
     pub text: String,
     /// The server's clock when it arrived, milliseconds since 1970.
     pub at_ms: u64,
+}
+
+/// One `chat.message` notification: a chat line on the chat topic. Where the topic keeps
+/// history (one server, by default) it is `{"offset":N,"data":LINE}`; where it keeps none
+/// (`--chat-history 0`, and a cluster until topic history spans its nodes) it is the line.
+#[derive(Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ChatPush {
+    /// The line and its place in the topic's history.
+    Recorded(ChatItem),
+    /// The line alone.
+    Plain(ChatMessage),
+}
+
+/// A chat line and its offset in the chat topic's history.
+#[derive(Serialize, Deserialize, JsonSchema)]
+pub struct ChatItem {
+    /// From 1, each line the previous + 1 (within one epoch of the history).
+    pub offset: u64,
+    /// The line.
+    pub data: ChatMessage,
+}
+
+/// A place in a topic's history: `subscribe`'s position to resume from.
+#[derive(Serialize, Deserialize, JsonSchema)]
+pub struct TopicPosition {
+    /// Names one history of the topic; changes when it is lost (a server restart).
+    pub epoch: String,
+    /// The offset of the last publication received.
+    pub offset: u64,
+}
+
+/// `subscribe`'s params: `[topic]`, or `[topic, {"epoch":E,"offset":K}]` to resume.
+#[derive(Serialize, Deserialize, JsonSchema)]
+pub struct SubscribeParams {
+    /// The topic: `chat.message`.
+    pub topic: String,
+    /// Where to resume from: everything published after it is sent first.
+    #[serde(default)]
+    pub from: Option<TopicPosition>,
+}
+
+/// `subscribe`'s answer: a position on a topic with history, a boolean on one without.
+#[derive(Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum SubscribeAnswer {
+    /// Live publications follow from `offset + 1`.
+    History(Subscribed),
+    /// A topic without history: whether this subscribed (false: it already was).
+    Plain(bool),
+}
+
+/// Where a subscription to a topic with history starts.
+#[derive(Serialize, Deserialize, JsonSchema)]
+pub struct Subscribed {
+    /// The topic's epoch.
+    pub epoch: String,
+    /// The newest offset when the subscription took effect.
+    pub offset: u64,
+    /// Given a position: whether everything after it was sent (false: nothing was, the
+    /// position is no longer kept; fetch the state afresh).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered: Option<bool>,
+}
+
+/// A line of `chat.recent`, with its offset.
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
+pub struct RecentLine {
+    /// Its offset in the chat topic's history; null where the topic keeps none.
+    pub offset: Option<u64>,
+    /// Who wrote it.
+    pub name: String,
+    /// What they wrote.
+    pub text: String,
+    /// The server's clock when it arrived, milliseconds since 1970.
+    pub at_ms: u64,
+}
+
+/// `chat.recent`'s answer.
+#[derive(Serialize, Deserialize, JsonSchema)]
+pub struct RecentChat {
+    /// The epoch the offsets are in; null before the first line, or without history.
+    pub epoch: Option<String>,
+    /// The last lines (at most 50), oldest first.
+    pub lines: Vec<RecentLine>,
 }
 
 /// `demo.long_task`'s params.
@@ -102,8 +187,20 @@ jsonrpc_peer::method!(
     pub AskBrowser = "demo.ask_browser", () => AskAnswer
 );
 jsonrpc_peer::method!(
-    /// Broadcasts a chat line to every page.
+    /// Publishes a chat line on the chat topic, to every page subscribed.
     pub ChatSend = "chat.send", ChatLine => Delivered
+);
+jsonrpc_peer::method!(
+    /// The chat's last lines: what a page that missed some shows again.
+    pub ChatRecent = "chat.recent", () => RecentChat
+);
+jsonrpc_peer::method!(
+    /// Subscribes to a topic (`chat.message`), from a position to resume from if given.
+    pub Subscribe = "subscribe", SubscribeParams => SubscribeAnswer
+);
+jsonrpc_peer::method!(
+    /// Unsubscribes from a topic: true if it was subscribed.
+    pub Unsubscribe = "unsubscribe", (String,) => bool
 );
 jsonrpc_peer::method!(
     /// Served by the page: its viewport, language, clock and user agent.
@@ -114,12 +211,13 @@ jsonrpc_peer::notification!(
     pub MetricsPush = "metrics", Metrics
 );
 jsonrpc_peer::notification!(
-    /// Broadcast to every page for each chat line.
-    pub ChatBroadcast = "chat.message", ChatMessage
+    /// Each chat line, to every page subscribed to the chat topic.
+    pub ChatBroadcast = "chat.message", ChatPush
 );
 
-/// The demo server's description: the specification's methods and the demo's own,
-/// the page's `ui.describe`, and the two pushes.
+/// The demo server's description: the specification's methods and the demo's own (the
+/// chat topic's `subscribe` and `unsubscribe` among them), the page's `ui.describe`, and
+/// the two pushes.
 pub fn web_api() -> Api {
     spec_methods::with_spec_api(Api::new("jsonrpc-peer web demo", env!("CARGO_PKG_VERSION")))
         .description("The demo page's server; ui.describe is served by the page.")
@@ -127,6 +225,9 @@ pub fn web_api() -> Api {
         .serves(TasksRunning)
         .serves(AskBrowser)
         .serves(ChatSend)
+        .serves(ChatRecent)
+        .serves(Subscribe)
+        .serves(Unsubscribe)
         .expects(UiDescribe)
         .sends(MetricsPush)
         .sends(ChatBroadcast)

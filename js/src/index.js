@@ -10,6 +10,7 @@
 //   dispatch.js   what arrives on a connection: handlers, answers, cancels (internal)
 //   batch.js      Batch: several calls and notifications in one frame
 //   reconnect.js  ReconnectingPeer and reconnecting(): a link that comes back by itself
+//   topics.js     TopicFollower: a topic followed across reconnects, resumed from its position
 
 export { ErrorCode, RpcError } from './wire.js';
 export { ClosedError, InvalidResponseError, LimitError, TimeoutError } from './errors.js';
@@ -17,6 +18,7 @@ export { LIMITS } from './limits.js';
 export { Peer, connect } from './peer.js';
 export { Batch } from './batch.js';
 export { ReconnectingPeer, backoffDelay, reconnecting } from './reconnect.js';
+export { TopicFollower } from './topics.js';
 
 /** @typedef {import('./peer.js').PeerOptions} PeerOptions */
 /** @typedef {import('./peer.js').HandlerContext} HandlerContext */
@@ -25,3 +27,10 @@ export { ReconnectingPeer, backoffDelay, reconnecting } from './reconnect.js';
 /** @typedef {import('./reconnect.js').Backoff} Backoff */
 /** @typedef {import('./reconnect.js').ReconnectOptions} ReconnectOptions */
 /** @typedef {import('./reconnect.js').LinkState} LinkState */
+/** @typedef {import('./topics.js').Position} Position */
+/** @typedef {import('./topics.js').TopicInfo} TopicInfo */
+/** @typedef {import('./topics.js').Subscription} Subscription */
+/**
+ * @template [T=any]
+ * @typedef {import('./topics.js').TopicOptions<T>} TopicOptions
+ */

@@ -159,16 +159,27 @@ export class Peer {
       opened();
     });
     socket.addEventListener('message', (ev) => this.#receive(ev.data));
-    // Keep the error: the close event that follows often says less (1006 and no reason).
-    socket.addEventListener('error', (/** @type {any} */ ev) => (this.#lastError = ev?.message ?? ev?.error?.message));
-    socket.addEventListener('close', (ev) => {
+    let closeSeen = false;
+    const onClose = (/** @type {any} */ ev) => {
+      if (closeSeen) return;
+      closeSeen = true;
       const info = { code: ev?.code ?? 1006, reason: ev?.reason ?? '', wasClean: !!ev?.wasClean };
       const why = `code ${info.code}${info.reason ? ` (${info.reason})` : ''}` +
         (this.#lastError && !info.wasClean ? `: ${this.#lastError}` : '');
       this.#shutdown(new ClosedError(why, info));
       failed(new ClosedError(`before it opened, ${why}`, info));
       closed(info);
+    };
+    socket.addEventListener('error', (/** @type {any} */ ev) => {
+      // Keep the error: the close event that follows often says less (1006 and no reason).
+      this.#lastError = ev?.message ?? ev?.error?.message;
+      // A browser has the socket CLOSED when a failed handshake fires `error`, and fires
+      // `close` next. Node 20's built-in WebSocket (--experimental-websocket) fires only
+      // `error` and stays CONNECTING: with no `close` by the next task, the socket is
+      // taken as closed (1006), or a reconnecting peer would never dial again.
+      if (socket.readyState === CONNECTING) setTimeout(() => onClose({ code: 1006, reason: '', wasClean: false }), 0);
     });
+    socket.addEventListener('close', onClose);
     if (socket.readyState === OPEN) opened();
   }
 

@@ -3,12 +3,14 @@
 // The life of a link: dial (#dial) -> the socket opens -> set the new connection up
 // (#setUp) -> connected: calls waiting for the link go through -> the socket closes ->
 // wait (backoff) -> dial again. What must outlive one connection lives here, not in a
-// Peer: the handlers (given to every new Peer), the sends waiting for the link, and what
-// #setUp restores on each new connection before calls go through (today the onConnect
-// hook; per-topic subscription state, such as positions to resume from, belongs there).
+// Peer: the handlers (given to every new Peer), the sends waiting for the link, the
+// topics it follows (topics.js: their positions), and what #setUp restores on each new
+// connection before calls go through: each followed topic subscribed again from its
+// position, then the onConnect hook.
 import { ClosedError, TimeoutError } from './errors.js';
 import { WaitingSends, limitOf } from './limits.js';
 import { Peer } from './peer.js';
+import { TopicFollower, followers } from './topics.js';
 import { checkName, request, utf8Length } from './wire.js';
 
 /**
@@ -41,6 +43,11 @@ export function backoffDelay({ initialMs = 100, maxMs = 10000, multiplier = 2 } 
  *   If it throws, the connection is closed (code 4000) and dialed again.
  * @property {typeof WebSocket} [WebSocket] the WebSocket class (default the global one)
  * @property {() => number} [random] for the jitter (default Math.random)
+ * @property {string | null} [gapNotification='$/gap'] the notification by which a server
+ *   reports lost publications to a followed topic (`{"topic":T,"epoch":E,"offset":K}`
+ *   when its history was lost, `{"topic":T}` without history, as a jsonrpc-peer cluster
+ *   sends it): `onMissed` for that topic. A handler registered for the same name still
+ *   gets it. null: none.
  */
 
 /**
@@ -80,8 +87,16 @@ export class ReconnectingPeer extends EventTarget {
   #methods = new Map();
   /** @type {Map<string, import('./peer.js').Handler>} */
   #notifications = new Map();
+  /** @type {Map<string, TopicFollower>} the followed topics, by name */
+  #followers = new Map();
+  /** @type {string | null} */
+  #gapName;
+  /** @type {Set<string>} the notification names routed on the current connection */
+  #routed = new Set();
   /** @type {Peer | null} */
   #peer = null;
+  /** @type {Peer | null} the connection #setUp runs (or ran) on */
+  #settingUp = null;
   /** @type {LinkState} */
   #state = { state: 'connecting', attempt: 0 };
   #attempt = 0;
@@ -98,6 +113,8 @@ export class ReconnectingPeer extends EventTarget {
     this.#options = options;
     this.#WS = options.WebSocket ?? globalThis.WebSocket;
     this.#random = options.random ?? Math.random;
+    this.#gapName = options.gapNotification === undefined ? '$/gap' : options.gapNotification;
+    if (this.#gapName !== null) checkName(this.#gapName, () => {});
     // Every limit is checked now: a bad one throws here, not at each dial.
     limitOf(options, 'maxPendingCalls');
     limitOf(options, 'maxBufferedAmount');
@@ -143,9 +160,49 @@ export class ReconnectingPeer extends EventTarget {
     if (this.#notifications.has(checkName(name, handler))) {
       throw new Error(`notification "${name}" is registered twice`);
     }
+    if (this.#followers.has(name)) throw new Error(`notification "${name}" is a followed topic's (topic())`);
     this.#notifications.set(name, handler);
-    this.#peer?.notification(name, handler);
+    this.#route(name);
     return this;
+  }
+
+  /**
+   * Follow `topic` across reconnects: after every (re)connect, before `onConnect` and
+   * before calls made through the link go through, subscribe to it, from the last
+   * position once there is one (`subscribe [topic, {"epoch":E,"offset":K}]`, the form of
+   * the Rust `TopicMethods`; see `method` and `params`). The data of each publication
+   * goes to `onData`, in offset order and once across reconnects; `onMissed` says when
+   * some were lost (the position could not be resumed, or the topic keeps no history),
+   * so the application fetches its state afresh. What arrives before a subscribe answer
+   * is held, at most `maxHeld` notifications.
+   *
+   * Added while connected, it subscribes at once. The link serves the notifications
+   * named `topic`, so `notification(topic)` must not be registered too.
+   * @template [T=any]
+   * @param {string} topic not beginning with `rpc.`, not followed or handled yet
+   * @param {import('./topics.js').TopicOptions<T>} [options]
+   * @returns {TopicFollower} its `position`, and `stop()`
+   */
+  topic(topic, options = {}) {
+    checkName(topic, () => {});
+    if (this.#followers.has(topic)) throw new Error(`topic "${topic}" is followed twice`);
+    if (this.#notifications.has(topic)) throw new Error(`topic "${topic}" already has a notification handler`);
+    if (topic === this.#gapName) throw new Error(`"${topic}" is the gap notification, not a topic`);
+    const follower = new TopicFollower(topic, options, {
+      timeoutMs: () => this.timeoutMs,
+      report: (e, where) => this.#report(e, where),
+      current: () => (this.#peer && !this.#peer.isClosed ? this.#peer : null),
+      forget: (f) => {
+        if (this.#followers.get(f.topic) === f) this.#followers.delete(f.topic);
+      },
+    });
+    this.#followers.set(topic, follower);
+    this.#route(topic);
+    if (this.#gapName !== null) this.#route(this.#gapName);
+    // #setUp subscribes the topics it finds when it starts; one added later subscribes now.
+    const peer = this.#settingUp;
+    if (peer && peer === this.#peer && !peer.isClosed) followers.subscribe(follower, peer);
+    return follower;
   }
 
   /**
@@ -264,8 +321,11 @@ export class ReconnectingPeer extends EventTarget {
       return;
     }
     for (const [n, h] of this.#methods) peer.method(n, h);
-    for (const [n, h] of this.#notifications) peer.notification(n, h);
     this.#peer = peer;
+    this.#routed = new Set();
+    for (const n of this.#notifications.keys()) this.#route(n);
+    for (const n of this.#followers.keys()) this.#route(n);
+    if (this.#followers.size && this.#gapName !== null) this.#route(this.#gapName);
     peer.closed.then(() => {
       if (this.#peer !== peer) return;
       this.#peer = null;
@@ -275,16 +335,53 @@ export class ReconnectingPeer extends EventTarget {
   }
 
   /**
+   * Routes notifications `name` on the current connection to #onNotification (once per
+   * connection), which looks the handler and the follower up when one arrives: so they
+   * can be added (and a follower stopped) while connected.
+   * @param {string} name
+   */
+  #route(name) {
+    const peer = this.#peer;
+    if (!peer || this.#routed.has(name)) return;
+    this.#routed.add(name);
+    peer.notification(name, (cx, params) => this.#onNotification(name, cx, params));
+  }
+
+  /**
+   * A notification `name` arrived: to the topic's follower, to the followers a gap report
+   * names, and to the handler registered for it.
+   * @param {string} name @param {import('./peer.js').HandlerContext} cx @param {any} params
+   */
+  #onNotification(name, cx, params) {
+    const follower = this.#followers.get(name);
+    if (follower) followers.notification(follower, cx.peer, params);
+    if (name === this.#gapName) {
+      const named = typeof params?.topic === 'string' ? this.#followers.get(params.topic) : undefined;
+      if (named) followers.gap(named, cx.peer, params);
+    }
+    return this.#notifications.get(name)?.(cx, params);
+  }
+
+  /** @param {unknown} e @param {string} where */
+  #report(e, where) {
+    (this.#options.onHandlerError ?? console.error)(e, where);
+  }
+
+  /**
    * The new connection `peer` is open: restore on it what the link keeps across
-   * connections, then offer it to the calls that wait. Today that is the onConnect hook;
-   * per-topic state (a subscription's position, to resume from) is re-sent here first.
+   * connections, then offer it to the calls that wait: every followed topic subscribes
+   * again (from its position), then the onConnect hook runs.
    * @param {Peer} peer
    */
   async #setUp(peer) {
+    this.#settingUp = peer;
+    // Each follower handles its own failures; a subscribe that timed out closed `peer`.
+    await Promise.all([...this.#followers.values()].map((f) => followers.subscribe(f, peer)));
+    if (this.#peer !== peer || peer.isClosed) return;
     try {
       await this.#options.onConnect?.(peer);
     } catch (e) {
-      (this.#options.onHandlerError ?? console.error)(e, 'onConnect');
+      this.#report(e, 'onConnect');
       peer.close(4000, 'onConnect failed');
       return;
     }

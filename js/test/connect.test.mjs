@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, Peer, ClosedError } from 'jsonrpc-peer';
-import { FakeSocket, within } from './helpers.mjs';
+import { FakeSocket, within, nextTurn } from './helpers.mjs';
 
 /** A WebSocket constructor stand-in that opens (or fails) on the next macrotask. */
 function fakeWebSocketClass({ fail = false } = {}) {
@@ -85,4 +85,33 @@ test('a throwing onFrame hook does not break the peer', async () => {
   assert.deepEqual(await socket.exchange('{"jsonrpc":"2.0","method":"get_data","id":9}'), {
     jsonrpc: '2.0', result: ['hello', 5], id: 9,
   });
+});
+
+test('a failed handshake that fires error but no close (Node 20\'s WebSocket) still closes the peer', async () => {
+  // Node 20's built-in WebSocket (--experimental-websocket) fires `error` and stays
+  // CONNECTING when the server refuses or resets the connection; a browser closes.
+  const socket = new FakeSocket({ open: false });
+  const peer = new Peer(socket);
+  const call = peer.call('never');
+  socket.emit('error', { message: 'Received network error or non-101 status code.' });
+  assert.equal(socket.readyState, 0);
+  assert.deepEqual(await within(peer.closed), { code: 1006, reason: '', wasClean: false });
+  const e = await within(peer.opened.catch((e) => e));
+  assert.ok(e instanceof ClosedError, String(e));
+  assert.match(e.message, /before it opened, code 1006: Received network error/);
+  await assert.rejects(within(call), ClosedError);
+});
+
+test('an error on an open socket waits for its close event', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  const socket = new FakeSocket();
+  const peer = new Peer(socket);
+  let closed = false;
+  peer.closed.then(() => (closed = true));
+  socket.emit('error', { message: 'boom' });
+  t.mock.timers.tick(60000); // far past the task the fallback of a connecting socket uses
+  await nextTurn();
+  assert.equal(closed, false);
+  socket.closedByServer(1011, 'bye', false);
+  assert.deepEqual(await within(peer.closed), { code: 1011, reason: 'bye', wasClean: false });
 });

@@ -152,3 +152,65 @@ export function byId(answers) {
   const key = (r) => JSON.stringify(r.id) + '\u0000' + JSON.stringify(r);
   return [...answers].sort((x, y) => (key(x) < key(y) ? -1 : key(x) > key(y) ? 1 : 0));
 }
+
+// ---- for reconnecting(): a scripted server ------------------------------------------
+
+/**
+ * A WebSocket class whose sockets open or fail (on the next macrotask) as `plan` says,
+ * one entry per socket made ('open' or 'fail'; past its end: 'open'). `made` holds them.
+ */
+export function fakeServer(plan = []) {
+  const made = [];
+  const s = { made, sockets: [] }; // sockets[n]: resolved with the n-th socket once made
+  s.WebSocket = class extends FakeSocket {
+    constructor(url) {
+      super({ open: false });
+      this.url = url;
+      const n = made.length;
+      made.push(this);
+      const outcome = plan[n] ?? 'open';
+      setImmediate(() => {
+        if (outcome === 'fail') {
+          this.emit('error', { message: 'ECONNREFUSED' });
+          this.closedByServer(1006, '', false);
+        } else this.open();
+      });
+      (s.sockets[n] ??= signal()).resolve(this);
+    }
+  };
+  /** The `n`-th socket made (0-based), once it is. */
+  s.socket = (n) => within((s.sockets[n] ??= signal()).promise, 2000, `socket #${n}`);
+  return s;
+}
+
+/** Every state the link passes through, and a way to wait for one. */
+export function linkStates(link) {
+  const seen = [];
+  const waiters = [];
+  link.addEventListener('statechange', (ev) => {
+    seen.push(ev.detail);
+    for (const w of [...waiters]) if (w.pred(ev.detail)) waiters.splice(waiters.indexOf(w), 1), w.resolve();
+  });
+  const until = (pred, what = 'state') => {
+    if (pred(link.state)) return Promise.resolve();
+    const w = signal();
+    waiters.push({ pred, resolve: w.resolve });
+    return within(w.promise, 2000, what);
+  };
+  return { seen, until };
+}
+
+export const isState = (name) => (s) => s.state === name;
+
+/** Answers every call that arrives on `socket` with `result(method, params)`. */
+export function answer(socket, result) {
+  socket.addEventListener('message', () => {});
+  const orig = socket.send.bind(socket);
+  socket.send = (text) => {
+    orig(text);
+    const m = JSON.parse(text);
+    if (m.id !== undefined && m.method) {
+      setImmediate(() => socket.receive(JSON.stringify({ jsonrpc: '2.0', result: result(m.method, m.params), id: m.id })));
+    }
+  };
+}

@@ -65,7 +65,7 @@ test('unpacked into a project, it imports by name and its types check a user pro
   const names = JSON.parse(await run(process.execPath, [join(project, 'names.mjs')], { cwd: project }));
   assert.deepEqual(names, [
     'Batch', 'ClosedError', 'ErrorCode', 'InvalidResponseError', 'LIMITS', 'LimitError', 'Peer',
-    'ReconnectingPeer', 'RpcError', 'TimeoutError', 'backoffDelay', 'connect', 'reconnecting',
+    'ReconnectingPeer', 'RpcError', 'TimeoutError', 'TopicFollower', 'backoffDelay', 'connect', 'reconnecting',
   ]);
 
   // A user's TypeScript program: handlers are (cx, params), the limits are options.
@@ -77,6 +77,17 @@ peer.notification('tick', ({ peer: from }, n: number) => from.notify('tock', [n]
 // @ts-expect-error: the handler shape is (cx, params), not (params, peer)
 peer.method('old', (params: number[], from: string) => params.length + from.length);
 const link = reconnecting('ws://127.0.0.1:9/rpc', { maxQueued: 8, maxQueuedBytes: 4096, onConnect: (p) => p.notify('hi') });
+// A followed topic: its data typed by the caller, the miss reported with its position.
+const prices = link.topic<{ BTC: number }>('prices', {
+  onData: (price, { offset }) => console.log(price.BTC.toFixed(2), offset),
+  onMissed: ({ topic, epoch, offset }) => console.log(topic, epoch, offset),
+  onSubscribed: ({ recovered }) => console.log(recovered ?? 'first'),
+  maxHeld: 100,
+});
+const kept: { epoch: string; offset: number } | null = prices.position;
+// @ts-expect-error: the data is what the caller said it is
+link.topic<{ BTC: number }>('more', { onData: (price) => price.ETH });
+console.log(kept);
 try {
   const n: unknown = await link.call('add', [1, 2], { timeoutMs: 100 });
   console.log(n);

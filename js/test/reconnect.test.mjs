@@ -3,67 +3,7 @@
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { reconnecting, backoffDelay, ClosedError, TimeoutError, RpcError, LimitError } from 'jsonrpc-peer';
-import { FakeSocket, within, signal } from './helpers.mjs';
-
-/**
- * A WebSocket class whose sockets open or fail (on the next macrotask) as `plan` says,
- * one entry per socket made ('open' or 'fail'; past its end: 'open'). `made` holds them.
- */
-function server(plan = []) {
-  const made = [];
-  const s = { made, sockets: [] }; // sockets[n]: resolved with the n-th socket once made
-  s.WebSocket = class extends FakeSocket {
-    constructor(url) {
-      super({ open: false });
-      this.url = url;
-      const n = made.length;
-      made.push(this);
-      const outcome = plan[n] ?? 'open';
-      setImmediate(() => {
-        if (outcome === 'fail') {
-          this.emit('error', { message: 'ECONNREFUSED' });
-          this.closedByServer(1006, '', false);
-        } else this.open();
-      });
-      (s.sockets[n] ??= signal()).resolve(this);
-    }
-  };
-  /** The `n`-th socket made (0-based), once it is. */
-  s.socket = (n) => within((s.sockets[n] ??= signal()).promise, 2000, `socket #${n}`);
-  return s;
-}
-
-/** Every state the link passes through, and a way to wait for one. */
-function states(link) {
-  const seen = [];
-  const waiters = [];
-  link.addEventListener('statechange', (ev) => {
-    seen.push(ev.detail);
-    for (const w of [...waiters]) if (w.pred(ev.detail)) waiters.splice(waiters.indexOf(w), 1), w.resolve();
-  });
-  const until = (pred, what = 'state') => {
-    if (pred(link.state)) return Promise.resolve();
-    const w = signal();
-    waiters.push({ pred, resolve: w.resolve });
-    return within(w.promise, 2000, what);
-  };
-  return { seen, until };
-}
-
-const isState = (name) => (s) => s.state === name;
-
-/** Answers every call that arrives on `socket` with `result(method, params)`. */
-function answer(socket, result) {
-  socket.addEventListener('message', () => {});
-  const orig = socket.send.bind(socket);
-  socket.send = (text) => {
-    orig(text);
-    const m = JSON.parse(text);
-    if (m.id !== undefined && m.method) {
-      setImmediate(() => socket.receive(JSON.stringify({ jsonrpc: '2.0', result: result(m.method, m.params), id: m.id })));
-    }
-  };
-}
+import { within, fakeServer as server, linkStates as states, isState, answer } from './helpers.mjs';
 
 describe('backoffDelay', () => {
   test('caps grow by the multiplier up to the maximum; the wait is a random part of the cap', () => {

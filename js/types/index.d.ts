@@ -1,5 +1,6 @@
 export { LIMITS } from "./limits.js";
 export { Batch } from "./batch.js";
+export { TopicFollower } from "./topics.js";
 export type PeerOptions = import("./peer.js").PeerOptions;
 export type HandlerContext = import("./peer.js").HandlerContext;
 export type Handler = import("./peer.js").Handler;
@@ -7,6 +8,10 @@ export type BatchItem = import("./batch.js").BatchItem;
 export type Backoff = import("./reconnect.js").Backoff;
 export type ReconnectOptions = import("./reconnect.js").ReconnectOptions;
 export type LinkState = import("./reconnect.js").LinkState;
+export type Position = import("./topics.js").Position;
+export type TopicInfo = import("./topics.js").TopicInfo;
+export type Subscription = import("./topics.js").Subscription;
+export type TopicOptions<T = any> = import("./topics.js").TopicOptions<T>;
 export { ErrorCode, RpcError } from "./wire.js";
 export { ClosedError, InvalidResponseError, LimitError, TimeoutError } from "./errors.js";
 export { Peer, connect } from "./peer.js";

@@ -23,6 +23,11 @@ export function backoffDelay({ initialMs, maxMs, multiplier }: Backoff | undefin
  *   If it throws, the connection is closed (code 4000) and dialed again.
  * @property {typeof WebSocket} [WebSocket] the WebSocket class (default the global one)
  * @property {() => number} [random] for the jitter (default Math.random)
+ * @property {string | null} [gapNotification='$/gap'] the notification by which a server
+ *   reports lost publications to a followed topic (`{"topic":T,"epoch":E,"offset":K}`
+ *   when its history was lost, `{"topic":T}` without history, as a jsonrpc-peer cluster
+ *   sends it): `onMissed` for that topic. A handler registered for the same name still
+ *   gets it. null: none.
  */
 /**
  * Where a ReconnectingPeer stands: `{ state: 'connecting', attempt }`,
@@ -69,6 +74,24 @@ export class ReconnectingPeer extends EventTarget {
      * @param {string} name @param {import('./peer.js').Handler} handler @returns {this}
      */
     notification(name: string, handler: import("./peer.js").Handler): this;
+    /**
+     * Follow `topic` across reconnects: after every (re)connect, before `onConnect` and
+     * before calls made through the link go through, subscribe to it, from the last
+     * position once there is one (`subscribe [topic, {"epoch":E,"offset":K}]`, the form of
+     * the Rust `TopicMethods`; see `method` and `params`). The data of each publication
+     * goes to `onData`, in offset order and once across reconnects; `onMissed` says when
+     * some were lost (the position could not be resumed, or the topic keeps no history),
+     * so the application fetches its state afresh. What arrives before a subscribe answer
+     * is held, at most `maxHeld` notifications.
+     *
+     * Added while connected, it subscribes at once. The link serves the notifications
+     * named `topic`, so `notification(topic)` must not be registered too.
+     * @template [T=any]
+     * @param {string} topic not beginning with `rpc.`, not followed or handled yet
+     * @param {import('./topics.js').TopicOptions<T>} [options]
+     * @returns {TopicFollower} its `position`, and `stop()`
+     */
+    topic<T = any>(topic: string, options?: import("./topics.js").TopicOptions<T>): TopicFollower;
     /**
      * Resolves with the current Peer once the link is up (at once if it is).
      * @param {number} [timeoutMs] default `this.timeoutMs`
@@ -139,6 +162,14 @@ export type ReconnectOptions = {
      * for the jitter (default Math.random)
      */
     random?: () => number;
+    /**
+     * the notification by which a server
+     * reports lost publications to a followed topic (`{"topic":T,"epoch":E,"offset":K}`
+     * when its history was lost, `{"topic":T}` without history, as a jsonrpc-peer cluster
+     * sends it): `onMissed` for that topic. A handler registered for the same name still
+     * gets it. null: none.
+     */
+    gapNotification?: string | null;
 };
 /**
  * Where a ReconnectingPeer stands: `{ state: 'connecting', attempt }`,
@@ -152,3 +183,4 @@ export type LinkState = {
     retryInMs?: number;
 };
 import { Peer } from './peer.js';
+import { TopicFollower } from './topics.js';

@@ -57,7 +57,7 @@ export async function toTypeScript(doc) {
   const map = (filter, shape) => entries.filter(filter).map((e) => `  ${JSON.stringify(e.name)}: ${shape(e)};`).join('\n');
   return `// Generated from the OpenRPC document of ${doc.info.title} ${doc.info.version} by
 // tools/openrpc-to-ts.mjs: do not edit. CI regenerates it and fails when it differs.
-import type { HandlerContext, ReconnectingPeer } from 'jsonrpc-peer';
+import type { HandlerContext, ReconnectingPeer, TopicFollower, TopicOptions } from 'jsonrpc-peer';
 
 ${types.replace(/^export interface ApiTypes \{[\s\S]*?\n\}\n/m, '')}
 /** Methods the server serves: the page calls them. */
@@ -80,6 +80,8 @@ ${map((e) => !e.result && !e.clients, (e) => e.params)}
 type CallOptions = Parameters<ReconnectingPeer['call']>[2];
 type Args<P> = [] extends P ? [params?: P, options?: CallOptions] : undefined extends P ? [params?: P, options?: CallOptions] : [params: P, options?: CallOptions];
 type Answer<R> = R | Promise<R>;
+/** What a followed topic hands over: the \`data\` of a notification on a topic with history, else its params. */
+type DataOf<P> = P extends { offset: number; data: infer D } ? D : P;
 
 /** The page's peer seen through this API: only described names, with their types. */
 export interface TypedPeer {
@@ -87,10 +89,11 @@ export interface TypedPeer {
   notify<N extends keyof ClientNotifications>(method: N, ...args: Args<ClientNotifications[N]>): Promise<void>;
   method<M extends keyof ClientMethods>(name: M, handler: (cx: HandlerContext, params: ClientMethods[M]['params']) => Answer<ClientMethods[M]['result']>): this;
   notification<N extends keyof ServerNotifications>(name: N, handler: (cx: HandlerContext, params: ServerNotifications[N]) => unknown): this;
+  topic<N extends keyof ServerNotifications>(name: N, options?: TopicOptions<DataOf<ServerNotifications[N]>>): TopicFollower;
 }
 
 /** A ReconnectingPeer typed by this API: cast what reconnecting() returns to it. */
-export type DemoPeer = TypedPeer & Omit<ReconnectingPeer, 'call' | 'notify' | 'method' | 'notification'>;
+export type DemoPeer = TypedPeer & Omit<ReconnectingPeer, 'call' | 'notify' | 'method' | 'notification' | 'topic'>;
 `;
 }
 

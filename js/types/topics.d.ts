@@ -1,0 +1,252 @@
+/**
+ * A place in a topic's history: the `offset` of a publication (from 1, each the previous
+ * + 1) in an `epoch`, an opaque string that changes when the history is lost (a server
+ * restart, on one node). On the wire `{"epoch":"...","offset":42}`.
+ * @typedef {object} Position
+ * @property {string} epoch
+ * @property {number} offset
+ */
+/**
+ * Where a followed topic stands, given with each data and each missed report. On a topic
+ * without history (the server answered `subscribe` with a boolean) `epoch` is `''` and
+ * `offset` 0.
+ * @typedef {object} TopicInfo
+ * @property {string} topic the topic's name
+ * @property {string} epoch the epoch the data is in (or continues in, after a miss)
+ * @property {number} offset the data's offset; after a miss, the newest offset not
+ *   received: data continues from the next
+ */
+/**
+ * An answer to a follower's `subscribe`, as `onSubscribed` gets it.
+ * @typedef {object} Subscription
+ * @property {string} topic the topic's name
+ * @property {boolean} history whether the topic keeps history (false: the server
+ *   answered with a boolean; every reconnect may lose some, and is reported as missed)
+ * @property {string} epoch the topic's epoch (`''` without history)
+ * @property {number} offset the newest offset when the subscription took effect (0
+ *   without history)
+ * @property {Position | null} from the position subscribed from, or null (the first
+ *   time, or after the position was given up)
+ * @property {boolean} [recovered] with a position: whether everything after it was
+ *   replayed (`false`: nothing was, and `onMissed` follows); absent without one
+ */
+/**
+ * How a ReconnectingPeer follows a topic (`link.topic(name, options)`).
+ * @template [T=any]
+ * @typedef {object} TopicOptions
+ * @property {(data: T, info: TopicInfo) => void} [onData] each publication's data (the
+ *   notification's `params.data`; on a topic without history, its params), in offset
+ *   order, once across reconnects
+ * @property {(info: TopicInfo) => void} [onMissed] publications were lost: the position
+ *   could not be resumed (outside the server's history, or of an epoch it no longer
+ *   has), the offsets jumped, the server reported a gap (`$/gap`), or the topic keeps no
+ *   history and the link came back. Fetch the state afresh; data continues after
+ *   `info.offset` in `info.epoch`.
+ * @property {(subscription: Subscription) => void} [onSubscribed] each answer to the
+ *   follower's subscribe (after every connect), before what it held is handed over
+ * @property {(error: Error, topic: string) => void} [onFailed] subscribing failed (an
+ *   error answer, an answer that is not a subscription, no answer in time), or a
+ *   notification is not `{"offset":N,"data":...}` (it is skipped). An error answer
+ *   leaves the topic unsubscribed on this connection; no answer in time closes the
+ *   connection, so that the next one subscribes again. A connection that closes while
+ *   the subscribe waits is not a failure: the next one subscribes.
+ * @property {string} [method='subscribe'] the method that subscribes
+ * @property {(topic: string, from: Position | null) => Array<any>|object} [params] the
+ *   subscribe call's params; default `[topic]`, or `[topic, {"epoch":E,"offset":K}]` with
+ *   a position (the form of the Rust `TopicMethods` and `push_ticker --history N`). The
+ *   answer must be theirs too: `{"epoch":E,"offset":K,"recovered"?:bool}`, or a boolean
+ *   for a topic without history.
+ * @property {string | null} [unsubscribeMethod='unsubscribe'] what `stop()` calls with
+ *   `[topic]` on the current connection; null: nothing
+ * @property {Position} [from] where to start the first time: a position kept from an
+ *   earlier page (`follower.position`, say in sessionStorage); default none
+ * @property {number} [maxHeld=10000] notifications held while a subscribe answer is
+ *   awaited; past it the position is given up, the connection closed (4008), and the
+ *   next subscription is reported as missed
+ * @property {number} [timeoutMs] the subscribe call's timeout; default the link's
+ */
+/**
+ * What a follower needs from the ReconnectingPeer that owns it.
+ * @typedef {object} FollowerHost
+ * @property {() => number} timeoutMs the link's default timeout
+ * @property {(error: unknown, where: string) => void} report a throwing callback
+ * @property {() => import('./peer.js').Peer | null} current the open connection, if any
+ * @property {(follower: TopicFollower) => void} forget stops routing to `follower`
+ */
+/** The internal side of a follower, for reconnect.js only (set in the class's static block). */
+export let followers: any;
+/**
+ * A topic a ReconnectingPeer follows: made by `link.topic(name, options)`, which see.
+ */
+export class TopicFollower {
+    /**
+     * Made by `ReconnectingPeer.topic`; not to be called directly.
+     * @param {string} topic @param {TopicOptions} options @param {FollowerHost} host
+     */
+    constructor(topic: string, options: TopicOptions, host: FollowerHost);
+    /** The topic's name. */
+    get topic(): string;
+    /**
+     * The position of the last data handed over (or of the last miss reported); null before
+     * the first subscription answered, and on a topic without history. Keep it to resume
+     * from in another page (`from`).
+     * @returns {Position | null}
+     */
+    get position(): Position | null;
+    /** Whether `stop()` was called. */
+    get stopped(): boolean;
+    /**
+     * Stop following: no more callbacks, no subscribing on later connections. The current
+     * connection, if any, is sent `unsubscribeMethod [topic]` (its answer not awaited).
+     */
+    stop(): void;
+    #private;
+}
+/**
+ * A place in a topic's history: the `offset` of a publication (from 1, each the previous
+ * + 1) in an `epoch`, an opaque string that changes when the history is lost (a server
+ * restart, on one node). On the wire `{"epoch":"...","offset":42}`.
+ */
+export type Position = {
+    epoch: string;
+    offset: number;
+};
+/**
+ * Where a followed topic stands, given with each data and each missed report. On a topic
+ * without history (the server answered `subscribe` with a boolean) `epoch` is `''` and
+ * `offset` 0.
+ */
+export type TopicInfo = {
+    /**
+     * the topic's name
+     */
+    topic: string;
+    /**
+     * the epoch the data is in (or continues in, after a miss)
+     */
+    epoch: string;
+    /**
+     * the data's offset; after a miss, the newest offset not
+     * received: data continues from the next
+     */
+    offset: number;
+};
+/**
+ * An answer to a follower's `subscribe`, as `onSubscribed` gets it.
+ */
+export type Subscription = {
+    /**
+     * the topic's name
+     */
+    topic: string;
+    /**
+     * whether the topic keeps history (false: the server
+     * answered with a boolean; every reconnect may lose some, and is reported as missed)
+     */
+    history: boolean;
+    /**
+     * the topic's epoch (`''` without history)
+     */
+    epoch: string;
+    /**
+     * the newest offset when the subscription took effect (0
+     * without history)
+     */
+    offset: number;
+    /**
+     * the position subscribed from, or null (the first
+     * time, or after the position was given up)
+     */
+    from: Position | null;
+    /**
+     * with a position: whether everything after it was
+     * replayed (`false`: nothing was, and `onMissed` follows); absent without one
+     */
+    recovered?: boolean;
+};
+/**
+ * How a ReconnectingPeer follows a topic (`link.topic(name, options)`).
+ */
+export type TopicOptions<T = any> = {
+    /**
+     * each publication's data (the
+     * notification's `params.data`; on a topic without history, its params), in offset
+     * order, once across reconnects
+     */
+    onData?: (data: T, info: TopicInfo) => void;
+    /**
+     * publications were lost: the position
+     * could not be resumed (outside the server's history, or of an epoch it no longer
+     * has), the offsets jumped, the server reported a gap (`$/gap`), or the topic keeps no
+     * history and the link came back. Fetch the state afresh; data continues after
+     * `info.offset` in `info.epoch`.
+     */
+    onMissed?: (info: TopicInfo) => void;
+    /**
+     * each answer to the
+     * follower's subscribe (after every connect), before what it held is handed over
+     */
+    onSubscribed?: (subscription: Subscription) => void;
+    /**
+     * subscribing failed (an
+     * error answer, an answer that is not a subscription, no answer in time), or a
+     * notification is not `{"offset":N,"data":...}` (it is skipped). An error answer
+     * leaves the topic unsubscribed on this connection; no answer in time closes the
+     * connection, so that the next one subscribes again. A connection that closes while
+     * the subscribe waits is not a failure: the next one subscribes.
+     */
+    onFailed?: (error: Error, topic: string) => void;
+    /**
+     * the method that subscribes
+     */
+    method?: string;
+    /**
+     * the
+     * subscribe call's params; default `[topic]`, or `[topic, {"epoch":E,"offset":K}]` with
+     * a position (the form of the Rust `TopicMethods` and `push_ticker --history N`). The
+     * answer must be theirs too: `{"epoch":E,"offset":K,"recovered"?:bool}`, or a boolean
+     * for a topic without history.
+     */
+    params?: (topic: string, from: Position | null) => Array<any> | object;
+    /**
+     * what `stop()` calls with
+     * `[topic]` on the current connection; null: nothing
+     */
+    unsubscribeMethod?: string | null;
+    /**
+     * where to start the first time: a position kept from an
+     * earlier page (`follower.position`, say in sessionStorage); default none
+     */
+    from?: Position;
+    /**
+     * notifications held while a subscribe answer is
+     * awaited; past it the position is given up, the connection closed (4008), and the
+     * next subscription is reported as missed
+     */
+    maxHeld?: number;
+    /**
+     * the subscribe call's timeout; default the link's
+     */
+    timeoutMs?: number;
+};
+/**
+ * What a follower needs from the ReconnectingPeer that owns it.
+ */
+export type FollowerHost = {
+    /**
+     * the link's default timeout
+     */
+    timeoutMs: () => number;
+    /**
+     * a throwing callback
+     */
+    report: (error: unknown, where: string) => void;
+    /**
+     * the open connection, if any
+     */
+    current: () => import("./peer.js").Peer | null;
+    /**
+     * stops routing to `follower`
+     */
+    forget: (follower: TopicFollower) => void;
+};
