@@ -23,7 +23,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 #[non_exhaustive]
 pub struct PeerConfig {
     /// How long a call waits for its answer (default 30 s).
-    /// [`Peer::call_with_timeout`](crate::Peer::call_with_timeout) overrides it per call.
+    /// A call's [`.timeout(d)`](crate::Call::timeout) overrides it per call.
     pub call_timeout: Duration,
     /// The largest incoming message, in bytes (default 1 MiB). A larger one closes
     /// the connection with 1009, before it is buffered whole.

@@ -395,7 +395,7 @@ impl Error {
 ///   the local error's text, e.g. `"`ui.describe`: no answer within 10s"`.
 ///
 /// ```
-/// use jsonrpc_peer::{Context, Router, RpcError};
+/// use jsonrpc_peer::{Caller, Context, Router, RpcError};
 ///
 /// let router = Router::new().method("ask", |cx: Context, (): ()| async move {
 ///     let answer: String = cx.peer().call("describe", ()).await?;
