@@ -448,7 +448,7 @@ pub(crate) async fn broadcast_scenario(opts: &Opts, wanted: usize) -> BroadcastR
         for round in 0..=broadcasts {
             for c in opts.order(round) {
                 let (_, audience) = audiences.iter_mut().find(|(a, _)| *a == c).expect("opened");
-                record(c, round, audience.broadcast(n, &round as u64).await);
+                record(c, round, audience.broadcast(n, round as u64).await);
             }
         }
         for (_, audience) in audiences {
@@ -458,7 +458,7 @@ pub(crate) async fn broadcast_scenario(opts: &Opts, wanted: usize) -> BroadcastR
         for c in opts.order(0) {
             let mut audience = Audience::open(c, n).await;
             for round in 0..=broadcasts {
-                record(c, round, audience.broadcast(n, &round as u64).await);
+                record(c, round, audience.broadcast(n, round as u64).await);
             }
             audience.close().await;
         }
