@@ -43,7 +43,7 @@ pub enum BackplaneError {
 }
 
 /// `?` turns it into this crate's [`Error`](crate::Error), so
-/// [`RedisBackplane::connect`](super::RedisBackplane::connect) (feature `redis`) fits a
+/// `RedisBackplane::connect` (feature `redis`) fits a
 /// function returning [`jsonrpc_peer::Result`](crate::Result): both kinds become
 /// [`ClusterError::Unavailable`], the error a call across the cluster meets when the
 /// bus cannot be reached.
