@@ -7,8 +7,9 @@
 start_example() {
     local name="$1"
     shift
-    # Built with the axum feature, which web_demo needs (the other examples ignore it).
-    cargo build --locked --quiet --features axum --example "$name"
+    # Built with the axum feature, which web_demo needs (the other examples ignore it);
+    # EXAMPLE_FEATURES names others.
+    cargo build --locked --quiet --features "${EXAMPLE_FEATURES:-axum}" --example "$name"
     local log
     log="$(mktemp)"
     "target/debug/examples/$name" --listen 127.0.0.1:0 "$@" >"$log" 2>&1 &

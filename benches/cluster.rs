@@ -13,6 +13,8 @@
 //! | latency at a steady rate (1 k msg/s) | redis-rs PUBLISH -> a RESP3 subscriber connection | `Topics::publish` on node A -> a WebSocket client of node B |
 //! | throughput | redis-rs pipelines of 64 PUBLISH -> the subscriber has them all | node A publishes as fast as it can -> B's client has them all |
 //! | broadcast | one node (no cluster): `broadcast` to N clients | node A `broadcast` with 3 nodes x N clients |
+//! | presence: subscribe + unsubscribe | clients of node A subscribe and unsubscribe one topic | the same, each subscription a member with info |
+//! | presence: a join seen elsewhere | (the cross-node publish latency above) | a client of A joins; node B's `presence_events` has it |
 //!
 //! Latency is from just before the publish call to the receiver having the message (the
 //! client parsed the notification); p50 and p99 by sorting the samples. Broadcast time
@@ -45,6 +47,11 @@ struct Opts {
     throughput_msgs: usize,
     broadcast_clients: usize,
     broadcast_rounds: usize,
+    /// Subscribe + unsubscribe pairs per client, and clients.
+    churn_cycles: usize,
+    churn_clients: usize,
+    /// Joins timed until another node sees them.
+    join_samples: usize,
 }
 
 impl Opts {
@@ -56,6 +63,9 @@ impl Opts {
                 throughput_msgs: 5_000,
                 broadcast_clients: 100,
                 broadcast_rounds: 3,
+                churn_cycles: 50,
+                churn_clients: 10,
+                join_samples: 200,
             }
         } else {
             Opts {
@@ -64,6 +74,9 @@ impl Opts {
                 throughput_msgs: 100_000,
                 broadcast_clients: 1_000,
                 broadcast_rounds: 7,
+                churn_cycles: 500,
+                churn_clients: 20,
+                join_samples: 2_000,
             }
         }
     }
@@ -219,15 +232,39 @@ async fn node(redis_url: &str, name: &str) -> Node {
         .start()
         .await
         .expect("cluster");
-    let router = Router::with_state(cluster.topics()).method(
-        "subscribe",
-        |cx: Context<Topics>, (): ()| async move {
+    let router = Router::with_state(cluster.topics())
+        .method("subscribe", |cx: Context<Topics>, (): ()| async move {
             cx.state()
                 .subscribe_ready(cx.peer(), TOPIC)
                 .await
                 .map_err(|e| RpcError::new(-32000, e.to_string()))
-        },
-    );
+        })
+        // `sub [topic, info_or_null]`: subscribes, and joins the topic's presence with
+        // the info if there is one; `unsub [topic]`.
+        .method(
+            "sub",
+            |cx: Context<Topics>, (topic, info): (String, serde_json::Value)| async move {
+                let topics = cx.state();
+                let bus = |e: jsonrpc_peer::Error| RpcError::new(-32000, e.to_string());
+                topics
+                    .subscribe_ready(cx.peer(), &topic)
+                    .await
+                    .map_err(bus)?;
+                if !info.is_null() {
+                    topics
+                        .join_presence(cx.peer(), &topic, info)
+                        .await
+                        .map_err(bus)?;
+                }
+                Ok(true)
+            },
+        )
+        .method(
+            "unsub",
+            |cx: Context<Topics>, (topic,): (String,)| async move {
+                Ok::<_, RpcError>(cx.state().unsubscribe(cx.peer(), &topic))
+            },
+        );
     tokio::spawn(server.serve(router));
     Node {
         url,
@@ -272,6 +309,10 @@ async fn steady<F: std::future::Future<Output = ()>>(
 }
 
 struct Figures {
+    churn_plain: f64,
+    churn_presence: f64,
+    join_p50: f64,
+    join_p99: f64,
     raw_p50: f64,
     raw_p99: f64,
     ours_p50: f64,
@@ -413,11 +454,19 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
     for peer in single_peers.iter().chain(cluster_peers.iter()) {
         peer.close().await;
     }
+
+    let (churn_plain, churn_presence) = churn(opts, &a).await;
+    let mut joins = join_seen(opts, &a, &b).await;
+
     for node in [&a, &b, &c] {
         node.cluster.shutdown().await;
     }
 
     Figures {
+        churn_plain,
+        churn_presence,
+        join_p50: percentile(&mut joins, 0.5),
+        join_p99: percentile(&mut joins, 0.99),
         raw_p50: percentile(&mut raw_lat, 0.5),
         raw_p99: percentile(&mut raw_lat, 0.99),
         ours_p50: percentile(&mut ours_lat, 0.5),
@@ -426,6 +475,89 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
         ours_rate,
         single_ms: median(single_ms),
         cluster_ms: median(cluster_ms),
+    }
+}
+
+/// Subscribe + unsubscribe pairs per second by clients of node `a` on one topic, plain
+/// and with each subscription a member (info `{"user": N}`), alternated over rounds;
+/// the best round of each.
+async fn churn(opts: &Opts, a: &Node) -> (f64, f64) {
+    let mut clients = Vec::new();
+    for _ in 0..opts.churn_clients {
+        clients.push(connect(&a.url, Router::new()).await.expect("connect"));
+    }
+    let (mut plain, mut presence) = (0f64, 0f64);
+    for round in 0..6 {
+        let with_presence = round % 2 == 1;
+        let start = Instant::now();
+        let runs = clients.iter().enumerate().map(|(i, peer)| async move {
+            for n in 0..opts.churn_cycles {
+                let info = if with_presence {
+                    serde_json::json!({"user": i * opts.churn_cycles + n})
+                } else {
+                    serde_json::Value::Null
+                };
+                let _: bool = peer.call("sub", ("churn", info)).await.expect("sub");
+                let _: bool = peer.call("unsub", ("churn",)).await.expect("unsub");
+            }
+        });
+        futures_util::future::join_all(runs).await;
+        let rate = (opts.churn_clients * opts.churn_cycles) as f64 / start.elapsed().as_secs_f64();
+        if with_presence {
+            presence = presence.max(rate);
+        } else {
+            plain = plain.max(rate);
+        }
+    }
+    for peer in &clients {
+        peer.close().await;
+    }
+    (plain, presence)
+}
+
+/// Milliseconds from a client of `a` asking to join a topic's presence to node `b`'s
+/// `presence_events` having the join, one join at a time (each left before the next).
+async fn join_seen(opts: &Opts, a: &Node, b: &Node) -> Vec<f64> {
+    // B follows the topic: one of its clients is a member there.
+    let follower = connect(&b.url, Router::new()).await.expect("connect");
+    let _: bool = follower
+        .call("sub", ("seen", serde_json::json!({"follower": true})))
+        .await
+        .expect("sub");
+    let mut events = b.cluster.topics().presence_events();
+    let joiner = connect(&a.url, Router::new()).await.expect("connect");
+    let mut samples = Vec::with_capacity(opts.join_samples);
+    for n in 0..opts.join_samples {
+        let info = serde_json::json!({ "n": n });
+        let asked = Instant::now();
+        let _: bool = joiner.call("sub", ("seen", &info)).await.expect("sub");
+        let wanted = info.to_string();
+        wait_event(&mut events, true, &wanted).await;
+        samples.push(asked.elapsed().as_secs_f64() * 1e3);
+        let _: bool = joiner.call("unsub", ("seen",)).await.expect("unsub");
+        wait_event(&mut events, false, &wanted).await;
+    }
+    joiner.close().await;
+    follower.close().await;
+    samples
+}
+
+async fn wait_event(events: &mut jsonrpc_peer::PresenceEvents, join: bool, info: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let event = tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .expect("the join or leave reached the other node within 10 s")
+            .expect("the topics are alive");
+        let found = match (&event, join) {
+            (jsonrpc_peer::PresenceEvent::Join(c), true) => c.info.get() == info,
+            (jsonrpc_peer::PresenceEvent::Leave(c), false) => c.info.get() == info,
+            (jsonrpc_peer::PresenceEvent::Lagged(n), _) => panic!("lagged by {n}"),
+            _ => false,
+        };
+        if found {
+            return;
+        }
     }
 }
 
@@ -484,5 +616,24 @@ fn main() {
         f.cluster_ms,
         f.cluster_ms - f.single_ms,
         verdict(f.cluster_ms <= f.single_ms + 2.0)
+    );
+    println!(
+        "| presence: subscribe + unsubscribe ({} clients of A) | {:.0} pairs/s plain | {:.0} pairs/s as members | {:.2}x | | |",
+        opts.churn_clients,
+        f.churn_plain,
+        f.churn_presence,
+        f.churn_presence / f.churn_plain
+    );
+    println!(
+        "| presence: a join on A seen by B, p50 | publish A -> B p50 {:.3} ms | {:.3} ms | {:.2}x | | |",
+        f.ours_p50,
+        f.join_p50,
+        f.join_p50 / f.ours_p50
+    );
+    println!(
+        "| presence: a join on A seen by B, p99 | publish A -> B p99 {:.3} ms | {:.3} ms | {:.2}x | | |",
+        f.ours_p99,
+        f.join_p99,
+        f.join_p99 / f.ours_p99
     );
 }

@@ -8,6 +8,15 @@
 //! - `whoami []` -> the caller's address, `"NAME/ID"`;
 //! - `subscribe [topic]` -> `true` once the subscription is live across the cluster;
 //!   `unsubscribe [topic]` -> `true`;
+//! - `subscribe [topic, since_or_null, info]` -> as `subscribe [topic]`, and the caller
+//!   joins the topic's presence with `info` (any JSON but `null`); with
+//!   `"presence": true` in an info object it also gets `presence.join` and
+//!   `presence.leave` notifications, params `{"topic": topic, "addr": "b/7", "info":
+//!   info}`, for every other member of the topic on every node (the `presence` member is
+//!   taken out of the info the others see). `since` is for topics with history and is
+//!   ignored here;
+//! - `presence [topic]` -> the members on every node, `[{"addr": "b/7", "info": ...}]`;
+//!   `presence_count [topic]` -> how many (from memory on a node with subscribers);
 //! - `publish [topic, payload]` -> how many of this node's subscribers it reached; every
 //!   subscriber on every node gets `{"method": topic, "params": payload}`;
 //! - `broadcast [payload]` -> every client on every node gets `{"method": "broadcast",
@@ -30,7 +39,10 @@ use std::io::Write;
 use std::time::Duration;
 
 use jsonrpc_peer::cluster::{Cluster, PeerAddr, RedisBackplane, RedisOptions};
-use jsonrpc_peer::{Caller, Context, Error, HandshakePolicy, Router, RpcError, Server};
+use jsonrpc_peer::{
+    Caller, Context, Error, HandshakePolicy, Peer, Router, RpcError, Server, Topics,
+};
+use serde::Deserialize;
 use serde_json::Value;
 
 /// Local errors of a cross-node call, as the answer's error.
@@ -51,6 +63,44 @@ fn payload_ok(payload: &Value) -> Result<(), RpcError> {
     }
 }
 
+/// `subscribe`'s params: `[topic]`, `[topic, since_or_null]`, `[topic, since_or_null,
+/// info]`.
+#[derive(Deserialize)]
+struct Subscribe {
+    topic: String,
+    #[serde(default, rename = "since")]
+    _since: Option<Value>,
+    #[serde(default)]
+    info: Option<Value>,
+}
+
+/// The caller joins `topic`'s presence with `info` (without its `presence` member), and
+/// watches it if that member is `true`.
+async fn join_presence(
+    topics: &Topics,
+    peer: &Peer,
+    topic: &str,
+    info: Value,
+) -> Result<(), RpcError> {
+    let mut info = info;
+    let watch = match info.as_object_mut().and_then(|o| o.remove("presence")) {
+        Some(Value::Bool(watch)) => watch,
+        Some(_) => return Err(RpcError::invalid_params("`presence` must be true or false")),
+        None => false,
+    };
+    topics
+        .join_presence(peer, topic, info)
+        .await
+        .map_err(answer_error)?;
+    if watch {
+        topics
+            .watch_presence(peer, topic)
+            .await
+            .map_err(answer_error)?;
+    }
+    Ok(())
+}
+
 fn router(cluster: Cluster) -> Router<Cluster> {
     Router::with_state(cluster)
         .method("whoami", |cx: Context<Cluster>, (): ()| async move {
@@ -58,13 +108,36 @@ fn router(cluster: Cluster) -> Router<Cluster> {
         })
         .method(
             "subscribe",
-            |cx: Context<Cluster>, (topic,): (String,)| async move {
+            |cx: Context<Cluster>, Subscribe { topic, info, .. }: Subscribe| async move {
                 let topics = cx.state().topics();
                 topics
                     .subscribe_ready(cx.peer(), &topic)
                     .await
                     .map_err(answer_error)?;
+                if let Some(info) = info.filter(|i| !i.is_null()) {
+                    join_presence(&topics, cx.peer(), &topic, info).await?;
+                }
                 Ok::<_, RpcError>(true)
+            },
+        )
+        .method(
+            "presence",
+            |cx: Context<Cluster>, (topic,): (String,)| async move {
+                cx.state()
+                    .topics()
+                    .presence(&topic)
+                    .await
+                    .map_err(answer_error)
+            },
+        )
+        .method(
+            "presence_count",
+            |cx: Context<Cluster>, (topic,): (String,)| async move {
+                cx.state()
+                    .topics()
+                    .presence_count(&topic)
+                    .await
+                    .map_err(answer_error)
             },
         )
         .method(

@@ -17,6 +17,12 @@
 //! (`subscribe ["chat.message", {"epoch":E,"offset":K}]`) and gets exactly the lines it
 //! missed; where that is no longer possible it is told so and reloads `chat.recent`.
 //!
+//! The chat shows who is in it, live: each page subscribes with its name as presence
+//! info and asks for joins and leaves (`subscribe ["chat.message", position_or_null,
+//! {"name": N, "presence": true}]`), reads `presence ["chat.message"]` once per
+//! connection, and then applies each `presence.join` / `presence.leave`
+//! (`{"topic","addr","info"}`). Across servers the list holds every server's pages.
+//!
 //! Across servers: `cargo run --example web_demo --features axum,redis -- --redis URL` (URL
 //! `redis://HOST:PORT` or `redis+unix:///path`) joins a cluster over Redis; run two on
 //! two ports and chat lines and "pages connected" span both. There the chat topic keeps
@@ -101,8 +107,9 @@ fn invalid(reason: &str) -> RpcError {
 
 fn router(topics: Topics) -> Router<Demo> {
     let tasks = Arc::new(AtomicUsize::new(0));
-    // `subscribe` / `unsubscribe` for the chat topic: `subscribe ["chat.message", position?]`.
-    let chat_topic = TopicMethods::new(&topics).only([CHAT]);
+    // `subscribe` / `unsubscribe` for the chat topic: `subscribe ["chat.message", position?,
+    // info?]`, and its presence: `presence` and `presence_count`.
+    let chat_topic = TopicMethods::new(&topics).only([CHAT]).presence();
     let demo = Demo {
         tasks,
         topics,

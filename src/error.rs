@@ -309,6 +309,9 @@ pub enum Error {
     /// A topic's history: the topic keeps none, or a publication does not fit it.
     #[error("{0}")]
     History(#[from] crate::history::HistoryError),
+    /// A topic's presence: not subscribed, or past one of its limits.
+    #[error("{0}")]
+    Presence(#[from] crate::presence::PresenceError),
 }
 
 fn called(method: Option<&str>) -> String {

@@ -146,6 +146,7 @@ mod message;
 mod peer;
 mod pending;
 mod policy;
+mod presence;
 mod progress;
 mod queue;
 mod reconnect;
@@ -173,6 +174,7 @@ pub use history::{HistoryConfig, HistoryError, Position, Published, Subscribed};
 pub use lanes::MethodOptions;
 pub use peer::{ConnectionInfo, Peer};
 pub use policy::{HandshakePolicy, Refusal};
+pub use presence::{Member, PresenceChange, PresenceError, PresenceEvent, PresenceLimits};
 pub use reconnect::{
     Backoff, LinkState, Reconnecting, ReconnectingBuilder, TopicEvent, TopicEvents, TopicOptions,
 };
@@ -187,7 +189,7 @@ pub use server::Server;
 pub use tokio_tungstenite::tungstenite::client::{ClientRequestBuilder, IntoClientRequest};
 /// The `http` crate's types, as the handshake uses them (headers in [`ConnectionInfo`]).
 pub use tokio_tungstenite::tungstenite::http;
-pub use topics::{TopicMethods, Topics};
+pub use topics::{PresenceEvents, PresenceJoin, PresenceLeave, TopicMethods, Topics};
 
 /// The README's code, compiled and run as a doc test so it stays true (with the axum
 /// feature, which its axum snippet needs; `cargo test --workspace` turns it on).

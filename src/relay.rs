@@ -32,10 +32,11 @@
 //!   without a cluster, the offset each topic's subscribers have reached, a live message
 //!   held while a replay runs. Deliveries coming down from the cluster then carry their
 //!   position.
-//! - **Presence** adds methods here for members: a local member joined or left a topic
-//!   (with its info), and the members on the other nodes. The topics keep this node's
-//!   members beside its subscribers; joins and leaves from other nodes come down as calls
-//!   on the topics, like deliveries.
+//! - **Presence** is the sibling trait [`MemberRelay`] (below), held by the topics: they
+//!   keep this node's members (`topics/presence.rs`) and say only that a member of a
+//!   topic changed; the cluster's members room (`cluster/members.rs`) writes them out,
+//!   keeps a view of the other nodes' members, and calls their joins and leaves down on
+//!   the topics (`Topics::presence_changed`), like deliveries.
 //!
 //! Each of those is a method of this trait (or a sibling trait beside it, held by the
 //! topics) that the cluster implements in a room of its own. Their likely shape, for
@@ -46,12 +47,7 @@
 //! fn record<'a>(&'a self, topic: &'a str, frame: &'a str) -> BoxFuture<'a, Result<Position>>;
 //! fn read_after<'a>(&'a self, topic: &'a str, after: Position, max: usize)
 //!     -> BoxFuture<'a, Result<Replay>>;
-//! // presence: the topics keep this node's members, the relay the others'
-//! fn joined(&self, topic: &str, member: &Member);
-//! fn left(&self, topic: &str, member: &Member);
-//! fn members<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<Vec<Member>>>;
-//! // and down, from the cluster: Topics::deliver_at(topic, position, frame),
-//! // Topics::member_joined / member_left(topic, member)
+//! // and down, from the cluster: Topics::deliver_at(topic, position, frame)
 //! ```
 
 use futures_util::future::BoxFuture;
@@ -76,4 +72,40 @@ pub(crate) trait Relay: Send + Sync {
     /// Resolves once this node hears the other nodes' publishes on `topic`: a publish on
     /// any node after that reaches this node's subscribers.
     fn ready<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<()>>;
+}
+
+/// Presence across nodes: the sibling of [`Relay`] that the topics hold for their
+/// members; implemented by the cluster (`cluster/members.rs`).
+///
+/// The topics keep this node's members and tell the relay only *that* a member of a
+/// topic changed ([`changed`](Self::changed)); the relay reads the topics' members at
+/// the moment it writes them out, so changes that race come out as the final state.
+/// The relay keeps a view of the other nodes' members for the topics this node
+/// follows, and calls joins and leaves from them down on the topics
+/// (`Topics::presence_changed`).
+pub(crate) trait MemberRelay: Send + Sync {
+    /// This node's name, in its members' addresses.
+    fn node(&self) -> &str;
+
+    /// The local member `id` of `topic` joined or left.
+    fn changed(&self, topic: &str, id: u64);
+
+    /// Keeps a view of `topic`'s members on the other nodes from now on (this node has
+    /// subscribers there, so it hears their changes). Resolves once the view holds them;
+    /// at once while the bus is down (the view loads when it is back).
+    fn follow<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, ()>;
+
+    /// `topic` has no local subscribers left: its view may go.
+    fn unfollow(&self, topic: &str);
+
+    /// The members of `topic` on the other nodes: from the view when this node follows
+    /// it, else read from the bus.
+    fn members<'a>(&'a self, topic: &'a str)
+        -> BoxFuture<'a, Result<Vec<crate::presence::Member>>>;
+
+    /// How many members `topic` has on the other nodes (as [`members`](Self::members)).
+    fn count<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<usize>>;
+
+    /// How many members of `topic` on the other nodes the view holds now, without waiting.
+    fn known(&self, topic: &str) -> usize;
 }

@@ -11,9 +11,11 @@
 mod histories;
 mod log;
 mod methods;
+mod presence;
 mod store;
 
 pub use methods::TopicMethods;
+pub use presence::{PresenceEvents, PresenceJoin, PresenceLeave};
 
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
@@ -69,6 +71,8 @@ struct Inner {
     relay: OnceLock<Arc<dyn Relay>>,
     /// The topics that keep history.
     history: histories::Histories,
+    /// Who is in each topic: this node's members, and who watches them.
+    presence: presence::Presence,
 }
 
 impl Topics {
@@ -283,6 +287,7 @@ impl Topics {
             subscribers.is_empty()
         });
         self.leave_history(topic, id, now_empty);
+        self.presence_gone(topic, id, now_empty);
         // Only if no one subscribed in between.
         if now_empty
             && self

@@ -372,7 +372,13 @@ nameInput.addEventListener('change', () => localStorage.setItem('jsonrpc-peer-de
 // the offset of the last line shown, and the server sends exactly the lines typed
 // meanwhile (each once, in order) before the live ones. When it cannot (the server
 // restarted, or the lines left its history), the page reloads the chat's last lines.
+//
+// The page is also in the chat's presence, under its name: it hears every page that
+// comes and goes (on every server of a cluster) and shows who is here.
 const chat = peer.topic('chat.message', {
+  info: () => ({ name: nameInput.value.trim() || 'guest' }),
+  presence: true,
+  onPresence: (members) => showWho(members),
   onData: (line, { offset }) => onChatLine(line, offset),
   onSubscribed: (s) => {
     if (!s.history) showSync('live', 'live (no history kept: after a reconnect the chat reloads)');
@@ -386,6 +392,33 @@ const chat = peer.topic('chat.message', {
   onMissed: () => void reloadChat(),
   onFailed: (e) => showSync('failed', `chat: ${describeError(e)}`),
 });
+
+/** @typedef {import('./demo-api.js').ChatMember} ChatMember a page in the chat */
+
+/**
+ * Shows who is in the chat: each name once, with how many pages (tabs) it has open.
+ * @param {ChatMember[]} members
+ */
+function showWho(members) {
+  /** @type {Map<string, number>} */
+  const pages = new Map();
+  for (const m of members) {
+    const name = String(m?.info?.name ?? '?');
+    pages.set(name, (pages.get(name) ?? 0) + 1);
+  }
+  const list = $('chat-who');
+  list.replaceChildren(...[...pages].sort(([a], [b]) => a.localeCompare(b)).map(([name, n]) => {
+    const li = document.createElement('li');
+    li.setAttribute('data-testid', 'chat-member');
+    li.dataset.name = name;
+    li.dataset.pages = String(n);
+    li.textContent = n > 1 ? `${name} ×${n}` : name;
+    if (name === (nameInput.value.trim() || 'guest')) li.classList.add('mine');
+    return li;
+  }));
+  $('chat-who-count').textContent = `${pages.size} here`;
+  $('chat-who-count').dataset.members = String(members.length);
+}
 
 /** Shows where the chat stands against the server: live, recovered, missed. */
 function showSync(state, text) {

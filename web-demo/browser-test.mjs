@@ -5,11 +5,14 @@
 // Env: DEMO_URL (required), SCREENSHOT_DIR (default ../target/screenshots),
 //      CHROMIUM (default /usr/bin/chromium), DEMO_BIN (the built web_demo example, default
 //      ../target/debug/examples/web_demo: the reconnect and chat resume tests run servers
-//      of their own, restart them under the page, and cut a page's link with a TCP proxy).
+//      of their own, restart them under the page, and cut a page's link with a TCP proxy;
+//      the presence test runs two over a Redis of its own, so it is built with
+//      `--features axum,redis` and needs `redis-server` on the PATH).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { launchChromium } from './chromium.mjs';
@@ -444,5 +447,116 @@ test('chat: a page whose missed lines left the history shows "missed, reloaded" 
   await away.locator('[data-testid="chat-message"]', { hasText: 'live again' }).waitFor();
   assert.deepEqual(await chatLines(away), ['first', 'lost a', 'lost b', 'lost c', 'live again']);
   await away.getByTestId('panel-chat').screenshot({ path: path.join(SHOTS, 'chat-missed-reloaded.png') });
+  assert.deepEqual(errors, []);
+});
+
+/**
+ * A Redis of the test's own on a unix socket in a temp dir (the recipe of TESTING.md);
+ * resolves with `{ url, stop }` once it listens.
+ */
+async function startRedis() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'demo-redis-'));
+  const sock = path.join(dir, 'r.sock');
+  const child = spawn('redis-server', ['--port', '0', '--unixsocket', sock, '--save', '', '--appendonly', 'no'],
+    { stdio: 'ignore' });
+  const exited = new Promise((r) => child.once('exit', r));
+  const failed = new Promise((_, reject) => child.once('error', (e) => reject(new Error(`redis-server: ${e.message} (.ci/install installs it)`))));
+  const stop = async () => {
+    child.kill('SIGKILL');
+    await exited;
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  const up = (async () => {
+    for (let i = 0; i < 100 && !fs.existsSync(sock); i++) await new Promise((r) => setTimeout(r, 50)); // bounded: 5 s
+    if (!fs.existsSync(sock)) throw new Error('redis-server did not listen within 5 s');
+  })();
+  try {
+    await Promise.race([up, failed]);
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+  return { url: `redis+unix://${sock}`, stop };
+}
+
+/** The names a page's chat shows as here, with how many pages each has: {name: pages}. */
+async function here(page) {
+  return page.getByTestId('chat-who').evaluate((ul) => Object.fromEntries(
+    [...ul.querySelectorAll('[data-testid="chat-member"]')].map((li) => [li.dataset.name, Number(li.dataset.pages)]),
+  ));
+}
+
+/** Waits until `page` shows exactly `expected` ({name: pages}) as here. */
+async function untilHere(page, expected, timeout = WAIT_MS) {
+  await page.waitForFunction((want) => {
+    const got = Object.fromEntries([...document.querySelectorAll('[data-testid="chat-member"]')]
+      .map((li) => [li.dataset.name, Number(li.dataset.pages)]));
+    return JSON.stringify(Object.entries(got).sort()) === JSON.stringify(Object.entries(want).sort());
+  }, expected, { timeout }).catch(async (e) => {
+    throw new Error(`${e.message}: the page shows ${JSON.stringify(await here(page))}, not ${JSON.stringify(expected)}`);
+  });
+}
+
+test('chat: who is here, live, across two servers over Redis (joins, a second tab, a closed page, a killed server)', { timeout: 120000 }, async (t) => {
+  assert.ok(fs.existsSync(DEMO_BIN), `build the demo first (cargo build --example web_demo --features axum,redis): ${DEMO_BIN}`);
+  fs.mkdirSync(SHOTS, { recursive: true });
+  let browser;
+  let redis;
+  const servers = [];
+  t.after(async () => {
+    await browser?.close().catch(() => {});
+    for (const s of servers) await s.stop();
+    await redis?.stop();
+  });
+  redis = await startRedis();
+  const a = await startDemo('127.0.0.1:0', ['--redis', redis.url]);
+  servers.push(a);
+  const b = await startDemo('127.0.0.1:0', ['--redis', redis.url]);
+  servers.push(b);
+  browser = await launchChromium();
+  const errors = [];
+  /** A page of `server` chatting as `name`, once its chat is live. */
+  const open = async (server, name) => {
+    const context = await browser.newContext(LAPTOP);
+    await context.addInitScript((n) => localStorage.setItem('jsonrpc-peer-demo.name', n), name);
+    const page = await context.newPage();
+    page.setDefaultTimeout(WAIT_MS);
+    page.on('pageerror', (e) => errors.push(`[${name}] ${e.message}`));
+    await page.goto(`${server.url}/`, { timeout: WAIT_MS });
+    await page.locator('[data-testid="chat-sync"][data-state="live"]').waitFor();
+    return page;
+  };
+
+  const ana = await open(a, 'ana');
+  await untilHere(ana, { ana: 1 });
+  const ben = await open(b, 'ben');
+  // Ben's page is on the other server: both see both, each from its own server.
+  await untilHere(ben, { ana: 1, ben: 1 });
+  await untilHere(ana, { ana: 1, ben: 1 });
+
+  // Ben opens a second tab, on ana's server: one person, two pages.
+  const benTab = await open(a, 'ben');
+  await untilHere(ana, { ana: 1, ben: 2 });
+  await untilHere(ben, { ana: 1, ben: 2 });
+  assert.equal(await ana.getByTestId('chat-who-count').textContent(), '2 here');
+  assert.equal(await ana.getByTestId('chat-who-count').getAttribute('data-members'), '3');
+  // A line typed on one server reaches the page on the other.
+  await say(ana, 'ana', 'hello from server A');
+  await ben.locator('[data-testid="chat-message"]', { hasText: 'hello from server A' }).waitFor();
+  await ana.getByTestId('panel-chat').screenshot({ path: path.join(SHOTS, 'chat-presence.png') });
+
+  // Ben closes his first tab (on server B): his link ends, he leaves at once.
+  await ben.context().close();
+  await untilHere(ana, { ana: 1, ben: 1 });
+  await untilHere(benTab, { ana: 1, ben: 1 });
+
+  // Cat joins on server B, and server B is killed (no goodbye): its members leave every
+  // other server's view within its heartbeat window (3 x 2 s), and the pages show it.
+  const cat = await open(b, 'cat');
+  await untilHere(cat, { ana: 1, ben: 1, cat: 1 });
+  await untilHere(ana, { ana: 1, ben: 1, cat: 1 });
+  await b.stop();
+  await untilHere(ana, { ana: 1, ben: 1 }, 15000);
+  await untilHere(benTab, { ana: 1, ben: 1 }, 15000);
   assert.deepEqual(errors, []);
 });

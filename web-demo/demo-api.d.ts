@@ -34,9 +34,10 @@ export type DemoTasksRunningResult = number;
 export type ChatSendPositional = [string, string];
 /**
  * @minItems 1
- * @maxItems 2
+ * @maxItems 3
  */
-export type SubscribePositional = [string] | [string, TopicPosition | null];
+export type SubscribePositional =
+  [string] | [string, TopicPosition | null] | [string, TopicPosition | null, ChatPresenceInfo | null];
 /**
  * `subscribe`'s answer: a position on a topic with history, a boolean on one without.
  */
@@ -48,6 +49,18 @@ export type SubscribeResult = Subscribed | boolean;
 export type UnsubscribePositional = [string];
 export type UnsubscribeResult = boolean;
 /**
+ * @minItems 1
+ * @maxItems 1
+ */
+export type PresencePositional = [string];
+export type PresenceResult = ChatMember[];
+/**
+ * @minItems 1
+ * @maxItems 1
+ */
+export type PresenceCountPositional = [string];
+export type PresenceCountResult = number;
+/**
  * @minItems 4
  * @maxItems 4
  */
@@ -58,6 +71,16 @@ export type MetricsPositional = [number, number, number, number];
  * (`--chat-history 0`, and a cluster until topic history spans its nodes) it is the line.
  */
 export type ChatMessageParams = ChatItem | ChatMessage;
+/**
+ * @minItems 3
+ * @maxItems 3
+ */
+export type PresenceJoinPositional = [string, string, ChatMemberInfo];
+/**
+ * @minItems 3
+ * @maxItems 3
+ */
+export type PresenceLeavePositional = [string, string, ChatMemberInfo];
 
 export interface SubtractParams {
   /**
@@ -188,6 +211,11 @@ export interface SubscribeParams {
    * Where to resume from: everything published after it is sent first.
    */
   from?: TopicPosition | null;
+  /**
+   * Join the topic's presence with this info (at most 1 KiB as JSON); with
+   * `"presence": true` in it, also get `presence.join` and `presence.leave`.
+   */
+  info?: ChatPresenceInfo | null;
 }
 /**
  * A place in a topic's history: `subscribe`'s position to resume from.
@@ -201,6 +229,19 @@ export interface TopicPosition {
    * The offset of the last publication received.
    */
   offset: number;
+}
+/**
+ * What a page joins the chat's presence with.
+ */
+export interface ChatPresenceInfo {
+  /**
+   * The name the page chats under.
+   */
+  name: string;
+  /**
+   * Ask for `presence.join` / `presence.leave` (taken out of what the others see).
+   */
+  presence?: boolean | null;
 }
 /**
  * Where a subscription to a topic with history starts.
@@ -219,6 +260,28 @@ export interface Subscribed {
    * position is no longer kept; fetch the state afresh).
    */
   recovered?: boolean | null;
+}
+/**
+ * One member of the chat: a connected page (a person in two tabs is two members).
+ */
+export interface ChatMember {
+  /**
+   * The page's connection, `NODE/ID` (`local/ID` without a cluster).
+   */
+  addr: string;
+  /**
+   * What it joined with: `{"name": ...}`.
+   */
+  info: ChatMemberInfo;
+}
+/**
+ * What the other pages see of a member.
+ */
+export interface ChatMemberInfo {
+  /**
+   * The name it chats under.
+   */
+  name: string;
 }
 /**
  * What the page says about itself when the server asks.
@@ -289,6 +352,34 @@ export interface ChatMessage {
    */
   text: string;
 }
+export interface PresenceJoinParams {
+  /**
+   * The topic: `chat.message`.
+   */
+  topic: string;
+  /**
+   * The page's connection.
+   */
+  addr: string;
+  /**
+   * What it joined with.
+   */
+  info: ChatMemberInfo;
+}
+export interface PresenceLeaveParams {
+  /**
+   * The topic: `chat.message`.
+   */
+  topic: string;
+  /**
+   * The page's connection.
+   */
+  addr: string;
+  /**
+   * What it joined with.
+   */
+  info: ChatMemberInfo;
+}
 
 /** Methods the server serves: the page calls them. */
 export interface ServerMethods {
@@ -302,6 +393,8 @@ export interface ServerMethods {
   "chat.recent": { params: [] | undefined; result: ChatRecentResult };
   "subscribe": { params: SubscribeParams | SubscribePositional; result: SubscribeResult };
   "unsubscribe": { params: UnsubscribePositional; result: UnsubscribeResult };
+  "presence": { params: PresencePositional; result: PresenceResult };
+  "presence_count": { params: PresenceCountPositional; result: PresenceCountResult };
 }
 /** Methods the page serves (`x-implemented-by: client`): the server calls them. */
 export interface ClientMethods {
@@ -311,6 +404,8 @@ export interface ClientMethods {
 export interface ServerNotifications {
   "metrics": MetricsParams | MetricsPositional;
   "chat.message": ChatMessageParams;
+  "presence.join": PresenceJoinParams | PresenceJoinPositional;
+  "presence.leave": PresenceLeaveParams | PresenceLeavePositional;
 }
 /** Notifications the page sends: the server handles them. */
 export interface ClientNotifications {

@@ -112,7 +112,8 @@ pub struct TopicPosition {
     pub offset: u64,
 }
 
-/// `subscribe`'s params: `[topic]`, or `[topic, {"epoch":E,"offset":K}]` to resume.
+/// `subscribe`'s params: `[topic]`, or `[topic, {"epoch":E,"offset":K}]` to resume, and
+/// `[topic, position_or_null, info]` to be in the chat's presence.
 #[derive(Serialize, Deserialize, JsonSchema)]
 pub struct SubscribeParams {
     /// The topic: `chat.message`.
@@ -120,6 +121,47 @@ pub struct SubscribeParams {
     /// Where to resume from: everything published after it is sent first.
     #[serde(default)]
     pub from: Option<TopicPosition>,
+    /// Join the topic's presence with this info (at most 1 KiB as JSON); with
+    /// `"presence": true` in it, also get `presence.join` and `presence.leave`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info: Option<ChatPresenceInfo>,
+}
+
+/// What a page joins the chat's presence with.
+#[derive(Serialize, Deserialize, JsonSchema)]
+pub struct ChatPresenceInfo {
+    /// The name the page chats under.
+    pub name: String,
+    /// Ask for `presence.join` / `presence.leave` (taken out of what the others see).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presence: Option<bool>,
+}
+
+/// One member of the chat: a connected page (a person in two tabs is two members).
+#[derive(Serialize, Deserialize, JsonSchema)]
+pub struct ChatMember {
+    /// The page's connection, `NODE/ID` (`local/ID` without a cluster).
+    pub addr: String,
+    /// What it joined with: `{"name": ...}`.
+    pub info: ChatMemberInfo,
+}
+
+/// What the other pages see of a member.
+#[derive(Serialize, Deserialize, JsonSchema)]
+pub struct ChatMemberInfo {
+    /// The name it chats under.
+    pub name: String,
+}
+
+/// A page joined or left the chat (its link ended, or its server went).
+#[derive(Serialize, Deserialize, JsonSchema)]
+pub struct ChatPresenceChange {
+    /// The topic: `chat.message`.
+    pub topic: String,
+    /// The page's connection.
+    pub addr: String,
+    /// What it joined with.
+    pub info: ChatMemberInfo,
 }
 
 /// `subscribe`'s answer: a position on a topic with history, a boolean on one without.
@@ -203,6 +245,14 @@ jsonrpc_peer::method!(
     pub Unsubscribe = "unsubscribe", (String,) => bool
 );
 jsonrpc_peer::method!(
+    /// The members of a topic's presence (`chat.message`), on every server.
+    pub PresenceList = "presence", (String,) => Vec<ChatMember>
+);
+jsonrpc_peer::method!(
+    /// How many members a topic's presence has, on every server.
+    pub PresenceCount = "presence_count", (String,) => usize
+);
+jsonrpc_peer::method!(
     /// Served by the page: its viewport, language, clock and user agent.
     pub UiDescribe = "ui.describe", () => UiDescription
 );
@@ -215,9 +265,18 @@ jsonrpc_peer::notification!(
     pub ChatBroadcast = "chat.message", ChatPush
 );
 
+jsonrpc_peer::notification!(
+    /// A page joined the chat, to the pages that asked (`"presence": true`).
+    pub PresenceJoinPush = "presence.join", ChatPresenceChange
+);
+jsonrpc_peer::notification!(
+    /// A page left the chat, to the pages that asked (`"presence": true`).
+    pub PresenceLeavePush = "presence.leave", ChatPresenceChange
+);
+
 /// The demo server's description: the specification's methods and the demo's own (the
-/// chat topic's `subscribe` and `unsubscribe` among them), the page's `ui.describe`, and
-/// the two pushes.
+/// chat topic's `subscribe`, `unsubscribe`, `presence` and `presence_count` among them),
+/// the page's `ui.describe`, and the pushes.
 pub fn web_api() -> Api {
     spec_methods::with_spec_api(Api::new("jsonrpc-peer web demo", env!("CARGO_PKG_VERSION")))
         .description("The demo page's server; ui.describe is served by the page.")
@@ -228,7 +287,11 @@ pub fn web_api() -> Api {
         .serves(ChatRecent)
         .serves(Subscribe)
         .serves(Unsubscribe)
+        .serves(PresenceList)
+        .serves(PresenceCount)
         .expects(UiDescribe)
         .sends(MetricsPush)
         .sends(ChatBroadcast)
+        .sends(PresenceJoinPush)
+        .sends(PresenceLeavePush)
 }

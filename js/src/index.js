@@ -10,7 +10,8 @@
 //   dispatch.js   what arrives on a connection: handlers, answers, cancels (internal)
 //   batch.js      Batch: several calls and notifications in one frame
 //   reconnect.js  ReconnectingPeer and reconnecting(): a link that comes back by itself
-//   topics.js     TopicFollower: a topic followed across reconnects, resumed from its position
+//   topics.js     TopicFollower: a topic followed across reconnects, resumed from its position;
+//                 its presence (members, joins and leaves)
 
 export { ErrorCode, RpcError } from './wire.js';
 export { ClosedError, InvalidResponseError, LimitError, TimeoutError } from './errors.js';
@@ -18,7 +19,7 @@ export { LIMITS } from './limits.js';
 export { Peer, connect } from './peer.js';
 export { Batch } from './batch.js';
 export { ReconnectingPeer, backoffDelay, reconnecting } from './reconnect.js';
-export { TopicFollower } from './topics.js';
+export { PRESENCE_JOIN, PRESENCE_LEAVE, TopicFollower } from './topics.js';
 
 /** @typedef {import('./peer.js').PeerOptions} PeerOptions */
 /** @typedef {import('./peer.js').HandlerContext} HandlerContext */
@@ -30,6 +31,8 @@ export { TopicFollower } from './topics.js';
 /** @typedef {import('./topics.js').Position} Position */
 /** @typedef {import('./topics.js').TopicInfo} TopicInfo */
 /** @typedef {import('./topics.js').Subscription} Subscription */
+/** @typedef {import('./topics.js').Member} Member */
+/** @typedef {import('./topics.js').PresenceChange} PresenceChange */
 /**
  * @template [T=any]
  * @typedef {import('./topics.js').TopicOptions<T>} TopicOptions

@@ -10,7 +10,7 @@
 import { ClosedError, TimeoutError } from './errors.js';
 import { WaitingSends, limitOf } from './limits.js';
 import { Peer } from './peer.js';
-import { TopicFollower, followers } from './topics.js';
+import { PRESENCE_JOIN, PRESENCE_LEAVE, TopicFollower, followers } from './topics.js';
 import { checkName, request, utf8Length } from './wire.js';
 
 /**
@@ -195,9 +195,12 @@ export class ReconnectingPeer extends EventTarget {
       forget: (f) => {
         if (this.#followers.get(f.topic) === f) this.#followers.delete(f.topic);
       },
+      call: (method, params) => this.call(method, params),
     });
     this.#followers.set(topic, follower);
     this.#route(topic);
+    this.#route(PRESENCE_JOIN);
+    this.#route(PRESENCE_LEAVE);
     if (this.#gapName !== null) this.#route(this.#gapName);
     // #setUp subscribes the topics it finds when it starts; one added later subscribes now.
     const peer = this.#settingUp;
@@ -326,6 +329,10 @@ export class ReconnectingPeer extends EventTarget {
     for (const n of this.#notifications.keys()) this.#route(n);
     for (const n of this.#followers.keys()) this.#route(n);
     if (this.#followers.size && this.#gapName !== null) this.#route(this.#gapName);
+    if (this.#followers.size) {
+      this.#route(PRESENCE_JOIN);
+      this.#route(PRESENCE_LEAVE);
+    }
     peer.closed.then(() => {
       if (this.#peer !== peer) return;
       this.#peer = null;
@@ -358,6 +365,10 @@ export class ReconnectingPeer extends EventTarget {
     if (name === this.#gapName) {
       const named = typeof params?.topic === 'string' ? this.#followers.get(params.topic) : undefined;
       if (named) followers.gap(named, cx.peer, params);
+    }
+    if (name === PRESENCE_JOIN || name === PRESENCE_LEAVE) {
+      const named = typeof params?.topic === 'string' ? this.#followers.get(params.topic) : undefined;
+      if (named) followers.presence(named, cx.peer, name === PRESENCE_JOIN, params);
     }
     return this.#notifications.get(name)?.(cx, params);
   }

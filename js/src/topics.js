@@ -10,6 +10,12 @@
 // offset not above the last is a duplicate and dropped, one that jumps is reported as
 // missed first. The held ones are bounded (`maxHeld`): past it the position is given up,
 // the connection closed, and the next subscription reports what was missed.
+//
+// Presence: with `info`, the subscription joins the topic's presence
+// (`subscribe [topic, position_or_null, info]`); with `presence: true` it also asks for
+// `presence.join` / `presence.leave` (`{"topic","addr","info"}`) and keeps the members
+// live: after every subscribe answer it reads `presence [topic]` once, applies the events
+// that came meanwhile (held, bounded by `maxHeld`) and then each one as it comes.
 import { ClosedError, TimeoutError } from './errors.js';
 import { limitOf } from './limits.js';
 
@@ -49,6 +55,24 @@ import { limitOf } from './limits.js';
  */
 
 /**
+ * A member of a topic's presence, as `presence [topic]` lists it: one connection (a user
+ * in two tabs is two members with one info).
+ * @typedef {object} Member
+ * @property {string} addr the member's connection: `NODE/ID` (`local/ID` without a cluster)
+ * @property {any} info what it joined with (its `presence` member taken out)
+ */
+
+/**
+ * A join or a leave: the params of `presence.join` and `presence.leave`
+ * (`{"topic":"chat","addr":"b/7","info":{"user":"ana"}}`). A leave carries the info
+ * the member joined with; a watcher is not told of its own join or leave.
+ * @typedef {object} PresenceChange
+ * @property {string} topic the topic joined or left
+ * @property {string} addr the member's connection
+ * @property {any} info what it joined with
+ */
+
+/**
  * How a ReconnectingPeer follows a topic (`link.topic(name, options)`).
  * @template [T=any]
  * @typedef {object} TopicOptions
@@ -68,10 +92,25 @@ import { limitOf } from './limits.js';
  *   leaves the topic unsubscribed on this connection; no answer in time closes the
  *   connection, so that the next one subscribes again. A connection that closes while
  *   the subscribe waits is not a failure: the next one subscribes.
+ * @property {any | (() => any)} [info] join the topic's presence with this (any JSON but
+ *   null, such as `{"user": "ana"}`; a function is asked again at every subscribe): the
+ *   subscribe call's third param, `[topic, position_or_null, info]`
+ * @property {boolean} [presence=false] also hear who comes and goes: `presence: true` is
+ *   added to `info` (which must then be an object, or absent: `{}`), so the server sends
+ *   `presence.join` / `presence.leave` for the topic, and the follower keeps `members`
+ *   live (read again after every reconnect)
+ * @property {(change: PresenceChange) => void} [onJoin] another member joined (on any node)
+ * @property {(change: PresenceChange) => void} [onLeave] another member left (it
+ *   unsubscribed, its connection ended, or its node went)
+ * @property {(members: Member[]) => void} [onPresence] with `presence`: the members, each
+ *   time they change (after each read of `presence [topic]`, and each join and leave)
+ * @property {string} [presenceMethod='presence'] the method that lists the members
+ * @property {string} [presenceCountMethod='presence_count'] the method that counts them
  * @property {string} [method='subscribe'] the method that subscribes
- * @property {(topic: string, from: Position | null) => Array<any>|object} [params] the
+ * @property {(topic: string, from: Position | null, info?: any) => Array<any>|object} [params] the
  *   subscribe call's params; default `[topic]`, or `[topic, {"epoch":E,"offset":K}]` with
- *   a position (the form of the Rust `TopicMethods` and `push_ticker --history N`). The
+ *   a position (the form of the Rust `TopicMethods` and `push_ticker --history N`), and
+ *   `[topic, position_or_null, info]` with `info` or `presence`. The
  *   answer must be theirs too: `{"epoch":E,"offset":K,"recovered"?:bool}`, or a boolean
  *   for a topic without history.
  * @property {string | null} [unsubscribeMethod='unsubscribe'] what `stop()` calls with
@@ -91,7 +130,14 @@ import { limitOf } from './limits.js';
  * @property {(error: unknown, where: string) => void} report a throwing callback
  * @property {() => import('./peer.js').Peer | null} current the open connection, if any
  * @property {(follower: TopicFollower) => void} forget stops routing to `follower`
+ * @property {(method: string, params: any[]) => Promise<any>} call a call on the link,
+ *   waiting for it if it is down
  */
+
+/** The notification that tells a watcher a member joined: params a PresenceChange. */
+export const PRESENCE_JOIN = 'presence.join';
+/** The notification that tells a watcher a member left: params a PresenceChange. */
+export const PRESENCE_LEAVE = 'presence.leave';
 
 /** The internal side of a follower, for reconnect.js only (set in the class's static block). */
 export let followers;
@@ -124,6 +170,17 @@ export class TopicFollower {
   /** A subscribe was answered before: this is a reconnect, not the first connect. */
   #subscribedBefore = false;
   #stopped = false;
+  #info;
+  #watch;
+  #onJoin;
+  #onLeave;
+  #onPresence;
+  #presenceMethod;
+  #presenceCountMethod;
+  /** @type {Map<string, any> | null} the members by addr; null until read on this connection */
+  #members = null;
+  /** @type {{joined: boolean, change: PresenceChange}[]} changes that came before the read */
+  #changes = [];
 
   static {
     followers = {
@@ -133,6 +190,8 @@ export class TopicFollower {
       notification: (f, peer, params) => f.#notification(peer, params, false),
       /** @param {TopicFollower} f @param {import('./peer.js').Peer} peer @param {any} params */
       gap: (f, peer, params) => f.#notification(peer, params, true),
+      /** @param {TopicFollower} f @param {import('./peer.js').Peer} peer @param {boolean} joined @param {any} params */
+      presence: (f, peer, joined, params) => f.#presenceChange(peer, joined, params),
     };
   }
 
@@ -155,6 +214,22 @@ export class TopicFollower {
       throw new TypeError('topic option "unsubscribeMethod" must be a string or null');
     }
     this.#maxHeld = limitOf(options, 'maxHeld');
+    this.#info = options.info === null ? undefined : options.info;
+    this.#watch = options.presence === true;
+    if (options.presence !== undefined && typeof options.presence !== 'boolean') {
+      throw new TypeError('topic option "presence" must be a boolean');
+    }
+    if (this.#watch && typeof this.#info !== 'function' && this.#info !== undefined && !isObject(this.#info)) {
+      throw new TypeError(`topic option "info" must be an object with "presence": true, not ${JSON.stringify(this.#info)}`);
+    }
+    this.#onJoin = callback(options, 'onJoin');
+    this.#onLeave = callback(options, 'onLeave');
+    this.#onPresence = callback(options, 'onPresence');
+    this.#presenceMethod = options.presenceMethod ?? 'presence';
+    this.#presenceCountMethod = options.presenceCountMethod ?? 'presence_count';
+    if (typeof this.#presenceMethod !== 'string' || typeof this.#presenceCountMethod !== 'string') {
+      throw new TypeError('topic options "presenceMethod" and "presenceCountMethod" must be strings');
+    }
     this.#timeoutMs = options.timeoutMs;
     if (options.from !== undefined) {
       if (!isPosition(options.from)) {
@@ -177,6 +252,33 @@ export class TopicFollower {
    */
   get position() {
     return this.#position && { epoch: this.#position.epoch, offset: this.#position.offset };
+  }
+
+  /**
+   * With `presence`: the members as last read and changed since, on every node (this
+   * link's own connection among them); null while not read yet on this connection.
+   * @returns {Member[] | null}
+   */
+  get members() {
+    return this.#members && [...this.#members].map(([addr, info]) => ({ addr, info }));
+  }
+
+  /**
+   * The topic's members on every node, asked now (`presence [topic]`), waiting for the
+   * link if it is down.
+   * @returns {Promise<Member[]>}
+   */
+  presence() {
+    return this.#host.call(this.#presenceMethod, [this.#topic]);
+  }
+
+  /**
+   * How many members the topic has on every node (`presence_count [topic]`): connections,
+   * not users; count distinct infos of `presence()` for users.
+   * @returns {Promise<number>}
+   */
+  presenceCount() {
+    return this.#host.call(this.#presenceCountMethod, [this.#topic]);
   }
 
   /** Whether `stop()` was called. */
@@ -210,10 +312,16 @@ export class TopicFollower {
     this.#link = peer;
     this.#mode = 'waiting';
     this.#held = [];
+    this.#members = null;
+    this.#changes = [];
     const from = this.#lost ? null : this.position;
     let answer;
     try {
-      answer = await peer.call(this.#method, this.#params(this.#topic, from && { ...from }), {
+      const info = this.#joinInfo();
+      const params = info === undefined
+        ? this.#params(this.#topic, from && { ...from })
+        : this.#params(this.#topic, from && { ...from }, info);
+      answer = await peer.call(this.#method, params, {
         timeoutMs: this.#timeoutMs ?? this.#host.timeoutMs(),
       });
     } catch (e) {
@@ -234,6 +342,83 @@ export class TopicFollower {
       return;
     }
     this.#subscribedBefore = true;
+    if (this.#watch) await this.#readMembers(peer);
+  }
+
+  /** The info this subscription joins with, `presence: true` added if asked; or undefined. */
+  #joinInfo() {
+    let info = typeof this.#info === 'function' ? this.#info() : this.#info;
+    if (info === null) info = undefined;
+    if (!this.#watch) return info;
+    if (info !== undefined && !isObject(info)) {
+      throw new TypeError(`topic "${this.#topic}": info must be an object to add "presence": true, not ${JSON.stringify(info)}`);
+    }
+    return { ...info, presence: true };
+  }
+
+  /**
+   * Reads the members once on `peer`, then applies the changes that came meanwhile.
+   * @param {import('./peer.js').Peer} peer
+   */
+  async #readMembers(peer) {
+    let list;
+    try {
+      list = await peer.call(this.#presenceMethod, [this.#topic], { timeoutMs: this.#timeoutMs ?? this.#host.timeoutMs() });
+    } catch (e) {
+      if (this.#link === peer && !(e instanceof ClosedError) && !peer.isClosed) {
+        this.#emit(this.#onFailed, 'onFailed', asError(e), this.#topic);
+      }
+      return;
+    }
+    if (this.#link !== peer) return;
+    if (!Array.isArray(list) || !list.every(isMember)) {
+      this.#emit(this.#onFailed, 'onFailed', new Error(
+        `"${this.#presenceMethod}" for topic "${this.#topic}" answered ${JSON.stringify(list)?.slice(0, 200)}: not [{addr, info}]`,
+      ), this.#topic);
+      return;
+    }
+    const members = new Map(list.map((m) => [m.addr, m.info]));
+    // What came before the answer is applied on it in order: a join it already has is set
+    // again, a leave it no longer has deletes nothing.
+    for (const { joined, change } of this.#changes) {
+      if (joined) members.set(change.addr, change.info);
+      else members.delete(change.addr);
+    }
+    this.#changes = [];
+    this.#members = members;
+    this.#emit(this.#onPresence, 'onPresence', this.members);
+  }
+
+  /**
+   * A `presence.join` (joined) or `presence.leave` naming this topic, from `peer`.
+   * @param {import('./peer.js').Peer} peer @param {boolean} joined @param {any} params
+   */
+  #presenceChange(peer, joined, params) {
+    if (this.#link !== peer || this.#stopped) return;
+    if (!isMember(params)) {
+      this.#emit(this.#onFailed, 'onFailed', new Error(
+        `a presence.${joined ? 'join' : 'leave'} is not {"topic","addr","info"}: ${JSON.stringify(params)?.slice(0, 200)}`,
+      ), this.#topic);
+      return;
+    }
+    const change = { topic: this.#topic, addr: params.addr, info: params.info };
+    this.#emit(joined ? this.#onJoin : this.#onLeave, joined ? 'onJoin' : 'onLeave', change);
+    if (!this.#watch) return;
+    if (this.#members === null) {
+      // Before the read's answer: kept to apply on it. Past the bound, the connection is
+      // closed and the next one reads the members again.
+      if (this.#changes.length >= this.#maxHeld) {
+        this.#changes = [];
+        this.#link = null;
+        peer.close(4008, 'presence changes over maxHeld');
+        return;
+      }
+      this.#changes.push({ joined, change });
+      return;
+    }
+    if (joined) this.#members.set(change.addr, change.info);
+    else this.#members.delete(change.addr);
+    this.#emit(this.#onPresence, 'onPresence', this.members);
   }
 
   /**
@@ -366,9 +551,21 @@ export class TopicFollower {
   }
 }
 
-/** @param {string} topic @param {Position | null} from */
-function defaultParams(topic, from) {
-  return from ? [topic, { epoch: from.epoch, offset: from.offset }] : [topic];
+/** @param {string} topic @param {Position | null} from @param {any} [info] */
+function defaultParams(topic, from, info) {
+  const at = from && { epoch: from.epoch, offset: from.offset };
+  if (info !== undefined) return [topic, at, info];
+  return at ? [topic, at] : [topic];
+}
+
+/** @param {any} x @returns {x is Record<string, any>} */
+function isObject(x) {
+  return x !== null && typeof x === 'object' && !Array.isArray(x);
+}
+
+/** @param {any} x @returns {x is Member} */
+function isMember(x) {
+  return isObject(x) && typeof x.addr === 'string' && 'info' in x;
 }
 
 /** @param {any} x @returns {x is Position} */

@@ -64,13 +64,13 @@ test('unpacked into a project, it imports by name and its types check a user pro
   await writeFile(join(project, 'names.mjs'), "import * as m from 'jsonrpc-peer';\nconsole.log(JSON.stringify(Object.keys(m).sort()));\n");
   const names = JSON.parse(await run(process.execPath, [join(project, 'names.mjs')], { cwd: project }));
   assert.deepEqual(names, [
-    'Batch', 'ClosedError', 'ErrorCode', 'InvalidResponseError', 'LIMITS', 'LimitError', 'Peer',
-    'ReconnectingPeer', 'RpcError', 'TimeoutError', 'TopicFollower', 'backoffDelay', 'connect', 'reconnecting',
+    'Batch', 'ClosedError', 'ErrorCode', 'InvalidResponseError', 'LIMITS', 'LimitError',
+    'PRESENCE_JOIN', 'PRESENCE_LEAVE', 'Peer', 'ReconnectingPeer', 'RpcError', 'TimeoutError', 'TopicFollower', 'backoffDelay', 'connect', 'reconnecting',
   ]);
 
   // A user's TypeScript program: handlers are (cx, params), the limits are options.
   await writeFile(join(project, 'user.ts'), `
-import { connect, reconnecting, LimitError, type HandlerContext } from 'jsonrpc-peer';
+import { connect, reconnecting, LimitError, PRESENCE_JOIN, PRESENCE_LEAVE, type HandlerContext, type Member, type PresenceChange } from 'jsonrpc-peer';
 const peer = await connect('ws://127.0.0.1:9/rpc', { maxPendingCalls: 10, maxBufferedAmount: 1 << 16 });
 peer.method('add', (cx: HandlerContext, [a, b]: [number, number]) => (cx.progress(a), a + b));
 peer.notification('tick', ({ peer: from }, n: number) => from.notify('tock', [n]));
@@ -88,6 +88,20 @@ const kept: { epoch: string; offset: number } | null = prices.position;
 // @ts-expect-error: the data is what the caller said it is
 link.topic<{ BTC: number }>('more', { onData: (price) => price.ETH });
 console.log(kept);
+// Presence: typed joins and leaves {topic, addr, info}, the members, the calls.
+const room = link.topic('room', {
+  info: { user: 'ana' },
+  presence: true,
+  onJoin: ({ topic, addr, info }) => console.log(topic.length + addr.length, info),
+  onLeave: (change: PresenceChange) => console.log(change.addr),
+  onPresence: (members: Member[]) => console.log(members.map((m) => m.addr)),
+});
+const shown: Member[] | null = room.members;
+const count: number = await room.presenceCount();
+const everyone: Member[] = await room.presence();
+console.log(shown, count, everyone, PRESENCE_JOIN, PRESENCE_LEAVE);
+// @ts-expect-error: a change's addr is a string
+link.topic('room2', { onJoin: ({ addr }) => addr.toFixed() });
 try {
   const n: unknown = await link.call('add', [1, 2], { timeoutMs: 100 });
   console.log(n);

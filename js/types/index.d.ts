@@ -1,6 +1,5 @@
 export { LIMITS } from "./limits.js";
 export { Batch } from "./batch.js";
-export { TopicFollower } from "./topics.js";
 export type PeerOptions = import("./peer.js").PeerOptions;
 export type HandlerContext = import("./peer.js").HandlerContext;
 export type Handler = import("./peer.js").Handler;
@@ -11,8 +10,11 @@ export type LinkState = import("./reconnect.js").LinkState;
 export type Position = import("./topics.js").Position;
 export type TopicInfo = import("./topics.js").TopicInfo;
 export type Subscription = import("./topics.js").Subscription;
+export type Member = import("./topics.js").Member;
+export type PresenceChange = import("./topics.js").PresenceChange;
 export type TopicOptions<T = any> = import("./topics.js").TopicOptions<T>;
 export { ErrorCode, RpcError } from "./wire.js";
 export { ClosedError, InvalidResponseError, LimitError, TimeoutError } from "./errors.js";
 export { Peer, connect } from "./peer.js";
 export { ReconnectingPeer, backoffDelay, reconnecting } from "./reconnect.js";
+export { PRESENCE_JOIN, PRESENCE_LEAVE, TopicFollower } from "./topics.js";

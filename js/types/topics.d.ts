@@ -31,6 +31,22 @@
  *   replayed (`false`: nothing was, and `onMissed` follows); absent without one
  */
 /**
+ * A member of a topic's presence, as `presence [topic]` lists it: one connection (a user
+ * in two tabs is two members with one info).
+ * @typedef {object} Member
+ * @property {string} addr the member's connection: `NODE/ID` (`local/ID` without a cluster)
+ * @property {any} info what it joined with (its `presence` member taken out)
+ */
+/**
+ * A join or a leave: the params of `presence.join` and `presence.leave`
+ * (`{"topic":"chat","addr":"b/7","info":{"user":"ana"}}`). A leave carries the info
+ * the member joined with; a watcher is not told of its own join or leave.
+ * @typedef {object} PresenceChange
+ * @property {string} topic the topic joined or left
+ * @property {string} addr the member's connection
+ * @property {any} info what it joined with
+ */
+/**
  * How a ReconnectingPeer follows a topic (`link.topic(name, options)`).
  * @template [T=any]
  * @typedef {object} TopicOptions
@@ -50,10 +66,25 @@
  *   leaves the topic unsubscribed on this connection; no answer in time closes the
  *   connection, so that the next one subscribes again. A connection that closes while
  *   the subscribe waits is not a failure: the next one subscribes.
+ * @property {any | (() => any)} [info] join the topic's presence with this (any JSON but
+ *   null, such as `{"user": "ana"}`; a function is asked again at every subscribe): the
+ *   subscribe call's third param, `[topic, position_or_null, info]`
+ * @property {boolean} [presence=false] also hear who comes and goes: `presence: true` is
+ *   added to `info` (which must then be an object, or absent: `{}`), so the server sends
+ *   `presence.join` / `presence.leave` for the topic, and the follower keeps `members`
+ *   live (read again after every reconnect)
+ * @property {(change: PresenceChange) => void} [onJoin] another member joined (on any node)
+ * @property {(change: PresenceChange) => void} [onLeave] another member left (it
+ *   unsubscribed, its connection ended, or its node went)
+ * @property {(members: Member[]) => void} [onPresence] with `presence`: the members, each
+ *   time they change (after each read of `presence [topic]`, and each join and leave)
+ * @property {string} [presenceMethod='presence'] the method that lists the members
+ * @property {string} [presenceCountMethod='presence_count'] the method that counts them
  * @property {string} [method='subscribe'] the method that subscribes
- * @property {(topic: string, from: Position | null) => Array<any>|object} [params] the
+ * @property {(topic: string, from: Position | null, info?: any) => Array<any>|object} [params] the
  *   subscribe call's params; default `[topic]`, or `[topic, {"epoch":E,"offset":K}]` with
- *   a position (the form of the Rust `TopicMethods` and `push_ticker --history N`). The
+ *   a position (the form of the Rust `TopicMethods` and `push_ticker --history N`), and
+ *   `[topic, position_or_null, info]` with `info` or `presence`. The
  *   answer must be theirs too: `{"epoch":E,"offset":K,"recovered"?:bool}`, or a boolean
  *   for a topic without history.
  * @property {string | null} [unsubscribeMethod='unsubscribe'] what `stop()` calls with
@@ -72,7 +103,13 @@
  * @property {(error: unknown, where: string) => void} report a throwing callback
  * @property {() => import('./peer.js').Peer | null} current the open connection, if any
  * @property {(follower: TopicFollower) => void} forget stops routing to `follower`
+ * @property {(method: string, params: any[]) => Promise<any>} call a call on the link,
+ *   waiting for it if it is down
  */
+/** The notification that tells a watcher a member joined: params a PresenceChange. */
+export const PRESENCE_JOIN: "presence.join";
+/** The notification that tells a watcher a member left: params a PresenceChange. */
+export const PRESENCE_LEAVE: "presence.leave";
 /** The internal side of a follower, for reconnect.js only (set in the class's static block). */
 export let followers: any;
 /**
@@ -93,6 +130,24 @@ export class TopicFollower {
      * @returns {Position | null}
      */
     get position(): Position | null;
+    /**
+     * With `presence`: the members as last read and changed since, on every node (this
+     * link's own connection among them); null while not read yet on this connection.
+     * @returns {Member[] | null}
+     */
+    get members(): Member[] | null;
+    /**
+     * The topic's members on every node, asked now (`presence [topic]`), waiting for the
+     * link if it is down.
+     * @returns {Promise<Member[]>}
+     */
+    presence(): Promise<Member[]>;
+    /**
+     * How many members the topic has on every node (`presence_count [topic]`): connections,
+     * not users; count distinct infos of `presence()` for users.
+     * @returns {Promise<number>}
+     */
+    presenceCount(): Promise<number>;
     /** Whether `stop()` was called. */
     get stopped(): boolean;
     /**
@@ -165,6 +220,39 @@ export type Subscription = {
     recovered?: boolean;
 };
 /**
+ * A member of a topic's presence, as `presence [topic]` lists it: one connection (a user
+ * in two tabs is two members with one info).
+ */
+export type Member = {
+    /**
+     * the member's connection: `NODE/ID` (`local/ID` without a cluster)
+     */
+    addr: string;
+    /**
+     * what it joined with (its `presence` member taken out)
+     */
+    info: any;
+};
+/**
+ * A join or a leave: the params of `presence.join` and `presence.leave`
+ * (`{"topic":"chat","addr":"b/7","info":{"user":"ana"}}`). A leave carries the info
+ * the member joined with; a watcher is not told of its own join or leave.
+ */
+export type PresenceChange = {
+    /**
+     * the topic joined or left
+     */
+    topic: string;
+    /**
+     * the member's connection
+     */
+    addr: string;
+    /**
+     * what it joined with
+     */
+    info: any;
+};
+/**
  * How a ReconnectingPeer follows a topic (`link.topic(name, options)`).
  */
 export type TopicOptions<T = any> = {
@@ -197,17 +285,53 @@ export type TopicOptions<T = any> = {
      */
     onFailed?: (error: Error, topic: string) => void;
     /**
+     * join the topic's presence with this (any JSON but
+     * null, such as `{"user": "ana"}`; a function is asked again at every subscribe): the
+     * subscribe call's third param, `[topic, position_or_null, info]`
+     */
+    info?: any | (() => any);
+    /**
+     * also hear who comes and goes: `presence: true` is
+     * added to `info` (which must then be an object, or absent: `{}`), so the server sends
+     * `presence.join` / `presence.leave` for the topic, and the follower keeps `members`
+     * live (read again after every reconnect)
+     */
+    presence?: boolean;
+    /**
+     * another member joined (on any node)
+     */
+    onJoin?: (change: PresenceChange) => void;
+    /**
+     * another member left (it
+     * unsubscribed, its connection ended, or its node went)
+     */
+    onLeave?: (change: PresenceChange) => void;
+    /**
+     * with `presence`: the members, each
+     * time they change (after each read of `presence [topic]`, and each join and leave)
+     */
+    onPresence?: (members: Member[]) => void;
+    /**
+     * the method that lists the members
+     */
+    presenceMethod?: string;
+    /**
+     * the method that counts them
+     */
+    presenceCountMethod?: string;
+    /**
      * the method that subscribes
      */
     method?: string;
     /**
      * the
      * subscribe call's params; default `[topic]`, or `[topic, {"epoch":E,"offset":K}]` with
-     * a position (the form of the Rust `TopicMethods` and `push_ticker --history N`). The
+     * a position (the form of the Rust `TopicMethods` and `push_ticker --history N`), and
+     * `[topic, position_or_null, info]` with `info` or `presence`. The
      * answer must be theirs too: `{"epoch":E,"offset":K,"recovered"?:bool}`, or a boolean
      * for a topic without history.
      */
-    params?: (topic: string, from: Position | null) => Array<any> | object;
+    params?: (topic: string, from: Position | null, info?: any) => Array<any> | object;
     /**
      * what `stop()` calls with
      * `[topic]` on the current connection; null: nothing
@@ -249,4 +373,9 @@ export type FollowerHost = {
      * stops routing to `follower`
      */
     forget: (follower: TopicFollower) => void;
+    /**
+     * a call on the link,
+     * waiting for it if it is down
+     */
+    call: (method: string, params: any[]) => Promise<any>;
 };

@@ -5,9 +5,12 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+use super::member_store::{PartWrite, PresenceKey, PresenceRead, StoredPresence};
 use crate::addr::ClusterError;
 
 /// A boxed, `Send` future, as the [`Backplane`] methods return.
@@ -96,6 +99,41 @@ pub trait Backplane: Send + Sync + 'static {
     /// Unsubscribes from `channel`.
     fn unsubscribe(&self, channel: &str) -> BoxFuture<'_, Result<(), BackplaneError>>;
 
+    /// Presence: applies `writes` (each to one node's part of one topic's members, see
+    /// [`PartWrite`]) in order, and answers each topic's record's generation after its
+    /// write (empty for a change to a part that is gone: nothing written); on an error
+    /// any prefix of them may have been applied. The default fails: a
+    /// backplane that keeps nothing has presence on each node only.
+    fn presence_write(
+        &self,
+        writes: Vec<PartWrite>,
+    ) -> BoxFuture<'_, Result<Vec<String>, BackplaneError>> {
+        let _ = writes;
+        Box::pin(async { Err(no_presence()) })
+    }
+
+    /// Presence: reads one topic's parts ([`PresenceRead`]). The default fails.
+    fn presence_read(
+        &self,
+        read: PresenceRead,
+    ) -> BoxFuture<'_, Result<StoredPresence, BackplaneError>> {
+        let _ = read;
+        Box::pin(async { Err(no_presence()) })
+    }
+
+    /// Presence: extends the life of `node`'s parts of the topics at `keys` by `ttl`
+    /// (and their indexes'); says, per key, whether the part was there (one that was
+    /// not must be written again). The default fails.
+    fn presence_refresh(
+        &self,
+        keys: Vec<PresenceKey>,
+        node: &str,
+        ttl: Duration,
+    ) -> BoxFuture<'_, Result<Vec<bool>, BackplaneError>> {
+        let _ = (keys, node, ttl);
+        Box::pin(async { Err(no_presence()) })
+    }
+
     /// The event stream, taken once (later calls return `None`). Bounded: a consumer
     /// that stops reading makes the bus drop or disconnect, never grow without bound.
     fn events(&self) -> Option<mpsc::Receiver<BusEvent>>;
@@ -113,4 +151,9 @@ pub trait Backplane: Send + Sync + 'static {
     fn reconnects(&self) -> u64 {
         0
     }
+}
+
+/// What a backplane answers to presence methods it does not have.
+fn no_presence() -> BackplaneError {
+    BackplaneError::Unavailable("this backplane keeps no presence".into())
 }

@@ -34,6 +34,10 @@ pub(crate) enum Kind {
     /// A node leaving on purpose.
     #[serde(rename = "g")]
     Goodbye,
+    /// A change of the origin's members of a topic (the topic is the channel's), or a
+    /// word that it wrote them anew (`members.rs`).
+    #[serde(rename = "p")]
+    Presence,
 }
 
 /// The header line. Short member names: it rides on every message.

@@ -1,6 +1,8 @@
 //! A bus inside one process, shared by several nodes, with faults on demand: the whole
 //! cluster logic runs and is tested on it without any server.
 
+mod members;
+
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -10,6 +12,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+use super::member_store::{PartWrite, PresenceKey, PresenceRead, StoredPresence};
 use super::sync::lock;
 
 /// The hub: every [`MemoryBackplane`] made from it (or from a clone of it) sees the
@@ -27,6 +30,8 @@ use super::sync::lock;
 #[derive(Clone, Default)]
 pub struct MemoryHub {
     links: Arc<Mutex<Vec<Weak<Link>>>>,
+    /// What the bus keeps (presence), as Redis would.
+    store: Arc<Mutex<members::Store>>,
 }
 
 /// One node's link to a [`MemoryHub`].
@@ -115,6 +120,12 @@ impl MemoryHub {
         for link in changed {
             link.announce(cut);
         }
+    }
+
+    /// Everything the hub keeps (presence) is lost, as when a Redis without persistence
+    /// restarts; links are not touched (cut and restore them around this for a restart).
+    pub fn forget_stored(&self) {
+        lock(&self.store).clear();
     }
 
     fn live(&self) -> Vec<Arc<Link>> {
@@ -245,6 +256,40 @@ impl Backplane for MemoryBackplane {
             self.link.check()?;
             lock(&self.link.subscriptions).remove(&channel);
             Ok(())
+        })
+    }
+
+    fn presence_write(
+        &self,
+        writes: Vec<PartWrite>,
+    ) -> BoxFuture<'_, Result<Vec<String>, BackplaneError>> {
+        Box::pin(async move {
+            self.link.check()?;
+            let mut store = lock(&self.hub.store);
+            Ok(writes.into_iter().map(|w| store.write(w)).collect())
+        })
+    }
+
+    fn presence_read(
+        &self,
+        read: PresenceRead,
+    ) -> BoxFuture<'_, Result<StoredPresence, BackplaneError>> {
+        Box::pin(async move {
+            self.link.check()?;
+            Ok(lock(&self.hub.store).read(&read))
+        })
+    }
+
+    fn presence_refresh(
+        &self,
+        keys: Vec<PresenceKey>,
+        node: &str,
+        ttl: Duration,
+    ) -> BoxFuture<'_, Result<Vec<bool>, BackplaneError>> {
+        let node = node.to_owned();
+        Box::pin(async move {
+            self.link.check()?;
+            Ok(lock(&self.hub.store).refresh(&keys, &node, ttl))
         })
     }
 

@@ -37,11 +37,24 @@
 //!   [`missed_heartbeats`](ClusterBuilder::missed_heartbeats) intervals; calls waiting on
 //!   it fail then with [`ClusterError::NodeDown`]. A node that shuts down says goodbye
 //!   and is dropped at once.
+//!
+//! # Presence
+//!
+//! [`Topics::presence`] lists every node's members of a topic. Each node writes its own
+//! members to the bus's store (with an expiry its heartbeats refresh: on Redis, a key
+//! per topic and node) and sends each change on the topic's channel; the nodes with
+//! subscribers of the topic keep a view of the others' from one read and those changes.
+//! A dropped node's members leave every view with it (with a `presence.leave` each);
+//! after an outage each node writes its members anew and reads its views again, so the
+//! views converge with what changed meanwhile, each change told once. See
+//! `members.rs` and the README's "Presence".
 
 mod backplane;
 mod builder;
 mod calls;
 mod envelope;
+mod member_store;
+mod members;
 mod memory;
 mod node;
 mod nodes;
@@ -64,6 +77,7 @@ use tokio::sync::watch;
 pub use crate::addr::{ClusterError, ParsePeerAddrError, PeerAddr};
 pub use backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
 pub use builder::ClusterBuilder;
+pub use member_store::{PartWrite, PresenceKey, PresenceRead, StoredPart, StoredPresence};
 pub use memory::{MemoryBackplane, MemoryHub};
 #[cfg(feature = "redis")]
 pub use redis::{RedisBackplane, RedisOptions};

@@ -1,6 +1,6 @@
 //! A running node: how its rooms are wired at the start, and its stop.
 //!
-//! Four tasks per node, each owning its state; they talk by messages or through the
+//! Five tasks per node, each owning its state; they talk by messages or through the
 //! narrow handle of the room they reach, never through each other's fields:
 //!
 //! - the **receive loop** (receive.rs) reads the bus's events in order; it owns the
@@ -10,7 +10,9 @@
 //! - the **nodes** task (nodes.rs) owns the table of live nodes: the receive loop hands
 //!   it heartbeats and goodbyes ([`Heard`]), it publishes the [`Roster`];
 //! - the **subscriptions** task (subscriptions.rs) owns the set of topic channels the
-//!   bus has, and keeps it in step with the local subscribers.
+//!   bus has, and keeps it in step with the local subscribers;
+//! - the **members** task (members.rs) owns this node's presence as written to the
+//!   bus's store, and the views of the other nodes' members.
 //!
 //! [`Calls`] (calls.rs) owns the pending map of calls to other nodes. The nodes and
 //! subscriptions tasks ask the receive loop to forget sequence numbers by message
@@ -30,6 +32,7 @@ use tracing::Instrument;
 use super::backplane::{Backplane, BusEvent};
 use super::calls::Calls;
 use super::envelope::{Kind, Me};
+use super::members::{self, Members, MembersRelay};
 use super::nodes::{Heard, Nodes, Roster, Table};
 use super::outbox::{self, Outbox};
 use super::receive::Receive;
@@ -88,6 +91,7 @@ pub(crate) struct Node {
     pub outbox: Arc<Outbox>,
     pub calls: Arc<Calls>,
     subscriptions: Arc<Subscriptions>,
+    members: Arc<Members>,
     counters: Arc<Counters>,
     /// Read for its counters only: the outbox and subscriptions tasks use it.
     bus: Arc<dyn Backplane>,
@@ -112,9 +116,9 @@ impl Node {
         for channel in [me.channels.all(), me.channels.control(), &me.own] {
             bus.subscribe(channel).await?;
         }
-        let node = Node::new(me, handle, topics, &options, bus);
+        let (node, inbox) = Node::new(me, handle, topics, &options, &bus);
         node.attach()?;
-        node.spawn(events, options);
+        node.spawn(bus, events, options, inbox);
         Ok(Arc::new(node))
     }
 
@@ -124,8 +128,8 @@ impl Node {
         handle: ServerHandle,
         topics: Topics,
         options: &Options,
-        bus: Arc<dyn Backplane>,
-    ) -> Node {
+        bus: &Arc<dyn Backplane>,
+    ) -> (Node, members::Inbox) {
         let state = watch::Sender::new(ClusterState::Up);
         let window = options.heartbeat * options.missed;
         let roster = Arc::new(Roster::new(&me.id));
@@ -139,7 +143,16 @@ impl Node {
             options.call_timeout,
             options.max_remote_calls,
         ));
-        Node {
+        let (members, inbox) = Members::new(members::Setup {
+            me: me.clone(),
+            prefix: options.prefix.clone(),
+            window,
+            call_timeout: options.call_timeout,
+            bus: bus.clone(),
+            live: roster.watch_live(),
+            state: state.subscribe(),
+        });
+        let node = Node {
             me,
             handle,
             topics,
@@ -149,10 +162,12 @@ impl Node {
             outbox,
             calls,
             subscriptions: Arc::new(Subscriptions::default()),
+            members,
             counters: Arc::new(Counters::default()),
-            bus,
+            bus: bus.clone(),
             stop: watch::Sender::new(false),
-        }
+        };
+        (node, inbox)
     }
 
     /// Makes the registry's broadcasts and the topics' publishes cluster-wide.
@@ -170,12 +185,23 @@ impl Node {
         if !self.topics.attach(relay) {
             return Err(config("these Topics already have a cluster".into()));
         }
+        if !self
+            .topics
+            .attach_members(Arc::new(MembersRelay::new(&self.members)))
+        {
+            return Err(config("these Topics already have a cluster".into()));
+        }
         Ok(())
     }
 
     /// Starts the four tasks, each in a span that names the node, and says hello.
-    fn spawn(&self, events: mpsc::Receiver<BusEvent>, options: Options) {
-        let bus = self.bus.clone();
+    fn spawn(
+        &self,
+        bus: Arc<dyn Backplane>,
+        events: mpsc::Receiver<BusEvent>,
+        options: Options,
+        inbox: members::Inbox,
+    ) {
         let (forget_tx, forget_rx) = mpsc::unbounded_channel();
         let (heard_tx, heard_rx) = mpsc::channel::<Heard>(HEARD_CAPACITY);
         let span = tracing::info_span!("cluster", node = %self.me.id);
@@ -189,6 +215,7 @@ impl Node {
             calls: self.calls.clone(),
             outbox: self.outbox.clone(),
             subscriptions: self.subscriptions.clone(),
+            members: self.members.clone(),
             counters: self.counters.clone(),
             on_gap: options.on_gap,
             gap_method: options.gap_method,
@@ -212,6 +239,18 @@ impl Node {
         nodes.heartbeat(true);
         let nodes = nodes.run(heard_rx, forget_tx.clone(), self.stop.subscribe());
         tokio::spawn(nodes.instrument(span.clone()));
+        let members = members::Task::new(
+            self.members.clone(),
+            self.topics.clone(),
+            self.outbox.clone(),
+            options.heartbeat,
+            options.missed,
+        );
+        tokio::spawn(
+            members
+                .run(inbox, self.stop.subscribe())
+                .instrument(span.clone()),
+        );
         let keep = subscriptions::run(
             self.subscriptions.clone(),
             bus,
@@ -233,6 +272,8 @@ impl Node {
         if *self.stop.borrow() {
             return;
         }
+        // This node's members off the store first; the others drop them at the goodbye.
+        self.members.shutdown(Duration::from_secs(1)).await;
         let goodbye = self.me.header(Kind::Goodbye);
         self.outbox
             .push(self.me.channels.control(), goodbye, b"", false);

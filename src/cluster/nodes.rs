@@ -46,6 +46,8 @@ pub(super) struct Roster {
     names: watch::Sender<Vec<String>>,
     /// Connections on the other nodes, from their last heartbeats.
     connections: AtomicU64,
+    /// The other live nodes and their incarnations (presence tells restarts apart).
+    live: watch::Sender<Arc<HashMap<String, String>>>,
 }
 
 impl Roster {
@@ -53,7 +55,13 @@ impl Roster {
         Roster {
             names: watch::Sender::new(vec![me.to_owned()]),
             connections: AtomicU64::new(0),
+            live: watch::Sender::new(Arc::default()),
         }
+    }
+
+    /// Watches the other live nodes and their incarnations.
+    pub fn watch_live(&self) -> watch::Receiver<Arc<HashMap<String, String>>> {
+        self.live.subscribe()
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -126,6 +134,10 @@ impl Nodes {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
+        // Silence is looked for four times an interval, so a node is dropped within a
+        // quarter interval of its window (its members with it, for presence).
+        let mut expire = tokio::time::interval((self.interval / 4).max(Duration::from_millis(1)));
+        expire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
@@ -134,6 +146,7 @@ impl Nodes {
                     None => return,
                 },
                 _ = tick.tick() => self.beat(window, &forget),
+                _ = expire.tick() => self.drop_silent(window),
             }
         }
     }
@@ -202,17 +215,8 @@ impl Nodes {
     /// Every interval: announce this node, drop the silent ones, forget the long gone.
     fn beat(&mut self, window: Duration, forget: &mpsc::UnboundedSender<Forget>) {
         self.heartbeat(false);
+        self.drop_silent(window);
         let now = Instant::now();
-        let silent: Vec<String> = self
-            .table
-            .live
-            .iter()
-            .filter(|(_, r)| now.duration_since(r.last_seen) > window)
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in silent {
-            self.forget_node(&name, "silent for the heartbeat window");
-        }
         let after = self.interval * FORGET_AFTER;
         self.table.departed.retain(|(node, incarnation, when)| {
             let keep = now.duration_since(*when) <= after;
@@ -226,6 +230,21 @@ impl Nodes {
         });
     }
 
+    /// Drops the nodes silent for longer than `window`.
+    fn drop_silent(&mut self, window: Duration) {
+        let now = Instant::now();
+        let silent: Vec<String> = self
+            .table
+            .live
+            .iter()
+            .filter(|(_, r)| now.duration_since(r.last_seen) > window)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in silent {
+            self.forget_node(&name, "silent for the heartbeat window");
+        }
+    }
+
     /// Publishes the roster: the connection count always, the names when they changed.
     fn publish(&self, names_changed: bool) {
         let connections: u64 = self.table.live.values().map(|r| r.connections).sum();
@@ -236,6 +255,14 @@ impl Nodes {
             let mut names: Vec<String> = self.table.live.keys().cloned().collect();
             names.push(self.me.id.clone());
             names.sort();
+            // Before the names: whoever sees a name live finds its incarnation.
+            let live = self
+                .table
+                .live
+                .iter()
+                .map(|(name, r)| (name.clone(), r.incarnation.clone()))
+                .collect();
+            self.roster.live.send_replace(Arc::new(live));
             self.roster.names.send_replace(names);
         }
     }

@@ -107,7 +107,9 @@ impl Outbox {
         };
         *seq += 1;
         header.s = *seq;
-        let urgent = !matches!(header.k, Kind::Broadcast | Kind::Topic);
+        // Presence rides on topic channels: held with their messages, it keeps their
+        // sequence numbers in order.
+        let urgent = !matches!(header.k, Kind::Broadcast | Kind::Topic | Kind::Presence);
         let payload = envelope::write(&header, body);
         // Oldest first: the freshest state is what subscribers want; receivers see the
         // hole as a gap.

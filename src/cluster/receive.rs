@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 use super::backplane::BusEvent;
 use super::calls::Calls;
 use super::envelope::{self, Header, Kind, Me};
+use super::members::Members;
 use super::nodes::Heard;
 use super::outbox::Outbox;
 use super::sequence::{Forget, Marks, Seen};
@@ -39,6 +40,8 @@ pub(super) struct Receive {
     pub calls: Arc<Calls>,
     pub outbox: Arc<Outbox>,
     pub subscriptions: Arc<Subscriptions>,
+    /// Presence: deltas and gaps on topic channels.
+    pub members: Arc<Members>,
     pub counters: Arc<Counters>,
     pub on_gap: Option<GapHook>,
     pub gap_method: Option<String>,
@@ -105,6 +108,12 @@ impl Receive {
                 }
                 return;
             }
+            Kind::Presence => {
+                if let Some(topic) = self.me.channels.topic_of(channel) {
+                    self.members.said(topic, &header, body);
+                }
+                return;
+            }
             Kind::Notify => {
                 let peer = header.p.and_then(|p| self.handle.peer(p));
                 if let (Some(peer), Some(frame)) = (peer, text()) {
@@ -145,9 +154,14 @@ impl Receive {
             }
             Seen::Gap(missed) => {
                 let topic = match header.k {
-                    Kind::Topic => self.me.channels.topic_of(channel).map(str::to_owned),
+                    Kind::Topic | Kind::Presence => {
+                        self.me.channels.topic_of(channel).map(str::to_owned)
+                    }
                     _ => None,
                 };
+                if let Some(topic) = &topic {
+                    self.members.gap(topic, &header.o);
+                }
                 if header.k == Kind::Broadcast || topic.is_some() {
                     self.report_gap(Gap {
                         topic,

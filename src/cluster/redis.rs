@@ -15,6 +15,7 @@
 //! [`RedisOptions::probe_misses`] intervals (a frozen Redis, a half-open socket) is
 //! dropped and dialed again, with `Down` and `Up` reported like any other loss.
 
+mod members;
 mod subscriber;
 
 use std::sync::atomic::Ordering;
@@ -29,6 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 use subscriber::{Control, Shared, Subscriber};
 
 use super::backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+use super::member_store::{PartWrite, PresenceKey, PresenceRead, StoredPresence};
 use crate::reconnect::Backoff;
 
 /// Settings of a [`RedisBackplane`]; every one has a default.
@@ -156,6 +158,8 @@ impl RedisOptions {
 /// # Ok(()) }
 /// ```
 pub struct RedisBackplane {
+    /// Presence's reads and writes (a clone of the publishing connection).
+    store: ConnectionManager,
     publish_tx: mpsc::Sender<Publish>,
     control_tx: mpsc::Sender<Control>,
     events: Mutex<Option<mpsc::Receiver<BusEvent>>>,
@@ -199,11 +203,13 @@ impl RedisBackplane {
         let link = subscriber.dial().await.map_err(unavailable)?;
         shared.up.store(true, Ordering::Release);
 
+        let store = publisher.clone();
         let (publish_tx, publish_rx) = mpsc::channel(options.publish_queue);
         let (control_tx, control_rx) = mpsc::channel(64);
         tokio::spawn(write_loop(publisher, publish_rx, options.batch_max));
         tokio::spawn(subscriber.run(link, control_rx));
         Ok(RedisBackplane {
+            store,
             publish_tx,
             control_tx,
             events: Mutex::new(Some(events_rx)),
@@ -306,6 +312,53 @@ impl Backplane for RedisBackplane {
     fn unsubscribe(&self, channel: &str) -> BoxFuture<'_, Result<(), BackplaneError>> {
         let channel = channel.to_owned();
         self.control(move |done| Control::Unsubscribe(channel, done))
+    }
+
+    fn presence_write(
+        &self,
+        writes: Vec<PartWrite>,
+    ) -> BoxFuture<'_, Result<Vec<String>, BackplaneError>> {
+        let mut conn = self.store.clone();
+        let up = self.is_up();
+        Box::pin(async move {
+            if !up {
+                return Err(BackplaneError::Unavailable("redis link is down".into()));
+            }
+            members::write(&mut conn, writes).await.map_err(unavailable)
+        })
+    }
+
+    fn presence_read(
+        &self,
+        read: PresenceRead,
+    ) -> BoxFuture<'_, Result<StoredPresence, BackplaneError>> {
+        let mut conn = self.store.clone();
+        let up = self.is_up();
+        Box::pin(async move {
+            if !up {
+                return Err(BackplaneError::Unavailable("redis link is down".into()));
+            }
+            members::read(&mut conn, read).await.map_err(unavailable)
+        })
+    }
+
+    fn presence_refresh(
+        &self,
+        keys: Vec<PresenceKey>,
+        node: &str,
+        ttl: Duration,
+    ) -> BoxFuture<'_, Result<Vec<bool>, BackplaneError>> {
+        let mut conn = self.store.clone();
+        let up = self.is_up();
+        let node = node.to_owned();
+        Box::pin(async move {
+            if !up {
+                return Err(BackplaneError::Unavailable("redis link is down".into()));
+            }
+            members::refresh(&mut conn, &keys, &node, ttl)
+                .await
+                .map_err(unavailable)
+        })
     }
 
     fn events(&self) -> Option<mpsc::Receiver<BusEvent>> {

@@ -4,10 +4,12 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::Topics;
-use crate::error::RpcError;
+use crate::error::{Error, RpcError};
 use crate::history::{Position, Subscribed};
+use crate::peer::Peer;
 use crate::router::{Context, Router};
 
 type Allow = Arc<dyn Fn(&str) -> Result<(), RpcError> + Send + Sync>;
@@ -27,6 +29,20 @@ type Allow = Arc<dyn Fn(&str) -> Result<(), RpcError> + Send + Sync>;
 /// says the topic has none). A topic refused by [`allow`](Self::allow) is answered with
 /// the error the hook returns.
 ///
+/// With [`presence`](Self::presence), subscribers may join the topic's presence (see
+/// [`Topics::join_presence`]) and ask about it, the wire forms of the `cluster_node`
+/// example:
+///
+/// | call | answer |
+/// | --- | --- |
+/// | `subscribe [topic, position_or_null, info]` (named: `"info"`) | as above, and the caller is a member with `info` (any JSON but `null`); with `"presence": true` in an info object it also gets `presence.join` / `presence.leave` for the topic, and that member is taken out of the info the others see |
+/// | `presence [topic]` | `[{"addr":"b/7","info":{"user":"ana"}}, ...]`, every node's members |
+/// | `presence_count [topic]` | their number |
+///
+/// A refused join (a limit of [`PresenceLimits`](crate::PresenceLimits)) answers
+/// `-32000` with the limit in the message, and undoes the subscription it made (a
+/// malformed info, `-32602`, subscribes nothing).
+///
 /// ```
 /// use jsonrpc_peer::{HistoryConfig, Router, TopicMethods, Topics};
 ///
@@ -41,6 +57,7 @@ pub struct TopicMethods {
     subscribe: String,
     unsubscribe: String,
     allow: Option<Allow>,
+    presence: bool,
 }
 
 impl std::fmt::Debug for TopicMethods {
@@ -49,16 +66,20 @@ impl std::fmt::Debug for TopicMethods {
             .field("subscribe", &self.subscribe)
             .field("unsubscribe", &self.unsubscribe)
             .field("allow", &self.allow.is_some())
+            .field("presence", &self.presence)
             .finish_non_exhaustive()
     }
 }
 
-/// `subscribe`'s params: `[topic]`, `[topic, position]`, `[topic, null]`, or named.
+/// `subscribe`'s params: `[topic]`, `[topic, position]`, `[topic, null]`,
+/// `[topic, position_or_null, info]`, or named.
 #[derive(Deserialize)]
 struct SubscribeParams {
     topic: String,
     #[serde(default)]
     from: Option<Position>,
+    #[serde(default)]
+    info: Option<Value>,
 }
 
 /// `subscribe`'s answer: a boolean without history, a [`Subscribed`] with.
@@ -77,6 +98,7 @@ impl TopicMethods {
             subscribe: "subscribe".to_owned(),
             unsubscribe: "unsubscribe".to_owned(),
             allow: None,
+            presence: false,
         }
     }
 
@@ -84,6 +106,15 @@ impl TopicMethods {
     pub fn names(mut self, subscribe: &str, unsubscribe: &str) -> Self {
         self.subscribe = subscribe.to_owned();
         self.unsubscribe = unsubscribe.to_owned();
+        self
+    }
+
+    /// Subscribers may join a topic's presence (`subscribe [topic, position_or_null,
+    /// info]`), and the methods `presence [topic]` and `presence_count [topic]` are
+    /// added (see the table above). The topics [`allow`](Self::allow) refuses are refused
+    /// there too.
+    pub fn presence(mut self) -> Self {
+        self.presence = true;
         self
     }
 
@@ -130,23 +161,106 @@ impl<S: Send + Sync + 'static> Router<S> {
             subscribe,
             unsubscribe,
             allow,
+            presence,
         } = methods;
         let leave = topics.clone();
-        self.method(&subscribe, move |cx: Context<S>, p: SubscribeParams| {
-            let topics = topics.clone();
-            let allowed = allow.as_ref().map_or(Ok(()), |allow| allow(&p.topic));
-            async move {
-                allowed?;
-                if !topics.keeps_history(&p.topic) {
-                    return Ok(Answer::Plain(topics.subscribe(cx.peer(), &p.topic)));
+        let (list, count) = (topics.clone(), topics.clone());
+        let (allow_list, allow_count) = (allow.clone(), allow.clone());
+        let router = self
+            .method(&subscribe, move |cx: Context<S>, p: SubscribeParams| {
+                let topics = topics.clone();
+                let allowed = allow.as_ref().map_or(Ok(()), |allow| allow(&p.topic));
+                async move {
+                    allowed?;
+                    let join = match p.info.filter(|info| !info.is_null()) {
+                        Some(_) if !presence => {
+                            return Err(RpcError::invalid_params(
+                                "subscribe takes [topic, position_or_null]: no presence here",
+                            ))
+                        }
+                        Some(info) => Some(watching(info)?),
+                        None => None,
+                    };
+                    let was = join.is_some() && topics.topics_of(cx.peer()).contains(&p.topic);
+                    let answer = if topics.keeps_history(&p.topic) {
+                        let from = p.from;
+                        Answer::History(topics.subscribe_from(cx.peer(), &p.topic, from).await?)
+                    } else {
+                        Answer::Plain(topics.subscribe(cx.peer(), &p.topic))
+                    };
+                    if let Some((info, watch)) = join {
+                        if let Err(e) = enter(&topics, cx.peer(), &p.topic, info, watch).await {
+                            // Refused: as if this call had not been made.
+                            if !was {
+                                topics.unsubscribe(cx.peer(), &p.topic);
+                            }
+                            return Err(e);
+                        }
+                    }
+                    Ok::<_, RpcError>(answer)
                 }
-                let subscribed = topics.subscribe_from(cx.peer(), &p.topic, p.from).await?;
-                Ok::<_, RpcError>(Answer::History(subscribed))
-            }
-        })
-        .method(&unsubscribe, move |cx: Context<S>, (topic,): (String,)| {
-            let topics = leave.clone();
-            async move { Ok::<_, RpcError>(topics.unsubscribe(cx.peer(), &topic)) }
-        })
+            })
+            .method(&unsubscribe, move |cx: Context<S>, (topic,): (String,)| {
+                let topics = leave.clone();
+                async move { Ok::<_, RpcError>(topics.unsubscribe(cx.peer(), &topic)) }
+            });
+        if !presence {
+            return router;
+        }
+        router
+            .method("presence", move |_cx: Context<S>, (topic,): (String,)| {
+                let topics = list.clone();
+                let allowed = allow_list.as_ref().map_or(Ok(()), |allow| allow(&topic));
+                async move {
+                    allowed?;
+                    topics.presence(&topic).await.map_err(refused)
+                }
+            })
+            .method(
+                "presence_count",
+                move |_cx: Context<S>, (topic,): (String,)| {
+                    let topics = count.clone();
+                    let allowed = allow_count.as_ref().map_or(Ok(()), |allow| allow(&topic));
+                    async move {
+                        allowed?;
+                        topics.presence_count(&topic).await.map_err(refused)
+                    }
+                },
+            )
+    }
+}
+
+/// `info` without its `presence` member, and whether that member asks to watch.
+fn watching(mut info: Value) -> Result<(Value, bool), RpcError> {
+    match info.as_object_mut().and_then(|o| o.remove("presence")) {
+        Some(Value::Bool(watch)) => Ok((info, watch)),
+        Some(_) => Err(RpcError::invalid_params("`presence` must be true or false")),
+        None => Ok((info, false)),
+    }
+}
+
+/// `peer` joins `topic`'s presence with `info`, and watches it if `watch`.
+async fn enter(
+    topics: &Topics,
+    peer: &Peer,
+    topic: &str,
+    info: Value,
+    watch: bool,
+) -> Result<(), RpcError> {
+    topics
+        .join_presence(peer, topic, info)
+        .await
+        .map_err(refused)?;
+    if watch {
+        topics.watch_presence(peer, topic).await.map_err(refused)?;
+    }
+    Ok(())
+}
+
+/// A presence operation's error as an answer: `-32000` with the reason as the message.
+fn refused(e: Error) -> RpcError {
+    match e {
+        Error::Rpc { error, .. } => error,
+        other => RpcError::new(-32000, other.to_string()),
     }
 }

@@ -2,6 +2,7 @@
 //! client that speaks text frames, and a timeout on every wait.
 #![allow(dead_code)]
 
+pub mod cluster_node;
 pub mod proxy;
 pub mod redis_server;
 pub mod unix;

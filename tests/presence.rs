@@ -1,0 +1,372 @@
+//! Presence on one node (no cluster): members with info, join and leave notifications to
+//! the subscribers that watch, leaving on unsubscribe and disconnect, the server-side
+//! stream, and the limits' errors. Real server and clients on 127.0.0.1:0.
+
+mod common;
+
+use common::{serve, within};
+use jsonrpc_peer::{
+    connect, Caller, Context, Member, Peer, PresenceChange, PresenceEvent, PresenceJoin,
+    PresenceLeave, PresenceLimits, Router, RpcError, TopicMethods, Topics,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+/// `[topic, info_or_null, watch]`
+#[derive(Deserialize)]
+struct Sub {
+    topic: String,
+    #[serde(default)]
+    info: Option<Value>,
+    #[serde(default)]
+    watch: bool,
+}
+
+fn rpc(e: jsonrpc_peer::Error) -> RpcError {
+    RpcError::new(-32000, e.to_string())
+}
+
+fn server(topics: Topics) -> Router<Topics> {
+    Router::with_state(topics)
+        .method("sub", |cx: Context<Topics>, p: Sub| async move {
+            let topics = cx.state();
+            topics.subscribe(cx.peer(), &p.topic);
+            if let Some(info) = p.info {
+                topics
+                    .join_presence(cx.peer(), &p.topic, info)
+                    .await
+                    .map_err(rpc)?;
+            }
+            if p.watch {
+                topics
+                    .watch_presence(cx.peer(), &p.topic)
+                    .await
+                    .map_err(rpc)?;
+            }
+            Ok::<_, RpcError>(cx.peer().id())
+        })
+        .method(
+            "join",
+            |cx: Context<Topics>, (topic, info): (String, Value)| async move {
+                cx.state()
+                    .join_presence(cx.peer(), &topic, info)
+                    .await
+                    .map_err(rpc)
+            },
+        )
+        .method(
+            "unsub",
+            |cx: Context<Topics>, (topic,): (String,)| async move {
+                Ok::<_, RpcError>(cx.state().unsubscribe(cx.peer(), &topic))
+            },
+        )
+        .method(
+            "presence",
+            |cx: Context<Topics>, (topic,): (String,)| async move {
+                cx.state().presence(&topic).await.map_err(rpc)
+            },
+        )
+        .method(
+            "count",
+            |cx: Context<Topics>, (topic,): (String,)| async move {
+                cx.state().presence_count(&topic).await.map_err(rpc)
+            },
+        )
+}
+
+/// A client whose presence notifications, read with the typed contracts, go to a channel.
+async fn client(url: &str) -> (Peer, mpsc::UnboundedReceiver<(bool, PresenceChange)>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let leaves = tx.clone();
+    let router = Router::new()
+        .on(PresenceJoin, move |_cx, change| {
+            let _ = tx.send((true, change));
+            async {}
+        })
+        .on(PresenceLeave, move |_cx, change| {
+            let _ = leaves.send((false, change));
+            async {}
+        });
+    (within(connect(url, router)).await.unwrap(), rx)
+}
+
+async fn ask(peer: &Peer, method: &str, params: Value) -> Value {
+    within(peer.call::<Value>(method, params))
+        .await
+        .unwrap_or_else(|e| panic!("{method}: {e}"))
+}
+
+async fn refused(peer: &Peer, method: &str, params: Value) -> RpcError {
+    let err = within(peer.call::<Value>(method, params))
+        .await
+        .unwrap_err();
+    err.rpc()
+        .cloned()
+        .unwrap_or_else(|| panic!("{method}: {err}"))
+}
+
+fn addrs(members: &Value) -> Vec<String> {
+    let mut out: Vec<String> = members
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["addr"].as_str().unwrap().to_owned())
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn members_join_and_leave_and_watchers_hear_it_once() {
+    let topics = Topics::new();
+    let mut events = topics.presence_events();
+    let (url, _handle) = serve(server(topics.clone())).await;
+    let (watcher, mut heard) = client(&url).await;
+    let (ana, mut ana_heard) = client(&url).await;
+    let (ben, _) = client(&url).await;
+
+    let w = ask(&watcher, "sub", json!(["room", {"user": "w"}, true])).await;
+    let a = ask(&ana, "sub", json!(["room", {"user": "ana"}, true])).await;
+    // The watcher hears ana's join, typed; ana does not hear its own.
+    let (join, change) = within(heard.recv()).await.unwrap();
+    assert!(join);
+    assert_eq!(change.topic, "room");
+    assert_eq!(change.addr.to_string(), format!("local/{a}"));
+    assert_eq!(change.info.get(), r#"{"user":"ana"}"#);
+
+    // A subscriber that is not a member is not listed; one who is, is.
+    ask(&ben, "sub", json!(["room"])).await;
+    let members = ask(&watcher, "presence", json!(["room"])).await;
+    assert_eq!(addrs(&members), {
+        let mut v = vec![format!("local/{a}"), format!("local/{w}")];
+        v.sort();
+        v
+    });
+    assert_eq!(ask(&watcher, "count", json!(["room"])).await, json!(2));
+    let listed: Vec<Member> = serde_json::from_value(members).unwrap();
+    let ana_listed = listed
+        .iter()
+        .find(|m| m.addr.peer == a.as_u64().unwrap())
+        .unwrap();
+    assert_eq!(
+        ana_listed.info_as::<Value>().unwrap(),
+        json!({"user": "ana"})
+    );
+
+    // Joining again keeps the first info and tells no one.
+    assert_eq!(
+        ask(&ana, "join", json!(["room", {"user": "other"}])).await,
+        json!(false)
+    );
+
+    // Ben joins late; both watchers hear it once.
+    let b = ask(&ben, "join", json!(["room", {"user": "ben"}])).await;
+    assert_eq!(b, json!(true));
+    for rx in [&mut heard, &mut ana_heard] {
+        let (join, change) = within(rx.recv()).await.unwrap();
+        assert!(join && change.info.get() == r#"{"user":"ben"}"#);
+    }
+
+    // Ana unsubscribes: a leave with her info. Ben disconnects: a leave at once.
+    assert_eq!(ask(&ana, "unsub", json!(["room"])).await, json!(true));
+    let (join, change) = within(heard.recv()).await.unwrap();
+    assert!(!join && change.info.get() == r#"{"user":"ana"}"#);
+    ben.close().await;
+    let (join, change) = within(heard.recv()).await.unwrap();
+    assert!(!join && change.info.get() == r#"{"user":"ben"}"#);
+    assert_eq!(ask(&watcher, "count", json!(["room"])).await, json!(1));
+
+    // Nothing else came: a marker join from a new client is the next thing heard.
+    let (marker, _) = client(&url).await;
+    ask(&marker, "sub", json!(["room", "marker"])).await;
+    let (join, change) = within(heard.recv()).await.unwrap();
+    assert!(join && change.info.get() == r#""marker""#, "{change:?}");
+    assert!(
+        ana_heard.try_recv().is_err(),
+        "ana unsubscribed: she hears nothing more"
+    );
+
+    // The server side saw the same, in order: w, ana, ben joined; ana, ben left; marker.
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        match within(events.recv()).await.unwrap() {
+            PresenceEvent::Join(c) => seen.push(format!("+{}", c.info.get())),
+            PresenceEvent::Leave(c) => seen.push(format!("-{}", c.info.get())),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            r#"+{"user":"w"}"#,
+            r#"+{"user":"ana"}"#,
+            r#"+{"user":"ben"}"#,
+            r#"-{"user":"ana"}"#,
+            r#"-{"user":"ben"}"#,
+            r#"+"marker""#
+        ]
+    );
+}
+
+#[tokio::test]
+async fn limits_are_answered_with_a_clear_error() {
+    let topics = Topics::new();
+    topics.set_presence_limits(
+        PresenceLimits::default()
+            .max_members(2)
+            .max_info_bytes(32)
+            .max_topics_per_peer(2),
+    );
+    let (url, _handle) = serve(server(topics.clone())).await;
+    let (one, _) = client(&url).await;
+    let (two, _) = client(&url).await;
+    let (three, _) = client(&url).await;
+
+    let err = refused(&one, "join", json!(["room", {"user": "a"}])).await;
+    assert!(
+        err.message.contains("not subscribed to topic `room`"),
+        "{err:?}"
+    );
+
+    let big = "x".repeat(40);
+    let err = refused(&one, "sub", json!(["room", {"name": big}])).await;
+    assert!(
+        err.message
+            .contains("member info of 51 bytes is over the limit of 32 bytes"),
+        "{err:?}"
+    );
+
+    ask(&one, "sub", json!(["room", 1])).await;
+    ask(&two, "sub", json!(["room", 2])).await;
+    let err = refused(&three, "sub", json!(["room", 3])).await;
+    assert!(
+        err.message
+            .contains("topic `room` has 2 members, the most it may have"),
+        "{err:?}"
+    );
+    // Its subscription stands; it is simply not a member.
+    assert_eq!(ask(&one, "count", json!(["room"])).await, json!(2));
+
+    ask(&one, "sub", json!(["a", 1, true])).await;
+    let err = refused(&one, "sub", json!(["b", 1])).await;
+    assert!(
+        err.message.contains("present in at most 2 topics"),
+        "{err:?}"
+    );
+    // Leaving one makes room.
+    ask(&one, "unsub", json!(["a"])).await;
+    ask(&one, "sub", json!(["b", 1])).await;
+    assert_eq!(ask(&one, "count", json!(["b"])).await, json!(1));
+}
+
+#[tokio::test]
+async fn two_tabs_of_one_user_are_two_members_and_users_are_counted_by_info() {
+    let topics = Topics::new();
+    let (url, _handle) = serve(server(topics.clone())).await;
+    let (tab1, _) = client(&url).await;
+    let (tab2, _) = client(&url).await;
+    let (other, _) = client(&url).await;
+    ask(&tab1, "sub", json!(["doc", {"user": "ana"}])).await;
+    ask(&tab2, "sub", json!(["doc", {"user": "ana"}])).await;
+    ask(&other, "sub", json!(["doc", {"user": "ben"}])).await;
+    let members = within(topics.presence("doc")).await.unwrap();
+    assert_eq!(members.len(), 3);
+    let users: std::collections::BTreeSet<String> = members
+        .iter()
+        .map(|m| {
+            m.info_as::<Value>().unwrap()["user"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(users.into_iter().collect::<Vec<_>>(), ["ana", "ben"]);
+}
+
+/// `TopicMethods::presence`: the wire forms of `cluster_node` (and of the browser peer's
+/// `link.topic(name, {info, presence: true})`), served by the ready-made methods.
+#[tokio::test]
+async fn topic_methods_serve_presence_in_the_cluster_node_wire_forms() {
+    let topics = Topics::new();
+    topics.set_presence_limits(PresenceLimits::default().max_info_bytes(64));
+    let router = Router::new().topics(TopicMethods::new(&topics).only(["chat"]).presence());
+    let (url, _handle) = serve(router).await;
+    let (ana, mut ana_heard) = client(&url).await;
+    let (ben, mut ben_heard) = client(&url).await;
+
+    // `[topic, null, info]` joins; `"presence": true` also watches, and is taken out.
+    assert_eq!(
+        ask(
+            &ana,
+            "subscribe",
+            json!(["chat", null, {"user": "ana", "presence": true}])
+        )
+        .await,
+        json!(true)
+    );
+    assert_eq!(
+        ask(
+            &ben,
+            "subscribe",
+            json!({"topic": "chat", "info": {"user": "ben"}})
+        )
+        .await,
+        json!(true)
+    );
+    let (joined, change) = within(ana_heard.recv()).await.unwrap();
+    assert!(joined);
+    assert_eq!(change.info.get(), r#"{"user":"ben"}"#);
+    let members = ask(&ben, "presence", json!(["chat"])).await;
+    assert_eq!(members.as_array().unwrap().len(), 2);
+    let infos: Vec<&Value> = members
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["info"])
+        .collect();
+    assert!(infos.contains(&&json!({"user": "ana"})), "{members}");
+    assert_eq!(ask(&ana, "presence_count", json!(["chat"])).await, json!(2));
+
+    // Bad input: a topic not allowed, a `presence` that is not a boolean, an info over the limit.
+    let err = refused(&ben, "presence", json!(["other"])).await;
+    assert_eq!(err.code, -32602, "{err:?}");
+    assert!(
+        format!("{:?}", err.data).contains("no topic `other`"),
+        "{err:?}"
+    );
+    let err = refused(&ben, "subscribe", json!(["chat", null, {"presence": 1}])).await;
+    assert_eq!(err.code, -32602, "{err:?}");
+    let (cat, _) = client(&url).await;
+    let big = "x".repeat(80);
+    let err = refused(&cat, "subscribe", json!(["chat", null, {"user": big}])).await;
+    assert_eq!(err.code, -32000, "{err:?}");
+    assert!(
+        err.message.contains("over the limit of 64 bytes"),
+        "{err:?}"
+    );
+    // A refused join undoes the subscription: nothing published reaches it.
+    assert_eq!(
+        ask(&cat, "unsubscribe", json!(["chat"])).await,
+        json!(false)
+    );
+    assert_eq!(ask(&ana, "presence_count", json!(["chat"])).await, json!(2));
+
+    // Ben leaves: ana hears it; ben, who did not ask, heard nothing.
+    assert_eq!(ask(&ben, "unsubscribe", json!(["chat"])).await, json!(true));
+    let (joined, change) = within(ana_heard.recv()).await.unwrap();
+    assert!(!joined);
+    assert_eq!(change.info.get(), r#"{"user":"ben"}"#);
+    assert!(ben_heard.try_recv().is_err());
+
+    // Without `presence()`, an info is refused rather than ignored.
+    let plain = Topics::new();
+    let (url, _handle) = serve(Router::new().topics(TopicMethods::new(&plain))).await;
+    let (dan, _) = client(&url).await;
+    let err = refused(&dan, "subscribe", json!(["chat", null, {"user": "dan"}])).await;
+    assert_eq!(err.code, -32602, "{err:?}");
+    assert_eq!(
+        ask(&dan, "subscribe", json!(["chat", null])).await,
+        json!(true)
+    );
+}
