@@ -23,6 +23,11 @@
 //! connection, and then applies each `presence.join` / `presence.leave`
 //! (`{"topic","addr","info"}`). Across servers the list holds every server's pages.
 //!
+//! With `--features axum,metrics` the demo also serves `/metrics`: every connection's
+//! calls and notifications (the `Metrics` call layer) and the engine's own counters, in
+//! the Prometheus text format (`curl http://127.0.0.1:8080/metrics`). The recorder
+//! behind it is `examples/common/prometheus.rs`, made of the `metrics` facade alone.
+//!
 //! Across servers: `cargo run --example web_demo --features axum,redis -- --redis URL` (URL
 //! `redis://HOST:PORT` or `redis+unix:///path`) joins a cluster over Redis; run two on
 //! two ports and chat lines and "pages connected" span both. There the chat topic keeps
@@ -31,6 +36,9 @@
 
 #[path = "common/cli.rs"]
 mod cli;
+#[cfg(feature = "metrics")]
+#[path = "common/prometheus.rs"]
+mod prometheus;
 #[path = "common/spec_methods.rs"]
 mod spec_methods;
 #[path = "common/web_api.rs"]
@@ -46,8 +54,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use jsonrpc_peer::axum::Endpoint;
 use jsonrpc_peer::{
-    Caller, Context, HandshakePolicy, HistoryConfig, Method, Notification, Router, RpcError,
-    ServerHandle, TopicMethods, Topics,
+    Caller, Context, HandshakePolicy, HistoryConfig, Method, Notification, PeerConfig, Router,
+    RpcError, ServerHandle, TopicMethods, Topics,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -280,6 +288,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(args.listen.as_str()).await?;
     let addr = listener.local_addr()?;
 
+    // With the `metrics` feature: the recorder first, then the layer that counts every
+    // call (which also turns the engine's own metrics on), served at /metrics.
+    #[cfg(feature = "metrics")]
+    let prometheus = prometheus::Prometheus::install()?;
+    #[allow(unused_mut)]
+    let mut peer_config = PeerConfig::default();
+    #[cfg(feature = "metrics")]
+    {
+        peer_config = peer_config.layer(jsonrpc_peer::metrics::Metrics::new());
+    }
+
     let pages = ServerHandle::new();
     let topics = Topics::new();
     let chat_history = args.number("chat-history", 1000)?;
@@ -326,6 +345,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     api.check(&router)?;
     let endpoint = Endpoint::new(router.discover(&api))
         .with_handle(pages.clone())
+        .peer_config(peer_config)
         // Only pages this demo serves (and any named with --allow-origin) may open
         // the socket: a page on another site could otherwise act as its visitor.
         .handshake_policy(HandshakePolicy::default().allowed_origins(origins(addr, &args)));
@@ -333,6 +353,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/rpc", endpoint.into_route())
         .nest_service("/js", ServeDir::new(&package))
         .fallback_service(ServeDir::new(&site));
+    #[cfg(feature = "metrics")]
+    let app = app.route(
+        "/metrics",
+        axum::routing::get(move || {
+            let text = prometheus.render();
+            async move { ([("content-type", "text/plain; version=0.0.4")], text) }
+        }),
+    );
 
     println!("listening on http://{addr} (WebSocket: ws://{addr}/rpc)");
     // Tools start this example and read the line above: make sure it leaves now.

@@ -71,7 +71,7 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
             router: Arc::new(router),
             config: PeerConfig::default(),
             handle: ServerHandle::new(),
-            slots: Slots::new(HandshakePolicy::default().max_connections),
+            slots: Slots::new(&HandshakePolicy::default()),
             policy: HandshakePolicy::default(),
         }
     }
@@ -79,7 +79,7 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
     /// Who may connect: connection limit, handshake timeout, Origin allow-list,
     /// authentication.
     pub fn handshake_policy(mut self, policy: HandshakePolicy) -> Self {
-        self.slots = Slots::new(policy.max_connections);
+        self.slots = Slots::new(&policy);
         self.policy = policy;
         self
     }
@@ -113,6 +113,7 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
 
     fn upgrade(self: Arc<Self>, mut request: Request) -> Response {
         if self.handle.is_shutting_down() {
+            crate::metrics::handshake("refused", Some(503));
             return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
         }
         let accept = match handshake::check(request.method(), request.version(), request.headers())
@@ -120,7 +121,11 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
             Ok(accept) => accept,
             Err(rejection) => return rejected(rejection),
         };
-        let slot = match self.slots.take() {
+        let remote_addr = request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0);
+        let slot = match self.slots.take(remote_addr.map(|a| a.ip())) {
             Ok(slot) => slot,
             Err(refusal) => return refuse(&refusal),
         };
@@ -133,10 +138,7 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
         };
         let (parts, ()) = handshake.into_parts();
         let info = PeerInfo {
-            remote_addr: request
-                .extensions()
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|c| c.0),
+            remote_addr,
             path: Some(parts.uri.to_string()),
             headers: parts.headers,
             auth,
@@ -147,10 +149,12 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
             let upgraded = match tokio::time::timeout(timeout, on_upgrade).await {
                 Ok(Ok(upgraded)) => upgraded,
                 Ok(Err(e)) => {
+                    crate::metrics::handshake("gone", None);
                     tracing::debug!(error = %e, "WebSocket upgrade failed");
                     return;
                 }
                 Err(_) => {
+                    crate::metrics::handshake("timeout", None);
                     tracing::debug!("WebSocket upgrade timed out");
                     return;
                 }
@@ -170,6 +174,7 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
                 self.policy.keep_headers,
             );
         });
+        crate::metrics::handshake("accepted", Some(101));
         let mut response = Response::new(Body::empty());
         *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
         let headers = response.headers_mut();
@@ -181,10 +186,12 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
 }
 
 fn refuse(refusal: &Refusal) -> Response {
+    crate::metrics::handshake("refused", Some(refusal.http_status().as_u16()));
     (refusal.http_status(), refusal.reason.clone()).into_response()
 }
 
 fn rejected(rejection: Rejection) -> Response {
+    crate::metrics::handshake("refused", Some(rejection.status.as_u16()));
     let mut response = (rejection.status, rejection.body).into_response();
     for (name, value) in rejection.headers {
         response

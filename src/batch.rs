@@ -105,6 +105,9 @@ impl<'p> Batch<'p> {
         self.buf.push(b']');
         let shared = &*self.peer.shared;
         let timeout = self.timeout.unwrap_or_else(|| shared.call_timeout());
+        if let Some(layers) = shared.layers() {
+            layers.on_batch(crate::layer::Direction::Made, self.len);
+        }
         let frame = String::from_utf8(std::mem::take(&mut self.buf))
             .map_err(|_| message::invalid_utf8())?;
         // One deadline for every call of the batch; the connection's sweep keeps it

@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
+use crate::layer::{Layer, Layers};
+use crate::limit::RateLimit;
+
 /// Settings of one connection, for clients and servers alike.
 ///
 /// ```
@@ -84,6 +87,13 @@ pub struct PeerConfig {
     /// Which cancel notification is sent (default [`CancelStyle::Lsp`]). Incoming
     /// cancels are understood in either form.
     pub cancel_style: CancelStyle,
+    /// How many calls and notifications per second the other side may send
+    /// (default `None`: no limit). Each item of a batch counts. Past it a call is
+    /// answered `-32005` with a retry-after and a notification is dropped; a
+    /// connection that keeps on is closed with 4029. See [`RateLimit`].
+    pub rate_limit: Option<RateLimit>,
+    /// The call layers, in the order added ([`layer`](Self::layer)).
+    pub(crate) layers: Layers,
 }
 
 /// Which cancel notification this side sends when it gives up on a call.
@@ -134,6 +144,8 @@ impl Default for PeerConfig {
             connect_timeout: Duration::from_secs(10),
             cancel_on_drop: true,
             cancel_style: CancelStyle::Lsp,
+            rate_limit: None,
+            layers: Layers::default(),
         }
     }
 }
@@ -164,6 +176,15 @@ impl PeerConfig {
     setting!(connect_timeout: Duration);
     setting!(cancel_on_drop: bool);
     setting!(cancel_style: CancelStyle);
+    setting!(rate_limit: Option<RateLimit>);
+
+    /// Adds a call layer after those added before: it sees every call and
+    /// notification of the connections made with this config, in both directions
+    /// (see [`layer`](crate::layer) for the order).
+    pub fn layer(mut self, layer: impl Layer) -> Self {
+        self.layers = self.layers.with(layer);
+        self
+    }
 
     /// The tungstenite settings these limits translate to.
     pub(crate) fn websocket(&self) -> WebSocketConfig {

@@ -75,6 +75,7 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
         on_start(&peer);
     }
     let connection = Connection::new(transport, router, &peer, config);
+    crate::metrics::connection_opened();
     // Everything the connection logs, and the handlers it runs, is inside this span.
     let span = tracing::info_span!(
         "connection",
@@ -102,6 +103,7 @@ fn task<T: Transport, S: Send + Sync + 'static>(
         // also keep its room here (what an `async` block captures keeps its room for
         // the block's whole life).
         let peer = connection.run().await;
+        crate::metrics::connection_closed();
         if let Some(on_end) = on_end {
             on_end(&peer);
         }
@@ -354,6 +356,9 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         let deadline = Instant::now() + self.close_timeout;
         let handshake = std::future::poll_fn(|cx| closing.poll(cx, &mut self.writer));
         let _ = tokio::time::timeout_at(deadline, handshake).await;
+        // What the close timeout left queued will never go out: its memory (and its
+        // bytes in the metrics) goes now, not when the last handle does.
+        self.writer.close_queue(true);
         // Handler tasks were aborted above; wait until they are gone, so nothing of
         // this connection outlives it.
         self.dispatch.stopped().await;

@@ -43,6 +43,10 @@ impl ErrorCode {
     /// A server error of this crate's (in the specification's `-32000..=-32099` range):
     /// the connection is closing gracefully and takes no new calls.
     pub const CLOSING: ErrorCode = ErrorCode(-32000);
+    /// A server error of this crate's: a call past the connection's
+    /// [`RateLimit`](crate::RateLimit) (the code Ethereum's JSON-RPC servers use for
+    /// "limit exceeded"). See [`RpcError::rate_limited`].
+    pub const RATE_LIMITED: ErrorCode = ErrorCode(-32005);
 
     /// The code `code`.
     pub const fn new(code: i64) -> Self {
@@ -178,6 +182,13 @@ impl RpcError {
     /// ```
     pub fn internal_error(reason: impl fmt::Display) -> Self {
         Self::new(ErrorCode::INTERNAL_ERROR, "Internal error").with_data(reason.to_string())
+    }
+
+    /// `-32005 Rate limited`, with `{"retry_after_ms": N}` in `data`: how long until
+    /// the connection's [`RateLimit`](crate::RateLimit) admits a call again.
+    pub fn rate_limited(retry_after_ms: u64) -> Self {
+        Self::new(ErrorCode::RATE_LIMITED, "Rate limited")
+            .with_data(serde_json::json!({ "retry_after_ms": retry_after_ms }))
     }
 }
 

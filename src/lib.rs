@@ -57,10 +57,13 @@
 //! - [`connect`] and [`Reconnecting`]: clients, one that comes back by itself.
 //! - [`HandshakePolicy`]: connection limit, Origin allow-list, authentication.
 //! - [`PeerConfig`]: every limit, with its default.
+//! - [`layer`]: call layers around every call served and made (metrics, limits,
+//!   authorization per call); [`RateLimit`]; [`Router::fallback`] for unnamed methods.
 //!
 //! Features: `axum` (mount an endpoint in an axum app: `axum::Endpoint`),
 //! `rustls` (`wss://` for servers and clients), `schemars` (serve `rpc.discover`, an
-//! OpenRPC document of an [`Api`]: `Router::discover`).
+//! OpenRPC document of an [`Api`]: `Router::discover`), `metrics` (the `Metrics` call
+//! layer and the engine's metrics, through the `metrics` facade).
 //!
 //! # The choices behind the API
 //!
@@ -142,7 +145,13 @@ pub mod fuzzing;
 mod handshake;
 mod history;
 mod lanes;
+pub mod layer;
+mod limit;
 mod message;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+#[cfg(not(feature = "metrics"))]
+mod metrics;
 mod peer;
 mod pending;
 mod policy;
@@ -172,6 +181,7 @@ pub use discover::OPENRPC_VERSION;
 pub use error::{CloseReason, Error, ErrorCode, Result, RpcError};
 pub use history::{HistoryConfig, HistoryError, Position, Published, Subscribed};
 pub use lanes::MethodOptions;
+pub use limit::{RateLimit, RATE_LIMIT_CLOSE};
 pub use peer::{ConnectionInfo, Peer};
 pub use policy::{HandshakePolicy, Refusal};
 pub use presence::{Member, PresenceChange, PresenceError, PresenceEvent, PresenceLimits};
@@ -179,7 +189,7 @@ pub use reconnect::{
     Backoff, LinkState, Reconnecting, ReconnectingBuilder, TopicEvent, TopicEvents, TopicOptions,
 };
 pub use registry::ServerHandle;
-pub use router::{Context, Router};
+pub use router::{Context, Router, Unrouted};
 /// The schemars crate this one describes types with (feature `schemars`).
 #[cfg(feature = "schemars")]
 pub use schemars;
@@ -192,7 +202,8 @@ pub use tokio_tungstenite::tungstenite::http;
 pub use topics::{PresenceEvents, PresenceJoin, PresenceLeave, TopicMethods, Topics};
 
 /// The README's code, compiled and run as a doc test so it stays true (with the axum
-/// feature, which its axum snippet needs; `cargo test --workspace` turns it on).
-#[cfg(all(doctest, feature = "axum"))]
+/// and metrics features, which its snippets need; `cargo test --workspace` turns them
+/// on).
+#[cfg(all(doctest, feature = "axum", feature = "metrics"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -19,7 +19,8 @@ mod fast;
 mod write;
 
 pub(crate) use write::{
-    error_response, finish_request, invalid_utf8, request, request_head, response, write_request,
+    error_response, finish_request, invalid_utf8, request, request_head, request_parts, response,
+    result_in, write_request,
 };
 
 /// A JSON value as it appeared in the frame: a slice of the frame's text, checked to
@@ -84,6 +85,13 @@ pub(crate) enum Item<'a> {
         id: Option<Raw<'a>>,
         reason: &'static str,
     },
+}
+
+impl Item<'_> {
+    /// Whether it is (or tries to be) a response: an answer to one of our calls.
+    pub(crate) fn is_answer(&self) -> bool {
+        matches!(self, Item::Response { .. } | Item::BadResponse { .. })
+    }
 }
 
 /// The `result` or the `error` member of a response, still raw: borrowed from the

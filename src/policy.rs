@@ -3,12 +3,14 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_tungstenite::tungstenite::http::{header, Request, StatusCode};
 
+use crate::limit::{AddressSlot, Addresses};
 use crate::peer::Attached;
 
 /// Why a handshake is refused: the HTTP status and a short text for the body.
@@ -94,6 +96,11 @@ pub struct HandshakePolicy {
     /// once its handshake succeeds; the next one is refused with
     /// `503 Service Unavailable`.
     pub max_connections: usize,
+    /// How many connections one remote address may have open at once (default `None`:
+    /// no limit, as behind a proxy or load balancer every connection comes from its
+    /// address). IPv6 addresses count per /64. The next one is refused with
+    /// `429 Too Many Requests`.
+    pub max_connections_per_address: Option<usize>,
     /// How many connections may be in their handshake at once (default 1,000), not
     /// counted in [`max_connections`](Self::max_connections). When one more arrives,
     /// the oldest still in handshake is dropped: connections that send nothing (a
@@ -124,6 +131,7 @@ impl Default for HandshakePolicy {
     fn default() -> Self {
         HandshakePolicy {
             max_connections: 10_000,
+            max_connections_per_address: None,
             max_handshakes: 1_000,
             handshake_timeout: Duration::from_secs(10),
             max_handshake_size: 16 * 1024,
@@ -139,6 +147,12 @@ impl HandshakePolicy {
     /// Sets [`Self::max_connections`].
     pub fn max_connections(mut self, value: usize) -> Self {
         self.max_connections = value;
+        self
+    }
+
+    /// Sets [`Self::max_connections_per_address`].
+    pub fn max_connections_per_address(mut self, value: Option<usize>) -> Self {
+        self.max_connections_per_address = value;
         self
     }
 
@@ -229,6 +243,10 @@ impl fmt::Debug for HandshakePolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HandshakePolicy")
             .field("max_connections", &self.max_connections)
+            .field(
+                "max_connections_per_address",
+                &self.max_connections_per_address,
+            )
             .field("max_handshakes", &self.max_handshakes)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("max_handshake_size", &self.max_handshake_size)
@@ -240,19 +258,49 @@ impl fmt::Debug for HandshakePolicy {
     }
 }
 
-/// Connection slots: one permit per open connection, held until it ends.
+/// Connection slots: one permit per open connection (and one in its address's count,
+/// when there is a bound per address), held until it ends.
 #[derive(Clone)]
-pub(crate) struct Slots(Arc<Semaphore>);
+pub(crate) struct Slots {
+    open: Arc<Semaphore>,
+    addresses: Option<Arc<Addresses>>,
+}
+
+/// One open connection's place in the limits, given back when it is dropped.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    _open: OwnedSemaphorePermit,
+    _address: Option<AddressSlot>,
+}
 
 impl Slots {
-    pub(crate) fn new(max: usize) -> Self {
-        Slots(Arc::new(Semaphore::new(max.min(Semaphore::MAX_PERMITS))))
+    pub(crate) fn new(policy: &HandshakePolicy) -> Self {
+        Slots {
+            open: Arc::new(Semaphore::new(
+                policy.max_connections.min(Semaphore::MAX_PERMITS),
+            )),
+            addresses: policy.max_connections_per_address.map(Addresses::new),
+        }
     }
 
-    pub(crate) fn take(&self) -> Result<OwnedSemaphorePermit, Refusal> {
-        self.0
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "too many connections"))
+    /// A place for one more connection, from `remote` if the address is known.
+    pub(crate) fn take(&self, remote: Option<IpAddr>) -> Result<Slot, Refusal> {
+        let address = match (&self.addresses, remote) {
+            (Some(addresses), Some(ip)) => Some(addresses.take(ip).ok_or_else(|| {
+                Refusal::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too many connections from this address",
+                )
+            })?),
+            _ => None,
+        };
+        let open =
+            self.open.clone().try_acquire_owned().map_err(|_| {
+                Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "too many connections")
+            })?;
+        Ok(Slot {
+            _open: open,
+            _address: address,
+        })
     }
 }

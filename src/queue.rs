@@ -126,6 +126,7 @@ impl OutQueue {
             return Err(TrySendError::Full(frame));
         }
         state.bytes += frame.len();
+        crate::metrics::queue_bytes(frame.len() as i64);
         state.frames.push_back(frame);
         let first = state.frames.len() == 1;
         drop(state);
@@ -179,6 +180,7 @@ impl OutQueue {
         let was_over_half = state.over_half(self.max_frames, self.max_bytes);
         let frame = state.frames.pop_front()?;
         state.bytes -= frame.len();
+        crate::metrics::queue_bytes(-(frame.len() as i64));
         if state.frames.is_empty() && state.frames.capacity() > KEEP_CAPACITY {
             state.frames = VecDeque::new();
         }
@@ -204,6 +206,7 @@ impl OutQueue {
     pub(crate) fn discard(&self) {
         let mut state = self.state();
         let frames = std::mem::take(&mut state.frames);
+        crate::metrics::queue_bytes(-(state.bytes as i64));
         state.bytes = 0;
         drop(state);
         drop(frames);
@@ -238,5 +241,15 @@ impl OutQueue {
     /// Bytes in the queue now.
     pub(crate) fn queued_bytes(&self) -> usize {
         self.state().bytes
+    }
+}
+
+impl Drop for OutQueue {
+    /// What a connection's queue still held at its end leaves the process-wide count.
+    fn drop(&mut self) {
+        let bytes = self.state().bytes;
+        if bytes > 0 {
+            crate::metrics::queue_bytes(-(bytes as i64));
+        }
     }
 }

@@ -7,7 +7,6 @@ use std::time::Duration;
 use dashmap::DashMap;
 use serde::Serialize;
 use tokio::sync::watch;
-use tokio::sync::OwnedSemaphorePermit;
 
 use crate::config::PeerConfig;
 use crate::contract::NotificationName;
@@ -73,7 +72,7 @@ impl ServerHandle {
         router: Arc<Router<S>>,
         config: &PeerConfig,
         info: ConnectionInfo,
-        slot: Option<OwnedSemaphorePermit>,
+        slot: Option<crate::policy::Slot>,
         keep_headers: bool,
     ) -> Peer {
         // The hook sees the whole handshake; the peer keeps its headers only when

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde_json::value::RawValue;
 
 use crate::error::RpcError;
 use crate::lanes::Lane;
@@ -84,6 +85,9 @@ pub(crate) struct Call {
     /// A notification run by a method: the handler runs, no answer is made (the
     /// erased method returns an empty string) and failures are logged instead.
     pub(crate) notification: bool,
+    /// The method's name, for the fallback, which serves names the router does not
+    /// know (`None` for the others: they know theirs).
+    pub(crate) unrouted: Option<Arc<str>>,
 }
 
 impl Call {
@@ -95,6 +99,7 @@ impl Call {
             id: id.map_or(0..0, |id| message::span(frame, id)),
             params: params.map(|params| message::span(frame, params)),
             notification: id.is_none(),
+            unrouted: None,
         }
     }
 
@@ -105,6 +110,105 @@ impl Call {
     fn decode<P: DeserializeOwned>(&self) -> Result<P, serde_json::Error> {
         decode_params(&self.frame, self.params.clone())
     }
+
+    /// The call as the fallback gets it: its name and raw params.
+    fn unrouted(&self) -> Result<Unrouted, serde_json::Error> {
+        let params = self
+            .params
+            .clone()
+            .map(|range| self.frame[range].to_owned());
+        Ok(Unrouted {
+            method: self.unrouted.clone().unwrap_or_else(|| "".into()),
+            params: params.map(RawValue::from_string).transpose()?,
+            notification: self.notification,
+        })
+    }
+}
+
+/// A call or notification of a method the router does not name, as
+/// [`Router::fallback`] gets it: the name and the raw params, to forward as they are.
+#[derive(Debug)]
+pub struct Unrouted {
+    method: Arc<str>,
+    params: Option<Box<RawValue>>,
+    notification: bool,
+}
+
+impl Unrouted {
+    /// The method's name, as sent.
+    pub fn method(&self) -> &str {
+        &self.method
+    }
+
+    /// The params, raw, if any.
+    pub fn params(&self) -> Option<&RawValue> {
+        self.params.as_deref()
+    }
+
+    /// The params, raw and owned: pass them on with [`Peer::call`](crate::Peer::call)
+    /// (a `Box<RawValue>` serializes as the text it holds).
+    pub fn into_params(self) -> Option<Box<RawValue>> {
+        self.params
+    }
+
+    /// Whether it is a notification: nothing is answered, whatever the fallback
+    /// returns.
+    pub fn is_notification(&self) -> bool {
+        self.notification
+    }
+}
+
+/// Runs a call of `method` to its answer frame: `start` reads the params and makes
+/// the handler's future. Through the layers when the connection has them
+/// (`layer/serve.rs`); else the plain path, which is every call's path without them.
+fn run_call<S, T, Fut>(
+    cx: Context<S>,
+    call: Call,
+    method: &Arc<str>,
+    known: bool,
+    start: impl FnOnce(Context<S>, &Call) -> Result<Fut, serde_json::Error>,
+) -> HandlerFuture<String>
+where
+    Fut: Future<Output = Result<T, RpcError>> + Send + 'static,
+    T: Serialize + Send + 'static,
+{
+    if cx.peer().shared.layers().is_some() {
+        return crate::layer::run_method(cx, call, method.clone(), known, start);
+    }
+    let fut = match start(cx, &call) {
+        Ok(fut) => fut,
+        Err(e) if call.notification => {
+            tracing::warn!(method = %method, error = %e, "notification params do not fit the method; dropped");
+            return Box::pin(std::future::ready(String::new()));
+        }
+        Err(e) => {
+            tracing::debug!(method = %method, id = call.id(), error = %e, "params do not fit; answered -32602");
+            let frame = message::error_response(Some(call.id()), &RpcError::invalid_params(e));
+            return Box::pin(std::future::ready(frame));
+        }
+    };
+    let method = method.clone();
+    Box::pin(async move {
+        let outcome = fut.await;
+        if call.notification {
+            if let Err(error) = outcome {
+                tracing::debug!(method = %method, %error, "a method run by a notification failed; nothing is answered");
+            }
+            return String::new();
+        }
+        let id = call.id();
+        match outcome {
+            Ok(result) => message::response(id, &result).unwrap_or_else(|e| {
+                message::error_response(
+                    Some(id),
+                    &RpcError::internal_error(format_args!(
+                        "the result could not be serialized: {e}"
+                    )),
+                )
+            }),
+            Err(error) => message::error_response(Some(id), &error),
+        }
+    })
 }
 
 /// Reads params as `P`. Absent params read as `null` (for `()` and `Option`), then as
@@ -154,7 +258,7 @@ pub(crate) type MethodFn<S> = dyn Fn(Context<S>, Call) -> HandlerFuture<String> 
 /// before it returns, so it borrows the frame: cloning and dropping it (two atomic
 /// operations) was a visible part of a notification's cost.
 pub(crate) type NotificationFn<S> =
-    dyn Fn(Context<S>, &str, Option<Range<usize>>) -> HandlerFuture<()> + Send + Sync;
+    dyn Fn(Context<S>, &Text, Option<Range<usize>>) -> HandlerFuture<()> + Send + Sync;
 
 /// The method table a peer serves: incoming calls and notifications by method name.
 ///
@@ -207,6 +311,8 @@ pub struct Router<S = ()> {
     /// Each method with how its calls run: one lookup per incoming call.
     methods: FxHashMap<Box<str>, Route<S>>,
     notifications: FxHashMap<Box<str>, Arc<NotificationFn<S>>>,
+    /// What serves the names neither map has, if anything.
+    fallback: Option<Route<S>>,
 }
 
 /// Where a method's calls go: its handler, and how they run (see `lanes.rs`).
@@ -251,6 +357,7 @@ impl<S: Send + Sync + 'static> Router<S> {
             state: Arc::new(state),
             methods: FxHashMap::default(),
             notifications: FxHashMap::default(),
+            fallback: None,
         }
     }
 
@@ -302,42 +409,8 @@ impl<S: Send + Sync + 'static> Router<S> {
     {
         let method: Arc<str> = name.into();
         let erased = move |cx: Context<S>, call: Call| -> HandlerFuture<String> {
-            let params = match call.decode::<P>() {
-                Ok(p) => p,
-                Err(e) if call.notification => {
-                    tracing::warn!(method = %method, error = %e, "notification params do not fit the method; dropped");
-                    return Box::pin(std::future::ready(String::new()));
-                }
-                Err(e) => {
-                    tracing::debug!(method = %method, id = call.id(), error = %e, "params do not fit; answered -32602");
-                    let frame =
-                        message::error_response(Some(call.id()), &RpcError::invalid_params(e));
-                    return Box::pin(std::future::ready(frame));
-                }
-            };
-            let fut = handler(cx, params);
-            let method = method.clone();
-            Box::pin(async move {
-                let outcome = fut.await;
-                if call.notification {
-                    if let Err(error) = outcome {
-                        tracing::debug!(method = %method, %error, "a method run by a notification failed; nothing is answered");
-                    }
-                    return String::new();
-                }
-                let id = call.id();
-                match outcome {
-                    Ok(result) => message::response(id, &result).unwrap_or_else(|e| {
-                        message::error_response(
-                            Some(id),
-                            &RpcError::internal_error(format_args!(
-                                "the result could not be serialized: {e}"
-                            )),
-                        )
-                    }),
-                    Err(error) => message::error_response(Some(id), &error),
-                }
-            })
+            let start = |cx, call: &Call| call.decode::<P>().map(|p| handler(cx, p));
+            run_call(cx, call, &method, true, start)
         };
         let route = Route {
             handler: Arc::new(erased),
@@ -368,7 +441,17 @@ impl<S: Send + Sync + 'static> Router<S> {
     {
         check_name(name);
         let method: Arc<str> = name.into();
-        let erased = move |cx: Context<S>, frame: &str, params: Option<Range<usize>>| {
+        let erased = move |cx: Context<S>, frame: &Text, params: Option<Range<usize>>| {
+            if cx.peer().shared.layers().is_some() {
+                let start = |cx| decode_params::<P>(frame, params.clone()).map(|p| handler(cx, p));
+                return crate::layer::run_notification(
+                    cx,
+                    frame,
+                    params.clone(),
+                    method.clone(),
+                    start,
+                );
+            }
             match decode_params::<P>(frame, params) {
                 Ok(p) => Box::pin(handler(cx, p)) as HandlerFuture<()>,
                 Err(e) => {
@@ -382,6 +465,55 @@ impl<S: Send + Sync + 'static> Router<S> {
             previous.is_none(),
             "notification `{name}` is registered twice"
         );
+        self
+    }
+}
+
+impl<S: Send + Sync + 'static> Router<S> {
+    /// Serves every call and notification of a name the router does not know (no
+    /// method, and for a notification no notification handler, of that name), with the
+    /// name and the raw params: a proxy, a gateway, a bridge that forwards to another
+    /// peer. Without it such a call is answered `-32601`.
+    ///
+    /// A call is answered with what `handler` returns. A notification runs it too (its
+    /// answer is dropped), in the order notifications arrived, one at a time, as
+    /// notification handlers run ([`Unrouted::is_notification`] tells them apart).
+    /// Layers see these calls with [`is_known`](crate::layer::CallInfo::is_known)
+    /// false, so metrics count them under `other`.
+    ///
+    /// ```
+    /// use jsonrpc_peer::{Caller, Context, Peer, Reply, Router, RpcError, Unrouted};
+    ///
+    /// /// Forwards what it does not serve itself to `upstream`.
+    /// fn proxy(upstream: Peer) -> Router<Peer> {
+    ///     Router::with_state(upstream).fallback(|cx: Context<Peer>, call: Unrouted| async move {
+    ///         let method = call.method().to_owned();
+    ///         let reply: Reply = cx.state().call(&method, call.into_params()).await?;
+    ///         Ok::<_, RpcError>(reply.decode::<Box<serde_json::value::RawValue>>()?)
+    ///     })
+    /// }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If a fallback is already set.
+    pub fn fallback<T, F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(Context<S>, Unrouted) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, RpcError>> + Send + 'static,
+        T: Serialize + Send + 'static,
+    {
+        assert!(self.fallback.is_none(), "the fallback is set twice");
+        let erased = move |cx: Context<S>, call: Call| -> HandlerFuture<String> {
+            let method = call.unrouted.clone().unwrap_or_else(|| "".into());
+            let start = |cx, call: &Call| call.unrouted().map(|call| handler(cx, call));
+            run_call(cx, call, &method, false, start)
+        };
+        self.fallback = Some(Route {
+            handler: Arc::new(erased),
+            lane: Lane::Concurrent,
+            cooperative: false,
+        });
         self
     }
 }
@@ -402,6 +534,12 @@ impl<S> Router<S> {
     #[inline]
     pub(crate) fn route(&self, name: &str) -> Option<&Route<S>> {
         self.methods.get(name)
+    }
+
+    /// What serves the names the router does not know, if anything.
+    #[inline]
+    pub(crate) fn fallback_route(&self) -> Option<&Route<S>> {
+        self.fallback.as_ref()
     }
 
     /// The notification handler of `name`, if there is one.
@@ -441,6 +579,7 @@ impl<S> std::fmt::Debug for Router<S> {
         f.debug_struct("Router")
             .field("methods", &methods)
             .field("notifications", &notifications)
+            .field("fallback", &self.fallback.is_some())
             .finish()
     }
 }

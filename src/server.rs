@@ -5,14 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, ToSocketAddrs};
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{timeout_at, Instant};
 use tokio_tungstenite::tungstenite::http;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::WebSocketStream;
 
 use crate::handshake::{self, Handshakes, Head, Rejection, Ticket};
-use crate::policy::{HandshakePolicy, Refusal, Slots};
+use crate::policy::{HandshakePolicy, Refusal, Slot, Slots};
 
 use crate::config::PeerConfig;
 use crate::error::{Error, Result};
@@ -140,7 +139,7 @@ impl Server {
     pub async fn serve<S: Send + Sync + 'static>(self, router: Router<S>) -> Result<()> {
         let router = Arc::new(router);
         let gate = Arc::new(Gate {
-            slots: Slots::new(self.policy.max_connections),
+            slots: Slots::new(&self.policy),
             handshakes: Handshakes::new(self.policy.max_handshakes),
             policy: self.policy.clone(),
             #[cfg(feature = "rustls")]
@@ -186,10 +185,17 @@ impl Server {
                             match accepted.await {
                                 Some(Ok(Ok(stream))) => conn.handshake(stream).await,
                                 Some(Ok(Err(e))) => {
+                                    crate::metrics::handshake("gone", None);
                                     tracing::debug!(%addr, error = %e, "TLS handshake failed");
                                 }
-                                Some(Err(_)) => tracing::debug!(%addr, "TLS handshake timed out"),
-                                None => tracing::debug!(%addr, "handshake evicted"),
+                                Some(Err(_)) => {
+                                    crate::metrics::handshake("timeout", None);
+                                    tracing::debug!(%addr, "TLS handshake timed out");
+                                }
+                                None => {
+                                    crate::metrics::handshake("evicted", None);
+                                    tracing::debug!(%addr, "handshake evicted");
+                                }
                             }
                             return;
                         }
@@ -256,11 +262,15 @@ impl<S: Send + Sync + 'static> Conn<S> {
         let gate = self.gate.clone();
         let decided = self
             .ticket
-            .run(timeout_at(deadline, decide(&mut io, &gate, &self.registry)))
+            .run(timeout_at(
+                deadline,
+                decide(&mut io, addr, &gate, &self.registry),
+            ))
             .await;
         let (request, tail, slot, auth, accept) = match decided {
             Some(Ok(Ok(admitted))) => admitted,
             Some(Ok(Err(Some(rejection)))) => {
+                crate::metrics::handshake("refused", Some(rejection.status.as_u16()));
                 // Not DEBUG-only: a refusal is what an operator looks for first.
                 tracing::info!(%addr, status = %rejection.status, "handshake refused");
                 // The answer gets what is left of the deadline.
@@ -268,21 +278,25 @@ impl<S: Send + Sync + 'static> Conn<S> {
                 return;
             }
             Some(Ok(Err(None))) => {
+                crate::metrics::handshake("gone", None);
                 tracing::debug!(%addr, "connection closed during the handshake");
                 return;
             }
             Some(Err(_)) => {
+                crate::metrics::handshake("timeout", None);
                 tracing::debug!(%addr, "handshake timed out");
                 return;
             }
             None => {
+                crate::metrics::handshake("evicted", None);
                 tracing::debug!(%addr, "handshake evicted by newer ones");
                 return;
             }
         };
         match timeout_at(deadline, handshake::switch(&mut io, &accept)).await {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => crate::metrics::handshake("accepted", Some(101)),
             _ => {
+                crate::metrics::handshake("gone", None);
                 tracing::debug!(%addr, "the 101 answer could not be written in time");
                 return;
             }
@@ -327,7 +341,7 @@ impl<S: Send + Sync + 'static> Conn<S> {
 type Admitted = (
     http::Request<()>,
     Vec<u8>,
-    OwnedSemaphorePermit,
+    Slot,
     Option<crate::peer::Attached>,
     http::HeaderValue,
 );
@@ -336,6 +350,7 @@ type Admitted = (
 /// `Err(None)` when the client went away first.
 async fn decide<IO: tokio::io::AsyncRead + Unpin>(
     io: &mut IO,
+    addr: SocketAddr,
     gate: &Gate,
     registry: &ServerHandle,
 ) -> std::result::Result<Admitted, Option<Rejection>> {
@@ -353,7 +368,10 @@ async fn decide<IO: tokio::io::AsyncRead + Unpin>(
     }
     // The connection counts against the limit from here on: connections that never
     // complete a handshake take no slot.
-    let slot = gate.slots.take().map_err(|r| Some(refuse(&r)))?;
+    let slot = gate
+        .slots
+        .take(Some(addr.ip()))
+        .map_err(|r| Some(refuse(&r)))?;
     let auth = gate.policy.check(&request).map_err(|r| Some(refuse(&r)))?;
     Ok((request, tail, slot, auth, accept))
 }

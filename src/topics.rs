@@ -200,13 +200,15 @@ impl Topics {
     ) -> Result<Published> {
         let (name, method) = (topic.name(), topic.method());
         if let Some(published) = self.publish_recorded(name, method, params)? {
+            crate::metrics::topic_published(published.delivered);
             return Ok(published);
         }
-        self.publish_plain(name, method, params)
-            .map(|delivered| Published {
-                delivered,
-                offset: None,
-            })
+        let delivered = self.publish_plain(name, method, params)?;
+        crate::metrics::topic_published(delivered);
+        Ok(Published {
+            delivered,
+            offset: None,
+        })
     }
 
     /// A publication on a topic without history.
@@ -236,12 +238,14 @@ impl Topics {
 
     /// Queues `frame` for every local subscriber of `topic` (a publish from another node).
     pub(crate) fn deliver(&self, topic: &str, frame: Text) -> usize {
-        self.inner.topics.get(topic).map_or(0, |subscribers| {
+        let delivered = self.inner.topics.get(topic).map_or(0, |subscribers| {
             subscribers
                 .iter()
                 .filter(|entry| entry.value().push(frame.clone()))
                 .count()
-        })
+        });
+        crate::metrics::topic_delivered(delivered);
+        delivered
     }
 
     /// The topics with local subscribers.

@@ -118,6 +118,8 @@ impl Node {
         }
         let (node, inbox) = Node::new(me, handle, topics, &options, &bus);
         node.attach()?;
+        crate::metrics::cluster_bus(true);
+        crate::metrics::cluster_nodes(1);
         node.spawn(bus, events, options, inbox);
         Ok(Arc::new(node))
     }
@@ -265,6 +267,7 @@ impl Node {
     pub(crate) fn stop(&self) {
         self.stop.send_replace(true);
         self.state.send_replace(ClusterState::Stopped);
+        crate::metrics::cluster_bus(false);
         self.calls.fail_all(&ClusterError::Stopped);
     }
 

@@ -252,6 +252,7 @@ impl Nodes {
             .connections
             .store(connections, Ordering::Relaxed);
         if names_changed {
+            crate::metrics::cluster_nodes(self.table.live.len() + 1);
             let mut names: Vec<String> = self.table.live.keys().cloned().collect();
             names.push(self.me.id.clone());
             names.sort();

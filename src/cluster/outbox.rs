@@ -118,15 +118,19 @@ impl Outbox {
                 Some(old) => {
                     queue.bytes -= old.payload.len();
                     queue.dropped += 1;
+                    crate::metrics::cluster_outbox_bytes(-(old.payload.len() as i64));
+                    crate::metrics::cluster_outbox_dropped();
                 }
                 None => break,
             }
         }
         if payload.len() > self.limit {
             queue.dropped += 1;
+            crate::metrics::cluster_outbox_dropped();
             return true;
         }
         queue.bytes += payload.len();
+        crate::metrics::cluster_outbox_bytes(payload.len() as i64);
         let id = queue.next_item;
         queue.next_item += 1;
         queue.items.push_back(Item {
@@ -211,6 +215,7 @@ impl Outbox {
             while queue.items.front().is_some_and(|i| i.id <= last) {
                 if let Some(item) = queue.items.pop_front() {
                     queue.bytes -= item.payload.len();
+                    crate::metrics::cluster_outbox_bytes(-(item.payload.len() as i64));
                 }
             }
         } else {
@@ -223,6 +228,7 @@ impl Outbox {
                 !sent
             });
             queue.bytes -= freed;
+            crate::metrics::cluster_outbox_bytes(-(freed as i64));
         }
         drop(queue);
         self.sent.send_replace(());

@@ -184,6 +184,7 @@ impl Receive {
             was_up
         });
         if went_down {
+            crate::metrics::cluster_bus(false);
             tracing::warn!("bus down: local delivery only");
             self.before_outage = self
                 .live
@@ -213,6 +214,7 @@ impl Receive {
         if !was_down {
             return;
         }
+        crate::metrics::cluster_bus(true);
         tracing::info!("bus back");
         self.marks.resync();
         // Whatever was published elsewhere while we were away is lost to us.
@@ -234,6 +236,7 @@ impl Receive {
 
     fn report_gap(&self, gap: Gap) {
         self.counters.gaps.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::cluster_gap();
         tracing::debug!(?gap, "gap");
         if let Some(hook) = &self.on_gap {
             hook(&gap);

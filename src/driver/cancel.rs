@@ -154,6 +154,7 @@ struct McpParams<'a> {
 /// Handles an incoming cancel notification of `style` whose params are `params`.
 /// Returns the answer to write for the cancelled call, if any.
 pub(super) fn on_cancel(peer: &Peer, style: CancelStyle, params: Option<&str>) -> Option<String> {
+    crate::metrics::cancel_received();
     let params = params?;
     let id = match style {
         CancelStyle::Lsp => serde_json::from_str::<LspParams<'_>>(params).map(|p| p.id),

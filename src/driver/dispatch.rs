@@ -28,6 +28,7 @@ use std::task::{Context as TaskContext, Poll};
 use crate::config::{CancelStyle, PeerConfig};
 use crate::error::{CloseReason, Error, ErrorCode, RpcError};
 use crate::lanes::Lane;
+use crate::layer::Direction;
 use crate::message::{self, span, Incoming, Item, Raw};
 use crate::peer::{CloseRequest, Peer, Reply};
 use crate::pending::Answer;
@@ -115,6 +116,13 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             Incoming::Reject(error) => Some(message::error_response(None, &error)),
             Incoming::Single(item) => self.on_item(&frame, item, None),
             Incoming::Batch(items) => {
+                if let Some(layers) = self.peer.shared.layers() {
+                    // A batch of calls; an array of answers to a batch of ours is not.
+                    let calls = items.iter().filter(|item| !item.is_answer()).count();
+                    if calls > 0 {
+                        layers.on_batch(Direction::Served, calls);
+                    }
+                }
                 let mut answers = Vec::new();
                 let mut calls = Vec::new();
                 for item in items {
@@ -181,18 +189,22 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 RpcError::new(ErrorCode::CLOSING, "Closing").with_data("the connection is closing");
             return Some(message::error_response(Some(id), &closing));
         }
-        let Some(route) = self.router.route(method) else {
-            return Some(message::error_response(
-                Some(id),
-                &RpcError::method_not_found(),
-            ));
+        let (route, unrouted) = match self.router.route(method) {
+            Some(route) => (route, false),
+            None => match self.router.fallback_route() {
+                Some(route) => (route, true),
+                None => return Some(self.not_found(frame, Some(id), method, params.map(Raw::get))),
+            },
         };
         let mut cx = self.router.context(&self.peer);
         if route.cooperative() {
             cx.cancel = Some(Default::default());
         }
         cx.progress = progress.map(|token| token.get().into());
-        let call = Call::new(frame, Some(id), params.map(Raw::get));
+        let mut call = Call::new(frame, Some(id), params.map(Raw::get));
+        if unrouted {
+            call.unrouted = Some(method.into());
+        }
         if let Some(batch) = batch {
             let handler = route.handler().clone();
             let method = method.into();
@@ -254,18 +266,49 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         }
         // A notification is a request without an id: a method of that name runs, as a
         // call whose answer (and failure) is dropped.
-        match self.router.route(method) {
-            Some(route) => {
-                let cx = self.router.context(&self.peer);
-                let call = Call::new(frame, None, params);
-                let peer = &self.peer;
-                let _ = self
-                    .in_flight
-                    .start(peer, &**route.handler(), cx, call, method, None);
-            }
-            None => tracing::warn!(%method, "notification without a handler; dropped"),
+        if let Some(route) = self.router.route(method) {
+            let cx = self.router.context(&self.peer);
+            let call = Call::new(frame, None, params);
+            let peer = &self.peer;
+            let _ = self
+                .in_flight
+                .start(peer, &**route.handler(), cx, call, method, None);
+            return None;
         }
+        // The fallback gets it in order, as notification handlers do: a bridge
+        // forwards them in the order they were sent.
+        if let Some(route) = self.router.fallback_route() {
+            let mut call = Call::new(frame, None, params);
+            call.unrouted = Some(method.into());
+            let run = route.handler()(self.router.context(&self.peer), call);
+            let job = Box::pin(async move {
+                run.await;
+            });
+            self.ordered.push_call(job, &self.peer, &self.router);
+            return None;
+        }
+        tracing::warn!(%method, "notification without a handler; dropped");
+        self.not_found(frame, None, method, params);
         None
+    }
+
+    /// A call (or notification, `id` `None`) of a name nothing serves: `-32601`, or
+    /// what a call layer answers instead; the layers see it.
+    fn not_found(
+        &self,
+        frame: &Text,
+        id: Option<&str>,
+        method: &str,
+        params: Option<&str>,
+    ) -> String {
+        if self.peer.shared.layers().is_none() {
+            return match id {
+                Some(id) => message::error_response(Some(id), &RpcError::method_not_found()),
+                None => String::new(),
+            };
+        }
+        let call = Call::new(frame, id, params);
+        crate::layer::not_found(&self.peer, &call, method)
     }
 
     /// An answer to one of our calls, handed to the call that waits for it.

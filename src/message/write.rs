@@ -38,6 +38,16 @@ pub(crate) fn error_response(id: Option<&str>, error: &RpcError) -> String {
     })
 }
 
+/// The `result` member of a frame [`response`] wrote for `id`: its text sits between
+/// the fixed head and `,"id":ID}`. For the call layers, which see the raw result.
+pub(crate) fn result_in<'a>(frame: &'a str, id: &str) -> &'a str {
+    let start = VERSION.len() + br#""result":"#.len();
+    let end = frame
+        .len()
+        .saturating_sub(br#","id":"#.len() + id.len() + 1);
+    frame.get(start..end).unwrap_or_default()
+}
+
 fn finish_with_id(buf: &mut Vec<u8>, id: &str) -> Result<String, serde_json::Error> {
     buf.extend_from_slice(br#","id":"#);
     buf.extend_from_slice(id.as_bytes());
@@ -184,5 +194,52 @@ fn push_u64(out: &mut String, mut n: u64) {
     }
     if let Ok(text) = std::str::from_utf8(&digits[at..]) {
         out.push_str(text);
+    }
+}
+
+/// The raw `params` and `id` of a frame [`request`] wrote (`has_id` says whether it
+/// wrote an id): `params` follows the first `,"params":` (the method before it is a
+/// JSON string, where every quote is escaped, so it cannot hold that text), and `id` is
+/// the last member. For the call layers, which see calls made as they go out.
+pub(crate) fn request_parts(frame: &str, has_id: bool) -> (Option<&str>, Option<&str>) {
+    const PARAMS: &str = r#","params":"#;
+    const ID: &str = r#","id":"#;
+    let body = frame.strip_suffix('}').unwrap_or(frame);
+    let (rest, id) = match has_id {
+        true => match body.rfind(ID) {
+            Some(at) => (&body[..at], Some(&body[at + ID.len()..])),
+            None => (body, None),
+        },
+        false => (body, None),
+    };
+    let params = rest.find(PARAMS).map(|at| &rest[at + PARAMS.len()..]);
+    (params, id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parts_of_a_request_are_found_in_the_frame_written() {
+        let params = serde_json::json!([1, {"a": 0, "id": 2}]);
+        let frame = request("a,\"params\":[9]", &params, Some(17)).unwrap();
+        assert_eq!(
+            request_parts(&frame, true),
+            (Some(r#"[1,{"a":0,"id":2}]"#), Some("17"))
+        );
+        let frame = request("n", &serde_json::json!({"y": 1, "id": 3}), None).unwrap();
+        assert_eq!(
+            request_parts(&frame, false),
+            (Some(r#"{"id":3,"y":1}"#), None)
+        );
+        let frame = request("n", &(), Some(4)).unwrap();
+        assert_eq!(request_parts(&frame, true), (None, Some("4")));
+    }
+
+    #[test]
+    fn the_result_of_a_response_is_found_in_the_frame_written() {
+        let frame = response("\"x\"", &serde_json::json!({"id": 1})).unwrap();
+        assert_eq!(result_in(&frame, "\"x\""), r#"{"id":1}"#);
     }
 }

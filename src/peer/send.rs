@@ -14,6 +14,7 @@ use crate::call::{CallOptions, Caller, Reply, Request};
 use crate::cancel::CancelOnDrop;
 use crate::error::{Error, ErrorCode, Result};
 use crate::pending::{Answer, Due, Guard, Registered};
+use crate::transport::Text;
 
 impl Caller for Peer {
     /// The one path of every outgoing call and notification of this peer.
@@ -29,17 +30,47 @@ impl Caller for Peer {
         options: CallOptions,
     ) -> Result<Option<Reply>> {
         let shared = &*self.shared;
+        let method = request.method();
         if request.is_notification() {
-            shared.send(request.into_frame(None, false)).await?;
+            let frame = request.into_frame(None, false);
+            // The call layers (layer.rs) see it, and may drop it.
+            if shared.layers().is_some() {
+                let send = |frame| shared.send(frame);
+                crate::layer::made_notification(self, method, frame, send).await?;
+            } else {
+                shared.send(frame).await?;
+            }
             return Ok(None);
         }
-        let method = request.method();
-        let timeout = options.timeout.unwrap_or_else(|| shared.call_timeout());
         let id = shared.next_id();
         let _sink = options
             .progress
+            .clone()
             .map(|tx| shared.progress().register(id, tx));
         let frame = request.into_frame(Some(id), _sink.is_some());
+        // The call layers (layer.rs) see it, and may answer it instead.
+        if shared.layers().is_some() {
+            let send = |frame| self.send_call(frame, id, method, &options);
+            return crate::layer::made_call(self, method, frame, send)
+                .await
+                .map(Some);
+        }
+        self.send_call(frame, id, method, &options).await.map(Some)
+    }
+}
+
+impl Peer {
+    /// Registers our call `id`, queues its `frame` and waits for its answer, as
+    /// `options` say.
+    async fn send_call(
+        &self,
+        frame: impl Into<Text>,
+        id: u64,
+        method: &str,
+        options: &CallOptions,
+    ) -> Result<Reply> {
+        let shared = &*self.shared;
+        let timeout = options.timeout.unwrap_or_else(|| shared.call_timeout());
         // A grace needs the entry to outlive the timeout: the call keeps its own timer.
         let due = match options.cancel_grace {
             Some(_) => Due::Own,
@@ -87,7 +118,7 @@ impl Caller for Peer {
             {
                 Err(Error::timeout(Some(method), timeout))
             }
-            outcome => outcome.map(Some),
+            outcome => outcome,
         }
     }
 }

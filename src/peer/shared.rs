@@ -16,6 +16,7 @@ use super::info::ConnectionInfo;
 use crate::config::{CancelStyle, PeerConfig, SlowPeer};
 use crate::driver::Running;
 use crate::error::{CloseReason, Error, Result};
+use crate::layer::Stack;
 use crate::pending::{Due, Pending, Registered};
 use crate::progress::Sinks;
 use crate::queue::{OutQueue, Outgoing, TrySendError};
@@ -81,6 +82,8 @@ pub(crate) struct Shared {
     /// Run once when the connection ends; `None` once they have run.
     on_close: Mutex<Option<Vec<OnClose>>>,
     cancels_skipped: AtomicU64,
+    /// The call layers and the rate limit; `None` (one check per call) without them.
+    layers: Option<Box<Stack>>,
     info: ConnectionInfo,
     id: u64,
     settings: Settings,
@@ -118,6 +121,7 @@ impl Shared {
             task_waker: AtomicWaker::new(),
             on_close: Mutex::new(Some(Vec::new())),
             cancels_skipped: AtomicU64::new(0),
+            layers: Stack::new(&config.layers, config.rate_limit),
             info,
             id: NEXT_PEER_ID.fetch_add(1, Ordering::Relaxed),
             settings: Settings {
@@ -148,6 +152,12 @@ impl Shared {
         &self.progress
     }
 
+    /// The call layers (and the rate limit) of this connection, if it has any.
+    #[inline]
+    pub(crate) fn layers(&self) -> Option<&Stack> {
+        self.layers.as_deref()
+    }
+
     pub(crate) fn info(&self) -> &ConnectionInfo {
         &self.info
     }
@@ -173,9 +183,14 @@ impl Shared {
             return;
         };
         let frame = Outgoing::Frame(Text::from(style.frame(id)));
-        if let Err(TrySendError::Full(_)) = self.out.try_send(frame) {
-            self.cancels_skipped.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(id, "outgoing queue full; cancel not sent");
+        match self.out.try_send(frame) {
+            Ok(()) => crate::metrics::cancel_sent(true),
+            Err(TrySendError::Full(_)) => {
+                self.cancels_skipped.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::cancel_sent(false);
+                tracing::debug!(id, "outgoing queue full; cancel not sent");
+            }
+            Err(TrySendError::Closed(_)) => {}
         }
     }
 
@@ -205,13 +220,17 @@ impl Shared {
         match self.settings.slow_peer {
             SlowPeer::Close => {
                 tracing::debug!(?remote, reason, "slow peer; closing with 1008");
-                self.ask_close(CloseRequest {
+                let first = self.ask_close(CloseRequest {
                     discard_queued: true,
                     ..CloseRequest::new(1008, reason)
                 });
+                if first {
+                    crate::metrics::slow_peer(true);
+                }
                 true
             }
             SlowPeer::Drop => {
+                crate::metrics::slow_peer(false);
                 tracing::debug!(?remote, reason, "slow peer; message dropped");
                 false
             }
@@ -336,7 +355,7 @@ impl Shared {
     }
 
     /// Queues `frame`, waiting for room.
-    pub(crate) async fn send(&self, frame: String) -> Result<()> {
+    pub(crate) async fn send(&self, frame: impl Into<Text>) -> Result<()> {
         // Without a deadline it never gives up, so `None` does not come back.
         self.send_by(frame, None)
             .await
@@ -348,10 +367,10 @@ impl Shared {
     /// only a full queue makes a timer.
     pub(crate) async fn send_by(
         &self,
-        frame: String,
+        frame: impl Into<Text>,
         deadline: Option<tokio::time::Instant>,
     ) -> Option<Result<()>> {
-        let frame = match self.out.try_send(Outgoing::Frame(Text::from(frame))) {
+        let frame = match self.out.try_send(Outgoing::Frame(frame.into())) {
             Ok(()) => return Some(Ok(())),
             Err(TrySendError::Full(frame)) => frame,
             Err(TrySendError::Closed(_)) => return Some(Err(Error::Closed(self.close_reason()))),

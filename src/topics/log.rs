@@ -272,6 +272,7 @@ impl TopicLog {
             }
             for (offset, frame) in batch.drain(..) {
                 peer.push_waiting(frame).await?;
+                crate::metrics::topic_replayed();
                 after = offset;
             }
         }

@@ -81,7 +81,10 @@
 //!
 //! Options (after `--`): `--quick`; `--only abd` runs only those scenarios;
 //! `--contender ours|raw|jsonrpsee` runs one side only; `--rounds N`, `--round-ms N`
-//! change the length of (a) to (c) (`--rounds` also of (d) and (e)). To count
+//! change the length of (a) to (c) (`--rounds` also of (d) and (e)); `--metrics` gives
+//! ours the `Metrics` call layer, with metrics-exporter-prometheus's recorder
+//! installed (what README's "Metrics" section measures: run it and the same command
+//! without the flag in turn). To count
 //! instructions per call, run one side of one scenario unpinned under callgrind
 //! (valgrind does not follow the `taskset` re-execution):
 //!
@@ -209,6 +212,8 @@ pub(crate) struct Opts {
     pub(crate) only: String,
     /// Which contenders run (`--contender ours|raw|jsonrpsee`); all by default.
     pub(crate) contenders: Vec<Contender>,
+    /// `--metrics`: ours with the `Metrics` call layer and a Prometheus recorder.
+    pub(crate) metrics: bool,
 }
 
 impl Opts {
@@ -219,6 +224,7 @@ impl Opts {
         };
         let number = |flag: &str| value(flag).map(|v| v.parse::<u64>().expect("a number"));
         let mut opts = Opts::new(args.iter().any(|a| a == "--quick"));
+        opts.metrics = args.iter().any(|a| a == "--metrics");
         if let Some(only) = value("--only") {
             opts.only = only.to_owned();
         }
@@ -259,6 +265,7 @@ impl Opts {
             idle_conns,
             only: "abcdef".to_owned(),
             contenders: Contender::ALL.to_vec(),
+            metrics: false,
         }
     }
 
@@ -288,6 +295,10 @@ pub(crate) fn main() {
     raise_nofile_limit();
     pin_to_one_cpu(&args);
     let opts = Opts::parse(&args);
+    if opts.metrics {
+        eprintln!("ours with the Metrics call layer and a Prometheus recorder");
+        servers::with_metrics();
+    }
 
     let server = ServerThread::start();
     let client = tokio::runtime::Builder::new_current_thread()

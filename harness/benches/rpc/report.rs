@@ -173,12 +173,17 @@ pub(crate) fn render(opts: &Opts, rows: &[Row], took: Duration) -> String {
     };
     let mut out = String::from("# jsonrpc-peer vs raw tokio-tungstenite vs jsonrpsee 0.26.1\n\n");
     out += &format!(
-        "Mode: {}, {} rounds (medians), took {:.0} s. Runs on CPU(s) {} (online: {}); \
+        "Mode: {}{}, {} rounds (medians), took {:.0} s. Runs on CPU(s) {} (online: {}); \
          server and client on separate current-thread runtimes. \
          CPU per call is client + server, over all rounds. (e) and (f) run each server \
          in a child process on the same CPU; (e)'s server CPU is the child's, all threads, \
          from schedstat. Targets are against the baseline.\n\n",
         if opts.quick { "--quick" } else { "full" },
+        if opts.metrics {
+            ", ours with the Metrics layer (--metrics)"
+        } else {
+            ""
+        },
         opts.rounds,
         took.as_secs_f64(),
         allowed_cpus(),

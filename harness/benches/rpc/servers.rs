@@ -1,8 +1,10 @@
 //! The servers, in this process on the server thread: jsonrpc-peer's, the baseline's and
 //! jsonrpsee's side by side; and jsonrpc-peer's client.
 
-use jsonrpc_peer::{connect, Caller, Context, Peer, Router, RpcError, Server, ServerHandle};
-use std::sync::Arc;
+use jsonrpc_peer::{
+    connect_with_config, Caller, Context, Peer, PeerConfig, Router, RpcError, Server, ServerHandle,
+};
+use std::sync::{Arc, OnceLock};
 
 use crate::jsonrpsee::JsonrpseeServer;
 use crate::measure::Tracker;
@@ -21,7 +23,10 @@ pub(crate) struct Servers {
 
 impl Servers {
     pub(crate) async fn start() -> Servers {
-        let server = Server::bind("127.0.0.1:0").await.expect("bind");
+        let server = Server::bind("127.0.0.1:0")
+            .await
+            .expect("bind")
+            .peer_config(ours_config());
         let ours_url = format!("ws://{}", server.local_addr().expect("address"));
         let ours = server.handle();
         tokio::spawn(server.serve(ours_router()));
@@ -63,5 +68,30 @@ pub(crate) async fn connect_ours(url: &str, tracker: &Arc<Tracker>) -> Peer {
         tracker.hit();
         std::future::ready(())
     });
-    connect(url, router).await.expect("connect")
+    connect_with_config(url, router, &ours_config())
+        .await
+        .expect("connect")
+}
+
+/// The settings of our server's and clients' connections: the defaults, with the
+/// `Metrics` call layer under `--metrics`.
+static OURS_CONFIG: OnceLock<PeerConfig> = OnceLock::new();
+
+pub(crate) fn ours_config() -> PeerConfig {
+    OURS_CONFIG.get_or_init(PeerConfig::default).clone()
+}
+
+/// `--metrics`: installs a Prometheus recorder (what an application would, with its
+/// upkeep once a second on a thread of its own, as its HTTP listener would run it)
+/// and gives our connections the `Metrics` layer. Before anything connects.
+pub(crate) fn with_metrics() {
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the only recorder");
+    std::thread::spawn(move || loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        handle.run_upkeep();
+    });
+    let config = PeerConfig::default().layer(jsonrpc_peer::metrics::Metrics::new());
+    assert!(OURS_CONFIG.set(config).is_ok(), "set before any connection");
 }

@@ -1,0 +1,244 @@
+//! Rate limits: calls per second per connection (a token bucket, checked as the
+//! innermost step of the call layers, so each item of a batch counts), and
+//! connections per remote address (checked at the handshake).
+//!
+//! Past the call rate, a call is answered `-32005` with a retry-after
+//! ([`ErrorCode::RATE_LIMITED`]); a notification is dropped. A connection that goes on
+//! past it, [`RateLimit::close_after`] refusals within ten seconds, is closed with
+//! [`RATE_LIMIT_CLOSE`] (4029). The concurrent calls of a connection are bounded by
+//! [`PeerConfig::max_in_flight`](crate::PeerConfig::max_in_flight), which pauses
+//! reading instead of refusing.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::RpcError;
+use crate::peer::{CloseRequest, Peer};
+use crate::sync::lock;
+
+/// The close code of a connection closed for going on past its rate limit: 4029, in
+/// the range RFC 6455 leaves to applications (4000-4999), after HTTP's 429.
+pub const RATE_LIMIT_CLOSE: u16 = 4029;
+
+/// Refusals are counted over windows of this length for [`RateLimit::close_after`].
+const ABUSE_WINDOW: Duration = Duration::from_secs(10);
+
+/// How many calls per second one connection may make to this side: a token bucket of
+/// [`burst`](Self::burst) tokens refilled at [`per_second`](Self::per_second), each
+/// call and notification taking one (each item of a batch too: a batch is not a way
+/// around the limit).
+///
+/// ```
+/// use jsonrpc_peer::{PeerConfig, RateLimit};
+///
+/// let config = PeerConfig::default().rate_limit(Some(RateLimit::per_second(100).burst(200)));
+/// assert_eq!(config.rate_limit.map(|r| r.burst), Some(200));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct RateLimit {
+    /// Tokens added per second.
+    pub per_second: f64,
+    /// The most tokens the bucket holds: how many calls may come at once after a
+    /// quiet spell (default: one second's worth, at least 1).
+    pub burst: u32,
+    /// Refusals within ten seconds past which the connection is closed with
+    /// [`RATE_LIMIT_CLOSE`] (default 1,000); `None` never closes.
+    pub close_after: Option<u32>,
+}
+
+impl RateLimit {
+    /// `calls` per second, with a burst of as many.
+    pub fn per_second(calls: u32) -> Self {
+        RateLimit {
+            per_second: f64::from(calls.max(1)),
+            burst: calls.max(1),
+            close_after: Some(1_000),
+        }
+    }
+
+    /// Sets [`Self::burst`].
+    pub fn burst(mut self, value: u32) -> Self {
+        self.burst = value.max(1);
+        self
+    }
+
+    /// Sets [`Self::close_after`].
+    pub fn close_after(mut self, value: Option<u32>) -> Self {
+        self.close_after = value;
+        self
+    }
+}
+
+/// One connection's bucket.
+pub(crate) struct Limiter {
+    limit: RateLimit,
+    state: Mutex<Bucket>,
+}
+
+struct Bucket {
+    tokens: f64,
+    refilled: Instant,
+    window: Instant,
+    refused: u32,
+    closing: bool,
+}
+
+impl Limiter {
+    pub(crate) fn new(limit: RateLimit) -> Self {
+        let now = Instant::now();
+        Limiter {
+            limit,
+            state: Mutex::new(Bucket {
+                tokens: f64::from(limit.burst.max(1)),
+                refilled: now,
+                window: now,
+                refused: 0,
+                closing: false,
+            }),
+        }
+    }
+
+    /// Takes a token for one call of `peer`, or says when to try again. Closes the
+    /// connection once it has gone on past the limit for too long.
+    pub(crate) fn admit(&self, peer: &Peer) -> Result<(), RpcError> {
+        let now = Instant::now();
+        let rate = self.limit.per_second.max(f64::MIN_POSITIVE);
+        let mut bucket = lock(&self.state);
+        let earned = now.duration_since(bucket.refilled).as_secs_f64() * rate;
+        bucket.tokens = (bucket.tokens + earned).min(f64::from(self.limit.burst.max(1)));
+        bucket.refilled = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            return Ok(());
+        }
+        let retry_after_ms = ((1.0 - bucket.tokens) / rate * 1000.0).ceil() as u64;
+        if now.duration_since(bucket.window) >= ABUSE_WINDOW {
+            bucket.window = now;
+            bucket.refused = 0;
+        }
+        bucket.refused = bucket.refused.saturating_add(1);
+        let abuse = self.limit.close_after.is_some_and(|n| bucket.refused > n);
+        if abuse && !bucket.closing {
+            bucket.closing = true;
+            drop(bucket);
+            tracing::info!(peer = peer.id(), remote = ?peer.remote_addr(), "rate limit exceeded again and again; closing with 4029");
+            crate::metrics::rate_limit_close();
+            peer.shared
+                .ask_close(CloseRequest::new(RATE_LIMIT_CLOSE, "rate limit exceeded"));
+        }
+        Err(RpcError::rate_limited(retry_after_ms))
+    }
+}
+
+/// The connections open per remote address, for
+/// [`HandshakePolicy::max_connections_per_address`](crate::HandshakePolicy::max_connections_per_address).
+/// IPv6 addresses count per /64, the block one host usually has.
+#[derive(Debug)]
+pub(crate) struct Addresses {
+    max: usize,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection's place in its address's count, given back on drop.
+#[derive(Debug)]
+pub(crate) struct AddressSlot {
+    table: Arc<Addresses>,
+    key: IpAddr,
+}
+
+impl Addresses {
+    pub(crate) fn new(max: usize) -> Arc<Self> {
+        Arc::new(Addresses {
+            max,
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A place for one more connection from `addr`, if its address has room.
+    pub(crate) fn take(self: &Arc<Self>, addr: IpAddr) -> Option<AddressSlot> {
+        let key = address_key(addr);
+        let mut open = lock(&self.open);
+        let count = open.entry(key).or_insert(0);
+        if *count >= self.max {
+            return None;
+        }
+        *count += 1;
+        Some(AddressSlot {
+            table: self.clone(),
+            key,
+        })
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.open).len()
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = lock(&self.table.open);
+        if let Some(count) = open.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// What an address counts as: an IPv4 address (also when mapped into IPv6), or the
+/// /64 of an IPv6 one.
+fn address_key(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut segments = v6.segments();
+                segments[4..].fill(0);
+                IpAddr::V6(segments.into())
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_has_room_again_once_its_connections_end() {
+        let table = Addresses::new(2);
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let a = table.take(ip).unwrap();
+        let _b = table.take(ip).unwrap();
+        assert!(table.take(ip).is_none());
+        assert!(table.take("10.0.0.2".parse().unwrap()).is_some());
+        drop(a);
+        let _c = table.take(ip).unwrap();
+        assert!(table.take(ip).is_none());
+        drop(_c);
+        drop(_b);
+        assert_eq!(
+            table.len(),
+            0,
+            "no entry is kept for an address without connections"
+        );
+    }
+
+    #[test]
+    fn ipv6_counts_per_64_and_mapped_ipv4_as_ipv4() {
+        let table = Addresses::new(1);
+        let _a = table.take("2001:db8::1".parse().unwrap()).unwrap();
+        assert!(table.take("2001:db8::ffff:2".parse().unwrap()).is_none());
+        assert!(table.take("2001:db8:0:1::1".parse().unwrap()).is_some());
+        let _v4 = table.take("192.0.2.1".parse().unwrap()).unwrap();
+        assert!(table.take("::ffff:192.0.2.1".parse().unwrap()).is_none());
+    }
+}
