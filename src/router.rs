@@ -145,7 +145,7 @@ impl Unrouted {
         self.params.as_deref()
     }
 
-    /// The params, raw and owned: pass them on with [`Peer::call`](crate::Peer::call)
+    /// The params, raw and owned: pass them on with [`Caller::call`](crate::Caller::call)
     /// (a `Box<RawValue>` serializes as the text it holds).
     pub fn into_params(self) -> Option<Box<RawValue>> {
         self.params
