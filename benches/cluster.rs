@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 
 use jsonrpc_peer::cluster::{Cluster, RedisBackplane, RedisOptions};
 use jsonrpc_peer::{
-    connect, Context, Peer, Position, Router, RpcError, Server, ServerHandle, Topics,
+    connect, Caller, Context, Peer, Position, Router, RpcError, Server, ServerHandle, Topics,
 };
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo, ProtocolVersion, PushKind, Value};
@@ -410,7 +410,7 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
     let sent = steady(opts.latency_msgs, |seq| {
         let topics = topics.clone();
         async move {
-            let _ = topics.publish(TOPIC, [seq]).await;
+            let _ = topics.publish(TOPIC, &[seq]).await;
         }
     })
     .await;
@@ -421,7 +421,7 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
     let start = Instant::now();
     for seq in 0..opts.throughput_msgs {
         topics
-            .publish(TOPIC, [seq])
+            .publish(TOPIC, &[seq])
             .await
             .expect("taken by the outbox");
         if seq % 64 == 63 {
@@ -477,7 +477,7 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
             // Every client gets `tick [0]`: arrivals are counted, not indexed.
             arrivals.reset(expect);
             let start = Instant::now();
-            handle.broadcast("tick", [0]).expect("broadcast");
+            handle.broadcast("tick", &[0]).expect("broadcast");
             arrivals.wait("broadcast").await;
             let ms = (arrivals.last().unwrap_or(start) - start).as_secs_f64() * 1e3;
             if round > 0 {

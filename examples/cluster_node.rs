@@ -60,8 +60,8 @@ use std::time::Duration;
 
 use jsonrpc_peer::cluster::{Cluster, ClusterBuilder, PeerAddr, RedisBackplane, RedisOptions};
 use jsonrpc_peer::{
-    Context, Error, HandshakePolicy, HistoryConfig, Peer, Router, RpcError, Server, ServerHandle,
-    TopicMethods, Topics,
+    Caller, Context, Error, HandshakePolicy, HistoryConfig, Peer, Router, RpcError, Server,
+    ServerHandle, TopicMethods, Topics,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -137,7 +137,7 @@ fn router(cluster: Cluster, history: bool) -> Router<Cluster> {
             .method(
                 "publish",
                 |cx: Context<Cluster>, (topic, payload): (String, Value)| async move {
-                    let published = cx.state().topics().publish(&topic, payload).await;
+                    let published = cx.state().topics().publish(&topic, &payload).await;
                     let published = published.map_err(answer_error)?;
                     Ok::<_, RpcError>(json!({ "offset": published.offset }))
                 },
@@ -191,7 +191,7 @@ fn router(cluster: Cluster, history: bool) -> Router<Cluster> {
                     payload_ok(&payload)?;
                     cx.state()
                         .topics()
-                        .publish(&topic, payload)
+                        .publish(&topic, &payload)
                         .await
                         .map(|published| published.delivered)
                         .map_err(answer_error)
@@ -205,7 +205,7 @@ fn router(cluster: Cluster, history: bool) -> Router<Cluster> {
                 payload_ok(&payload)?;
                 cx.state()
                     .handle()
-                    .broadcast("broadcast", payload)
+                    .broadcast("broadcast", &payload)
                     .map_err(answer_error)
             },
         )
@@ -213,7 +213,8 @@ fn router(cluster: Cluster, history: bool) -> Router<Cluster> {
             "call_peer",
             |cx: Context<Cluster>, (addr, method, params): (PeerAddr, String, Value)| async move {
                 cx.state()
-                    .call::<Value>(&addr, &method, params)
+                    .peer(&addr)
+                    .call::<Value>(&method, params)
                     .await
                     .map_err(answer_error)
             },
@@ -222,7 +223,9 @@ fn router(cluster: Cluster, history: bool) -> Router<Cluster> {
             "notify_peer",
             |cx: Context<Cluster>, (addr, method, params): (PeerAddr, String, Value)| async move {
                 cx.state()
-                    .notify(&addr, &method, params)
+                    .peer(&addr)
+                    .notify(&method, params)
+                    .await
                     .map_err(answer_error)?;
                 Ok::<_, RpcError>(true)
             },

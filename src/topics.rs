@@ -1,7 +1,8 @@
 //! Publish/subscribe on plain JSON-RPC notifications.
 //!
 //! A topic is a name; publishing to it sends each subscriber one notification whose
-//! method is the topic's name. Which methods subscribe and unsubscribe is the
+//! method is the topic's name, or the method of the notification contract published on
+//! it ([`Topic`]). Which methods subscribe and unsubscribe is the
 //! application's choice (see [`Topics`], and [`TopicMethods`] for ready-made ones); a
 //! peer that disconnects leaves every topic. A topic may keep history
 //! ([`Topics::keep_history`]): its publications get offsets, and a subscriber that comes
@@ -26,6 +27,7 @@ use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use serde::Serialize;
 
+use crate::contract::Topic;
 use crate::error::Result;
 use crate::history::Published;
 use crate::message;
@@ -52,7 +54,7 @@ use crate::transport::Text;
 ///     });
 /// // Elsewhere: every subscriber of "prices" gets {"method":"prices","params":{...}}.
 /// let topics = Topics::new();
-/// let published = topics.publish("prices", serde_json::json!({"BTC": 1})).await?;
+/// let published = topics.publish("prices", &serde_json::json!({"BTC": 1})).await?;
 /// assert_eq!(published.delivered, 0); // nobody subscribed yet
 /// # Ok(()) }
 /// ```
@@ -172,20 +174,28 @@ impl Topics {
         removed
     }
 
-    /// Notifies every subscriber of `topic` once, with `topic` as the method; with a
-    /// cluster, on every node. The notification is serialized once; a subscriber that
-    /// does not keep up gets its [`SlowPeer`](crate::SlowPeer) policy. Says how many of
-    /// this node's subscribers it was queued for.
+    /// Notifies every subscriber of `topic` once; with a cluster, on every node. The
+    /// notification is serialized once; a subscriber that does not keep up gets its
+    /// [`SlowPeer`](crate::SlowPeer) policy. Says how many of this node's subscribers
+    /// it was queued for.
+    ///
+    /// `topic` is a [`Notification`](crate::Notification) contract (the topic of its own
+    /// name, its params type checked: `topics.publish(PriceTick, &price)`), the same on
+    /// a topic of another name (`PriceTick.on_topic("prices/BTC")`), or a string (the
+    /// topic's name and the notification's method, any params): see [`Topic`].
     ///
     /// What it promises:
     /// - On a topic with history ([`keep_history`](Self::keep_history)), `Ok` means
     ///   recorded: the publication has its [`offset`](Published::offset), and a
     ///   subscriber gets it live or when it resumes, unless the history's bounds trimmed
     ///   it first. The params are `{"offset":N,"data":PAYLOAD}`; any JSON value is a
-    ///   payload. In a cluster the bus records it (Redis gives the offset: one order
+    ///   payload (the resuming client, [`ReconnectingBuilder::topic`](crate::ReconnectingBuilder::topic),
+    ///   hands the application the payload). In a cluster the bus records it (Redis gives the offset: one order
     ///   for every node and publisher) and delivers it to every node's subscribers,
     ///   this node's too, in offset order; `Ok` comes once Redis has it, and
     ///   [`delivered`](Published::delivered) counts this node's live subscribers then.
+    ///   There the notification's method is the topic's name (each node makes it from
+    ///   what the bus recorded): a contract of another name on it is refused.
     /// - Without history, at most once: queued for each subscriber connected now (and,
     ///   in a cluster, taken by the outbox, which sends it when the bus can and never
     ///   drops what it took); a subscriber whose link drops misses what was published
@@ -193,7 +203,7 @@ impl Topics {
     ///
     /// # Errors
     ///
-    /// The params errors of [`Peer::call`];
+    /// The params errors of [`Caller::call`](crate::Caller::call);
     /// [`HistoryError::TooLarge`](crate::HistoryError::TooLarge) (as
     /// [`Error::History`](crate::Error::History)) when the data alone is over the
     /// history's byte bound. In a cluster,
@@ -206,12 +216,17 @@ impl Topics {
     /// On any error the publication reached no subscriber (a record whose answer was
     /// lost may still have been recorded, and then is delivered); each one is counted
     /// in [`refused`](Self::refused).
-    pub async fn publish(&self, topic: &str, params: impl Serialize) -> Result<Published> {
-        if let Some(published) = self.publish_recorded(topic, &params).await? {
+    pub async fn publish<P: Serialize + ?Sized>(
+        &self,
+        topic: impl Topic<P>,
+        params: &P,
+    ) -> Result<Published> {
+        let (name, method) = (topic.name(), topic.method());
+        if let Some(published) = self.publish_recorded(name, method, params).await? {
             crate::metrics::topic_published(published.delivered);
             return Ok(published);
         }
-        let delivered = self.publish_plain(topic, &params).await?;
+        let delivered = self.publish_plain(name, method, params).await?;
         crate::metrics::topic_published(delivered);
         Ok(Published {
             delivered,
@@ -220,12 +235,17 @@ impl Topics {
     }
 
     /// A publication on a topic without history.
-    async fn publish_plain(&self, topic: &str, params: &impl Serialize) -> Result<usize> {
+    async fn publish_plain<P: Serialize + ?Sized>(
+        &self,
+        topic: &str,
+        method: &str,
+        params: &P,
+    ) -> Result<usize> {
         let relay = self.inner.relay.get();
         if relay.is_none() && !self.inner.topics.contains_key(topic) {
             return Ok(0);
         }
-        let frame = Text::from(message::request(topic, params, None)?);
+        let frame = Text::from(message::request(method, params, None)?);
         // The other nodes first: if the cluster cannot take it, no one gets it.
         if let Some(relay) = relay {
             if let Err(e) = relay.publish(topic, &frame).await {

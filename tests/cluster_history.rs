@@ -12,7 +12,8 @@ use std::time::Duration;
 use common::within;
 use jsonrpc_peer::cluster::{Cluster, ClusterError, ClusterState, Gap, MemoryBackplane, MemoryHub};
 use jsonrpc_peer::{
-    connect, Context, Error, HistoryConfig, Peer, Position, Router, RpcError, Server, TopicMethods,
+    connect, Caller, Context, Error, HistoryConfig, Peer, Position, Router, RpcError, Server,
+    TopicMethods,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -48,7 +49,7 @@ async fn node(hub: &MemoryHub, name: &str, history: HistoryConfig) -> Node {
         .method(
             "publish",
             |cx: Context<Cluster>, (topic, data): (String, Value)| async move {
-                let published = cx.state().topics().publish(&topic, data).await;
+                let published = cx.state().topics().publish(&topic, &data).await;
                 let published = published.map_err(|e| RpcError::new(-32000, e.to_string()))?;
                 Ok::<_, RpcError>(json!({ "offset": published.offset }))
             },
@@ -136,7 +137,7 @@ async fn two_publishers_on_two_nodes_give_every_subscriber_one_order() {
         tokio::spawn(async move {
             let mut offsets = Vec::new();
             for i in 0..200u64 {
-                let published = topics.publish("feed", [who, i]).await.unwrap();
+                let published = topics.publish("feed", &[who, i]).await.unwrap();
                 offsets.push(published.offset.unwrap());
             }
             offsets
@@ -176,12 +177,12 @@ async fn messages_the_bus_loses_are_read_from_the_history_before_later_ones() {
     let (peer, mut rx) = client(&b.url, &["news"]).await;
     subscribe(&peer, "news", None).await;
     let topics = a.cluster.topics();
-    topics.publish("news", ["first"]).await.unwrap();
+    topics.publish("news", &["first"]).await.unwrap();
     assert_eq!(offsets(&take(&mut rx, "news", 1).await), [1]);
     // b's link loses the next five messages without a word.
     b.bus.drop_next(5);
     for i in 2..=20u64 {
-        topics.publish("news", [i]).await.unwrap();
+        topics.publish("news", &[i]).await.unwrap();
     }
     let got = take(&mut rx, "news", 19).await;
     assert_eq!(
@@ -209,10 +210,15 @@ async fn a_node_cut_off_alone_fills_in_what_it_missed_when_back() {
         .unwrap();
     let topics = a.cluster.topics();
     for i in 1..=30u64 {
-        topics.publish("news", [i]).await.unwrap();
+        topics.publish("news", &[i]).await.unwrap();
     }
     // b itself cannot record while its bus is down: an error at once, nothing sent.
-    let err = b.cluster.topics().publish("news", ["b"]).await.unwrap_err();
+    let err = b
+        .cluster
+        .topics()
+        .publish("news", &["b"])
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, Error::Cluster(ClusterError::Unavailable(_))),
         "{err:?}"
@@ -221,7 +227,7 @@ async fn a_node_cut_off_alone_fills_in_what_it_missed_when_back() {
     let got = take(&mut rx, "news", 30).await;
     assert_eq!(offsets(&got), (1..=30).collect::<Vec<_>>());
     // Nothing else came: the next one is 31.
-    topics.publish("news", ["after"]).await.unwrap();
+    topics.publish("news", &["after"]).await.unwrap();
     assert_eq!(take(&mut rx, "news", 1).await, [(31, json!(["after"]))]);
     let gaps = b.gaps.lock().unwrap().clone();
     assert!(
@@ -238,7 +244,7 @@ async fn a_client_resumes_on_another_node_and_gets_what_it_missed_once() {
     let (peer, mut rx) = client(&a.url, &["news"]).await;
     let epoch = position(&subscribe(&peer, "news", None).await).epoch;
     for i in 1..=10u64 {
-        topics.publish("news", [i]).await.unwrap();
+        topics.publish("news", &[i]).await.unwrap();
     }
     let got = take(&mut rx, "news", 10).await;
     assert_eq!(
@@ -249,7 +255,7 @@ async fn a_client_resumes_on_another_node_and_gets_what_it_missed_once() {
     assert_eq!(a.cluster.topics().position("news").unwrap().epoch, epoch);
     peer.close().await;
     for i in 11..=40u64 {
-        topics.publish("news", [i]).await.unwrap();
+        topics.publish("news", &[i]).await.unwrap();
     }
     // b has never had a subscriber of "news": its cache is empty, the 30 come from the
     // bus. Live ones published during the resume follow, each once.
@@ -262,7 +268,7 @@ async fn a_client_resumes_on_another_node_and_gets_what_it_missed_once() {
         let topics = topics.clone();
         tokio::spawn(async move {
             for i in 41..=60u64 {
-                topics.publish("news", [i]).await.unwrap();
+                topics.publish("news", &[i]).await.unwrap();
             }
         })
     };
@@ -277,7 +283,7 @@ async fn a_client_resumes_on_another_node_and_gets_what_it_missed_once() {
 
     // Outside the window (100 kept): recovered false, nothing replayed, live from now.
     for i in 61..=200u64 {
-        topics.publish("news", [i]).await.unwrap();
+        topics.publish("news", &[i]).await.unwrap();
     }
     take(&mut rx, "news", 140).await;
     let (late, mut late_rx) = client(&c.url, &["news"]).await;
@@ -288,7 +294,7 @@ async fn a_client_resumes_on_another_node_and_gets_what_it_missed_once() {
     let answer = subscribe(&late, "news", Some(&old)).await;
     assert_eq!(answer["recovered"], false, "{answer}");
     assert_eq!(answer["offset"], 200);
-    topics.publish("news", ["live"]).await.unwrap();
+    topics.publish("news", &["live"]).await.unwrap();
     assert_eq!(
         take(&mut late_rx, "news", 1).await,
         [(201, json!(["live"]))]
@@ -313,7 +319,7 @@ async fn a_position_a_node_has_not_seen_yet_is_waited_for_not_refused() {
     // a) has offset 1, b's cache does not.
     b.bus.drop_next(1);
     let topics = a.cluster.topics();
-    let published = topics.publish("news", ["one"]).await.unwrap();
+    let published = topics.publish("news", &["one"]).await.unwrap();
     let at = Position {
         epoch,
         offset: published.offset.unwrap(),
@@ -325,7 +331,7 @@ async fn a_position_a_node_has_not_seen_yet_is_waited_for_not_refused() {
         tokio::spawn(async move { subscribe(&resumer, "news", Some(&at)).await })
     };
     // The next publication brings 1 (filled in) and 2 to b: the resume continues.
-    topics.publish("news", ["two"]).await.unwrap();
+    topics.publish("news", &["two"]).await.unwrap();
     let answer = within(resume).await.unwrap();
     assert_eq!(answer["recovered"], true, "{answer}");
     assert_eq!(
@@ -358,7 +364,7 @@ async fn a_bus_that_lost_its_history_gives_one_gap_per_topic_and_node() {
     let topics = nodes[0].cluster.topics();
     for topic in ["news", "feed"] {
         for i in 0..5u64 {
-            topics.publish(topic, [i]).await.unwrap();
+            topics.publish(topic, &[i]).await.unwrap();
         }
     }
     for (_, rx) in &mut clients {
@@ -397,7 +403,7 @@ async fn a_bus_that_lost_its_history_gives_one_gap_per_topic_and_node() {
     // The next notification is offset + 1, in the new epoch; nothing came in between
     // (no second gap).
     for topic in ["news", "feed"] {
-        let published = topics.publish(topic, ["new"]).await.unwrap();
+        let published = topics.publish(topic, &["new"]).await.unwrap();
         assert_eq!(published.offset, Some(1));
     }
     for (_, rx) in &mut clients {
@@ -424,7 +430,7 @@ async fn concurrent_resumes_read_the_history_once_per_position() {
     let [a, b, _c] = three(&hub, HistoryConfig::default()).await;
     let topics = a.cluster.topics();
     for i in 1..=100u64 {
-        topics.publish("news", [i]).await.unwrap();
+        topics.publish("news", &[i]).await.unwrap();
     }
     let (probe, _probe_rx) = client(&a.url, &["news"]).await;
     let epoch = position(&subscribe(&probe, "news", None).await).epoch;

@@ -16,6 +16,7 @@ use cluster_suite::{count_becomes, Client};
 use common::cluster_node::Node;
 use common::redis_cluster::RedisCluster;
 use common::within;
+use jsonrpc_peer::Caller;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 

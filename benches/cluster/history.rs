@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::StreamExt;
-use jsonrpc_peer::{connect, Context, HistoryConfig, Peer, Position, Router, Topics};
+use jsonrpc_peer::{connect, Caller, Context, HistoryConfig, Peer, Position, Router, Topics};
 use serde_json::Value;
 
 use super::{percentile, raw_subscriber, resp3_client, steady, Arrivals, Node, Opts};
@@ -68,7 +68,7 @@ async fn burst(topics: &Topics, topic: &str, n: usize) {
     futures_util::stream::iter(0..n)
         .map(|seq| {
             let topics = topics.clone();
-            async move { topics.publish(topic, [seq]).await.expect("publish") }
+            async move { topics.publish(topic, &[seq]).await.expect("publish") }
         })
         .buffer_unordered(WINDOW)
         .for_each(|_| async {})
@@ -140,7 +140,7 @@ pub async fn run(opts: &Opts, redis_url: &str, a: &Node, b: &Node, c: &Node) -> 
         let sent = steady(opts.latency_msgs, |seq| {
             let topics = topics.clone();
             async move {
-                topics.publish(topic, [seq]).await.expect("publish");
+                topics.publish(topic, &[seq]).await.expect("publish");
             }
         })
         .await;

@@ -15,7 +15,7 @@ use std::time::Instant;
 use jsonrpc_peer::cluster::{
     Cluster, ClusterBuilder, RedisBackplane, RedisClusterBackplane, RedisOptions,
 };
-use jsonrpc_peer::{connect, Context, Peer, Router, RpcError, Server, Topics};
+use jsonrpc_peer::{connect, Caller, Context, Peer, Router, RpcError, Server, Topics};
 
 use super::redis_cluster::RedisCluster;
 use super::redis_server::RedisServer;
@@ -193,7 +193,7 @@ impl Side {
         let topics = self.a.topics();
         let start = Instant::now();
         for seq in 0..n {
-            let _ = topics.publish(&self.topics[seq % spread], [seq]).await;
+            let _ = topics.publish(&self.topics[seq % spread], &[seq]).await;
             if seq % 64 == 63 {
                 tokio::task::yield_now().await;
             }

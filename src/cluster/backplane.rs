@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use super::keys::TopicKeys;
 use super::member_store::{PartWrite, PresenceKey, PresenceRead, StoredPresence};
+use crate::addr::ClusterError;
 use crate::history::{HistoryConfig, Position};
 
 /// A boxed, `Send` future, as the [`Backplane`] methods return.
@@ -153,6 +154,30 @@ fn unsupported<'a, T: Send + 'a>(what: &str) -> BoxFuture<'a, Result<T, Backplan
     Box::pin(async move { Err(error) })
 }
 
+/// `?` turns it into this crate's [`Error`](crate::Error), so
+/// `RedisBackplane::connect` (feature `redis`) fits a
+/// function returning [`jsonrpc_peer::Result`](crate::Result): both kinds become
+/// [`ClusterError::Unavailable`], the error a call across the cluster meets when the
+/// bus cannot be reached.
+///
+/// ```
+/// use jsonrpc_peer::cluster::{BackplaneError, ClusterError};
+///
+/// let e: jsonrpc_peer::Error = BackplaneError::Closed.into();
+/// assert!(matches!(e, jsonrpc_peer::Error::Cluster(ClusterError::Unavailable(_))));
+/// ```
+impl From<BackplaneError> for crate::Error {
+    fn from(e: BackplaneError) -> Self {
+        let reason = match e {
+            BackplaneError::Unavailable(reason) => reason,
+            BackplaneError::Closed
+            | BackplaneError::Unsupported(_)
+            | BackplaneError::Protocol(_) => e.to_string(),
+        };
+        crate::Error::Cluster(ClusterError::Unavailable(reason))
+    }
+}
+
 /// A publish/subscribe bus shared by the nodes of a cluster (Redis, in-memory, later NATS).
 ///
 /// Implementations own their subscription set: after a reconnect they issue it again
@@ -275,6 +300,20 @@ pub trait Backplane: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
         let _ = (keys, bounds, new_epoch);
         unsupported("topic history (position)")
+    }
+
+    /// Messages lost on their way to this node because its event stream was full
+    /// (default 0, for a bus that never drops). A node reports it in
+    /// [`ClusterStats::bus_dropped`](super::ClusterStats::bus_dropped), so it stays
+    /// readable once the backplane moved into [`Cluster::builder`](super::Cluster::builder).
+    fn dropped(&self) -> u64 {
+        0
+    }
+
+    /// How many times the link to the bus was dialed again after a loss (default 0).
+    /// A node reports it in [`ClusterStats::bus_reconnects`](super::ClusterStats::bus_reconnects).
+    fn reconnects(&self) -> u64 {
+        0
     }
 }
 

@@ -32,7 +32,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
-use super::backplane::{Backplane, BackplaneError, BusEvent};
+use super::backplane::{Backplane, BusEvent};
 use super::calls::Calls;
 use super::envelope::{Kind, Me};
 use super::gaps::Gaps;
@@ -101,6 +101,8 @@ pub(crate) struct Node {
     history: Arc<History>,
     members: Arc<Members>,
     counters: Arc<Counters>,
+    /// Read for its counters only: the outbox and subscriptions tasks use it.
+    bus: Arc<dyn Backplane>,
     stop: watch::Sender<bool>,
 }
 
@@ -121,9 +123,7 @@ impl Node {
         let me = Arc::new(Me::new(id, &options.prefix, bus.spread()));
         let channels = me.channels.all().iter().chain(me.channels.control());
         for channel in channels.chain([&me.own]) {
-            bus.subscribe(channel).await.map_err(|e: BackplaneError| {
-                Error::Cluster(ClusterError::Unavailable(e.to_string()))
-            })?;
+            bus.subscribe(channel).await?;
         }
         let (node, history, members) = Node::new(me, handle, topics, bus.clone(), &options);
         node.attach()?;
@@ -168,7 +168,7 @@ impl Node {
             prefix: options.prefix.clone(),
             window,
             call_timeout: options.call_timeout,
-            bus,
+            bus: bus.clone(),
             live: roster.watch_live(),
             state: state.subscribe(),
         });
@@ -185,6 +185,7 @@ impl Node {
             history: Arc::new(history),
             members,
             counters,
+            bus,
             stop: watch::Sender::new(false),
         };
         (node, inbox, members_inbox)
@@ -331,6 +332,8 @@ impl Node {
             gaps: self.counters.gaps.load(Ordering::Relaxed),
             duplicate_node_seen: self.counters.twins.load(Ordering::Relaxed),
             history_reads: self.counters.history_reads.load(Ordering::Relaxed),
+            bus_dropped: self.bus.dropped(),
+            bus_reconnects: self.bus.reconnects(),
         }
     }
 

@@ -112,7 +112,7 @@ impl RedisOptions {
 
     /// The bound of the event stream (default 4096 events). A consumer that falls that
     /// far behind loses messages (counted by
-    /// [`RedisBackplane::dropped`]); `Down` and
+    /// [`Backplane::dropped`], [`ClusterStats::bus_dropped`](super::ClusterStats::bus_dropped)); `Down` and
     /// `Up` are never dropped.
     pub fn event_capacity(mut self, capacity: usize) -> Self {
         self.event_capacity = capacity.max(1);
@@ -179,8 +179,10 @@ impl RedisOptions {
 /// this node (Redis pub/sub keeps nothing): the stream says [`BusEvent::Down`] then
 /// [`BusEvent::Up`] so the layer above can report the gap.
 ///
+/// Its errors convert into [`jsonrpc_peer::Error`](crate::Error) with `?`:
+///
 /// ```no_run
-/// # async fn run() -> Result<(), jsonrpc_peer::cluster::BackplaneError> {
+/// # async fn run() -> jsonrpc_peer::Result<()> {
 /// use jsonrpc_peer::cluster::{Backplane, RedisBackplane, RedisOptions};
 ///
 /// let bus = RedisBackplane::connect("redis+unix:///tmp/r.sock", RedisOptions::default()).await?;
@@ -264,16 +266,6 @@ impl RedisBackplane {
     pub fn is_up(&self) -> bool {
         self.shared.up.load(Ordering::Acquire)
     }
-
-    /// Messages dropped because the event stream was full.
-    pub fn dropped(&self) -> u64 {
-        self.shared.dropped.load(Ordering::Relaxed)
-    }
-
-    /// How many times the subscribing connection was dialed again after a loss.
-    pub fn reconnects(&self) -> u64 {
-        self.shared.reconnects.load(Ordering::Relaxed)
-    }
 }
 
 /// Hands a subscribe or unsubscribe to the subscribing side and waits for its answer.
@@ -339,6 +331,16 @@ fn enqueue(
 }
 
 impl Backplane for RedisBackplane {
+    /// Messages dropped because the event stream was full.
+    fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// How many times the subscribing connection was dialed again after a loss.
+    fn reconnects(&self) -> u64 {
+        self.shared.reconnects.load(Ordering::Relaxed)
+    }
+
     fn publish(&self, channel: &str, payload: Bytes) -> BoxFuture<'_, Result<(), BackplaneError>> {
         enqueue(
             &self.publish_tx,

@@ -59,6 +59,12 @@ pub struct ClusterStats {
     /// Reads of topic history from the bus (entries, not positions): resumes older
     /// than this node's cache, coalesced, and holes filled before later publications.
     pub history_reads: u64,
+    /// Messages the bus lost on their way to this node because its event stream was
+    /// full ([`Backplane::dropped`](super::Backplane::dropped)).
+    pub bus_dropped: u64,
+    /// Times the bus's link was dialed again after a loss
+    /// ([`Backplane::reconnects`](super::Backplane::reconnects)).
+    pub bus_reconnects: u64,
 }
 
 /// What [`ClusterBuilder::on_gap`](super::ClusterBuilder::on_gap) runs.

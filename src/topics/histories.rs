@@ -64,8 +64,8 @@ impl Topics {
     /// # async fn main() -> jsonrpc_peer::Result<()> {
     /// let topics = Topics::new();
     /// topics.keep_history("chat", HistoryConfig::default().max_len(500));
-    /// let first = topics.publish("chat", ["hello"]).await?;
-    /// let second = topics.publish("chat", ["again"]).await?;
+    /// let first = topics.publish("chat", &["hello"]).await?;
+    /// let second = topics.publish("chat", &["again"]).await?;
     /// assert_eq!((first.offset, second.offset), (Some(1), Some(2)));
     /// assert_eq!(topics.position("chat").map(|p| p.offset), Some(2));
     /// # Ok(()) }
@@ -204,10 +204,11 @@ impl Topics {
     /// For [`publish`](Self::publish): records the publication and queues it for the
     /// live subscribers, if `topic` keeps history; `None` if it does not. In a cluster
     /// the bus records it and delivers it (here too, in offset order).
-    pub(super) async fn publish_recorded(
+    pub(super) async fn publish_recorded<P: Serialize + ?Sized>(
         &self,
         topic: &str,
-        params: &impl Serialize,
+        method: &str,
+        params: &P,
     ) -> Result<Option<Published>> {
         if !self.inner.history.used.load(Ordering::Acquire) {
             return Ok(None);
@@ -222,6 +223,13 @@ impl Topics {
                 None => data.insert(serde_json::value::to_raw_value(params)?),
             };
             if let Some(relay) = self.inner.relay.get() {
+                if method != topic {
+                    // Every node makes the notification from the topic and the data the
+                    // bus recorded: the method is the topic's name.
+                    return Err(Error::InvalidParams(
+                        "in a cluster, a topic with history is published under its own name",
+                    ));
+                }
                 let bounds = log.config();
                 let bytes = data.get().len();
                 if bytes > bounds.max_bytes {
@@ -242,7 +250,7 @@ impl Topics {
                     }
                 };
             }
-            if let Some((offset, delivered)) = log.publish(topic, data)? {
+            if let Some((offset, delivered)) = log.publish(topic, method, data)? {
                 return Ok(Some(Published {
                     delivered,
                     offset: Some(offset),

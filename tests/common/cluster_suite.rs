@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use jsonrpc_peer::{connect, Context, Peer, Router, RpcError};
+use jsonrpc_peer::{connect, Caller, Context, Peer, Router, RpcError};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;

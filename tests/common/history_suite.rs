@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use jsonrpc_peer::{connect, Context, Peer, Position, Router};
+use jsonrpc_peer::{connect, Caller, Context, Peer, Position, Router};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 

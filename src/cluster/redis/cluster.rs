@@ -173,20 +173,6 @@ impl RedisClusterBackplane {
         self.shared.up.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Messages dropped because the event stream was full.
-    pub fn dropped(&self) -> u64 {
-        self.shared
-            .dropped
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// How many times a subscribing link to a master was dialed again after a loss.
-    pub fn reconnects(&self) -> u64 {
-        self.shared
-            .reconnects
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     /// The masters (`host:port`) of the slot map as last fetched.
     pub fn masters(&self) -> Vec<String> {
         self.map.get().masters().to_vec()
@@ -224,6 +210,20 @@ impl std::fmt::Debug for RedisClusterBackplane {
 }
 
 impl Backplane for RedisClusterBackplane {
+    /// Messages dropped because the event stream was full.
+    fn dropped(&self) -> u64 {
+        self.shared
+            .dropped
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many times a subscribing link to a master was dialed again after a loss.
+    fn reconnects(&self) -> u64 {
+        self.shared
+            .reconnects
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn publish(&self, channel: &str, payload: Bytes) -> BoxFuture<'_, Result<(), BackplaneError>> {
         enqueue(
             &self.publish_tx,
