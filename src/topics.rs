@@ -253,7 +253,8 @@ impl Topics {
                 return Err(e);
             }
         }
-        Ok(self.deliver(topic, frame))
+        // Counted by `publish` (a publication), not as a delivery from another node.
+        Ok(self.push_local(topic, &frame))
     }
 
     /// Publications the cluster refused (its outbox was full, or the bus could not
@@ -265,14 +266,19 @@ impl Topics {
 
     /// Queues `frame` for every local subscriber of `topic` (a publish from another node).
     pub(crate) fn deliver(&self, topic: &str, frame: Text) -> usize {
-        let delivered = self.inner.topics.get(topic).map_or(0, |subscribers| {
+        let delivered = self.push_local(topic, &frame);
+        crate::metrics::topic_delivered(delivered);
+        delivered
+    }
+
+    /// Queues `frame` for every local subscriber of `topic`; how many took it.
+    fn push_local(&self, topic: &str, frame: &Text) -> usize {
+        self.inner.topics.get(topic).map_or(0, |subscribers| {
             subscribers
                 .iter()
                 .filter(|entry| entry.value().push(frame.clone()))
                 .count()
-        });
-        crate::metrics::topic_delivered(delivered);
-        delivered
+        })
     }
 
     /// The topics with local subscribers.
