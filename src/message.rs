@@ -19,7 +19,8 @@ mod fast;
 mod write;
 
 pub(crate) use write::{
-    error_response, invalid_utf8, request, request_parts, response, result_in, write_request,
+    error_response, finish_request, invalid_utf8, request, request_head, request_parts, response,
+    result_in, write_request,
 };
 
 /// A JSON value as it appeared in the frame: a slice of the frame's text, checked to

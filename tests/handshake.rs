@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::within;
 use jsonrpc_peer::axum::Endpoint;
-use jsonrpc_peer::{connect, Context, HandshakePolicy, Refusal, Router, RpcError, Server};
+use jsonrpc_peer::{connect, Caller, Context, HandshakePolicy, Refusal, Router, RpcError, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use common::{within, STEP};
 use jsonrpc_peer::axum::Endpoint;
-use jsonrpc_peer::{connect, Context, HandshakePolicy, Router, RpcError, Server, ServerHandle};
+use jsonrpc_peer::{
+    connect, Caller, Context, HandshakePolicy, Router, RpcError, Server, ServerHandle,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -119,7 +119,7 @@ async fn ours(listen: &str, backlog: Option<u32>) -> Result<(), Box<dyn std::err
             |cx: Context<State>, (topic, payload): (String, Value)| async move {
                 cx.state()
                     .topics
-                    .publish(&topic, payload)
+                    .publish(&topic, &payload)
                     .await
                     .map(|published| published.delivered)
                     .map_err(rpc_error)
@@ -130,7 +130,7 @@ async fn ours(listen: &str, backlog: Option<u32>) -> Result<(), Box<dyn std::err
             |cx: Context<State>, (payload,): (Value,)| async move {
                 cx.state()
                     .handle
-                    .broadcast("broadcast", payload)
+                    .broadcast("broadcast", &payload)
                     .map_err(rpc_error)
             },
         );
