@@ -194,10 +194,12 @@ impl Server {
             let event = tokio::select! {
                 biased;
                 _ = shutdown.wait_for(Option::is_some) => break,
+                // The listen queue first: while it has connections, taking them
+                // keeps it from overflowing; the line gets its turns when it is empty.
+                accepted = self.listener.accept(), if may_accept => Event::Accepted(accepted),
                 // Taken here, not in the task: the bound holds however far the tasks
                 // lag behind the accept loop.
                 ticket = gate.handshakes.enter(), if !waiting.is_empty() => Event::Turn(ticket),
-                accepted = self.listener.accept(), if may_accept => Event::Accepted(accepted),
             };
             match event {
                 Event::Turn(ticket) => {
