@@ -31,7 +31,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jsonrpc_peer::cluster::{Cluster, RedisBackplane, RedisOptions};
-use jsonrpc_peer::{connect, Context, Peer, Router, RpcError, Server, ServerHandle, Topics};
+use jsonrpc_peer::{
+    connect, Caller, Context, Peer, Router, RpcError, Server, ServerHandle, Topics,
+};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo, ProtocolVersion, PushKind, Value};
 use redis_server::RedisServer;
@@ -374,7 +376,7 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
     let sent = steady(opts.latency_msgs, |seq| {
         let topics = topics.clone();
         async move {
-            let _ = topics.publish(TOPIC, [seq]).await;
+            let _ = topics.publish(TOPIC, &[seq]).await;
         }
     })
     .await;
@@ -384,7 +386,7 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
     ours_arrivals.reset(opts.throughput_msgs);
     let start = Instant::now();
     for seq in 0..opts.throughput_msgs {
-        let _ = topics.publish(TOPIC, [seq]).await;
+        let _ = topics.publish(TOPIC, &[seq]).await;
         if seq % 64 == 63 {
             tokio::task::yield_now().await;
         }
@@ -436,7 +438,7 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
             // Every client gets `tick [0]`: arrivals are counted, not indexed.
             arrivals.reset(expect);
             let start = Instant::now();
-            handle.broadcast("tick", [0]).expect("broadcast");
+            handle.broadcast("tick", &[0]).expect("broadcast");
             arrivals.wait("broadcast").await;
             let ms = (arrivals.last().unwrap_or(start) - start).as_secs_f64() * 1e3;
             if round > 0 {

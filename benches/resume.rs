@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jsonrpc_peer::{
-    connect, Context, HistoryConfig, Peer, PeerConfig, Router, Server, TopicMethods, Topics,
+    connect, Caller, Context, HistoryConfig, Peer, PeerConfig, Router, Server, TopicMethods, Topics,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -83,7 +83,7 @@ async fn client(url: &str, seen: Arc<Seen>) -> Peer {
 
 async fn publish_burst(topics: &Topics, payload: &Value) {
     for _ in 0..MISSED {
-        topics.publish(TOPIC, payload).await.expect("publish");
+        topics.publish(TOPIC, &payload).await.expect("publish");
     }
 }
 

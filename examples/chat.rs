@@ -9,7 +9,7 @@ mod cli;
 
 use std::io::Write;
 
-use jsonrpc_peer::{connect, Context, Router, RpcError, Server, ServerHandle};
+use jsonrpc_peer::{connect, Caller, Context, Router, RpcError, Server, ServerHandle};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -36,7 +36,7 @@ async fn server(args: cli::Args) -> Result<(), Box<dyn std::error::Error>> {
             println!("{}: {}", line.name, line.text);
             cx.state()
                 .broadcast("chat.message", &line)
-                .map_err(|e| RpcError::internal_error().with_data(e.to_string()))
+                .map_err(RpcError::internal_error)
         },
     );
     server.serve(router).await?;

@@ -39,7 +39,9 @@ use std::io::Write;
 use std::time::Duration;
 
 use jsonrpc_peer::cluster::{Cluster, PeerAddr, RedisBackplane, RedisOptions};
-use jsonrpc_peer::{Context, Error, HandshakePolicy, Peer, Router, RpcError, Server, Topics};
+use jsonrpc_peer::{
+    Caller, Context, Error, HandshakePolicy, Peer, Router, RpcError, Server, Topics,
+};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -151,7 +153,7 @@ fn router(cluster: Cluster) -> Router<Cluster> {
                 payload_ok(&payload)?;
                 cx.state()
                     .topics()
-                    .publish(&topic, payload)
+                    .publish(&topic, &payload)
                     .await
                     .map(|published| published.delivered)
                     .map_err(answer_error)
@@ -163,7 +165,7 @@ fn router(cluster: Cluster) -> Router<Cluster> {
                 payload_ok(&payload)?;
                 cx.state()
                     .handle()
-                    .broadcast("broadcast", payload)
+                    .broadcast("broadcast", &payload)
                     .map_err(answer_error)
             },
         )
@@ -171,7 +173,8 @@ fn router(cluster: Cluster) -> Router<Cluster> {
             "call_peer",
             |cx: Context<Cluster>, (addr, method, params): (PeerAddr, String, Value)| async move {
                 cx.state()
-                    .call::<Value>(&addr, &method, params)
+                    .peer(&addr)
+                    .call::<Value>(&method, params)
                     .await
                     .map_err(answer_error)
             },
@@ -180,7 +183,9 @@ fn router(cluster: Cluster) -> Router<Cluster> {
             "notify_peer",
             |cx: Context<Cluster>, (addr, method, params): (PeerAddr, String, Value)| async move {
                 cx.state()
-                    .notify(&addr, &method, params)
+                    .peer(&addr)
+                    .notify(&method, params)
+                    .await
                     .map_err(answer_error)?;
                 Ok::<_, RpcError>(true)
             },

@@ -12,7 +12,7 @@ mod spec_methods;
 use std::io::Write;
 use std::time::Duration;
 
-use jsonrpc_peer::{Context, Error, Router, RpcError};
+use jsonrpc_peer::{Caller, Context, Error, Router, RpcError};
 use serde_json::{json, Value};
 
 /// The longest `ask_page` waits for the caller to answer its call back.
@@ -38,7 +38,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let method = p.method.unwrap_or_else(|| "page.echo".to_owned());
             let outcome = cx
                 .peer()
-                .call_with_timeout::<Value>(&method, json!({"text": p.text}), CALL_BACK_LIMIT)
+                .call::<Value>(&method, json!({"text": p.text}))
+                .timeout(CALL_BACK_LIMIT)
                 .await;
             match outcome {
                 Ok(answer) => Ok(json!({"asked": method, "answer": answer})),

@@ -5,7 +5,7 @@
 //! Both sides serve and call the same contract types (`Greet`, `DescribeYourself`,
 //! `News`), so every call and handler is typed by one definition.
 
-use jsonrpc_peer::{connect, Router, RpcError, Server};
+use jsonrpc_peer::{connect, Caller, Router, RpcError, Server};
 use tokio::sync::mpsc;
 
 type Log = mpsc::UnboundedSender<String>;
@@ -37,9 +37,9 @@ fn router(name: &'static str, log: Log) -> Router<(&'static str, Log)> {
             ));
             let caller = cx
                 .peer()
-                .request(Greet, (name.to_string(),))
+                .request(Greet, &(name.to_string(),))
                 .await
-                .map_err(|e| RpcError::internal_error().with_data(e.to_string()))?;
+                .map_err(RpcError::internal_error)?;
             Ok(format!("I am {name}; you told me \"{caller}\""))
         })
         .on(News, |cx, (text,)| async move {
@@ -59,20 +59,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("alice listens on {url}");
 
     let bob = connect(&url, router("bob", log.clone())).await?;
-    let answer = bob.request(Greet, ("bob".into(),)).await?;
+    let answer = bob.request(Greet, &("bob".into(),)).await?;
     println!("bob -> alice greet: {answer}");
 
     // Alice's handler calls bob back before it answers bob's call.
-    let answer = bob.request(DescribeYourself, ()).await?;
+    let answer = bob.request(DescribeYourself, &()).await?;
     println!("bob -> alice describe_yourself: {answer}");
 
     // Now alice calls bob: the sides are equal.
     let alice = handle.peers().pop().ok_or("alice has no connection")?;
-    let answer = alice.request(DescribeYourself, ()).await?;
+    let answer = alice.request(DescribeYourself, &()).await?;
     println!("alice -> bob describe_yourself: {answer}");
 
-    bob.send(News, ("bob says hi".into(),)).await?;
-    alice.send(News, ("alice says hi".into(),)).await?;
+    bob.send(News, &("bob says hi".into(),)).await?;
+    alice.send(News, &("alice says hi".into(),)).await?;
     // Each side's notification is handled before it answers this call... on its own
     // queue, so wait for both log lines instead.
     let mut news = 0;

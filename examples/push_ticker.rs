@@ -84,17 +84,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         for seq in 0u64.. {
             tick.tick().await;
             // Every client, no subscription needed.
-            let _ = clients.broadcast("tick", json!({ "seq": seq, "time_ms": now_ms() }));
+            let _ = clients.broadcast("tick", &json!({ "seq": seq, "time_ms": now_ms() }));
             // Subscribers only.
             price = (price * (1.0 + (fastrand::f64() - 0.5) / 50.0)).max(1.0);
             let _ = publisher
                 .publish(
                     "prices",
-                    json!({ "seq": seq, "BTC": (price * 100.0).round() / 100.0 }),
+                    &json!({ "seq": seq, "BTC": (price * 100.0).round() / 100.0 }),
                 )
                 .await;
             if seq % 10 == 0 {
-                let _ = publisher.publish("heartbeat", json!({ "seq": seq })).await;
+                let _ = publisher.publish("heartbeat", &json!({ "seq": seq })).await;
             }
         }
     });

@@ -54,8 +54,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use jsonrpc_peer::axum::Endpoint;
 use jsonrpc_peer::{
-    Context, HandshakePolicy, HistoryConfig, Method, Notification, PeerConfig, Router, RpcError,
-    ServerHandle, TopicMethods, Topics,
+    Caller, Context, HandshakePolicy, HistoryConfig, Method, Notification, PeerConfig, Router,
+    RpcError, ServerHandle, TopicMethods, Topics,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -169,7 +169,8 @@ fn router(topics: Topics) -> Router<Demo> {
             // `From<Error>`): "`ui.describe`: no answer within 10s" in its data.
             let answer = cx
                 .peer()
-                .request_with_timeout(UiDescribe, (), Duration::from_secs(10))
+                .request(UiDescribe, &())
+                .timeout(Duration::from_secs(10))
                 .await?;
             Ok(AskAnswer {
                 asked: UiDescribe::NAME.into(),
@@ -198,7 +199,7 @@ fn router(topics: Topics) -> Router<Demo> {
                 .topics
                 .publish(CHAT, &message)
                 .await
-                .map_err(|e| RpcError::internal_error().with_data(e.to_string()))?;
+                .map_err(RpcError::internal_error)?;
             if recent.len() == RECENT {
                 recent.pop_front();
             }
@@ -246,9 +247,9 @@ async fn push_metrics(pages: ServerHandle, count: PageCount, clustered: bool) {
         if clustered {
             for page in pages.peers() {
                 let metrics = metrics.clone();
-                tokio::spawn(async move { page.send(MetricsPush, metrics).await });
+                tokio::spawn(async move { page.send(MetricsPush, &metrics).await });
             }
-        } else if let Err(e) = pages.broadcast(MetricsPush::NAME, metrics) {
+        } else if let Err(e) = pages.broadcast(MetricsPush::NAME, &metrics) {
             eprintln!("metrics push failed: {e}");
         }
     }

@@ -1,15 +1,21 @@
-//! A batch: calls and notifications sent together as one JSON array.
+//! A batch: calls and notifications sent together as one JSON array, on the call path
+//! of a single call (`peer/send.rs`: register, queue, wait; cancelled when dropped).
 
 use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::contract::Method;
 use crate::error::{Error, Result};
 use crate::message;
-use crate::peer::{Peer, Reply};
-use crate::pending::{Due, Registered};
+use crate::peer::{Peer, Reply, Waiting};
+use crate::pending::Due;
 
 /// Calls and notifications sent as one JSON array; see [`Peer::batch`].
+///
+/// Its calls are made as single calls are: each waits for its answer up to the timeout,
+/// and when the batch's future is dropped (or a call times out) after the batch went
+/// out, the other side is told that each call without an answer was given up.
 #[derive(Debug)]
 pub struct Batch<'p> {
     peer: &'p Peer,
@@ -18,6 +24,7 @@ pub struct Batch<'p> {
     /// The method of each call, in the order of `ids`, for errors to name.
     methods: Vec<Box<str>>,
     len: usize,
+    timeout: Option<Duration>,
 }
 
 impl<'p> Batch<'p> {
@@ -28,6 +35,7 @@ impl<'p> Batch<'p> {
             ids: Vec::new(),
             methods: Vec::new(),
             len: 0,
+            timeout: None,
         }
     }
 
@@ -35,23 +43,40 @@ impl<'p> Batch<'p> {
     ///
     /// # Errors
     ///
-    /// The params errors of [`Peer::call`].
+    /// The params errors of [`Caller::call`](crate::Caller::call).
     pub fn call(&mut self, method: &str, params: impl Serialize) -> Result<&mut Self> {
-        let id = self.peer.next_id();
+        let id = self.peer.shared.next_id();
         self.push(method, &params, Some(id))?;
         self.ids.push(id);
         self.methods.push(method.into());
         Ok(self)
     }
 
+    /// Adds a call of the method `M`: [`call`](Self::call) with the name and the params
+    /// type taken from the contract (read its answer with `Reply::decode::<M::Result>`).
+    ///
+    /// # Errors
+    ///
+    /// As for [`call`](Self::call).
+    pub fn request<M: Method>(&mut self, _method: M, params: &M::Params) -> Result<&mut Self> {
+        self.call(M::NAME, params)
+    }
+
     /// Adds a notification.
     ///
     /// # Errors
     ///
-    /// The params errors of [`Peer::call`].
+    /// The params errors of [`Caller::call`](crate::Caller::call).
     pub fn notify(&mut self, method: &str, params: impl Serialize) -> Result<&mut Self> {
         self.push(method, &params, None)?;
         Ok(self)
+    }
+
+    /// Waits at most `timeout` for each call's answer, instead of the connection's
+    /// call timeout.
+    pub fn timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.timeout = Some(timeout);
+        self
     }
 
     fn push(&mut self, method: &str, params: &impl Serialize, id: Option<u64>) -> Result<()> {
@@ -66,29 +91,20 @@ impl<'p> Batch<'p> {
     }
 
     /// Sends the batch and waits for every call's outcome, in the order the calls were
-    /// added, each within the connection's call timeout. A batch of notifications only
-    /// returns as soon as it is sent; an empty batch sends nothing.
+    /// added, each within the call timeout. A batch of notifications only returns as
+    /// soon as it is sent; an empty batch sends nothing.
     ///
     /// # Errors
     ///
     /// [`Error::Closed`] when the batch cannot be sent; each call's own failure is in
     /// its place in the returned list.
-    pub async fn send(self) -> Result<Vec<Result<Reply>>> {
-        let timeout = self.peer.shared.call_timeout();
-        self.send_with_timeout(timeout).await
-    }
-
-    /// [`send`](Self::send) with its own timeout.
-    ///
-    /// # Errors
-    ///
-    /// As for [`send`](Self::send).
-    pub async fn send_with_timeout(mut self, timeout: Duration) -> Result<Vec<Result<Reply>>> {
+    pub async fn send(mut self) -> Result<Vec<Result<Reply>>> {
         if self.len == 0 {
             return Ok(Vec::new());
         }
         self.buf.push(b']');
         let shared = &*self.peer.shared;
+        let timeout = self.timeout.unwrap_or_else(|| shared.call_timeout());
         if let Some(layers) = shared.layers() {
             layers.on_batch(crate::layer::Direction::Made, self.len);
         }
@@ -101,39 +117,30 @@ impl<'p> Batch<'p> {
             Due::Own => Due::Own,
             _ => Due::At(deadline),
         };
-        let mut waiting = Vec::with_capacity(self.ids.len());
+        let mut calls = Vec::with_capacity(self.ids.len());
         for &id in &self.ids {
-            waiting.push(shared.register(id, due)?);
+            calls.push(Waiting::register(shared, id, due)?);
         }
         shared
             .send_by(frame, Some(deadline))
             .await
             .ok_or_else(|| Error::timeout(None, timeout))??;
-        let mut outcomes = Vec::with_capacity(waiting.len());
-        for (registered, method) in waiting.into_iter().zip(&self.methods) {
-            let Registered {
-                mut guard,
-                rx,
-                deadline: swept,
-                ..
-            } = registered;
-            let answer = match swept {
-                Some(_) => Ok(rx.await),
-                None => tokio::time::timeout_at(deadline, rx).await,
+        for call in &calls {
+            call.queued();
+        }
+        let mut outcomes = Vec::with_capacity(calls.len());
+        for (call, method) in calls.iter_mut().zip(&self.methods) {
+            let answer = match call.swept() {
+                Some(_) => call.answer(shared).await,
+                None => tokio::time::timeout_at(deadline, call.answer(shared))
+                    .await
+                    .ok()
+                    .flatten(),
             };
-            let outcome = match answer {
-                Err(_) => Err(Error::timeout(Some(method), timeout)),
-                Ok(Err(_)) => Err(Error::Closed(shared.close_reason())),
-                Ok(Ok(answer)) => {
-                    // The reader, the sweep or the connection's end removed the entry.
-                    guard.disarm();
-                    match answer {
-                        Some(answer) => answer.and_then(|outcome| outcome.into_result(method)),
-                        None => Err(Error::timeout(Some(method), timeout)),
-                    }
-                }
-            };
-            outcomes.push(outcome);
+            outcomes.push(match answer {
+                Some(answer) => answer.and_then(|outcome| outcome.into_result(method)),
+                None => Err(Error::timeout(Some(method), timeout)),
+            });
         }
         Ok(outcomes)
     }

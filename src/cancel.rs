@@ -91,6 +91,17 @@ impl<'a> CancelOnDrop<'a> {
     pub(crate) fn answered(&self) {
         self.state.store(ANSWERED, Ordering::Relaxed);
     }
+
+    /// Tells the other side now, if the request went out and nothing came back yet
+    /// (then not again on drop). Returns whether it did.
+    pub(crate) fn cancel_now(&self) -> bool {
+        if self.state.load(Ordering::Relaxed) != QUEUED {
+            return false;
+        }
+        self.shared.send_cancel(self.id);
+        self.answered();
+        true
+    }
 }
 
 impl Drop for CancelOnDrop<'_> {

@@ -22,7 +22,7 @@ use crate::transport::WebSocket;
 /// server that picks one: tungstenite refuses an answer that names none):
 ///
 /// ```no_run
-/// use jsonrpc_peer::{connect, ClientRequestBuilder, Router};
+/// use jsonrpc_peer::{connect, Caller, ClientRequestBuilder, Router};
 ///
 /// # async fn run() -> jsonrpc_peer::Result<()> {
 /// let peer = connect("ws://127.0.0.1:9000", Router::new()).await?;

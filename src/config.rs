@@ -26,7 +26,7 @@ use crate::limit::RateLimit;
 #[non_exhaustive]
 pub struct PeerConfig {
     /// How long a call waits for its answer (default 30 s).
-    /// [`Peer::call_with_timeout`](crate::Peer::call_with_timeout) overrides it per call.
+    /// A call's [`.timeout(d)`](crate::Call::timeout) overrides it per call.
     pub call_timeout: Duration,
     /// The largest incoming message, in bytes (default 1 MiB). A larger one closes
     /// the connection with 1009, before it is buffered whole.
@@ -87,10 +87,6 @@ pub struct PeerConfig {
     /// Which cancel notification is sent (default [`CancelStyle::Lsp`]). Incoming
     /// cancels are understood in either form.
     pub cancel_style: CancelStyle,
-    /// How many progress values of one call may wait unread by its caller
-    /// (default 64). The connection never waits for them: past this, values are
-    /// dropped.
-    pub progress_queue: usize,
     /// How many calls and notifications per second the other side may send
     /// (default `None`: no limit). Each item of a batch counts. Past it a call is
     /// answered `-32005` with a retry-after and a notification is dropped; a
@@ -148,7 +144,6 @@ impl Default for PeerConfig {
             connect_timeout: Duration::from_secs(10),
             cancel_on_drop: true,
             cancel_style: CancelStyle::Lsp,
-            progress_queue: 64,
             rate_limit: None,
             layers: Layers::default(),
         }
@@ -181,7 +176,6 @@ impl PeerConfig {
     setting!(connect_timeout: Duration);
     setting!(cancel_on_drop: bool);
     setting!(cancel_style: CancelStyle);
-    setting!(progress_queue: usize);
     setting!(rate_limit: Option<RateLimit>);
 
     /// Adds a call layer after those added before: it sees every call and

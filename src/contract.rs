@@ -5,13 +5,17 @@
 //! [`Notification`] (name, params), in the spirit of `lsp-types`. The
 //! [`method!`](crate::method) and [`notification!`](crate::notification) macros define
 //! one in a line. No code is generated beyond those trait impls: a typed handler is
-//! registered with [`Router::handle`] and [`Router::on`], which are
-//! [`Router::method`] and [`Router::notification`] with the types taken from the
-//! contract; a typed call is [`Peer::request`] (and [`Peer::send`] for a notification),
-//! which is [`Peer::call`] with the name and types taken from it.
+//! registered with [`Router::handle`] (or [`Router::handle_with`], with
+//! [`MethodOptions`]) and [`Router::on`], which are [`Router::method`] and
+//! [`Router::notification`] with the types taken from the contract; a typed call is
+//! [`Caller::request`] (and [`Caller::send`] for a notification), which is
+//! [`Caller::call`] with the name and types taken from it, on any handle that calls.
+//! A notification contract also names what goes to many peers:
+//! [`Topics::publish`](crate::Topics::publish) and
+//! [`ServerHandle::broadcast`](crate::ServerHandle::broadcast) take it (see [`Topic`]).
 //!
 //! ```
-//! use jsonrpc_peer::{connect, Router, Server};
+//! use jsonrpc_peer::{connect, Caller, Router, Server};
 //! use serde::{Deserialize, Serialize};
 //!
 //! #[derive(Serialize, Deserialize)]
@@ -33,9 +37,9 @@
 //! tokio::spawn(server.serve(router));
 //!
 //! let peer = connect(&url, Router::new()).await?;
-//! let d = peer.request(Subtract, SubtractParams { minuend: 42, subtrahend: 23 }).await?;
+//! let d = peer.request(Subtract, &SubtractParams { minuend: 42, subtrahend: 23 }).await?;
 //! assert_eq!(d, 19);
-//! peer.send(Log, ("done".to_string(),)).await?;
+//! peer.send(Log, &("done".to_string(),)).await?;
 //! peer.close().await;
 //! # Ok(())
 //! # }
@@ -57,27 +61,30 @@
 //!
 //! ```compile_fail,E0308
 //! # async fn run(peer: jsonrpc_peer::Peer) -> jsonrpc_peer::Result<()> {
+//! use jsonrpc_peer::Caller;
 //! jsonrpc_peer::method!(Subtract = "subtract", (i64, i64) => i64);
-//! let d = peer.request(Subtract, ("42", 23)).await?;
+//! let d = peer.request(Subtract, &("42", 23)).await?;
 //! # Ok(()) }
 //! ```
 
 use std::future::Future;
-use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::error::{Result, RpcError};
-use crate::peer::Peer;
-use crate::reconnect::Reconnecting;
+use crate::error::RpcError;
+use crate::lanes::MethodOptions;
 use crate::router::{Context, Router};
+#[cfg(doc)]
+use crate::Caller;
 
 mod api;
 mod stream;
+mod topic;
 
 pub use api::{Api, ApiMismatch, Describe, Entry, Kind, Side};
 pub use stream::{Notifications, DEFAULT_STREAM_CAPACITY};
+pub use topic::{NotificationName, OnTopic, Topic};
 
 /// A method: its name on the wire, the params it takes and the result it answers with.
 ///
@@ -113,6 +120,16 @@ pub trait Notification: Send + Sync + 'static {
     const NAME: &'static str;
     /// What it carries as `params`.
     type Params: Serialize + DeserializeOwned + Send + 'static;
+
+    /// This notification, published on the topic `name` rather than on the topic of
+    /// its own name: `topics.publish(PriceTick.on_topic("prices/BTC"), &price)` sends
+    /// `price` notifications to the subscribers of `prices/BTC`. See [`Topic`].
+    fn on_topic(self, name: impl Into<String>) -> OnTopic<Self>
+    where
+        Self: Sized,
+    {
+        OnTopic::new(self, name)
+    }
 }
 
 /// Defines a [`Method`] contract in a line: a unit struct and its impl.
@@ -180,6 +197,43 @@ impl<S: Send + Sync + 'static> Router<S> {
         self.method(M::NAME, handler)
     }
 
+    /// Adds the handler of the method `M` that runs as `options` say (a lane,
+    /// cooperative cancel): [`method_with`](Self::method_with) with the name and types
+    /// taken from the contract.
+    ///
+    /// ```
+    /// use jsonrpc_peer::{MethodOptions, Router};
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// pub struct Edit { doc: String, text: String }
+    /// jsonrpc_peer::method!(pub Apply = "apply", Edit => usize);
+    ///
+    /// // Edits of one document in order, of different documents at once.
+    /// let router = Router::new().handle_with(
+    ///     Apply,
+    ///     MethodOptions::new().keyed(|e: &Edit| e.doc.clone()),
+    ///     |_cx, e| async move { Ok(e.text.len()) },
+    /// );
+    /// assert!(router.has_method("apply"));
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// As [`method`](Self::method).
+    pub fn handle_with<M, F, Fut>(
+        self,
+        _method: M,
+        options: MethodOptions<M::Params>,
+        handler: F,
+    ) -> Self
+    where
+        M: Method,
+        F: Fn(Context<S>, M::Params) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<M::Result, RpcError>> + Send + 'static,
+    {
+        self.method_with(M::NAME, options, handler)
+    }
+
     /// Adds the handler of the notification `N`: [`notification`](Self::notification)
     /// with the name and params type taken from the contract. To read notifications as
     /// a stream instead, see [`stream`](Self::stream).
@@ -194,76 +248,5 @@ impl<S: Send + Sync + 'static> Router<S> {
         Fut: Future<Output = ()> + Send + 'static,
     {
         self.notification(N::NAME, handler)
-    }
-}
-
-impl Peer {
-    /// Calls the method `M` on the other side: [`call`](Self::call) with the name and
-    /// types taken from the contract.
-    ///
-    /// # Errors
-    ///
-    /// As for [`call`](Self::call).
-    pub async fn request<M: Method>(&self, _method: M, params: M::Params) -> Result<M::Result> {
-        self.call(M::NAME, params).await
-    }
-
-    /// [`request`](Self::request) with its own timeout.
-    ///
-    /// # Errors
-    ///
-    /// As for [`call`](Self::call).
-    pub async fn request_with_timeout<M: Method>(
-        &self,
-        _method: M,
-        params: M::Params,
-        timeout: Duration,
-    ) -> Result<M::Result> {
-        self.call_with_timeout(M::NAME, params, timeout).await
-    }
-
-    /// Sends the notification `N`: [`notify`](Self::notify) with the name and type taken
-    /// from the contract.
-    ///
-    /// # Errors
-    ///
-    /// As for [`notify`](Self::notify).
-    pub async fn send<N: Notification>(&self, _notification: N, params: N::Params) -> Result<()> {
-        self.notify(N::NAME, params).await
-    }
-}
-
-impl Reconnecting {
-    /// [`Peer::request`] on the current connection, waiting for one if the link is down.
-    /// The call's timeout covers the wait.
-    ///
-    /// # Errors
-    ///
-    /// As for [`Reconnecting::call`].
-    pub async fn request<M: Method>(&self, _method: M, params: M::Params) -> Result<M::Result> {
-        self.call(M::NAME, params).await
-    }
-
-    /// [`request`](Self::request) with its own timeout.
-    ///
-    /// # Errors
-    ///
-    /// As for [`Reconnecting::call`].
-    pub async fn request_with_timeout<M: Method>(
-        &self,
-        _method: M,
-        params: M::Params,
-        timeout: Duration,
-    ) -> Result<M::Result> {
-        self.call_with_timeout(M::NAME, params, timeout).await
-    }
-
-    /// [`Peer::send`] on the current connection, waiting for one if the link is down.
-    ///
-    /// # Errors
-    ///
-    /// As for [`Reconnecting::notify`].
-    pub async fn send<N: Notification>(&self, _notification: N, params: N::Params) -> Result<()> {
-        self.notify(N::NAME, params).await
     }
 }

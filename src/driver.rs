@@ -411,6 +411,7 @@ fn failed(e: TransportError) -> CloseReason {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::call::Caller;
 
     /// Every idle connection pays for its task's future: it must hold the connection
     /// once, and the closing handshake's state (boxed) not at all.

@@ -105,6 +105,14 @@ impl fmt::Display for ErrorCode {
 /// Handlers return it to answer a call with an error; [`Error::Rpc`] carries the one
 /// the other side answered with.
 ///
+/// The constructors follow one rule: an error about what a call asked for
+/// ([`invalid_params`](Self::invalid_params), [`internal_error`](Self::internal_error))
+/// takes the reason, which goes into `data`; an error about the message itself
+/// ([`parse_error`](Self::parse_error), [`invalid_request`](Self::invalid_request),
+/// [`method_not_found`](Self::method_not_found)), which the connection answers on its
+/// own, takes none (the message says it all). [`with_data`](Self::with_data) sets `data`
+/// on any of them.
+///
 /// ```
 /// use jsonrpc_peer::RpcError;
 ///
@@ -161,9 +169,19 @@ impl RpcError {
         Self::new(ErrorCode::INVALID_PARAMS, "Invalid params").with_data(reason.to_string())
     }
 
-    /// `-32603 Internal error`.
-    pub fn internal_error() -> Self {
-        Self::new(ErrorCode::INTERNAL_ERROR, "Internal error")
+    /// `-32603 Internal error`, with the reason in `data`, as
+    /// [`invalid_params`](Self::invalid_params) has it: in a handler,
+    /// `.map_err(RpcError::internal_error)?` answers with the local failure's text.
+    ///
+    /// ```
+    /// use jsonrpc_peer::RpcError;
+    ///
+    /// let e = RpcError::internal_error("the disk is full");
+    /// assert_eq!((e.code.get(), e.message.as_str()), (-32603, "Internal error"));
+    /// assert_eq!(e.data, Some(serde_json::json!("the disk is full")));
+    /// ```
+    pub fn internal_error(reason: impl fmt::Display) -> Self {
+        Self::new(ErrorCode::INTERNAL_ERROR, "Internal error").with_data(reason.to_string())
     }
 
     /// `-32005 Rate limited`, with `{"retry_after_ms": N}` in `data`: how long until
@@ -391,7 +409,7 @@ impl Error {
 ///   the local error's text, e.g. `"`ui.describe`: no answer within 10s"`.
 ///
 /// ```
-/// use jsonrpc_peer::{Context, Router, RpcError};
+/// use jsonrpc_peer::{Caller, Context, Router, RpcError};
 ///
 /// let router = Router::new().method("ask", |cx: Context, (): ()| async move {
 ///     let answer: String = cx.peer().call("describe", ()).await?;
@@ -403,9 +421,11 @@ impl From<Error> for RpcError {
     fn from(e: Error) -> Self {
         match e {
             Error::Rpc { error, .. } if !error.code.is_reserved() => error,
-            Error::Rpc { method, error } => RpcError::internal_error()
-                .with_data(serde_json::json!({ "method": &*method, "error": error })),
-            other => RpcError::internal_error().with_data(other.to_string()),
+            Error::Rpc { method, error } => {
+                RpcError::new(ErrorCode::INTERNAL_ERROR, "Internal error")
+                    .with_data(serde_json::json!({ "method": &*method, "error": error }))
+            }
+            other => RpcError::internal_error(other),
         }
     }
 }

@@ -7,9 +7,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::http::{
     header, HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Version,
@@ -252,27 +254,37 @@ pub(crate) async fn switch<IO: AsyncWrite + Unpin>(
 }
 
 /// The connections still in their handshake, at most `max` at once. When a new one
-/// would exceed the bound, the oldest is dropped: a client that completes its
-/// handshake takes milliseconds, so connections that send nothing (a slowloris) make
-/// room for real clients instead of locking them out.
+/// would exceed the bound, the oldest is dropped once it is `grace` old: a client
+/// that completes its handshake takes milliseconds, so connections that send nothing
+/// (a slowloris) make room for real clients instead of locking them out. A younger
+/// oldest is not dropped: in a herd (every client of a restarted server at once) the
+/// handshakes under way are real clients the server has not served yet, and dropping
+/// them only makes them dial again. The newcomer waits for one to end instead (and
+/// the server accepts no more meanwhile: the rest wait in the listen queue).
 #[derive(Debug)]
 pub(crate) struct Handshakes {
     max: usize,
+    grace: Duration,
     table: Mutex<Table>,
+    /// Notified when a handshake ends, for a newcomer waiting for room.
+    ended: Notify,
 }
 
 #[derive(Debug, Default)]
 struct Table {
     next: u64,
-    /// Oldest first; dropping a sender tells that handshake to give up.
-    live: BTreeMap<u64, oneshot::Sender<()>>,
+    /// Oldest first, with when each began; dropping a sender tells that handshake to
+    /// give up.
+    live: BTreeMap<u64, (Instant, oneshot::Sender<()>)>,
 }
 
 impl Handshakes {
-    pub(crate) fn new(max: usize) -> Arc<Self> {
+    pub(crate) fn new(max: usize, grace: Duration) -> Arc<Self> {
         Arc::new(Handshakes {
             max: max.max(1),
+            grace,
             table: Mutex::new(Table::default()),
+            ended: Notify::new(),
         })
     }
 
@@ -280,23 +292,50 @@ impl Handshakes {
         crate::sync::lock(&self.table)
     }
 
-    /// Registers a new handshake, evicting the oldest if the bound is reached.
-    pub(crate) fn enter(self: &Arc<Self>) -> Ticket {
-        let (tx, rx) = oneshot::channel();
-        let mut table = self.lock();
-        while table.live.len() >= self.max {
-            if table.live.pop_first().is_none() {
-                break;
+    /// Registers a new handshake. At the bound, the oldest makes room once it is
+    /// `grace` old; until then this waits for a handshake to end.
+    pub(crate) async fn enter(self: &Arc<Self>) -> Ticket {
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            // Registered before looking, so a handshake ending in between is seen.
+            ended.as_mut().enable();
+            let oldest = match self.try_enter() {
+                Ok(ticket) => return ticket,
+                Err(oldest) => oldest,
+            };
+            tokio::select! {
+                () = &mut ended => {}
+                () = tokio::time::sleep_until(oldest + self.grace) => {}
             }
         }
+    }
+
+    /// A ticket if there is room, made by dropping handshakes at least `grace` old if
+    /// needed; else when the oldest began.
+    fn try_enter(self: &Arc<Self>) -> Result<Ticket, Instant> {
+        let now = Instant::now();
+        let mut table = self.lock();
+        while table.live.len() >= self.max {
+            match table.live.first_key_value() {
+                Some((_, &(began, _))) if now.saturating_duration_since(began) < self.grace => {
+                    return Err(began);
+                }
+                Some(_) => {
+                    table.live.pop_first();
+                }
+                None => break,
+            }
+        }
+        let (tx, rx) = oneshot::channel();
         let id = table.next;
         table.next += 1;
-        table.live.insert(id, tx);
-        Ticket {
+        table.live.insert(id, (now, tx));
+        Ok(Ticket {
             id,
             evicted: rx,
             owner: self.clone(),
-        }
+        })
     }
 
     /// How many handshakes are in progress.
@@ -326,7 +365,10 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.owner.lock().live.remove(&self.id);
+        let ended = self.owner.lock().live.remove(&self.id).is_some();
+        if ended {
+            self.owner.ended.notify_waiters();
+        }
     }
 }
 
@@ -347,15 +389,52 @@ mod tests {
         assert!(!is_valid_key(b"AAAAAAAAAAAAAAAAAAAAAAAA"), "18 bytes");
     }
 
-    #[tokio::test]
-    async fn the_oldest_handshake_makes_room() {
-        let handshakes = Handshakes::new(2);
-        let mut first = handshakes.enter();
-        let _second = handshakes.enter();
-        let _third = handshakes.enter();
+    /// At the bound, the oldest handshake is dropped for a newcomer once it is
+    /// `grace` old, not before.
+    #[tokio::test(start_paused = true)]
+    async fn the_oldest_handshake_makes_room_once_past_its_grace() {
+        let grace = Duration::from_secs(2);
+        let handshakes = Handshakes::new(2, grace);
+        let start = Instant::now();
+        let mut first = handshakes.enter().await;
+        let _second = handshakes.enter().await;
+        let _third = handshakes.enter().await;
+        assert_eq!(
+            Instant::now(),
+            start + grace,
+            "the newcomer waited the grace"
+        );
         assert_eq!(handshakes.len(), 2);
         assert_eq!(first.run(std::future::pending::<()>()).await, None);
         drop(first);
         assert_eq!(handshakes.len(), 2, "an evicted ticket frees nothing twice");
+    }
+
+    /// A handshake that ends lets a waiting newcomer in at once, and nobody is dropped.
+    #[tokio::test(start_paused = true)]
+    async fn a_handshake_that_ends_lets_the_newcomer_in() {
+        let handshakes = Handshakes::new(2, Duration::from_secs(2));
+        let start = Instant::now();
+        let mut first = handshakes.enter().await;
+        let second = handshakes.enter().await;
+        let waiting = tokio::spawn({
+            let handshakes = handshakes.clone();
+            async move { handshakes.enter().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        drop(second);
+        let _third = tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("let in")
+            .expect("not panicked");
+        assert_eq!(Instant::now(), start);
+        assert_eq!(handshakes.len(), 2);
+        let still_running = tokio::time::timeout(
+            Duration::from_millis(10),
+            first.run(std::future::pending::<()>()),
+        )
+        .await;
+        assert!(still_running.is_err(), "the first was not evicted");
     }
 }

@@ -50,8 +50,8 @@
 //! Served: every call and notification that arrives, as the router is asked about
 //! it: methods, notification handlers, the [fallback](crate::Router::fallback), and
 //! methods the router does not know (answered `-32601`, or dropped for a
-//! notification). Made: every [`Peer::call`](crate::Peer::call) (and the calls built
-//! on it: contracts, progress) and every [`Peer::notify`](crate::Peer::notify); a
+//! notification). Made: every [`Caller::call`](crate::Caller::call) (and the calls built
+//! on it: contracts, progress) and every [`Caller::notify`](crate::Caller::notify); a
 //! [`Batch`](crate::Batch) that this side sends is seen as a batch
 //! ([`Layer::on_batch`]), its items are not seen one by one. Not seen: cancels and
 //! progress notifications (the engine's own), calls refused while the connection

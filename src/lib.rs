@@ -6,7 +6,7 @@
 //! it while it runs.
 //!
 //! ```
-//! use jsonrpc_peer::{connect, Context, Router, RpcError, Server};
+//! use jsonrpc_peer::{connect, Caller, Context, Router, RpcError, Server};
 //! use serde::Deserialize;
 //!
 //! #[derive(Deserialize)]
@@ -48,7 +48,10 @@
 //! - [`contract`]: typed methods and notifications ([`Method`], [`Notification`]) for
 //!   both sides, notification streams, and a service description ([`Api`]).
 //! - [`Router`]: methods and notifications, typed params, shared state.
-//! - [`Peer`]: call, notify, [`batch`](Peer::batch), close; every call ends.
+//! - [`Caller`]: one way to call, for a [`Peer`], a [`Reconnecting`] client and a
+//!   peer on another node of a [`cluster`]; options per call (timeout, cancel grace,
+//!   progress) on the awaited [`Call`].
+//! - [`Peer`]: [`batch`](Peer::batch), close, closed, info; every call ends.
 //! - [`Server`] and [`ServerHandle`]: the registry of live peers, broadcast, hooks,
 //!   graceful shutdown; [`Topics`] for publish/subscribe.
 //! - [`connect`] and [`Reconnecting`]: clients, one that comes back by itself.
@@ -61,6 +64,31 @@
 //! `rustls` (`wss://` for servers and clients), `schemars` (serve `rpc.discover`, an
 //! OpenRPC document of an [`Api`]: `Router::discover`), `metrics` (the `Metrics` call
 //! layer and the engine's metrics, through the `metrics` facade).
+//!
+//! # The choices behind the API
+//!
+//! - **Typed all the way.** A [`Method`] or [`Notification`] contract is accepted
+//!   wherever a name is: [`Caller::request`] and [`Caller::send`],
+//!   [`Router::handle`] and [`Router::handle_with`] (with [`MethodOptions`]: lanes,
+//!   cooperative cancel), [`Topics::publish`] ([`Topic`]),
+//!   [`ServerHandle::broadcast`] ([`NotificationName`]) and
+//!   [`ReconnectingBuilder::topic`]. The params type is checked where the call is
+//!   written; a string still names anything, for names known only at run time. A
+//!   topic's name may differ from its notifications' method:
+//!   `PriceTick.on_topic("prices/BTC")` ([`Notification::on_topic`]).
+//! - **One way to call.** [`Caller`] is one required method, `send_request(request,
+//!   options)`, that [`Peer`], [`Reconnecting`] and [`cluster::RemotePeer`] implement;
+//!   `call`, `request`, `notify` and `send` are written once on top of it. Options are
+//!   set on the awaited [`Call`] (`.timeout(d)`, `.cancel_grace(d)`,
+//!   `.with_progress()`, or a whole [`CallOptions`]), so the common call stays
+//!   `peer.request(M, &p).await`, a function can take `&impl Caller`, and a new option
+//!   is one field and one method. A [`Batch`] registers and waits for its calls on the
+//!   same path as a single call, and cancels those still waiting when dropped.
+//! - **A request per redial.** [`Reconnecting`] makes each attempt's handshake request
+//!   afresh: an async [`ReconnectingBuilder::before_dial`] hook gets the base request
+//!   and returns the one to send (a token fetched now), and
+//!   [`Reconnecting::set_request`] changes the base over a live connection (a token
+//!   the server renewed); the connection up stays as it is.
 //!
 //! # What the wire sees
 //!
@@ -99,6 +127,7 @@ mod addr;
 #[cfg(feature = "axum")]
 pub mod axum;
 mod batch;
+mod call;
 mod cancel;
 mod client;
 pub mod cluster;
@@ -139,21 +168,23 @@ mod topics;
 pub mod transport;
 
 pub use batch::Batch;
+pub use call::{Call, CallFuture, CallOptions, Caller, FromReply, Progress, Reply, Request};
 #[cfg(feature = "rustls")]
 pub use client::connect_with_tls;
 pub use client::{connect, connect_with_config};
 pub use config::{CancelStyle, PeerConfig, SlowPeer};
-pub use contract::{Api, ApiMismatch, Method, Notification, Notifications};
+pub use contract::{
+    Api, ApiMismatch, Method, Notification, NotificationName, Notifications, OnTopic, Topic,
+};
 #[cfg(feature = "schemars")]
 pub use discover::OPENRPC_VERSION;
 pub use error::{CloseReason, Error, ErrorCode, Result, RpcError};
 pub use history::{HistoryConfig, HistoryError, Position, Published, Subscribed};
 pub use lanes::MethodOptions;
 pub use limit::{RateLimit, RATE_LIMIT_CLOSE};
-pub use peer::{ConnectionInfo, Peer, Reply};
+pub use peer::{ConnectionInfo, Peer};
 pub use policy::{HandshakePolicy, Refusal};
 pub use presence::{Member, PresenceChange, PresenceError, PresenceEvent, PresenceLimits};
-pub use progress::Progress;
 pub use reconnect::{
     Backoff, LinkState, Reconnecting, ReconnectingBuilder, TopicEvent, TopicEvents, TopicOptions,
 };

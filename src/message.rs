@@ -19,7 +19,8 @@ mod fast;
 mod write;
 
 pub(crate) use write::{
-    error_response, invalid_utf8, request, request_parts, response, result_in, write_request,
+    error_response, finish_request, invalid_utf8, request, request_head, request_parts, response,
+    result_in, write_request,
 };
 
 /// A JSON value as it appeared in the frame: a slice of the frame's text, checked to
@@ -123,7 +124,12 @@ pub(crate) fn span(whole: &str, part: &str) -> std::ops::Range<usize> {
 /// Classifies one text frame. `max_batch` bounds the length of a batch: a longer one is
 /// rejected whole with one error, before any handler runs.
 pub(crate) fn classify(text: &str, max_batch: usize) -> Incoming<'_> {
-    match text.trim_start().as_bytes().first() {
+    // Nearly every frame starts with its bracket: no trimming then.
+    let first = match text.as_bytes().first() {
+        Some(b' ' | b'\t' | b'\n' | b'\r') => text.trim_start().as_bytes().first(),
+        first => first,
+    };
+    match first {
         Some(b'{') => match read_envelope(text) {
             Ok(env) => Incoming::Single(env.classify()),
             Err(_) => Incoming::Reject(RpcError::parse_error()),
@@ -400,7 +406,8 @@ fn as_str(raw: Raw<'_>) -> Option<Cow<'_, str>> {
         return None;
     }
     let inner = &text[1..text.len() - 1];
-    if !inner.contains('\\') {
+    // A byte loop: method names are short, and `str::contains` costs a search's setup.
+    if !inner.bytes().any(|c| c == b'\\') {
         return Some(Cow::Borrowed(inner));
     }
     serde_json::from_str::<String>(text).ok().map(Cow::Owned)

@@ -1,33 +1,28 @@
-//! The `Peer` handle: call, notify, batch, close, closed.
+//! The `Peer` handle: batch, close, closed; calls and notifications through
+//! [`Caller`](crate::Caller) (`peer/send.rs`).
 //!
 //! The handle is a reference to the state it shares with the connection's task
 //! (`peer/shared.rs`); the task itself is `driver.rs`.
 
 mod info;
-mod reply;
+mod send;
 mod shared;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-use tokio::sync::mpsc;
-
 use crate::batch::Batch;
-use crate::cancel::CancelOnDrop;
 use crate::config::PeerConfig;
 use crate::error::{CloseReason, Error, Result};
-use crate::message;
-use crate::pending::Registered;
 use crate::queue::Outgoing;
 use crate::router::Router;
 use crate::transport::{Text, Transport};
 
+pub(crate) use crate::call::Reply;
 pub(crate) use info::Attached;
 pub use info::ConnectionInfo;
-pub use reply::Reply;
+pub(crate) use send::Waiting;
 pub(crate) use shared::{CloseRequest, Shared};
 
 /// A handle to one connection: call the other side, notify it, send it a batch, close.
@@ -35,9 +30,11 @@ pub(crate) use shared::{CloseRequest, Shared};
 /// Cheap to clone (one reference count); every clone is the same connection. Handlers
 /// get the peer that called them through [`Context::peer`](crate::Context::peer).
 ///
-/// Every call ends: with its result, the other side's error ([`Error::Rpc`]), a
-/// timeout ([`Error::Timeout`]), or [`Error::Closed`] when the connection goes. A call
-/// whose future is dropped leaves nothing behind.
+/// Calls and notifications go through [`Caller`](crate::Caller)
+/// (`use jsonrpc_peer::Caller;`), as they do for every handle that can call. Every call
+/// ends: with its result, the other side's error ([`Error::Rpc`]), a timeout
+/// ([`Error::Timeout`]), or [`Error::Closed`] when the connection goes. A call whose
+/// future is dropped leaves nothing behind.
 #[derive(Clone)]
 pub struct Peer {
     pub(crate) shared: Arc<Shared>,
@@ -82,164 +79,6 @@ impl Peer {
         )
     }
 
-    /// Calls `method` with `params` and waits for the result, read as `R`.
-    ///
-    /// Params must serialize to a JSON array or object; `()` (or `None`) sends none.
-    /// The call waits at most the connection's call timeout (30 s unless
-    /// [`PeerConfig::call_timeout`] says otherwise).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Rpc`] when the other side answers with an error, [`Error::Timeout`],
-    /// [`Error::Closed`], [`Error::InvalidParams`], or [`Error::Serialization`] when the
-    /// params cannot be written or the result does not fit `R`.
-    pub async fn call<R: DeserializeOwned>(
-        &self,
-        method: &str,
-        params: impl Serialize,
-    ) -> Result<R> {
-        self.call_with_timeout(method, params, self.shared.call_timeout())
-            .await
-    }
-
-    /// [`call`](Self::call) with its own timeout.
-    ///
-    /// # Errors
-    ///
-    /// As for [`call`](Self::call).
-    pub async fn call_with_timeout<R: DeserializeOwned>(
-        &self,
-        method: &str,
-        params: impl Serialize,
-        timeout: Duration,
-    ) -> Result<R> {
-        self.call_raw_with_timeout(method, params, timeout)
-            .await?
-            .decode()
-    }
-
-    /// Calls `method` and returns the raw result, for callers that read it later or
-    /// pass it on unparsed. Waits at most the connection's call timeout, as
-    /// [`call`](Self::call) does.
-    ///
-    /// # Errors
-    ///
-    /// As for [`call`](Self::call), except that the result is not read.
-    pub async fn call_raw(&self, method: &str, params: impl Serialize) -> Result<Reply> {
-        self.call_raw_with_timeout(method, params, self.shared.call_timeout())
-            .await
-    }
-
-    /// [`call_raw`](Self::call_raw) with its own timeout.
-    ///
-    /// # Errors
-    ///
-    /// As for [`call_raw`](Self::call_raw).
-    pub async fn call_raw_with_timeout(
-        &self,
-        method: &str,
-        params: impl Serialize,
-        timeout: Duration,
-    ) -> Result<Reply> {
-        self.call_inner(method, params, timeout, None).await
-    }
-
-    /// A call, with its progress values going to `progress` if given.
-    pub(crate) async fn call_inner(
-        &self,
-        method: &str,
-        params: impl Serialize,
-        timeout: Duration,
-        progress: Option<mpsc::Sender<Reply>>,
-    ) -> Result<Reply> {
-        let shared = &*self.shared;
-        let id = self.next_id();
-        let mut frame = message::request(method, &params, Some(id))?;
-        let _sink = match progress {
-            Some(tx) => {
-                frame = crate::progress::with_token(frame, id);
-                Some(shared.progress().register(id, tx))
-            }
-            None => None,
-        };
-        // The call layers (layer.rs) see it, and may answer it instead.
-        if shared.layers().is_some() {
-            let send = |frame| self.send_call(frame, id, method, timeout);
-            return crate::layer::made_call(self, method, frame, send).await;
-        }
-        self.send_call(frame, id, method, timeout).await
-    }
-
-    /// Registers our call `id`, queues its `frame` and waits for its answer.
-    async fn send_call(
-        &self,
-        frame: impl Into<Text>,
-        id: u64,
-        method: &str,
-        timeout: Duration,
-    ) -> Result<Reply> {
-        let shared = &*self.shared;
-        let Registered {
-            mut guard,
-            rx,
-            deadline,
-            ..
-        } = shared.register(id, shared.due(timeout))?;
-        // Declared after the guard, so dropped before it: the cancel is queued while
-        // the entry is still there (unless the sweep removed it), and a late answer
-        // still finds no one waiting.
-        let cancel = CancelOnDrop::new(shared, id);
-        let waiting = async {
-            // With the sweep keeping the deadline, only waiting for room in the queue
-            // needs a timer; it gives up at the same deadline.
-            shared
-                .send_by(frame, deadline)
-                .await
-                .ok_or_else(|| Error::timeout(Some(method), timeout))??;
-            cancel.queued();
-            let answer = rx
-                .await
-                .unwrap_or_else(|_| Some(Err(Error::Closed(shared.close_reason()))));
-            // Past its deadline (`None`), the call was given up: the cancel goes out,
-            // as when a timer of its own drops this future.
-            if answer.is_some() {
-                cancel.answered();
-            }
-            Ok::<_, Error>(answer)
-        };
-        // One span per outgoing call: what happens while it waits says which call.
-        let span = tracing::debug_span!("call", method, id, peer = shared.id());
-        let waiting = tracing::Instrument::instrument(waiting, span);
-        let answer = match deadline {
-            // The connection's sweep ends the call at its deadline.
-            Some(_) => waiting.await?,
-            None => tokio::time::timeout(timeout, waiting)
-                .await
-                .map_err(|_| Error::timeout(Some(method), timeout))??,
-        };
-        // The reader, the sweep or the connection's end removed the entry when it
-        // handed this over.
-        guard.disarm();
-        match answer {
-            Some(answer) => answer?.into_result(method),
-            None => Err(Error::timeout(Some(method), timeout)),
-        }
-    }
-
-    /// Sends a notification: no answer comes, and none is waited for.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Closed`], or the params errors of [`call`](Self::call).
-    pub async fn notify(&self, method: &str, params: impl Serialize) -> Result<()> {
-        let frame = message::request(method, &params, None)?;
-        if self.shared.layers().is_some() {
-            let send = |frame| self.shared.send(frame);
-            return crate::layer::made_notification(self, method, frame, send).await;
-        }
-        self.shared.send(frame).await
-    }
-
     /// Starts a batch: calls and notifications sent together as one JSON array.
     ///
     /// ```no_run
@@ -268,11 +107,6 @@ impl Peer {
             shared,
             owner: None,
         }
-    }
-
-    /// A fresh id for an outgoing call.
-    pub(crate) fn next_id(&self) -> u64 {
-        self.shared.next_id()
     }
 
     /// Asks the connection to close with code 1000 and waits until it has (at most the

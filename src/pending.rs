@@ -36,11 +36,9 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::call::Reply;
 use crate::error::{CloseReason, Error};
 use crate::message::Outcome;
-// The cluster names `Reply` here; it is restructured in parallel and moves to
-// `crate::peer::Reply` then.
-pub(crate) use crate::peer::Reply;
 use crate::sync::lock;
 
 /// What the reader hands a waiting call: the response's member, or the reason it is

@@ -103,10 +103,18 @@ pub struct HandshakePolicy {
     pub max_connections_per_address: Option<usize>,
     /// How many connections may be in their handshake at once (default 1,000), not
     /// counted in [`max_connections`](Self::max_connections). When one more arrives,
-    /// the oldest still in handshake is dropped: connections that send nothing (a
-    /// slowloris) cannot lock real clients out. [`Server`](crate::Server) only: for
+    /// the oldest still in handshake is dropped once it is
+    /// [`handshake_grace`](Self::handshake_grace) old: connections that send nothing
+    /// (a slowloris) cannot lock real clients out. Until then the newcomer waits in
+    /// the listen queue for a handshake to end. [`Server`](crate::Server) only: for
     /// the axum endpoint, the HTTP server reads the request.
     pub max_handshakes: usize,
+    /// How long a handshake is safe from being dropped for a newer one when
+    /// [`max_handshakes`](Self::max_handshakes) are under way (default 2 s). A herd of
+    /// clients coming back at once (a restarted server) fills the handshakes with
+    /// real clients that the server itself has not served yet: dropping them only
+    /// makes them dial again. [`Server`](crate::Server) only.
+    pub handshake_grace: Duration,
     /// How long a handshake may take, TLS included (default 10 s); past it the
     /// connection is dropped. For the axum endpoint: from the `101` answer until the
     /// upgraded connection is handed over (the HTTP server reads the request).
@@ -133,6 +141,7 @@ impl Default for HandshakePolicy {
             max_connections: 10_000,
             max_connections_per_address: None,
             max_handshakes: 1_000,
+            handshake_grace: Duration::from_secs(2),
             handshake_timeout: Duration::from_secs(10),
             max_handshake_size: 16 * 1024,
             allow_missing_origin: true,
@@ -159,6 +168,12 @@ impl HandshakePolicy {
     /// Sets [`Self::max_handshakes`].
     pub fn max_handshakes(mut self, value: usize) -> Self {
         self.max_handshakes = value;
+        self
+    }
+
+    /// Sets [`Self::handshake_grace`].
+    pub fn handshake_grace(mut self, value: Duration) -> Self {
+        self.handshake_grace = value;
         self
     }
 
@@ -248,6 +263,7 @@ impl fmt::Debug for HandshakePolicy {
                 &self.max_connections_per_address,
             )
             .field("max_handshakes", &self.max_handshakes)
+            .field("handshake_grace", &self.handshake_grace)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("max_handshake_size", &self.max_handshake_size)
             .field("origins", &self.origins)

@@ -2,7 +2,8 @@
 //!
 //! The wire form follows the Language Server Protocol's `$/progress`. The caller asks
 //! by putting a top-level `"progressToken"` member in its request (its value is the
-//! caller's choice; this crate uses the call's own id):
+//! caller's choice; this crate uses the call's own id, see
+//! [`Call::with_progress`](crate::Call::with_progress)):
 //!
 //! ```json
 //! {"jsonrpc":"2.0","method":"export","params":{"rows":100000},"id":7,"progressToken":7}
@@ -21,57 +22,23 @@
 //! ignores the member (unknown members are ignored by most implementations, this one
 //! included) and simply sends none.
 
-use std::pin::Pin;
 use std::sync::{Mutex, MutexGuard};
-use std::task::{Context as TaskContext, Poll};
-
-use std::future::Future;
-use std::time::Duration;
 
 use rustc_hash::FxHashMap;
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
+use crate::call::Reply;
 use crate::error::{Error, Result};
 use crate::message::span;
-use crate::peer::{Peer, Reply};
 use crate::router::Context;
 use crate::sync::lock;
 use crate::transport::Text;
 
 /// The method of a progress notification.
 pub(crate) const METHOD: &str = "$/progress";
-
-/// The progress values of one call, in the order the handler sent them; the stream
-/// ends when the call does.
-///
-/// Values wait here until read, up to
-/// [`PeerConfig::progress_queue`](crate::PeerConfig::progress_queue) of them: the
-/// connection never waits for a slow reader, so values that arrive while the queue is
-/// full are dropped (the answer is never affected).
-#[derive(Debug)]
-pub struct Progress {
-    rx: mpsc::Receiver<Reply>,
-}
-
-impl Progress {
-    /// The next value, raw (read it with [`Reply::decode`]); `None` once the call has
-    /// ended and every value was read.
-    pub async fn next(&mut self) -> Option<Reply> {
-        self.rx.recv().await
-    }
-}
-
-impl futures_util::Stream for Progress {
-    type Item = Reply;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Reply>> {
-        self.rx.poll_recv(cx)
-    }
-}
 
 /// Where progress values go: one sender per call that asked, by token (the call's id).
 #[derive(Default)]
@@ -130,57 +97,6 @@ impl Drop for SinkGuard<'_> {
     }
 }
 
-/// A request frame with the caller's progress token added.
-pub(crate) fn with_token(mut frame: String, id: u64) -> String {
-    debug_assert!(frame.ends_with('}'));
-    frame.pop();
-    frame.push_str(",\"progressToken\":");
-    frame.push_str(&id.to_string());
-    frame.push('}');
-    frame
-}
-
-impl Peer {
-    /// [`call_with_timeout`](Peer::call_with_timeout), asking the other side for
-    /// progress: the values its handler reports come through the returned
-    /// [`Progress`] while the call runs. The call is sent when its future is first
-    /// polled; the stream ends once the call has.
-    ///
-    /// ```no_run
-    /// # async fn run(peer: jsonrpc_peer::Peer) -> jsonrpc_peer::Result<()> {
-    /// use std::time::Duration;
-    ///
-    /// let (mut progress, call) =
-    ///     peer.call_with_progress::<String>("export", [100_000], Duration::from_secs(60));
-    /// let watch = async {
-    ///     while let Some(value) = progress.next().await {
-    ///         println!("progress: {}", value.get());
-    ///     }
-    /// };
-    /// let (answer, ()) = tokio::join!(call, watch);
-    /// println!("{}", answer?);
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// The call's, as for [`call`](Peer::call).
-    pub fn call_with_progress<'a, R: DeserializeOwned + 'a>(
-        &'a self,
-        method: &'a str,
-        params: impl Serialize + 'a,
-        timeout: Duration,
-    ) -> (Progress, impl Future<Output = Result<R>> + 'a) {
-        let (tx, rx) = mpsc::channel(self.shared.progress_queue().max(1));
-        let call = async move {
-            self.call_inner(method, params, timeout, Some(tx))
-                .await?
-                .decode()
-        };
-        (Progress { rx }, call)
-    }
-}
-
 impl<S> Context<S> {
     /// Whether the caller asked for progress. Without it, [`progress`](Self::progress)
     /// sends nothing.
@@ -189,7 +105,7 @@ impl<S> Context<S> {
     }
 
     /// Reports a progress value to the caller, if it asked for progress (see
-    /// [`Peer::call_with_progress`](crate::Peer::call_with_progress)); does nothing
+    /// [`Call::with_progress`](crate::Call::with_progress)); does nothing
     /// otherwise. Values reach the caller in the order they were sent, and before the
     /// call's answer. Waits while the outgoing queue is full.
     ///

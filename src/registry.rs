@@ -9,6 +9,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::config::PeerConfig;
+use crate::contract::NotificationName;
 use crate::error::Result;
 use crate::message;
 use crate::peer::{ConnectionInfo, Peer};
@@ -161,11 +162,19 @@ impl ServerHandle {
     /// whose outgoing queue is full is closed with 1008. Returns how many of this node's
     /// peers it was queued for.
     ///
+    /// `method` is a [`Notification`](crate::Notification) contract, whose params type
+    /// is checked (`handle.broadcast(Tick, &(n,))`), or a string for a name known only
+    /// at run time (any params): see [`NotificationName`].
+    ///
     /// # Errors
     ///
-    /// The params errors of [`Peer::call`].
-    pub fn broadcast(&self, method: &str, params: impl Serialize) -> Result<usize> {
-        let frame = Text::from(message::request(method, &params, None)?);
+    /// The params errors of [`Caller::call`](crate::Caller::call).
+    pub fn broadcast<P: Serialize + ?Sized>(
+        &self,
+        method: impl NotificationName<P>,
+        params: &P,
+    ) -> Result<usize> {
+        let frame = Text::from(message::request(method.method(), params, None)?);
         let queued = self.push_all(&frame);
         if let Some(relay) = self.inner.relay.get() {
             relay.broadcast(&frame);

@@ -145,7 +145,7 @@ impl Unrouted {
         self.params.as_deref()
     }
 
-    /// The params, raw and owned: pass them on with [`Peer::call`](crate::Peer::call)
+    /// The params, raw and owned: pass them on with [`Caller::call`](crate::Caller::call)
     /// (a `Box<RawValue>` serializes as the text it holds).
     pub fn into_params(self) -> Option<Box<RawValue>> {
         self.params
@@ -201,8 +201,9 @@ where
             Ok(result) => message::response(id, &result).unwrap_or_else(|e| {
                 message::error_response(
                     Some(id),
-                    &RpcError::internal_error()
-                        .with_data(format!("the result could not be serialized: {e}")),
+                    &RpcError::internal_error(format_args!(
+                        "the result could not be serialized: {e}"
+                    )),
                 )
             }),
             Err(error) => message::error_response(Some(id), &error),
@@ -481,13 +482,13 @@ impl<S: Send + Sync + 'static> Router<S> {
     /// false, so metrics count them under `other`.
     ///
     /// ```
-    /// use jsonrpc_peer::{Context, Peer, Router, RpcError, Unrouted};
+    /// use jsonrpc_peer::{Caller, Context, Peer, Reply, Router, RpcError, Unrouted};
     ///
     /// /// Forwards what it does not serve itself to `upstream`.
     /// fn proxy(upstream: Peer) -> Router<Peer> {
     ///     Router::with_state(upstream).fallback(|cx: Context<Peer>, call: Unrouted| async move {
     ///         let method = call.method().to_owned();
-    ///         let reply = cx.state().call_raw(&method, call.into_params()).await?;
+    ///         let reply: Reply = cx.state().call(&method, call.into_params()).await?;
     ///         Ok::<_, RpcError>(reply.decode::<Box<serde_json::value::RawValue>>()?)
     ///     })
     /// }

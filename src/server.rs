@@ -64,10 +64,42 @@ impl Server {
     ///
     /// [`Error::Transport`] when the address cannot be bound.
     pub async fn bind(addr: impl ToSocketAddrs) -> Result<Server> {
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|e| Error::Transport(Box::new(e)))?;
-        Ok(Server::from_listener(listener))
+        Server::bind_with_backlog(addr, Server::DEFAULT_BACKLOG).await
+    }
+
+    /// The listen backlog of [`bind`](Self::bind): how many connections the kernel
+    /// holds, fully opened, until the server accepts them. 4,096, Linux's default cap
+    /// (`net.core.somaxconn`; the kernel silently lowers a larger one to it).
+    ///
+    /// tokio's `TcpListener::bind` (and std's) asks for 128: when more clients than that
+    /// dial at once (every client of a restarted server coming back), the queue
+    /// overflows, the kernel drops their SYNs, and each dropped client waits a second
+    /// or more before it tries again. A longer queue costs no memory until it fills.
+    pub const DEFAULT_BACKLOG: u32 = 4096;
+
+    /// As [`bind`](Self::bind), with a listen backlog of `backlog` instead of
+    /// [`DEFAULT_BACKLOG`](Self::DEFAULT_BACKLOG) (at least 1). The socket reuses the
+    /// address (`SO_REUSEADDR`, not on Windows), as tokio's and std's listeners do.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Transport`] when the address cannot be resolved or bound (for several
+    /// addresses, the last one's error).
+    pub async fn bind_with_backlog(addr: impl ToSocketAddrs, backlog: u32) -> Result<Server> {
+        let transport = |e: std::io::Error| Error::Transport(Box::new(e));
+        let mut last = None;
+        for addr in tokio::net::lookup_host(addr).await.map_err(transport)? {
+            match listen(addr, backlog.max(1)) {
+                Ok(listener) => return Ok(Server::from_listener(listener)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(transport(last.unwrap_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "could not resolve to any address",
+            )
+        })))
     }
 
     /// A server on a listener bound elsewhere.
@@ -140,7 +172,7 @@ impl Server {
         let router = Arc::new(router);
         let gate = Arc::new(Gate {
             slots: Slots::new(&self.policy),
-            handshakes: Handshakes::new(self.policy.max_handshakes),
+            handshakes: Handshakes::new(self.policy.max_handshakes, self.policy.handshake_grace),
             policy: self.policy.clone(),
             #[cfg(feature = "rustls")]
             tls: self.tls.clone(),
@@ -161,8 +193,13 @@ impl Server {
                     let registry = self.registry.clone();
                     let gate = gate.clone();
                     // Taken here, not in the task: the bound holds however far the
-                    // tasks lag behind the accept loop.
-                    let ticket = gate.handshakes.enter();
+                    // tasks lag behind the accept loop, which waits for room (the
+                    // next connections wait in the listen queue meanwhile).
+                    let ticket = tokio::select! {
+                        biased;
+                        _ = shutdown.wait_for(Option::is_some) => break,
+                        ticket = gate.handshakes.enter() => ticket,
+                    };
                     tokio::spawn(async move {
                         let deadline = Instant::now() + gate.policy.handshake_timeout;
                         let conn = Conn {
@@ -226,6 +263,20 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// A listener on `addr` with a backlog of `backlog`, as tokio's `TcpListener::bind`
+/// makes one but for the backlog.
+fn listen(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    #[cfg(not(windows))]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
 }
 
 /// What every handshake on one server shares.

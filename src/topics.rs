@@ -1,7 +1,8 @@
 //! Publish/subscribe on plain JSON-RPC notifications.
 //!
 //! A topic is a name; publishing to it sends each subscriber one notification whose
-//! method is the topic's name. Which methods subscribe and unsubscribe is the
+//! method is the topic's name, or the method of the notification contract published on
+//! it ([`Topic`]). Which methods subscribe and unsubscribe is the
 //! application's choice (see [`Topics`], and [`TopicMethods`] for ready-made ones); a
 //! peer that disconnects leaves every topic. A topic may keep history
 //! ([`Topics::keep_history`]): its publications get offsets, and a subscriber that comes
@@ -23,6 +24,7 @@ use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use serde::Serialize;
 
+use crate::contract::Topic;
 use crate::error::Result;
 use crate::history::Published;
 use crate::message;
@@ -49,7 +51,7 @@ use crate::transport::Text;
 ///     });
 /// // Elsewhere: every subscriber of "prices" gets {"method":"prices","params":{...}}.
 /// let topics = Topics::new();
-/// let published = topics.publish("prices", serde_json::json!({"BTC": 1})).await?;
+/// let published = topics.publish("prices", &serde_json::json!({"BTC": 1})).await?;
 /// assert_eq!(published.delivered, 0); // nobody subscribed yet
 /// # Ok(()) }
 /// ```
@@ -163,33 +165,45 @@ impl Topics {
         removed
     }
 
-    /// Notifies every subscriber of `topic` once, with `topic` as the method; with a
-    /// cluster, on every node. The notification is serialized once; a subscriber that
-    /// does not keep up gets its [`SlowPeer`](crate::SlowPeer) policy. Says how many of
-    /// this node's subscribers it was queued for.
+    /// Notifies every subscriber of `topic` once; with a cluster, on every node. The
+    /// notification is serialized once; a subscriber that does not keep up gets its
+    /// [`SlowPeer`](crate::SlowPeer) policy. Says how many of this node's subscribers
+    /// it was queued for.
+    ///
+    /// `topic` is a [`Notification`](crate::Notification) contract (the topic of its own
+    /// name, its params type checked: `topics.publish(PriceTick, &price)`), the same on
+    /// a topic of another name (`PriceTick.on_topic("prices/BTC")`), or a string (the
+    /// topic's name and the notification's method, any params): see [`Topic`].
     ///
     /// What it promises:
     /// - On a topic with history ([`keep_history`](Self::keep_history)), `Ok` means
     ///   recorded: the publication has its [`offset`](Published::offset), and a
     ///   subscriber gets it live or when it resumes, unless the history's bounds trimmed
     ///   it first. The params are `{"offset":N,"data":PAYLOAD}`; any JSON value is a
-    ///   payload. (In a cluster, such a topic is delivered on this node only for now.)
+    ///   payload (the resuming client, [`ReconnectingBuilder::topic`](crate::ReconnectingBuilder::topic),
+    ///   hands the application the payload). (In a cluster, such a topic is delivered
+    ///   on this node only for now.)
     /// - Without history, at most once: queued for each subscriber connected now (and,
     ///   in a cluster, handed to the bus's outbox); a subscriber whose link drops misses
     ///   what was published meanwhile. The params are the payload, an array or object.
     ///
     /// # Errors
     ///
-    /// The params errors of [`Peer::call`];
+    /// The params errors of [`Caller::call`](crate::Caller::call);
     /// [`HistoryError::TooLarge`](crate::HistoryError::TooLarge) (as
     /// [`Error::History`](crate::Error::History)) when the data alone is over the
     /// history's byte bound: then it reached no one.
-    pub async fn publish(&self, topic: &str, params: impl Serialize) -> Result<Published> {
-        if let Some(published) = self.publish_recorded(topic, &params)? {
+    pub async fn publish<P: Serialize + ?Sized>(
+        &self,
+        topic: impl Topic<P>,
+        params: &P,
+    ) -> Result<Published> {
+        let (name, method) = (topic.name(), topic.method());
+        if let Some(published) = self.publish_recorded(name, method, params)? {
             crate::metrics::topic_published(published.delivered);
             return Ok(published);
         }
-        let delivered = self.publish_plain(topic, &params)?;
+        let delivered = self.publish_plain(name, method, params)?;
         crate::metrics::topic_published(delivered);
         Ok(Published {
             delivered,
@@ -198,13 +212,18 @@ impl Topics {
     }
 
     /// A publication on a topic without history.
-    fn publish_plain(&self, topic: &str, params: &impl Serialize) -> Result<usize> {
+    fn publish_plain<P: Serialize + ?Sized>(
+        &self,
+        topic: &str,
+        method: &str,
+        params: &P,
+    ) -> Result<usize> {
         let relay = self.inner.relay.get();
         let subscribers = self.inner.topics.get(topic);
         if subscribers.is_none() && relay.is_none() {
             return Ok(0);
         }
-        let frame = Text::from(message::request(topic, params, None)?);
+        let frame = Text::from(message::request(method, params, None)?);
         let queued = subscribers.map_or(0, |subscribers| {
             subscribers
                 .iter()

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::within;
 use jsonrpc_peer::cluster::{Cluster, ClusterError, MemoryHub, PeerAddr};
-use jsonrpc_peer::{connect, Context, Error, Peer, Router, RpcError, Server, ServerHandle};
+use jsonrpc_peer::{connect, Caller, Context, Error, Peer, Router, RpcError, Server, ServerHandle};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -69,7 +69,7 @@ async fn an_address_from_before_a_node_restart_is_no_such_peer() {
     live(&b, 2).await;
     let (tx, mut poked) = mpsc::unbounded_channel();
     let (old_client, old_addr) = client(&a.url, &tx).await;
-    let answer: String = within(b.cluster.call(&old_addr, "poke", ["before"]))
+    let answer: String = within(b.cluster.peer(&old_addr).call("poke", ["before"]))
         .await
         .unwrap();
     assert_eq!(answer, "poked");
@@ -90,7 +90,7 @@ async fn an_address_from_before_a_node_restart_is_no_such_peer() {
         new_clients.push(peer);
     }
 
-    let err = within(b.cluster.call::<Value>(&old_addr, "poke", ["after"]))
+    let err = within(b.cluster.peer(&old_addr).call::<Value>("poke", ["after"]))
         .await
         .unwrap_err();
     assert!(
@@ -98,7 +98,7 @@ async fn an_address_from_before_a_node_restart_is_no_such_peer() {
         "{err:?}"
     );
     // The node's own lookup says the same.
-    let err = within(a.cluster.call::<Value>(&old_addr, "poke", ["local"]))
+    let err = within(a.cluster.peer(&old_addr).call::<Value>("poke", ["local"]))
         .await
         .unwrap_err();
     assert!(

@@ -4,7 +4,7 @@ mod common;
 
 use common::within;
 use jsonrpc_peer::axum::Endpoint;
-use jsonrpc_peer::{connect, Context, Router, RpcError};
+use jsonrpc_peer::{connect, Caller, Context, Router, RpcError};
 use tokio::sync::mpsc;
 
 async fn app() -> (String, jsonrpc_peer::ServerHandle) {
@@ -42,7 +42,7 @@ async fn calls_notifications_and_broadcast_through_axum() {
     );
 
     assert_eq!(handle.connection_count(), 1);
-    assert_eq!(handle.broadcast("news", (7,)).unwrap(), 1);
+    assert_eq!(handle.broadcast("news", &(7,)).unwrap(), 1);
     assert_eq!(within(rx.recv()).await, Some(7));
 
     within(handle.shutdown()).await;

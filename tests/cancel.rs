@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use jsonrpc_peer::{
-    CancelStyle, Context, Error, MethodOptions, Peer, PeerConfig, Router, RpcError,
+    Caller, CancelStyle, Context, Error, MethodOptions, Peer, PeerConfig, Router, RpcError,
 };
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify};
@@ -102,7 +102,8 @@ async fn a_call_given_up_by_its_timeout_stops_the_handler_on_the_other_side_at_o
 
     let begun = Instant::now();
     let outcome = client
-        .call_with_timeout::<String>("slow", (), Duration::from_millis(10))
+        .call::<String>("slow", ())
+        .timeout(Duration::from_millis(10))
         .await;
     assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
     assert_eq!(next(&mut events).await, "started slow");
@@ -126,7 +127,8 @@ async fn with_cancels_off_the_handler_runs_on() {
     let server = start(b, router, &config());
 
     let outcome = client
-        .call_with_timeout::<String>("slow", (), Duration::from_millis(10))
+        .call::<String>("slow", ())
+        .timeout(Duration::from_millis(10))
         .await;
     assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
     assert_eq!(next(&mut events).await, "started slow");
@@ -349,4 +351,93 @@ async fn a_cancel_that_finds_the_outgoing_queue_full_is_skipped_and_counted() {
         methods,
         [json!("slow"), json!("fills_the_queue"), json!("after")]
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_with_a_grace_gets_the_partial_result_that_a_plain_timeout_drops() {
+    let (router, mut events, _hold) = server_router();
+    let (a, b) = ws_pair().await;
+    let client = start(a, Router::new(), &config());
+    let server = start(b, router, &config());
+
+    // Without a grace the call ends at its timeout: the handler is told, and the
+    // partial result it answers with then finds no one waiting.
+    let plain = client
+        .call::<Value>("count", ())
+        .timeout(Duration::from_millis(35))
+        .await;
+    assert!(matches!(plain, Err(Error::Timeout { .. })), "{plain:?}");
+    for tick in 1..=3 {
+        assert_eq!(next(&mut events).await, format!("tick {tick}"));
+    }
+    assert_eq!(next(&mut events).await, "cancelled seen: true");
+    assert_eq!(client.pending_calls(), 0);
+
+    // With a grace, the cancel goes out at the timeout and the answer is waited for.
+    let began = Instant::now();
+    let partial: Value = client
+        .call("count", ())
+        .timeout(Duration::from_millis(35))
+        .cancel_grace(Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(partial, json!({ "partial": 3 }));
+    assert!(
+        began.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        began.elapsed()
+    );
+    assert_eq!(client.pending_calls(), 0);
+
+    // A handler that is stopped instead answers -32800: the call is the timeout it is.
+    let stopped = client
+        .call::<String>("slow", ())
+        .timeout(Duration::from_millis(10))
+        .cancel_grace(Duration::from_secs(1))
+        .await;
+    assert!(matches!(stopped, Err(Error::Timeout { .. })), "{stopped:?}");
+    assert_eq!(server.calls_running(), 0);
+}
+
+#[tokio::test]
+async fn a_dropped_batch_cancels_each_of_its_calls_still_waiting() {
+    let (a, b) = ws_pair().await;
+    let client = start(a, Router::new(), &config());
+    let mut raw = Raw(b);
+    let caller = client.clone();
+    let batch = tokio::spawn(async move {
+        let mut batch = caller.batch();
+        batch
+            .call("slow", [1])?
+            .notify("note", ())?
+            .call("slow", [2])?;
+        batch.send().await
+    });
+    let sent = raw.recv().await;
+    let ids: Vec<Value> = sent
+        .as_array()
+        .expect("one array")
+        .iter()
+        .filter_map(|item| item.get("id").cloned())
+        .collect();
+    assert_eq!(ids.len(), 2, "{sent}");
+    assert_eq!(client.pending_calls(), 2);
+    batch.abort();
+    assert!(within(batch).await.is_err_and(|e| e.is_cancelled()));
+    assert_eq!(client.pending_calls(), 0);
+    client
+        .notify("after", ())
+        .await
+        .expect("the connection is open");
+    let mut cancelled = Vec::new();
+    for _ in 0..2 {
+        let frame = raw.recv().await;
+        assert_eq!(frame["method"], "$/cancelRequest", "{frame}");
+        cancelled.push(frame["params"]["id"].clone());
+    }
+    cancelled.sort_by_key(|id| id.as_u64());
+    let mut want = ids.clone();
+    want.sort_by_key(|id| id.as_u64());
+    assert_eq!(cancelled, want);
+    assert_eq!(raw.recv().await["method"], "after");
 }

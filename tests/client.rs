@@ -1,17 +1,21 @@
 //! A client as a new user writes one: handshake headers, refusals that say why, a
-//! connection that closes when its last handle is dropped, hooks that add up.
+//! connection that closes when its last handle is dropped, hooks that add up, a token
+//! refreshed for each redial, `last_error` as the link's state.
 
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::proxy::Proxy;
 use common::{connections, disconnections, serve, within};
+use jsonrpc_peer::http::header::AUTHORIZATION;
 use jsonrpc_peer::http::StatusCode;
 use jsonrpc_peer::{
-    connect, Backoff, ClientRequestBuilder, Context, Error, HandshakePolicy, IntoClientRequest,
-    LinkState, Reconnecting, Refusal, Router, RpcError, Server, ServerHandle,
+    connect, Backoff, Caller, ClientRequestBuilder, Context, Error, HandshakePolicy,
+    IntoClientRequest, LinkState, Peer, Reconnecting, Refusal, Router, RpcError, Server,
+    ServerHandle,
 };
 use tokio::sync::mpsc;
 
@@ -237,5 +241,186 @@ async fn hooks_add_up_instead_of_replacing_each_other() {
         .unwrap();
     assert_eq!(within(hooked.recv()).await, Some("subscribe"));
     assert_eq!(within(hooked.recv()).await, Some("announce"));
+    within(client.close()).await;
+}
+
+/// A server that admits only the current bearer token, which the test rotates; its
+/// `renew` method rotates it over a live connection and returns the new one.
+async fn rotating() -> (String, ServerHandle, Arc<Mutex<String>>) {
+    let current = Arc::new(Mutex::new("t1".to_owned()));
+    let accepted = current.clone();
+    let policy = HandshakePolicy::default().authenticate(move |req| {
+        let want = format!("Bearer {}", accepted.lock().unwrap());
+        match req.headers().get("authorization").map(|v| v.to_str()) {
+            Some(Ok(got)) if got == want => Ok(got.to_owned()),
+            _ => Err(Refusal::unauthorized("not the current token")),
+        }
+    });
+    let router = Router::with_state(current.clone())
+        .method(
+            "whoami",
+            |cx: Context<Arc<Mutex<String>>>, (): ()| async move {
+                Ok::<_, RpcError>(cx.peer().auth::<String>().cloned())
+            },
+        )
+        .method(
+            "renew",
+            |cx: Context<Arc<Mutex<String>>>, (): ()| async move {
+                let mut token = cx.state().lock().unwrap();
+                *token = format!("{}+", *token);
+                Ok::<_, RpcError>(token.clone())
+            },
+        );
+    let server = Server::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .handshake_policy(policy);
+    let url = format!("ws://{}/rpc", server.local_addr().unwrap());
+    let handle = server.handle();
+    tokio::spawn(server.serve(router));
+    (url, handle, current)
+}
+
+fn fast() -> Backoff {
+    Backoff::default()
+        .initial(Duration::from_millis(1))
+        .max(Duration::from_millis(5))
+}
+
+fn bearer(url: &str, token: &str) -> ClientRequestBuilder {
+    ClientRequestBuilder::new(url.parse().unwrap())
+        .with_header("Authorization", format!("Bearer {token}"))
+}
+
+/// Closes every connection of `server` and waits until `client` is connected again
+/// over a new one.
+async fn redial(server: &ServerHandle, client: &Reconnecting) -> Peer {
+    let old = within(client.connected(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    for peer in server.peers() {
+        within(peer.close_with(1012, "restarting")).await;
+    }
+    within(old.closed()).await;
+    within(client.connected(Duration::from_secs(5)))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_redial_sends_the_token_fetched_for_it_and_gets_in_where_a_fixed_one_is_refused() {
+    let (url, server, current) = rotating().await;
+    // The application's token source (here the server's own, as an identity provider
+    // would hand out the current one).
+    let issued = current.clone();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counted = asked.clone();
+    let refreshing = Reconnecting::builder(url.as_str(), Router::new())
+        .backoff(fast())
+        .before_dial(move |mut request| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let token = issued.lock().unwrap().clone();
+            async move {
+                let value = format!("Bearer {token}")
+                    .parse()
+                    .map_err(|e| Error::Transport(Box::new(e)))?;
+                request.headers_mut().insert(AUTHORIZATION, value);
+                Ok(request)
+            }
+        })
+        .start();
+    let fixed = Reconnecting::builder(bearer(&url, "t1"), Router::new())
+        .backoff(fast())
+        .start();
+    let who: Option<String> = within(refreshing.call("whoami", ())).await.unwrap();
+    assert_eq!(who.as_deref(), Some("Bearer t1"));
+    let who: Option<String> = within(fixed.call("whoami", ())).await.unwrap();
+    assert_eq!(who.as_deref(), Some("Bearer t1"));
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+
+    // The token rotates; the connections that are up stay up until the links drop.
+    *current.lock().unwrap() = "t2".to_owned();
+    let mut fixed_state = fixed.watch_state();
+    let new = redial(&server, &refreshing).await;
+    let who: Option<String> = within(new.call("whoami", ())).await.unwrap();
+    assert_eq!(
+        who.as_deref(),
+        Some("Bearer t2"),
+        "the redial sent the new token"
+    );
+    assert!(
+        asked.load(Ordering::SeqCst) >= 2,
+        "the hook ran for the redial"
+    );
+    assert!(refreshing.last_error().is_none());
+
+    // The same redial with the request fixed at start ends refused, for good.
+    within(fixed_state.wait_for(LinkState::is_final))
+        .await
+        .unwrap();
+    assert_eq!(
+        fixed.state(),
+        LinkState::Refused {
+            status: StatusCode::UNAUTHORIZED
+        }
+    );
+    within(refreshing.close()).await;
+}
+
+#[tokio::test]
+async fn a_live_connection_changes_what_the_next_redial_sends() {
+    let (url, server, _current) = rotating().await;
+    let client = Reconnecting::builder(bearer(&url, "t1"), Router::new())
+        .backoff(fast())
+        .start();
+    // Over the live connection the server hands out the next token; the application
+    // keeps it for the next redial. The connection up now stays as it is.
+    let next: String = within(client.call("renew", ())).await.unwrap();
+    assert_eq!(next, "t1+");
+    client.set_request(bearer(&url, &next)).unwrap();
+    let who: Option<String> = within(client.call("whoami", ())).await.unwrap();
+    assert_eq!(who.as_deref(), Some("Bearer t1"));
+
+    let new = redial(&server, &client).await;
+    let who: Option<String> = within(new.call("whoami", ())).await.unwrap();
+    assert_eq!(who.as_deref(), Some("Bearer t1+"));
+    // A request that is not valid is refused at once, and the one before stays.
+    assert!(client.set_request("not a url").is_err());
+    within(client.close()).await;
+}
+
+#[tokio::test]
+async fn last_error_says_what_failed_while_down_and_clears_once_the_link_is_back() {
+    let (url, _server) = serve(Router::new()).await;
+    let target = url.trim_start_matches("ws://").parse().unwrap();
+    let proxy = Proxy::start(target).await;
+    let client = Reconnecting::builder(proxy.url(), Router::new())
+        .backoff(fast())
+        .start();
+    let first = within(client.connected(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert!(client.last_error().is_none());
+
+    // The link drops and dials fail for a while.
+    proxy.refuse(true);
+    proxy.cut();
+    within(first.closed()).await;
+    let mut state = client.watch_state();
+    within(state.wait_for(|s| matches!(s, LinkState::Waiting { attempt, .. } if *attempt >= 2)))
+        .await
+        .unwrap();
+    assert!(client.last_error().is_some(), "a failed dial is kept");
+
+    // Back: the old error is not the state of the link any more.
+    proxy.refuse(false);
+    within(client.connected(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert!(
+        client.last_error().is_none(),
+        "{:?} after a successful reconnect",
+        client.last_error()
+    );
     within(client.close()).await;
 }

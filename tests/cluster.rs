@@ -12,7 +12,7 @@ use jsonrpc_peer::cluster::{
     Backplane, BusEvent, Cluster, ClusterError, ClusterState, Gap, MemoryBackplane, MemoryHub,
     PeerAddr,
 };
-use jsonrpc_peer::{connect, Context, Error, ErrorCode, Peer, Router, RpcError, Server};
+use jsonrpc_peer::{connect, Caller, Context, Error, ErrorCode, Peer, Router, RpcError, Server};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -177,9 +177,9 @@ async fn a_thousand_broadcasts_reach_every_client_on_every_node_once_in_order() 
     }
     let a = nodes[0].cluster.handle();
     for i in 0..1000u64 {
-        assert_eq!(a.broadcast("tick", [i]).unwrap(), 2, "a's own two clients");
+        assert_eq!(a.broadcast("tick", &[i]).unwrap(), 2, "a's own two clients");
     }
-    a.broadcast("done", ()).unwrap();
+    a.broadcast("done", &()).unwrap();
     let ids = [0, 1, 10, 11, 20, 21];
     let got = until_done(&mut rx, &ids).await;
     for id in ids {
@@ -211,12 +211,12 @@ async fn a_topic_goes_only_to_the_nodes_with_subscribers() {
     let topics = a.cluster.topics();
     for i in 0..20u64 {
         assert_eq!(
-            topics.publish("prices", [i]).await.unwrap().delivered,
+            topics.publish("prices", &[i]).await.unwrap().delivered,
             0,
             "no subscriber on a"
         );
     }
-    a.cluster.handle().broadcast("done", ()).unwrap();
+    a.cluster.handle().broadcast("done", &()).unwrap();
     let got = until_done(&mut rx, &[0, 1, 2]).await;
     assert!(
         !got.contains_key(&0),
@@ -234,8 +234,8 @@ async fn a_topic_goes_only_to_the_nodes_with_subscribers() {
         assert!(Instant::now() < deadline, "c still listens to the topic");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    topics.publish("prices", [99]).await.unwrap();
-    a.cluster.handle().broadcast("done", ()).unwrap();
+    topics.publish("prices", &[99]).await.unwrap();
+    a.cluster.handle().broadcast("done", &()).unwrap();
     let got = until_done(&mut rx, &[0, 1, 2]).await;
     assert_eq!(numbers(&got[&1], "prices"), [99]);
     assert!(!got.contains_key(&2));
@@ -256,7 +256,7 @@ async fn two_publishers_on_one_topic_each_keep_their_order() {
         let topics = n.cluster.topics();
         tokio::spawn(async move {
             for i in 0..500u64 {
-                topics.publish("feed", [origin, i]).await.unwrap();
+                topics.publish("feed", &[origin, i]).await.unwrap();
                 if i % 50 == 0 {
                     tokio::task::yield_now().await;
                 }
@@ -292,21 +292,25 @@ async fn a_peer_on_another_node_is_called_and_notified_by_address() {
     let (_peer, addr) = client(&c.url, 7, &tx).await;
     assert_eq!(addr.node, "c");
 
-    let described: Value = within(a.cluster.call(&addr, "describe", ())).await.unwrap();
+    let described: Value = within(a.cluster.peer(&addr).call("describe", ()))
+        .await
+        .unwrap();
     assert_eq!(described, json!({ "client": 7 }));
-    let doubled: i64 = within(a.cluster.call(&addr, "double", [21])).await.unwrap();
+    let doubled: i64 = within(a.cluster.peer(&addr).call("double", [21]))
+        .await
+        .unwrap();
     assert_eq!(doubled, 42);
 
     // The peer's own error comes back as it would from a local call.
-    let err = within(a.cluster.call::<i64>(&addr, "double", ["x"]))
+    let err = within(a.cluster.peer(&addr).call::<i64>("double", ["x"]))
         .await
         .unwrap_err();
     assert_eq!(err.rpc().map(|e| e.code), Some(ErrorCode::INVALID_PARAMS));
-    let local = within(c.cluster.call::<i64>(&addr, "double", ["x"]))
+    let local = within(c.cluster.peer(&addr).call::<i64>("double", ["x"]))
         .await
         .unwrap_err();
     assert_eq!(err.rpc(), local.rpc(), "remote and local errors agree");
-    let err = within(a.cluster.call::<i64>(&addr, "nope", ()))
+    let err = within(a.cluster.peer(&addr).call::<i64>("nope", ()))
         .await
         .unwrap_err();
     assert_eq!(err.rpc().map(|e| e.code), Some(ErrorCode::METHOD_NOT_FOUND));
@@ -317,7 +321,7 @@ async fn a_peer_on_another_node_is_called_and_notified_by_address() {
         peer: 999_999,
     };
     let started = Instant::now();
-    let err = within(a.cluster.call::<Value>(&unknown, "describe", ()))
+    let err = within(a.cluster.peer(&unknown).call::<Value>("describe", ()))
         .await
         .unwrap_err();
     assert!(
@@ -335,7 +339,8 @@ async fn a_peer_on_another_node_is_called_and_notified_by_address() {
     let nowhere: PeerAddr = "zz/1".parse().unwrap();
     let err = a
         .cluster
-        .call::<Value>(&nowhere, "describe", ())
+        .peer(&nowhere)
+        .call::<Value>("describe", ())
         .await
         .unwrap_err();
     assert!(
@@ -344,18 +349,21 @@ async fn a_peer_on_another_node_is_called_and_notified_by_address() {
     );
 
     // The call's own timeout holds across nodes.
-    let err =
-        within(
-            a.cluster
-                .call_raw_with_timeout(&addr, "hang", (), Duration::from_millis(200)),
-        )
-        .await
-        .unwrap_err();
+    let err = within(
+        a.cluster
+            .peer(&addr)
+            .call::<jsonrpc_peer::Reply>("hang", ())
+            .timeout(Duration::from_millis(200)),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
 
     let (_, method, _) = within(rx.recv()).await.unwrap();
     assert_eq!(method, "hanging", "the timed-out call did reach the client");
-    a.cluster.notify(&addr, "toast", ["hi"]).unwrap();
+    within(a.cluster.peer(&addr).notify("toast", ["hi"]))
+        .await
+        .unwrap();
     let (who, method, params) = within(rx.recv()).await.unwrap();
     assert_eq!((who, method.as_str(), params), (7, "toast", json!(["hi"])));
 }
@@ -372,7 +380,9 @@ async fn a_node_that_dies_mid_call_fails_the_call_within_its_heartbeat_window() 
         let addr = addr.clone();
         tokio::spawn(async move {
             cluster
-                .call_raw_with_timeout(&addr, "hang", (), Duration::from_secs(30))
+                .peer(&addr)
+                .call::<jsonrpc_peer::Reply>("hang", ())
+                .timeout(Duration::from_secs(30))
                 .await
         })
     };
@@ -399,7 +409,8 @@ async fn a_node_that_dies_mid_call_fails_the_call_within_its_heartbeat_window() 
     // Calls to it now fail at once.
     let err = a
         .cluster
-        .call::<Value>(&addr, "describe", ())
+        .peer(&addr)
+        .call::<Value>("describe", ())
         .await
         .unwrap_err();
     assert!(
@@ -466,7 +477,7 @@ async fn a_bus_outage_keeps_local_delivery_flushes_without_duplicates_and_report
         subscribers.push((p, addr));
     }
     let topics = a.cluster.topics();
-    topics.publish("news", [0]).await.unwrap();
+    topics.publish("news", &[0]).await.unwrap();
     for _ in 0..3 {
         let (_, method, p) = within(rx.recv()).await.unwrap();
         assert_eq!((method.as_str(), p), ("news", json!([0])));
@@ -481,7 +492,7 @@ async fn a_bus_outage_keeps_local_delivery_flushes_without_duplicates_and_report
     }
     // Local delivery goes on; the rest waits in a's outbox.
     for i in 1..50u64 {
-        assert_eq!(topics.publish("news", [i]).await.unwrap().delivered, 1);
+        assert_eq!(topics.publish("news", &[i]).await.unwrap().delivered, 1);
     }
     assert!(
         a.cluster.stats().outbox_len >= 49,
@@ -492,7 +503,8 @@ async fn a_bus_outage_keeps_local_delivery_flushes_without_duplicates_and_report
     let started = Instant::now();
     let err = a
         .cluster
-        .call::<Value>(&subscribers[1].1, "describe", ())
+        .peer(&subscribers[1].1)
+        .call::<Value>("describe", ())
         .await
         .unwrap_err();
     assert!(
@@ -525,9 +537,9 @@ async fn a_bus_outage_keeps_local_delivery_flushes_without_duplicates_and_report
         all_live(n, 3).await;
     }
     for i in 50..60u64 {
-        topics.publish("news", [i]).await.unwrap();
+        topics.publish("news", &[i]).await.unwrap();
     }
-    a.cluster.handle().broadcast("done", ()).unwrap();
+    a.cluster.handle().broadcast("done", &()).unwrap();
     let got = until_done(&mut rx, &[0, 1, 2]).await;
     for who in [1, 2] {
         let news = numbers(&got[&who], "news");
@@ -570,7 +582,7 @@ async fn a_full_outbox_drops_the_oldest_and_a_lossy_bus_is_reported_as_a_gap() {
     let (p, _) = client(&b.url, 1, &tx).await;
     let _: bool = within(p.call("subscribe", ["news"])).await.unwrap();
     let topics = a.cluster.topics();
-    topics.publish("news", [0]).await.unwrap();
+    topics.publish("news", &[0]).await.unwrap();
     let (_, method, _) = within(rx.recv()).await.unwrap();
     assert_eq!(method, "news");
 
@@ -582,7 +594,7 @@ async fn a_full_outbox_drops_the_oldest_and_a_lossy_bus_is_reported_as_a_gap() {
         .unwrap();
     let filler = "x".repeat(100);
     for i in 1..=200u64 {
-        topics.publish("news", json!([i, filler])).await.unwrap();
+        topics.publish("news", &json!([i, filler])).await.unwrap();
     }
     let stats = a.cluster.stats();
     assert!(stats.outbox_bytes <= 4096, "{stats:?}");
@@ -592,7 +604,7 @@ async fn a_full_outbox_drops_the_oldest_and_a_lossy_bus_is_reported_as_a_gap() {
         .await
         .unwrap();
     all_live(&b, 3).await;
-    a.cluster.handle().broadcast("done", ()).unwrap();
+    a.cluster.handle().broadcast("done", &()).unwrap();
     let got = until_done(&mut rx, &[1]).await;
     let news = numbers(&got[&1], "news");
     assert_eq!(news.last(), Some(&200), "the newest survive");
@@ -614,9 +626,9 @@ async fn a_full_outbox_drops_the_oldest_and_a_lossy_bus_is_reported_as_a_gap() {
     // A bus that loses messages for b: reported as a gap with the count.
     b.bus.drop_next(3);
     for i in 200..210u64 {
-        topics.publish("news", json!([i])).await.unwrap();
+        topics.publish("news", &json!([i])).await.unwrap();
     }
-    a.cluster.handle().broadcast("done", ()).unwrap();
+    a.cluster.handle().broadcast("done", &()).unwrap();
     let got = until_done(&mut rx, &[1]).await;
     let news = numbers(&got[&1], "news");
     let gaps = b.gaps.lock().unwrap().clone();
@@ -670,7 +682,7 @@ async fn after_an_outage_the_flush_waits_for_the_nodes_that_come_back_later() {
     }
     let topics = a.cluster.topics();
     for i in 0..10u64 {
-        topics.publish("news", [i]).await.unwrap();
+        topics.publish("news", &[i]).await.unwrap();
     }
     // a's link comes back first; b's and c's only once a has sent its hello (queued
     // after the news, and not held): the outbox has had its turn since a is up, so a
@@ -700,7 +712,7 @@ async fn after_an_outage_the_flush_waits_for_the_nodes_that_come_back_later() {
     for n in [&a, &b, &c] {
         all_live(n, 3).await;
     }
-    a.cluster.handle().broadcast("done", ()).unwrap();
+    a.cluster.handle().broadcast("done", &()).unwrap();
     let got = until_done(&mut rx, &[1, 2]).await;
     for who in [1, 2] {
         assert_eq!(
@@ -709,4 +721,33 @@ async fn after_an_outage_the_flush_waits_for_the_nodes_that_come_back_later() {
             "client {who}"
         );
     }
+}
+
+#[tokio::test]
+async fn what_the_bus_lost_for_a_slow_node_is_counted_in_its_stats() {
+    let hub = MemoryHub::new();
+    // The node's link holds one unread event; the backplane moves into the builder.
+    let cluster = within(
+        Cluster::builder(
+            hub.backplane_with_capacity(1),
+            jsonrpc_peer::ServerHandle::new(),
+        )
+        .node_id("slow")
+        .start(),
+    )
+    .await
+    .unwrap();
+    let before = cluster.stats().bus_dropped;
+    // Published without a pause (the in-memory bus delivers at once), so the node's
+    // receive loop, on this same thread, reads none of them in between: one fits (if
+    // the link was empty), the rest are lost.
+    let flood = hub.backplane();
+    for i in 0..100u32 {
+        within(flood.publish("jp:all", i.to_string().into()))
+            .await
+            .unwrap();
+    }
+    let lost = cluster.stats().bus_dropped - before;
+    assert!((99..=100).contains(&lost), "lost {lost}");
+    cluster.shutdown().await;
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::within;
 use jsonrpc_peer::cluster::{Cluster, MemoryBackplane, MemoryHub};
-use jsonrpc_peer::{connect, Context, Peer, PresenceJoin, PresenceLeave, Router, RpcError};
+use jsonrpc_peer::{connect, Caller, Context, Peer, PresenceJoin, PresenceLeave, Router, RpcError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;

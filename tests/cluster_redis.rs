@@ -8,7 +8,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::redis_server::RedisServer;
 use common::within;
-use jsonrpc_peer::cluster::{Backplane, BackplaneError, BusEvent, RedisBackplane, RedisOptions};
+use jsonrpc_peer::cluster::{
+    Backplane, BackplaneError, BusEvent, Cluster, ClusterError, ClusterState, RedisBackplane,
+    RedisOptions,
+};
+use jsonrpc_peer::{Error, ServerHandle};
 use tokio::sync::mpsc;
 
 /// Fast probes so a silent link is found in well under a second, with room for a
@@ -308,4 +312,44 @@ async fn a_bad_url_or_no_server_is_a_clear_error() {
         .unwrap_err();
     assert!(matches!(err, BackplaneError::Unavailable(_)), "{err:?}");
     drop(redis);
+}
+
+/// What an application's start-up looks like: `?` turns the backplane's error into
+/// this crate's, so one function returning `jsonrpc_peer::Result` dials Redis and
+/// starts the node.
+async fn start_node(url: &str) -> jsonrpc_peer::Result<Cluster> {
+    let bus = RedisBackplane::connect(url, options()).await?;
+    Cluster::builder(bus, ServerHandle::new())
+        .node_id("a")
+        .start()
+        .await
+}
+
+#[tokio::test]
+async fn a_backplane_error_converts_with_question_mark_and_the_counters_outlive_the_move() {
+    let mut gone = RedisServer::start();
+    let url = gone.url();
+    gone.kill();
+    let err = within(start_node(&url)).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Cluster(ClusterError::Unavailable(_))),
+        "{err:?}"
+    );
+
+    // The backplane moved into the builder; its counters are read through the node.
+    let mut redis = RedisServer::start();
+    let node = within(start_node(&redis.url())).await.expect("started");
+    let before = node.stats();
+    assert_eq!((before.bus_dropped, before.bus_reconnects), (0, 0));
+    let mut state = node.watch_state();
+    redis.kill();
+    within(state.wait_for(|s| *s == ClusterState::Down))
+        .await
+        .expect("the node sees the bus go");
+    redis.restart();
+    within(state.wait_for(|s| *s == ClusterState::Up))
+        .await
+        .expect("the node sees the bus come back");
+    assert!(node.stats().bus_reconnects >= 1, "{:?}", node.stats());
+    node.shutdown().await;
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::redis_server::RedisServer;
 use common::within;
-use jsonrpc_peer::{connect, Context, Peer, Router, RpcError};
+use jsonrpc_peer::{connect, Caller, Context, Peer, Router, RpcError};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};

@@ -12,6 +12,7 @@ use std::time::Duration;
 use common::cluster_node::{ClusterNode, NodeClient};
 use common::redis_server::RedisServer;
 use common::within;
+use jsonrpc_peer::Caller;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 

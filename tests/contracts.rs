@@ -10,8 +10,12 @@ use std::time::Duration;
 
 use common::{connections, serve, serve_with, within};
 use futures_util::StreamExt;
+use jsonrpc_peer::cluster::{Cluster, MemoryHub};
 use jsonrpc_peer::schemars::JsonSchema;
-use jsonrpc_peer::{connect, Api, Error, PeerConfig, Reconnecting, Router, RpcError};
+use jsonrpc_peer::{
+    connect, Api, Caller, Context, Error, MethodOptions, Notification, PeerConfig, Reconnecting,
+    Router, RpcError, Server, TopicMethods, Topics,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -49,6 +53,9 @@ jsonrpc_peer::method!(Sum = "sum", Vec<i64> => i64);
 jsonrpc_peer::method!(UiDescribe = "ui.describe", () => Page);
 jsonrpc_peer::notification!(Tick = "tick", TickParams);
 jsonrpc_peer::notification!(Log = "log", (String,));
+
+jsonrpc_peer::method!(Describe = "describe", () => String);
+jsonrpc_peer::method!(Count = "count", () => u64);
 
 fn area(shape: &Shape) -> f64 {
     match shape {
@@ -95,9 +102,9 @@ async fn typed_calls_go_both_ways() {
     let router = Router::new().handle(Subtract, |cx, p| async move {
         let page = cx
             .peer()
-            .request(UiDescribe, ())
+            .request(UiDescribe, &())
             .await
-            .map_err(|e| RpcError::internal_error().with_data(e.to_string()))?;
+            .map_err(RpcError::internal_error)?;
         assert_eq!(page.title, "demo");
         Ok(p.minuend - p.subtrahend)
     });
@@ -113,7 +120,7 @@ async fn typed_calls_go_both_ways() {
     let peer = within(connect(&url, client)).await.unwrap();
     let d = within(peer.request(
         Subtract,
-        SubtractParams {
+        &SubtractParams {
             minuend: 42,
             subtrahend: 23,
         },
@@ -124,7 +131,7 @@ async fn typed_calls_go_both_ways() {
 
     // And the server calls the client directly.
     let on_server = within(connected.recv()).await.unwrap();
-    let page = within(on_server.request(UiDescribe, ())).await.unwrap();
+    let page = within(on_server.request(UiDescribe, &())).await.unwrap();
     assert_eq!(
         page,
         Page {
@@ -143,7 +150,7 @@ async fn typed_calls_go_both_ways() {
 async fn a_typed_call_of_a_method_the_other_side_lacks_is_method_not_found() {
     let (url, _server) = serve(Router::new()).await;
     let peer = within(connect(&url, Router::new())).await.unwrap();
-    let err = within(peer.request(Sum, vec![1, 2])).await.unwrap_err();
+    let err = within(peer.request(Sum, &vec![1, 2])).await.unwrap_err();
     assert_eq!(
         err.rpc().map(|e| e.code),
         Some(jsonrpc_peer::ErrorCode::METHOD_NOT_FOUND)
@@ -161,9 +168,9 @@ async fn reconnecting_clients_make_typed_calls_and_notifications() {
     });
     let (url, _server) = serve(router).await;
     let client = Reconnecting::builder(url, Router::new()).start();
-    let total = within(client.request(Sum, vec![1, 2, 4])).await.unwrap();
+    let total = within(client.request(Sum, &vec![1, 2, 4])).await.unwrap();
     assert_eq!(total, 7);
-    within(client.send(Tick, TickParams { n: 5 }))
+    within(client.send(Tick, &TickParams { n: 5 }))
         .await
         .unwrap();
     assert_eq!(within(lines.recv()).await, Some(5));
@@ -179,7 +186,7 @@ async fn notifications_arrive_as_a_typed_stream_in_order_and_end_with_the_connec
     let on_server = within(connected.recv()).await.unwrap();
 
     for n in 0..20 {
-        within(on_server.send(Tick, TickParams { n }))
+        within(on_server.send(Tick, &TickParams { n }))
             .await
             .unwrap();
     }
@@ -191,7 +198,7 @@ async fn notifications_arrive_as_a_typed_stream_in_order_and_end_with_the_connec
     assert_eq!(seen, (0..20).collect::<Vec<_>>());
 
     // `Stream` too, for combinators.
-    within(on_server.send(Tick, TickParams { n: 99 }))
+    within(on_server.send(Tick, &TickParams { n: 99 }))
         .await
         .unwrap();
     let next = within(StreamExt::next(&mut ticks)).await;
@@ -228,14 +235,15 @@ async fn a_full_stream_holds_the_connection_back_and_loses_nothing() {
     let on_server = within(connected.recv()).await.unwrap();
 
     for n in 0..SENT {
-        within(on_server.send(Tick, TickParams { n }))
+        within(on_server.send(Tick, &TickParams { n }))
             .await
             .unwrap();
     }
     // Nobody reads the stream: the client has stopped reading its connection, so a
     // call sent after the ticks is not answered...
     let held = on_server
-        .request_with_timeout(Sum, vec![1, 2], Duration::from_millis(300))
+        .request(Sum, &vec![1, 2])
+        .timeout(Duration::from_millis(300))
         .await;
     assert!(matches!(held, Err(Error::Timeout { .. })), "{held:?}");
 
@@ -245,7 +253,7 @@ async fn a_full_stream_holds_the_connection_back_and_loses_nothing() {
         assert_eq!(tick.n, n);
         taken.fetch_add(1, Ordering::SeqCst);
     }
-    let total = within(on_server.request(Sum, vec![1, 2])).await.unwrap();
+    let total = within(on_server.request(Sum, &vec![1, 2])).await.unwrap();
     assert_eq!(total, 3);
     // The timed-out call was read, and run, only once nearly every tick had been taken:
     // what waits between the socket and the test is the stream (2), the handler that
@@ -502,4 +510,115 @@ async fn spec_server_describes_exactly_what_it_serves() {
     assert_eq!(d, 19);
     let data: (String, u32) = within(peer.call("get_data", ())).await.unwrap();
     assert_eq!(data, ("hello".to_string(), 5));
+}
+
+/// What a user writes once for "anything I can call": the same function, with the same
+/// per-call option, takes each of the three handles.
+async fn describe(other: &impl Caller) -> jsonrpc_peer::Result<String> {
+    other
+        .request(Describe, &())
+        .timeout(Duration::from_secs(5))
+        .await
+}
+
+#[tokio::test]
+async fn one_function_calls_a_peer_a_reconnecting_client_and_a_peer_on_another_node() {
+    let hub = MemoryHub::new();
+    let mut nodes = Vec::new();
+    for name in ["a", "b"] {
+        let server = Server::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}", server.local_addr().unwrap());
+        let cluster = within(
+            Cluster::builder(hub.backplane(), server.handle())
+                .node_id(name)
+                .start(),
+        )
+        .await
+        .unwrap();
+        let router = Router::with_state(cluster.clone())
+            .handle(Describe, |_cx, ()| async { Ok("a server".to_owned()) })
+            .method("whoami", |cx: Context<Cluster>, (): ()| async move {
+                Ok::<_, RpcError>(cx.state().addr(cx.peer()))
+            });
+        tokio::spawn(server.serve(router));
+        nodes.push((cluster, url));
+    }
+    let mut live = nodes[0].0.watch_nodes();
+    within(live.wait_for(|n| n.len() == 2)).await.unwrap();
+
+    let peer = within(connect(&nodes[0].1, Router::new())).await.unwrap();
+    assert_eq!(describe(&peer).await.unwrap(), "a server");
+    let client = Reconnecting::builder(nodes[0].1.as_str(), Router::new()).start();
+    assert_eq!(describe(&client).await.unwrap(), "a server");
+
+    // A client of node b that serves `describe` too; node a calls it by its address.
+    let on_b = Router::new().handle(Describe, |_cx, ()| async { Ok("a client of b".to_owned()) });
+    let on_b = within(connect(&nodes[1].1, on_b)).await.unwrap();
+    let addr: jsonrpc_peer::cluster::PeerAddr = within(on_b.call("whoami", ())).await.unwrap();
+    assert_eq!(addr.node, "b");
+    let remote = nodes[0].0.peer(&addr);
+    assert_eq!(describe(&remote).await.unwrap(), "a client of b");
+
+    client.close().await;
+    peer.close().await;
+    on_b.close().await;
+    for (cluster, _) in &nodes {
+        cluster.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_contract_publishes_on_its_topic_or_on_one_of_another_name_and_broadcasts() {
+    let topics = Topics::new();
+    let (url, server) = serve(Router::new().topics(TopicMethods::new(&topics))).await;
+    let (client, mut ticks) = Router::new().stream(Tick);
+    let peer = within(connect(&url, client)).await.unwrap();
+    assert!(within(peer.call::<bool>("subscribe", ("ticks/a",)))
+        .await
+        .unwrap());
+
+    // The topic "ticks/a" carries `tick` notifications; the contract's own topic is
+    // "tick", which no one follows.
+    let on_a = Tick.on_topic("ticks/a");
+    let published = within(topics.publish(&on_a, &TickParams { n: 1 }))
+        .await
+        .unwrap();
+    assert_eq!(published.delivered, 1);
+    let published = within(topics.publish(Tick, &TickParams { n: 2 }))
+        .await
+        .unwrap();
+    assert_eq!(published.delivered, 0);
+    assert_eq!(server.broadcast(Tick, &TickParams { n: 3 }).unwrap(), 1);
+
+    assert_eq!(within(ticks.next()).await, Some(TickParams { n: 1 }));
+    assert_eq!(within(ticks.next()).await, Some(TickParams { n: 3 }));
+    peer.close().await;
+}
+
+#[tokio::test]
+async fn a_typed_handler_with_options_is_told_of_the_cancel_and_its_partial_result_is_returned() {
+    let router = Router::new().handle_with(
+        Count,
+        MethodOptions::new().cooperative(),
+        |cx, ()| async move {
+            let mut ticks = 0;
+            loop {
+                tokio::select! {
+                    _ = cx.cancelled() => return Ok(ticks),
+                    _ = tokio::time::sleep(Duration::from_millis(5)) => ticks += 1,
+                }
+            }
+        },
+    );
+    let (url, _server) = serve(router).await;
+    let peer = within(connect(&url, Router::new())).await.unwrap();
+    let partial = within(
+        peer.request(Count, &())
+            .timeout(Duration::from_millis(100))
+            .cancel_grace(Duration::from_secs(5)),
+    )
+    .await
+    .unwrap();
+    assert!(partial >= 1, "{partial}");
+    peer.close().await;
 }

@@ -19,7 +19,7 @@ use common::within;
 const WAIT: Duration = Duration::from_secs(600);
 use futures_util::{SinkExt, StreamExt};
 use jsonrpc_peer::transport::{pair_with_capacity, Frame, Memory};
-use jsonrpc_peer::{CloseReason, Context, Error, Peer, PeerConfig, Router, RpcError};
+use jsonrpc_peer::{Caller, CloseReason, Context, Error, Peer, PeerConfig, Router, RpcError};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::time::Instant;
@@ -423,7 +423,8 @@ async fn a_responsive_peer_stays_open_and_a_frozen_one_is_closed_within_interval
     let waiting = tokio::spawn({
         let peer = peer.clone();
         async move {
-            peer.call_with_timeout::<()>("never", (), Duration::from_secs(600))
+            peer.call::<()>("never", ())
+                .timeout(Duration::from_secs(600))
                 .await
         }
     });
@@ -546,7 +547,8 @@ async fn every_way_a_call_leaves_the_pending_map() {
     // 2. Its caller gives up: the timeout, exactly on time; a late answer is ignored.
     let began = Instant::now();
     let timed_out = peer
-        .call_with_timeout::<u64>("three", (), Duration::from_secs(3))
+        .call::<u64>("three", ())
+        .timeout(Duration::from_secs(3))
         .await;
     assert!(
         matches!(timed_out, Err(Error::Timeout { .. })),
@@ -575,7 +577,8 @@ async fn every_way_a_call_leaves_the_pending_map() {
         async move {
             let mut batch = peer.batch();
             batch.call("five", ())?.call("six", ())?;
-            batch.send_with_timeout(Duration::from_secs(2)).await
+            batch.timeout(Duration::from_secs(2));
+            batch.send().await
         }
     });
     let mut sent = Value::Null;

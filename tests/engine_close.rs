@@ -32,7 +32,7 @@ async fn a_slow_client_that_reads_again_sees_1008_ahead_of_the_queue() {
     let payload = "x".repeat(128 * 1024);
     let mut pushed = 0u64;
     for _ in 0..100_000 {
-        if handle.broadcast("tick", [&payload]).unwrap() == 0 {
+        if handle.broadcast("tick", &[&payload]).unwrap() == 0 {
             break;
         }
         pushed += 1;

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{serve, within, RawClient};
-use jsonrpc_peer::{connect, CloseReason, Context, Error, ErrorCode, Router, RpcError};
+use jsonrpc_peer::{connect, Caller, CloseReason, Context, Error, ErrorCode, Router, RpcError};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -15,7 +15,8 @@ fn asker() -> Router {
     Router::new().method("ask", |cx: Context, (): ()| async move {
         let answer: Value = cx
             .peer()
-            .call_with_timeout("describe", (), Duration::from_millis(200))
+            .call("describe", ())
+            .timeout(Duration::from_millis(200))
             .await?;
         Ok::<_, RpcError>(json!({ "answer": answer }))
     })
@@ -122,9 +123,13 @@ async fn errors_name_the_method_that_failed_and_the_wire_is_unchanged() {
     );
     assert!(matches!(&e, Error::Rpc { method, .. } if &**method == "divide"));
 
-    let e = within(client.call_with_timeout::<()>("slow", (), Duration::from_millis(50)))
-        .await
-        .unwrap_err();
+    let e = within(
+        client
+            .call::<()>("slow", ())
+            .timeout(Duration::from_millis(50)),
+    )
+    .await
+    .unwrap_err();
     assert!(e.is_timeout());
     assert_eq!(e.method(), Some("slow"));
     assert_eq!(e.to_string(), "`slow`: no answer within 50ms");

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::within;
 use jsonrpc_peer::axum::Endpoint;
-use jsonrpc_peer::{connect, Context, HandshakePolicy, Refusal, Router, RpcError, Server};
+use jsonrpc_peer::{connect, Caller, Context, HandshakePolicy, Refusal, Router, RpcError, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Error as WsError;

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use common::{within, STEP};
 use jsonrpc_peer::axum::Endpoint;
-use jsonrpc_peer::{connect, Context, HandshakePolicy, Router, RpcError, Server, ServerHandle};
+use jsonrpc_peer::{
+    connect, Caller, Context, HandshakePolicy, Router, RpcError, Server, ServerHandle,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -302,10 +304,12 @@ async fn closed_by_server(tcp: &mut TcpStream, wait: Duration) -> bool {
 #[tokio::test]
 async fn connections_that_never_handshake_do_not_lock_real_clients_out() {
     // Two connection slots, ten handshake places, and a long handshake timeout: 200
-    // silent connections are far more than both.
+    // silent connections are far more than both. Each handshake place turns over
+    // once its silent holder is 50 ms old.
     let policy = HandshakePolicy::default()
         .max_connections(2)
         .max_handshakes(10)
+        .handshake_grace(Duration::from_millis(50))
         .handshake_timeout(Duration::from_secs(60));
     let (addr, handle) = server_with(policy).await;
     let mut idle = idle_connections(&addr, 200).await;
@@ -328,6 +332,44 @@ async fn connections_that_never_handshake_do_not_lock_real_clients_out() {
         }
     }
     assert_eq!(dropped, 190, "the oldest silent connections are closed");
+}
+
+/// A herd of clients dialing a server that is not accepting yet (busy, or just
+/// restarted) waits in the listen queue: with tokio's backlog of 128 the 130th SYN
+/// would be dropped and its connect would hang. Once the server serves, every one of
+/// them gets its `101`.
+#[tokio::test]
+async fn a_herd_of_dials_waits_in_the_listen_queue() {
+    const HERD: usize = 400;
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let addr = server.local_addr().unwrap().to_string();
+    let mut herd = Vec::with_capacity(HERD);
+    for _ in 0..HERD {
+        herd.push(within(TcpStream::connect(&addr)).await.unwrap());
+    }
+    tokio::spawn(server.serve(common::spec_methods::spec_router()));
+    let request = upgrade(
+        "GET",
+        "HTTP/1.1",
+        &format!("Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n"),
+    );
+    for tcp in &mut herd {
+        within(tcp.write_all(request.as_bytes())).await.unwrap();
+    }
+    for tcp in &mut herd {
+        assert_eq!(read_answer(tcp).await.status, 101);
+    }
+}
+
+/// The backlog is a setting: a server bound with a small one still serves.
+#[tokio::test]
+async fn a_server_bound_with_its_own_backlog_serves() {
+    let server = Server::bind_with_backlog("127.0.0.1:0", 8).await.unwrap();
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    tokio::spawn(server.serve(common::spec_methods::spec_router()));
+    let peer = within(connect(&url, Router::new())).await.unwrap();
+    let diff: i64 = within(peer.call("subtract", [42, 23])).await.unwrap();
+    assert_eq!(diff, 19);
 }
 
 #[tokio::test]

@@ -11,8 +11,8 @@ use common::{within, RawClient};
 use futures_util::{SinkExt, StreamExt};
 use jsonrpc_peer::transport::{self, Frame, Text};
 use jsonrpc_peer::{
-    Context, Error, HistoryConfig, HistoryError, Peer, PeerConfig, Router, SlowPeer, TopicMethods,
-    Topics,
+    Caller, Context, Error, HistoryConfig, HistoryError, Peer, PeerConfig, Router, SlowPeer,
+    TopicMethods, Topics,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -90,7 +90,7 @@ async fn a_client_that_drops_its_tcp_connection_at_random_points_resumes_every_o
             let mut tick = tokio::time::interval(Duration::from_millis(1));
             for i in 1..=N {
                 tick.tick().await;
-                let published = topics.publish("feed", [i]).await.unwrap();
+                let published = topics.publish("feed", &[i]).await.unwrap();
                 assert_eq!(published.offset, Some(i));
             }
         }
@@ -149,7 +149,7 @@ async fn a_resume_from_outside_the_window_or_another_epoch_says_recovered_false_
     topics.keep_history("t", HistoryConfig::default().max_len(5));
     let url = serve(&topics, PeerConfig::default()).await;
     for i in 1..=10u64 {
-        topics.publish("t", [i]).await.unwrap();
+        topics.publish("t", &[i]).await.unwrap();
     }
     let epoch = topics.position("t").unwrap().epoch;
     let mut client = RawClient::connect(&url).await;
@@ -172,7 +172,7 @@ async fn a_resume_from_outside_the_window_or_another_epoch_says_recovered_false_
         assert!(before.is_empty(), "{before:?}");
     }
     // Nothing replayed after the answers either: the next frame is the next publication.
-    topics.publish("t", [11]).await.unwrap();
+    topics.publish("t", &[11]).await.unwrap();
     assert_eq!(
         client.recv_text().await.unwrap(),
         notification("t", 11, "[11]")
@@ -207,7 +207,7 @@ async fn a_resume_after_a_server_restart_says_recovered_false() {
     };
     let old_epoch = result["epoch"].as_str().unwrap().to_owned();
     for i in 1..=3u64 {
-        first.publish("t", [i]).await.unwrap();
+        first.publish("t", &[i]).await.unwrap();
         assert_eq!(
             client.recv_text().await.unwrap(),
             notification("t", i, &format!("[{i}]"))
@@ -220,8 +220,8 @@ async fn a_resume_after_a_server_restart_says_recovered_false() {
     let second = Topics::new();
     second.keep_history("t", HistoryConfig::default());
     let url = serve(&second, PeerConfig::default()).await;
-    second.publish("t", ["new"]).await.unwrap();
-    second.publish("t", ["newer"]).await.unwrap();
+    second.publish("t", &["new"]).await.unwrap();
+    second.publish("t", &["newer"]).await.unwrap();
     let mut client = RawClient::connect(&url).await;
     client.send(&subscribe(2, "t", Some((&old_epoch, 3)))).await;
     let (before, result) = until_answer(&mut client, 2).await;
@@ -232,7 +232,7 @@ async fn a_resume_after_a_server_restart_says_recovered_false() {
         json!({"epoch": new_epoch, "offset": 2, "recovered": false})
     );
     assert!(before.is_empty(), "nothing replayed: {before:?}");
-    second.publish("t", ["live"]).await.unwrap();
+    second.publish("t", &["live"]).await.unwrap();
     assert_eq!(
         client.recv_text().await.unwrap(),
         notification("t", 3, r#"["live"]"#)
@@ -249,7 +249,7 @@ async fn the_byte_bound_trims_the_oldest_and_refuses_what_cannot_fit() {
     for i in 1..=5u64 {
         let data = payload(i);
         assert_eq!(serde_json::to_string(&data).unwrap().len(), 40);
-        topics.publish("t", data).await.unwrap();
+        topics.publish("t", &data).await.unwrap();
     }
     let epoch = topics.position("t").unwrap().epoch;
     let mut client = RawClient::connect(&url).await;
@@ -267,7 +267,7 @@ async fn the_byte_bound_trims_the_oldest_and_refuses_what_cannot_fit() {
 
     // A publication larger than the whole bound is refused, takes no offset, and
     // reaches no one.
-    let err = topics.publish("t", "y".repeat(99)).await.unwrap_err();
+    let err = topics.publish("t", &"y".repeat(99)).await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -280,7 +280,7 @@ async fn the_byte_bound_trims_the_oldest_and_refuses_what_cannot_fit() {
         "{err:?}"
     );
     assert_eq!(topics.position("t").unwrap().offset, 5);
-    topics.publish("t", "z").await.unwrap();
+    topics.publish("t", &"z").await.unwrap();
     assert_eq!(
         client.recv_text().await.unwrap(),
         notification("t", 6, r#""z""#)
@@ -320,9 +320,9 @@ async fn the_age_bound_trims_what_is_older_than_max_age() {
         HistoryConfig::default().max_age(Duration::from_secs(10)),
     );
     let (_server, client, mut rx) = memory_pair(&topics, &PeerConfig::default());
-    topics.publish("t", [1]).await.unwrap();
+    topics.publish("t", &[1]).await.unwrap();
     tokio::time::advance(Duration::from_secs(6)).await;
-    topics.publish("t", [2]).await.unwrap();
+    topics.publish("t", &[2]).await.unwrap();
     let epoch = topics.position("t").unwrap().epoch;
     let resume = |offset: u64| json!(["t", {"epoch": epoch, "offset": offset}]);
 
@@ -343,7 +343,7 @@ async fn the_age_bound_trims_what_is_older_than_max_age() {
         answer,
         json!({"epoch": epoch, "offset": 2, "recovered": true})
     );
-    topics.publish("t", [3]).await.unwrap();
+    topics.publish("t", &[3]).await.unwrap();
     assert_eq!(within(rx.recv()).await.unwrap(), (3, json!([3])));
     assert!(rx.try_recv().is_err(), "nothing twice");
 }
@@ -359,7 +359,7 @@ async fn a_replay_longer_than_the_outgoing_queue_does_not_close_the_subscriber()
         .outgoing_queue_bytes(4096);
     let url = serve(&topics, config).await;
     for i in 1..=KEPT {
-        topics.publish("t", [i]).await.unwrap();
+        topics.publish("t", &[i]).await.unwrap();
     }
     let epoch = topics.position("t").unwrap().epoch;
     let mut client = RawClient::connect(&url).await;
@@ -375,7 +375,7 @@ async fn a_replay_longer_than_the_outgoing_queue_does_not_close_the_subscriber()
         async move {
             for i in KEPT + 1..=KEPT * 10 {
                 within(reads.recv()).await.unwrap();
-                let published = topics.publish("t", [i]).await.unwrap();
+                let published = topics.publish("t", &[i]).await.unwrap();
                 if published.delivered == 1 {
                     return i;
                 }
@@ -405,7 +405,7 @@ async fn a_replay_longer_than_the_outgoing_queue_does_not_close_the_subscriber()
     let during = last.unwrap() - KEPT;
     assert!(during > 100, "only {during} publications during the replay");
     // Still subscribed, live.
-    topics.publish("t", ["after"]).await.unwrap();
+    topics.publish("t", &["after"]).await.unwrap();
     assert_eq!(
         client.recv_text().await.unwrap(),
         notification("t", last.unwrap() + 1, r#"["after"]"#)
@@ -435,7 +435,7 @@ async fn two_concurrent_publishers_give_every_subscriber_one_order() {
         let topics = topics.clone();
         tokio::spawn(async move {
             for i in 0..EACH {
-                topics.publish("t", [who, i]).await.unwrap();
+                topics.publish("t", &[who, i]).await.unwrap();
                 if i % 8 == 0 {
                     tokio::task::yield_now().await;
                 }
@@ -482,7 +482,7 @@ async fn fall_behind(slow_peer: SlowPeer) -> Vec<Frame> {
     let topics = Topics::new();
     topics.keep_history("t", HistoryConfig::default().max_len(20));
     for i in 1..=20u64 {
-        topics.publish("t", [i]).await.unwrap();
+        topics.publish("t", &[i]).await.unwrap();
     }
     let epoch = topics.position("t").unwrap().epoch;
     let (mut client, b) = transport::pair_with_capacity(4);
@@ -505,7 +505,7 @@ async fn fall_behind(slow_peer: SlowPeer) -> Vec<Frame> {
     }
     assert!(server.queued_bytes() > 0, "the replay did not start");
     for i in 21..=60u64 {
-        topics.publish("t", [i]).await.unwrap();
+        topics.publish("t", &[i]).await.unwrap();
     }
     let mut frames = Vec::new();
     for _ in 0..1000 {
@@ -519,7 +519,7 @@ async fn fall_behind(slow_peer: SlowPeer) -> Vec<Frame> {
                 if let Some(Frame::Text(text)) = frames.last() {
                     if text.contains(r#""id":1"#) {
                         // The answer: with SlowPeer::Drop the subscription is live.
-                        topics.publish("t", ["live"]).await.unwrap();
+                        topics.publish("t", &["live"]).await.unwrap();
                     } else if text.contains("live") {
                         break;
                     }
@@ -597,7 +597,7 @@ async fn a_replay_that_ends_with_a_full_queue_goes_live_only_once_there_is_room(
     let topics = Topics::new();
     topics.keep_history("t", HistoryConfig::default());
     for i in 1..=100u64 {
-        topics.publish("t", [i]).await.unwrap();
+        topics.publish("t", &[i]).await.unwrap();
     }
     let epoch = topics.position("t").unwrap().epoch;
     let (mut client, b) = transport::pair_with_capacity(4);
@@ -640,7 +640,7 @@ async fn a_replay_that_ends_with_a_full_queue_goes_live_only_once_there_is_room(
     }
     // A live publication now finds the queue full: it must wait in the history (the
     // subscriber is not live yet), not close the subscriber as a slow peer.
-    topics.publish("t", [101]).await.unwrap();
+    topics.publish("t", &[101]).await.unwrap();
     let mut answer = None;
     for _ in 0..100 {
         match within(client.next()).await {

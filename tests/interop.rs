@@ -19,7 +19,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use jsonrpc_peer::{connect, CloseReason, Context, Error, Peer, Router, RpcError};
+use jsonrpc_peer::{connect, Caller, CloseReason, Context, Error, Peer, Router, RpcError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
@@ -151,11 +151,13 @@ fn interop_router(seen: Arc<Seen>) -> Router<Arc<Seen>> {
                 .await
                 .map_err(|e| relay(seen, "notify node.notified", e))?;
             let double: i64 = peer
-                .call_with_timeout("node.double", [p.x], CALL_LIMIT)
+                .call("node.double", [p.x])
+                .timeout(CALL_LIMIT)
                 .await
                 .map_err(|e| relay(seen, "call node.double", e))?;
             let plus_one: i64 = peer
-                .call_with_timeout("node.sum_via_rust", [double, 1], CALL_LIMIT)
+                .call("node.sum_via_rust", [double, 1])
+                .timeout(CALL_LIMIT)
                 .await
                 .map_err(|e| relay(seen, "call node.sum_via_rust", e))?;
             Ok::<_, RpcError>(json!({"double": double, "plus_one": plus_one}))
@@ -167,7 +169,8 @@ fn interop_router(seen: Arc<Seen>) -> Router<Arc<Seen>> {
                 let seen = cx.state();
                 match cx
                     .peer()
-                    .call_with_timeout::<Value>("node.fail", &expected, CALL_LIMIT)
+                    .call::<Value>("node.fail", &expected)
+                    .timeout(CALL_LIMIT)
                     .await
                 {
                     Err(Error::Rpc { error: got, .. }) if got == expected => Ok(got),
@@ -182,7 +185,8 @@ fn interop_router(seen: Arc<Seen>) -> Router<Arc<Seen>> {
             let expected = RpcError::method_not_found();
             match cx
                 .peer()
-                .call_with_timeout::<Value>("node.nope", [1], CALL_LIMIT)
+                .call::<Value>("node.nope", [1])
+                .timeout(CALL_LIMIT)
                 .await
             {
                 Err(Error::Rpc { error: got, .. }) if got == expected => Ok(got),
@@ -201,8 +205,9 @@ fn interop_router(seen: Arc<Seen>) -> Router<Arc<Seen>> {
                 .and_then(|b| b.notify("node.notified", json!({"from": "ask_node_batch"})))
                 .and_then(|b| b.call("node.fail", json!({"code": 7, "message": "seven"})));
             built.map_err(|e| relay(seen, "build the batch", e))?;
+            batch.timeout(CALL_LIMIT);
             let outcomes = batch
-                .send_with_timeout(CALL_LIMIT)
+                .send()
                 .await
                 .map_err(|e| relay(seen, "send the batch", e))?;
             let mut out = Vec::new();
@@ -227,8 +232,9 @@ fn interop_router(seen: Arc<Seen>) -> Router<Arc<Seen>> {
             batch
                 .call("node.double", [5])
                 .map_err(|e| relay(seen, "build the batch", e))?;
+            batch.timeout(CALL_LIMIT);
             let mut outcomes = batch
-                .send_with_timeout(CALL_LIMIT)
+                .send()
                 .await
                 .map_err(|e| relay(seen, "send the batch of one", e))?;
             match outcomes.pop() {

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jsonrpc_peer::transport::WebSocket;
-use jsonrpc_peer::{Context, MethodOptions, Peer, Router, RpcError};
+use jsonrpc_peer::{Caller, Context, MethodOptions, Peer, Router, RpcError};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::Notify;

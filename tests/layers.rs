@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use common::{serve_with, within};
 use jsonrpc_peer::layer::{CallInfo, CallOutcome, Decision, Layer, Wants};
-use jsonrpc_peer::{connect_with_config, Context, Error, Peer, PeerConfig, Router, RpcError};
+use jsonrpc_peer::{
+    connect_with_config, Caller, Context, Error, Peer, PeerConfig, Router, RpcError,
+};
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
@@ -311,7 +313,7 @@ async fn a_layer_sees_timeouts_cancels_panics_and_the_end() {
     );
 
     let timeout = Duration::from_secs(5);
-    let outcome = caller.call_with_timeout::<i64>("slow", (), timeout).await;
+    let outcome = caller.call::<i64>("slow", ()).timeout(timeout).await;
     assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
     assert_eq!(next(&mut a, 2).await[1], "a end made slow timeout");
     assert_eq!(

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::{serve, within, RawClient};
 use jsonrpc_peer::{
-    connect, CloseReason, Context, Error, ErrorCode, Peer, PeerConfig, Router, RpcError,
+    connect, Caller, CloseReason, Context, Error, ErrorCode, Peer, PeerConfig, Router, RpcError,
 };
 use serde::Deserialize;
 use tokio::net::TcpListener;
@@ -220,8 +220,12 @@ async fn timeouts_and_dropped_calls_leave_nothing_behind() {
 
     // A call's own timeout, shorter than the peer's.
     let started = Instant::now();
-    let result =
-        within(client.call_with_timeout::<u64>("slow", (1000,), Duration::from_millis(20))).await;
+    let result = within(
+        client
+            .call::<u64>("slow", (1000,))
+            .timeout(Duration::from_millis(20)),
+    )
+    .await;
     assert!(matches!(result, Err(Error::Timeout { .. })));
     assert!(started.elapsed() < Duration::from_millis(1000));
     assert_eq!(client.pending_calls(), 0);
@@ -236,10 +240,11 @@ async fn timeouts_and_dropped_calls_leave_nothing_behind() {
     // answer to `slow(200)` is sent after it, so once that one is in, the late one was
     // read (and ignored).
     let late = client
-        .call_with_timeout::<u64>("slow", (50,), Duration::from_millis(10))
+        .call::<u64>("slow", (50,))
+        .timeout(Duration::from_millis(10))
         .await;
     assert!(matches!(late, Err(Error::Timeout { .. })));
-    let after: u64 = within(client.call_with_timeout("slow", (200,), Duration::from_secs(5)))
+    let after: u64 = within(client.call("slow", (200,)).timeout(Duration::from_secs(5)))
         .await
         .unwrap();
     assert_eq!(after, 200);

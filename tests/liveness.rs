@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::within;
 use jsonrpc_peer::{
-    connect, connect_with_config, CloseReason, Context, Error, PeerConfig, Router, RpcError, Server,
+    connect, connect_with_config, Caller, CloseReason, Context, Error, PeerConfig, Router,
+    RpcError, Server,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -260,7 +261,8 @@ async fn past_the_in_flight_limit_the_peer_stops_reading_instead_of_failing() {
     }
     // The server reads no further: a quick call sent now is not answered while four run.
     let quick = client
-        .call_with_timeout::<()>("quick", (), Duration::from_millis(300))
+        .call::<()>("quick", ())
+        .timeout(Duration::from_millis(300))
         .await;
     assert!(matches!(quick, Err(Error::Timeout { .. })), "{quick:?}");
     assert_eq!(

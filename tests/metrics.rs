@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -15,7 +15,7 @@ use common::{serve_with, within, RawClient};
 use jsonrpc_peer::cluster::{Cluster, ClusterState, MemoryHub};
 use jsonrpc_peer::metrics::{names, Metrics};
 use jsonrpc_peer::{
-    connect_with_config, Context, Error, HandshakePolicy, HistoryConfig, Peer, PeerConfig,
+    connect_with_config, Caller, Context, Error, HandshakePolicy, HistoryConfig, Peer, PeerConfig,
     Position, RateLimit, Router, RpcError, Server, SlowPeer, Topics,
 };
 use metrics::{Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, SharedString, Unit};
@@ -173,7 +173,12 @@ async fn calls_notifications_and_batches_are_counted_both_ways() {
         durations(names::CALLS_SERVED_DURATION),
         durations(names::CALLS_MADE_DURATION),
     );
-    let (n, sum) = moved(served, &m("m.add", "ok"), peer.call::<i64>("m.add", [1, 2])).await;
+    let (n, sum) = moved(
+        served,
+        &m("m.add", "ok"),
+        peer.call::<i64>("m.add", [1, 2]).into_future(),
+    )
+    .await;
     assert_eq!((n, sum.unwrap()), (1, 3));
     assert_eq!(r.counter(made, &m("m.add", "ok")), 1);
     assert_eq!(durations(names::CALLS_SERVED_DURATION), before_served + 1);
@@ -183,18 +188,21 @@ async fn calls_notifications_and_batches_are_counted_both_ways() {
         ("m.add", json!(["x"]), "invalid_params"),
         ("m.fail", json!([]), "error"),
     ] {
-        let call = peer.call::<serde_json::Value>(method, params);
+        let call = peer.call::<serde_json::Value>(method, params).into_future();
         let (n, _) = moved(served, &m(method, outcome), call).await;
         assert_eq!(n, 1, "{method} {outcome}");
         assert_eq!(r.counter(made, &m(method, outcome)), 1);
     }
     // A name the server does not know is `other` there, its own name here.
-    let unknown = peer.call::<i64>("m.unknown", ());
+    let unknown = peer.call::<i64>("m.unknown", ()).into_future();
     let (n, _) = moved(served, &m("other", "method_not_found"), unknown).await;
     assert_eq!(n, 1);
     assert_eq!(r.counter(made, &m("m.unknown", "method_not_found")), 1);
     // A timeout here, a cancel there.
-    let slow = peer.call_with_timeout::<()>("m.slow", (), Duration::from_millis(50));
+    let slow = peer
+        .call::<()>("m.slow", ())
+        .timeout(Duration::from_millis(50))
+        .into_future();
     let (n, outcome) = moved(made, &m("m.slow", "timeout"), slow).await;
     assert!(matches!(outcome, Err(Error::Timeout { .. })));
     assert_eq!(n, 1);
@@ -312,14 +320,14 @@ async fn queued_bytes_slow_peers_and_cancels_are_counted() {
     topics.subscribe(&peer, "t");
     let drops = r.counter(names::SLOW_PEERS_TOTAL, &[("action", "drop")]);
     for _ in 0..8 {
-        within(topics.publish("t", [1])).await.unwrap();
+        within(topics.publish("t", &[1])).await.unwrap();
     }
     assert!(r.counter(names::SLOW_PEERS_TOTAL, &[("action", "drop")]) > drops);
     let closes = r.counter(names::SLOW_PEERS_TOTAL, &[("action", "close")]);
     let (closing, _other2) = stuck_peer(config_close());
     topics.subscribe(&closing, "t");
     for _ in 0..16 {
-        within(topics.publish("t", [1])).await.unwrap();
+        within(topics.publish("t", &[1])).await.unwrap();
     }
     assert_eq!(
         r.counter(names::SLOW_PEERS_TOTAL, &[("action", "close")]),
@@ -330,7 +338,10 @@ async fn queued_bytes_slow_peers_and_cancels_are_counted() {
     // A call given up: its cancel would go to a full queue, so it is skipped.
     let cancels = |event| r.counter(names::CANCELS_TOTAL, &[("event", event)]);
     let skipped = cancels("skipped");
-    let call = peer.call_with_timeout::<()>("never", (), Duration::from_millis(20));
+    let call = peer
+        .call::<()>("never", ())
+        .timeout(Duration::from_millis(20))
+        .into_future();
     assert!(within(call).await.is_err());
     assert_eq!(cancels("skipped"), skipped + 1);
 
@@ -344,7 +355,10 @@ async fn queued_bytes_slow_peers_and_cancels_are_counted() {
         .await
         .unwrap();
     let (sent, received) = (cancels("sent"), cancels("received"));
-    let slow = peer.call_with_timeout::<()>("m.slow", (), Duration::from_millis(20));
+    let slow = peer
+        .call::<()>("m.slow", ())
+        .timeout(Duration::from_millis(20))
+        .into_future();
     assert!(within(slow).await.is_err());
     assert_eq!(cancels("sent"), sent + 1);
     until("the cancel arrives", || cancels("received") == received + 1).await;
@@ -377,7 +391,7 @@ async fn topic_publishes_deliveries_and_replays_are_counted() {
         r.counter(names::TOPIC_PUBLISHES_TOTAL, &[]),
         r.counter(names::TOPIC_DELIVERIES_TOTAL, &[]),
     );
-    within(topics.publish("plain", [1])).await.unwrap();
+    within(topics.publish("plain", &[1])).await.unwrap();
     assert_eq!(r.counter(names::TOPIC_PUBLISHES_TOTAL, &[]), publishes + 1);
     assert_eq!(
         r.counter(names::TOPIC_DELIVERIES_TOTAL, &[]),
@@ -385,7 +399,7 @@ async fn topic_publishes_deliveries_and_replays_are_counted() {
     );
 
     for i in 0..3 {
-        within(topics.publish("kept", [i])).await.unwrap();
+        within(topics.publish("kept", &[i])).await.unwrap();
     }
     let epoch = topics.position("kept").unwrap().epoch;
     let replays = r.counter(names::TOPIC_REPLAYS_TOTAL, &[]);
@@ -477,10 +491,10 @@ async fn a_clusters_bus_outbox_gaps_and_nodes_are_counted() {
     // Broadcasts wait in the outbox while the bus is down; past its 2 KiB the oldest
     // are dropped.
     let filler = "x".repeat(100);
-    a.handle().broadcast("news", [&filler]).unwrap();
+    a.handle().broadcast("news", &[&filler]).unwrap();
     assert!(outbox() > before, "{} bytes", outbox() - before);
     for _ in 0..40 {
-        a.handle().broadcast("news", [&filler]).unwrap();
+        a.handle().broadcast("news", &[&filler]).unwrap();
     }
     assert!(outbox() - before <= 2048.0);
     assert!(r.counter(names::CLUSTER_OUTBOX_DROPPED_TOTAL, &[]) > dropped);

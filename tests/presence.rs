@@ -6,8 +6,8 @@ mod common;
 
 use common::{serve, within};
 use jsonrpc_peer::{
-    connect, Context, Member, Peer, PresenceChange, PresenceEvent, PresenceJoin, PresenceLeave,
-    PresenceLimits, Router, RpcError, TopicMethods, Topics,
+    connect, Caller, Context, Member, Peer, PresenceChange, PresenceEvent, PresenceJoin,
+    PresenceLeave, PresenceLimits, Router, RpcError, TopicMethods, Topics,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};

@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use jsonrpc_peer::{Context, Peer, Router, RpcError};
+use jsonrpc_peer::{Caller, Context, Peer, Router, RpcError};
 use serde_json::{json, Value};
 use tokio::net::UnixStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -56,8 +56,10 @@ async fn progress_values_arrive_in_order_before_the_answer() {
     let _server = start(b, server_router());
 
     const N: u32 = 50;
-    let (mut progress, call) =
-        client.call_with_progress::<Value>("work", [N], Duration::from_secs(10));
+    let (mut progress, call) = client
+        .call::<Value>("work", [N])
+        .timeout(Duration::from_secs(10))
+        .with_progress();
     let answer = within(call).await.expect("the call succeeds");
     assert_eq!(answer, json!({"asked": true}));
     // Every value was routed before the answer, so all are here now; then the stream ends.
@@ -78,7 +80,10 @@ async fn progress_can_be_watched_while_the_call_runs() {
     let (a, b) = ws_pair().await;
     let client = start(a, Router::new());
     let _server = start(b, server_router());
-    let (progress, call) = client.call_with_progress::<Value>("work", [5], Duration::from_secs(10));
+    let (progress, call) = client
+        .call::<Value>("work", [5])
+        .timeout(Duration::from_secs(10))
+        .with_progress();
     let watch = progress.map(|v| v.get().to_owned()).collect::<Vec<_>>();
     let (answer, seen) = within(async { tokio::join!(call, watch) }).await;
     assert_eq!(answer.expect("the call succeeds"), json!({"asked": true}));
@@ -138,8 +143,10 @@ async fn asking_puts_the_token_beside_params_and_a_peer_that_ignores_it_still_an
     let mut raw = b;
     let caller = client.clone();
     let call = tokio::spawn(async move {
-        let (progress, call) =
-            caller.call_with_progress::<String>("work", [1], Duration::from_secs(10));
+        let (progress, call) = caller
+            .call::<String>("work", [1])
+            .timeout(Duration::from_secs(10))
+            .with_progress();
         let answer = call.await;
         (answer, progress.collect::<Vec<_>>().await.len())
     });

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use common::within;
 use futures_util::StreamExt;
 use jsonrpc_peer::{
-    connect, Backoff, CloseReason, Context, LinkState, PeerConfig, Reconnecting, Router, RpcError,
-    Server, ServerHandle, SlowPeer, Topics,
+    connect, Backoff, Caller, CloseReason, Context, LinkState, PeerConfig, Reconnecting, Router,
+    RpcError, Server, ServerHandle, SlowPeer, Topics,
 };
 use serde::{Serialize, Serializer};
 use tokio::sync::mpsc;
@@ -104,7 +104,7 @@ async fn a_broadcast_reaches_a_thousand_clients_exactly_once_and_is_serialized_o
     let started = Instant::now();
     assert_eq!(
         handle
-            .broadcast("tick", Counted(serialized.clone()))
+            .broadcast("tick", &Counted(serialized.clone()))
             .unwrap(),
         1000
     );
@@ -115,7 +115,7 @@ async fn a_broadcast_reaches_a_thousand_clients_exactly_once_and_is_serialized_o
     );
     // `done` follows `tick` on each connection; once every `done` is in, any duplicate
     // `tick` would have arrived before it.
-    assert_eq!(handle.broadcast("done", ()).unwrap(), 1000);
+    assert_eq!(handle.broadcast("done", &()).unwrap(), 1000);
     let mut ticks = HashSet::new();
     let mut dones = HashSet::new();
     while dones.len() < 1000 {
@@ -184,7 +184,7 @@ async fn a_client_that_stops_reading_does_not_delay_the_others_and_is_closed() {
     let mut slowest = Duration::ZERO;
     for n in 0..400u64 {
         let started = Instant::now();
-        handle.broadcast("tick", (n, &payload)).unwrap();
+        handle.broadcast("tick", &(n, &payload)).unwrap();
         slowest = slowest.max(started.elapsed());
         // The fast client keeps up: it has each one before the next is sent.
         let (_, _, got) = within(rx.recv()).await.unwrap();
@@ -218,7 +218,7 @@ async fn with_the_drop_policy_a_slow_client_stays_and_misses_messages() {
     let (handle, mut slow, _fast, mut rx) = (setup.handle, setup.slow, setup.fast, setup.ticks);
     let payload = "x".repeat(64 * 1024);
     for n in 0..400u64 {
-        handle.broadcast("tick", (n, &payload)).unwrap();
+        handle.broadcast("tick", &(n, &payload)).unwrap();
         assert_eq!(within(rx.recv()).await.unwrap().2, n);
     }
     assert_eq!(
@@ -277,7 +277,7 @@ async fn a_disconnect_leaves_the_registry_and_every_topic() {
         (2, 1)
     );
 
-    assert_eq!(topics.publish("a", (7,)).await.unwrap().delivered, 2);
+    assert_eq!(topics.publish("a", &(7,)).await.unwrap().delivered, 2);
     let mut got: Vec<usize> = vec![
         within(rx.recv()).await.unwrap().0,
         within(rx.recv()).await.unwrap().0,
@@ -297,7 +297,7 @@ async fn a_disconnect_leaves_the_registry_and_every_topic() {
         (topics.subscriber_count("a"), topics.subscriber_count("b")),
         (0, 0)
     );
-    assert_eq!(topics.publish("a", (8,)).await.unwrap().delivered, 0);
+    assert_eq!(topics.publish("a", &(8,)).await.unwrap().delivered, 0);
 }
 
 #[tokio::test]
@@ -369,7 +369,7 @@ async fn the_reconnecting_client_comes_back_resubscribes_and_receives_again() {
         .await
         .unwrap();
     assert_eq!(client.state(), LinkState::Connected);
-    assert_eq!(topics.publish("ticks", (1,)).await.unwrap().delivered, 1);
+    assert_eq!(topics.publish("ticks", &(1,)).await.unwrap().delivered, 1);
     assert_eq!(within(rx.recv()).await.unwrap().2, 1);
 
     // The server goes away.
@@ -384,7 +384,8 @@ async fn the_reconnecting_client_comes_back_resubscribes_and_receives_again() {
         let client = client.clone();
         async move {
             client
-                .call_with_timeout::<bool>("subscribe", ("other",), Duration::from_secs(10))
+                .call::<bool>("subscribe", ("other",))
+                .timeout(Duration::from_secs(10))
                 .await
         }
     });
@@ -404,7 +405,7 @@ async fn the_reconnecting_client_comes_back_resubscribes_and_receives_again() {
         2,
         "the hook ran after the reconnect"
     );
-    assert_eq!(topics.publish("ticks", (2,)).await.unwrap().delivered, 1);
+    assert_eq!(topics.publish("ticks", &(2,)).await.unwrap().delivered, 1);
     assert_eq!(within(rx.recv()).await.unwrap().2, 2);
 
     within(client.close()).await;

@@ -6,8 +6,8 @@ mod common;
 
 use common::{serve_with, within, RawClient};
 use jsonrpc_peer::{
-    connect, Context, Error, HandshakePolicy, PeerConfig, RateLimit, Router, RpcError, Server,
-    RATE_LIMIT_CLOSE,
+    connect, Caller, Context, Error, HandshakePolicy, PeerConfig, RateLimit, Router, RpcError,
+    Server, RATE_LIMIT_CLOSE,
 };
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message;

@@ -9,8 +9,8 @@ use std::time::Duration;
 use common::proxy::Proxy;
 use common::within;
 use jsonrpc_peer::{
-    Backoff, HistoryConfig, PeerConfig, Position, Reconnecting, Router, ServerHandle, TopicEvent,
-    TopicEvents, TopicMethods, Topics,
+    Backoff, Caller, HistoryConfig, PeerConfig, Position, Reconnecting, Router, ServerHandle,
+    TopicEvent, TopicEvents, TopicMethods, Topics,
 };
 use serde_json::{json, Value};
 
@@ -67,7 +67,7 @@ async fn the_client_gets_every_offset_once_in_order_across_random_tcp_drops() {
             let mut tick = tokio::time::interval(Duration::from_millis(1));
             for i in 1..=N {
                 tick.tick().await;
-                topics.publish("feed", i).await.unwrap();
+                topics.publish("feed", &i).await.unwrap();
             }
         }
     });
@@ -105,7 +105,7 @@ async fn after_a_server_restart_the_client_says_missed_and_goes_on_in_the_new_ep
     let proxy = Proxy::start(addr).await;
     let (client, mut events) = follow::<String>(&proxy, "t").await;
     for word in ["a", "b", "c"] {
-        first.publish("t", word).await.unwrap();
+        first.publish("t", &word).await.unwrap();
         assert!(matches!(next(&mut events).await, TopicEvent::Data(w) if w == word));
     }
     let old_epoch = first.position("t").unwrap().epoch;
@@ -114,8 +114,8 @@ async fn after_a_server_restart_the_client_says_missed_and_goes_on_in_the_new_ep
     within(handle.shutdown()).await;
     let second = Topics::new();
     second.keep_history("t", HistoryConfig::default());
-    second.publish("t", "x").await.unwrap();
-    second.publish("t", "y").await.unwrap();
+    second.publish("t", &"x").await.unwrap();
+    second.publish("t", &"y").await.unwrap();
     let (addr, _handle) = serve(&second).await;
     proxy.retarget(addr);
     let new_epoch = second.position("t").unwrap().epoch;
@@ -131,7 +131,7 @@ async fn after_a_server_restart_the_client_says_missed_and_goes_on_in_the_new_ep
             offset: 2
         })
     );
-    second.publish("t", "z").await.unwrap();
+    second.publish("t", &"z").await.unwrap();
     assert!(matches!(next(&mut events).await, TopicEvent::Data(w) if w == "z"));
     assert_eq!(
         events.position(),
@@ -151,14 +151,14 @@ async fn a_client_whose_position_fell_out_of_the_history_says_missed_and_replays
     let proxy = Proxy::start(addr).await;
     let (client, mut events) = follow::<u64>(&proxy, "t").await;
     for i in 1..=2u64 {
-        topics.publish("t", i).await.unwrap();
+        topics.publish("t", &i).await.unwrap();
         assert!(matches!(next(&mut events).await, TopicEvent::Data(n) if n == i));
     }
     // The client cannot come back while 18 more are published: 16..=20 are kept.
     proxy.refuse(true);
     proxy.cut();
     for i in 3..=20u64 {
-        topics.publish("t", i).await.unwrap();
+        topics.publish("t", &i).await.unwrap();
     }
     proxy.refuse(false);
     let epoch = topics.position("t").unwrap().epoch;
@@ -166,7 +166,7 @@ async fn a_client_whose_position_fell_out_of_the_history_says_missed_and_replays
         TopicEvent::Missed { epoch: e, offset } => assert_eq!((e, offset), (epoch, 20)),
         other => panic!("{other:?}"),
     }
-    topics.publish("t", 21).await.unwrap();
+    topics.publish("t", &21).await.unwrap();
     match next(&mut events).await {
         TopicEvent::Data(n) => assert_eq!(n, 21, "nothing from before the answer"),
         other => panic!("{other:?}"),
@@ -180,7 +180,7 @@ async fn on_a_topic_without_history_the_client_says_missed_after_each_reconnect(
     let (addr, _handle) = serve(&topics).await;
     let proxy = Proxy::start(addr).await;
     let (client, mut events) = follow::<Value>(&proxy, "plain").await;
-    topics.publish("plain", [1]).await.unwrap();
+    topics.publish("plain", &[1]).await.unwrap();
     assert!(matches!(next(&mut events).await, TopicEvent::Data(v) if v == json!([1])));
     proxy.cut();
     match next(&mut events).await {
@@ -188,7 +188,7 @@ async fn on_a_topic_without_history_the_client_says_missed_after_each_reconnect(
         other => panic!("{other:?}"),
     }
     // Subscribed again: the next publication arrives.
-    topics.publish("plain", [2]).await.unwrap();
+    topics.publish("plain", &[2]).await.unwrap();
     assert!(matches!(next(&mut events).await, TopicEvent::Data(v) if v == json!([2])));
     assert_eq!(events.position(), None, "no positions without history");
     within(client.close()).await;
@@ -199,7 +199,7 @@ async fn a_client_given_a_position_resumes_from_it_on_its_first_connect() {
     let topics = Topics::new();
     topics.keep_history("t", HistoryConfig::default());
     for i in 1..=5u64 {
-        topics.publish("t", i).await.unwrap();
+        topics.publish("t", &i).await.unwrap();
     }
     let (addr, _handle) = serve(&topics).await;
     let proxy = Proxy::start(addr).await;

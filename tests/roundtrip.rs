@@ -2,13 +2,14 @@
 
 mod common;
 
+use std::future::IntoFuture;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::{serve, within, RawClient};
 use futures_util::{SinkExt, StreamExt};
-use jsonrpc_peer::{connect, Context, ErrorCode, Peer, Router, RpcError, ServerHandle};
+use jsonrpc_peer::{connect, Caller, Context, ErrorCode, Peer, Router, RpcError, ServerHandle};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -47,7 +48,7 @@ fn bouncer() -> Router {
             .peer()
             .call("bounce", (n - 1,))
             .await
-            .map_err(|e| RpcError::internal_error().with_data(e.to_string()))?;
+            .map_err(RpcError::internal_error)?;
         Ok::<_, RpcError>(below + 1)
     })
 }
@@ -60,7 +61,7 @@ async fn handlers_call_back_eight_deep_without_deadlock() {
     let depth: u32 = within(client.call("bounce", (8,))).await.unwrap();
     assert_eq!(depth, 8);
     // Many such chains at once, sharing the connection.
-    let chains = (0..20).map(|_| client.call::<u32>("bounce", (8,)));
+    let chains = (0..20).map(|_| client.call::<u32>("bounce", (8,)).into_future());
     for depth in within(futures_util::future::join_all(chains)).await {
         assert_eq!(depth.unwrap(), 8);
     }

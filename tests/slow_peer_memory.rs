@@ -37,7 +37,7 @@ async fn a_stalled_client_costs_at_most_its_queue_then_is_closed() {
     let before = rss();
     let mut pushed = 0usize;
     while pushed < 25 << 20 {
-        if handle.broadcast("tick", [&payload]).unwrap() == 0 {
+        if handle.broadcast("tick", &[&payload]).unwrap() == 0 {
             break; // closed by the slow-peer policy
         }
         pushed += payload.len();

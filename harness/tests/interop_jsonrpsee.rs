@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use common::spec_methods::{self, SubtractParams as Subtract};
 use common::within;
-use jsonrpc_peer::{connect, CloseReason, Context, Error, Peer, Router, RpcError};
+use jsonrpc_peer::{connect, Caller, CloseReason, Context, Error, Peer, Router, RpcError};
 use jsonrpsee::core::client::{ClientT, Error as ClientError, IdKind, SubscriptionClientT};
 use jsonrpsee::core::params::{BatchRequestBuilder, ObjectParams};
 use jsonrpsee::rpc_params;
@@ -404,7 +404,7 @@ async fn notifications_our_server_pushes_reach_jsonrpsee_subscribers() {
         json!(["broadcast", 2, 3]),
         json!({"broadcast": 4}),
     ] {
-        let queued = server.broadcast("tick", params).expect("broadcast");
+        let queued = server.broadcast("tick", &params).expect("broadcast");
         assert_eq!(queued, 1);
     }
     for expected in [json!(["broadcast", 2, 3]), json!({"broadcast": 4})] {
@@ -422,8 +422,11 @@ async fn our_calls_to_a_jsonrpsee_client_time_out_and_leave_nothing_pending() {
     // Our server calls the jsonrpsee client. jsonrpsee's client serves no methods and
     // never answers: the call must end with a timeout, and nothing is left pending.
     let peer = only_peer(&client, &server).await;
-    let outcome =
-        within(peer.call_with_timeout::<Value>("client.echo", ["ping"], UNANSWERED)).await;
+    let outcome = within(
+        peer.call::<Value>("client.echo", ["ping"])
+            .timeout(UNANSWERED),
+    )
+    .await;
     assert!(
         matches!(outcome, Err(Error::Timeout { after: t, .. }) if t == UNANSWERED),
         "a call to a jsonrpsee client cannot be answered and must time out, got {outcome:?}"
@@ -434,8 +437,11 @@ async fn our_calls_to_a_jsonrpsee_client_time_out_and_leave_nothing_pending() {
     let mut echo = within(client.subscribe_to_method::<Value>("client.echo"))
         .await
         .expect("subscribe to `client.echo`");
-    let outcome =
-        within(peer.call_with_timeout::<Value>("client.echo", ["again"], UNANSWERED)).await;
+    let outcome = within(
+        peer.call::<Value>("client.echo", ["again"])
+            .timeout(UNANSWERED),
+    )
+    .await;
     assert!(
         matches!(outcome, Err(Error::Timeout { .. })),
         "got {outcome:?}"

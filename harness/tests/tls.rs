@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::within;
 use jsonrpc_peer::{
-    connect, connect_with_tls, Context, Error, HandshakePolicy, PeerConfig, Router, RpcError,
-    Server,
+    connect, connect_with_tls, Caller, Context, Error, HandshakePolicy, PeerConfig, Router,
+    RpcError, Server,
 };
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::io::AsyncReadExt;
@@ -49,7 +49,7 @@ async fn calls_and_callbacks_over_wss() {
             cx.peer()
                 .call::<String>("whoami", ())
                 .await
-                .map_err(|e| RpcError::internal_error().with_data(e.to_string()))
+                .map_err(RpcError::internal_error)
         });
     let server = Server::bind("127.0.0.1:0").await.unwrap().tls(server_tls);
     let port = server.local_addr().unwrap().port();

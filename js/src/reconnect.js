@@ -15,8 +15,8 @@ import { checkName, request, utf8Length } from './wire.js';
 
 /**
  * @typedef {object} Backoff
- * @property {number} [initialMs=100] the cap of the first wait
- * @property {number} [maxMs=10000] the largest cap
+ * @property {number} [initialMs=250] the cap of the first wait
+ * @property {number} [maxMs=3000] the largest cap
  * @property {number} [multiplier=2] how much the cap grows per failed attempt
  */
 
@@ -30,7 +30,7 @@ import { checkName, request, utf8Length } from './wire.js';
  * @param {() => number} [random] a number in [0, 1)
  * @returns {number} milliseconds
  */
-export function backoffDelay({ initialMs = 100, maxMs = 10000, multiplier = 2 } = {}, attempt, random = Math.random) {
+export function backoffDelay({ initialMs = 250, maxMs = 3000, multiplier = 2 } = {}, attempt, random = Math.random) {
   const cap = Math.max(0, Math.min(maxMs, initialMs * multiplier ** Math.min(attempt, 64)));
   return random() * cap;
 }

@@ -18,11 +18,11 @@ describe('backoffDelay', () => {
     }
   });
 
-  test('defaults are the Rust Backoff\'s: 100 ms, x2, 10 s', () => {
+  test('defaults are the Rust Backoff\'s: 250 ms, x2, 3 s', () => {
     const top = () => 1 - Number.EPSILON;
-    assert.equal(Math.round(backoffDelay(undefined, 0, top)), 100);
-    assert.equal(Math.round(backoffDelay({}, 3, top)), 800);
-    assert.equal(Math.round(backoffDelay({}, 30, top)), 10000);
+    assert.equal(Math.round(backoffDelay(undefined, 0, top)), 250);
+    assert.equal(Math.round(backoffDelay({}, 3, top)), 2000);
+    assert.equal(Math.round(backoffDelay({}, 30, top)), 3000);
   });
 });
 

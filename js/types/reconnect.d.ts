@@ -1,7 +1,7 @@
 /**
  * @typedef {object} Backoff
- * @property {number} [initialMs=100] the cap of the first wait
- * @property {number} [maxMs=10000] the largest cap
+ * @property {number} [initialMs=250] the cap of the first wait
+ * @property {number} [maxMs=3000] the largest cap
  * @property {number} [multiplier=2] how much the cap grows per failed attempt
  */
 /**

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::member_store::{PartWrite, PresenceKey, PresenceRead, StoredPresence};
+use crate::addr::ClusterError;
 
 /// A boxed, `Send` future, as the [`Backplane`] methods return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -42,6 +43,28 @@ pub enum BackplaneError {
     /// The backplane was shut down.
     #[error("backplane closed")]
     Closed,
+}
+
+/// `?` turns it into this crate's [`Error`](crate::Error), so
+/// `RedisBackplane::connect` (feature `redis`) fits a
+/// function returning [`jsonrpc_peer::Result`](crate::Result): both kinds become
+/// [`ClusterError::Unavailable`], the error a call across the cluster meets when the
+/// bus cannot be reached.
+///
+/// ```
+/// use jsonrpc_peer::cluster::{BackplaneError, ClusterError};
+///
+/// let e: jsonrpc_peer::Error = BackplaneError::Closed.into();
+/// assert!(matches!(e, jsonrpc_peer::Error::Cluster(ClusterError::Unavailable(_))));
+/// ```
+impl From<BackplaneError> for crate::Error {
+    fn from(e: BackplaneError) -> Self {
+        let reason = match e {
+            BackplaneError::Unavailable(reason) => reason,
+            BackplaneError::Closed => e.to_string(),
+        };
+        crate::Error::Cluster(ClusterError::Unavailable(reason))
+    }
 }
 
 /// A publish/subscribe bus shared by the nodes of a cluster (Redis, in-memory, later NATS).
@@ -114,6 +137,20 @@ pub trait Backplane: Send + Sync + 'static {
     /// The event stream, taken once (later calls return `None`). Bounded: a consumer
     /// that stops reading makes the bus drop or disconnect, never grow without bound.
     fn events(&self) -> Option<mpsc::Receiver<BusEvent>>;
+
+    /// Messages lost on their way to this node because its event stream was full
+    /// (default 0, for a bus that never drops). A node reports it in
+    /// [`ClusterStats::bus_dropped`](super::ClusterStats::bus_dropped), so it stays
+    /// readable once the backplane moved into [`Cluster::builder`](super::Cluster::builder).
+    fn dropped(&self) -> u64 {
+        0
+    }
+
+    /// How many times the link to the bus was dialed again after a loss (default 0).
+    /// A node reports it in [`ClusterStats::bus_reconnects`](super::ClusterStats::bus_reconnects).
+    fn reconnects(&self) -> u64 {
+        0
+    }
 }
 
 /// What a backplane answers to presence methods it does not have.

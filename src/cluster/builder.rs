@@ -73,7 +73,7 @@ impl ClusterBuilder {
         self
     }
 
-    /// The timeout of [`Cluster::call`] (default 30 s).
+    /// The timeout of a call to a peer on another node, through [`Cluster::peer`] (default 30 s).
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.options.call_timeout = timeout;
         self

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::sync::{oneshot, watch, Semaphore};
 
@@ -20,8 +20,8 @@ use super::outbox::Outbox;
 use super::status::ClusterState;
 use super::sync::lock;
 use crate::addr::{ClusterError, PeerAddr};
+use crate::call::{Caller, Reply};
 use crate::error::{CloseReason, Error, Result, RpcError};
-use crate::pending::Reply;
 use crate::registry::ServerHandle;
 use crate::transport::Text;
 
@@ -204,16 +204,15 @@ impl Calls {
         Ok(())
     }
 
-    /// Calls the peer at `to` on another node.
+    /// Calls the peer at `to` on another node; `frame` is the call written as a
+    /// notification (the target node adds its own id).
     pub async fn call(
         &self,
         to: &PeerAddr,
         method: &str,
-        params: &impl Serialize,
+        frame: &str,
         timeout: Duration,
     ) -> Result<Reply> {
-        // Written as a notification: the target node adds its own id.
-        let frame = crate::message::request(method, params, None)?;
         self.reachable(to)?;
         let corr = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
@@ -303,7 +302,8 @@ impl Calls {
                 }
             };
             let result = peer
-                .call_raw_with_timeout(&call.method, call.params, timeout)
+                .call::<Reply>(&call.method, call.params)
+                .timeout(timeout)
                 .await;
             match result {
                 Ok(result) => reply(&calls, None, None, result.get().as_bytes()),

@@ -214,6 +214,10 @@ impl MemoryBackplane {
 }
 
 impl Backplane for MemoryBackplane {
+    fn dropped(&self) -> u64 {
+        self.overflowed()
+    }
+
     fn publish(&self, channel: &str, payload: Bytes) -> BoxFuture<'_, Result<(), BackplaneError>> {
         let channel = channel.to_owned();
         Box::pin(async move {

@@ -4,7 +4,8 @@
 //! Each node is a [`Cluster`] attached to its server's [`ServerHandle`]. Once attached,
 //! [`ServerHandle::broadcast`] and the cluster's [`Topics`] deliver to the node's own
 //! peers at once, as without a cluster, and send one envelope to the other nodes;
-//! [`Cluster::call`] and [`Cluster::notify`] reach a peer by its [`PeerAddr`] on any node.
+//! [`Cluster::peer`] reaches a peer by its [`PeerAddr`] on any node, as a
+//! [`Caller`](crate::Caller).
 //!
 //! # Guarantees
 //!
@@ -62,6 +63,7 @@ mod receive;
 #[cfg(feature = "redis")]
 mod redis;
 mod relay;
+mod remote;
 mod sequence;
 mod status;
 mod subscriptions;
@@ -69,10 +71,7 @@ mod sync;
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tokio::sync::watch;
 
 pub use crate::addr::{ClusterError, ParsePeerAddrError, PeerAddr};
@@ -82,11 +81,10 @@ pub use member_store::{PartWrite, PresenceKey, PresenceRead, StoredPart, StoredP
 pub use memory::{MemoryBackplane, MemoryHub};
 #[cfg(feature = "redis")]
 pub use redis::{RedisBackplane, RedisOptions};
+pub use remote::RemotePeer;
 pub use status::{ClusterState, ClusterStats, Gap};
 
-use crate::error::{Error, Result};
 use crate::peer::Peer;
-use crate::pending::Reply;
 use crate::registry::ServerHandle;
 use crate::topics::Topics;
 use node::{Node, Options};
@@ -174,96 +172,20 @@ impl Cluster {
         }
     }
 
-    /// Calls the peer at `to`, wherever it is connected, with the cluster's call timeout.
+    /// The peer at `to`, wherever it is connected: call it and notify it as any
+    /// [`Caller`](crate::Caller). Nothing is looked up until a call is made.
     ///
-    /// # Errors
+    /// ```no_run
+    /// # async fn run(cluster: jsonrpc_peer::cluster::Cluster, addr: jsonrpc_peer::cluster::PeerAddr) -> jsonrpc_peer::Result<()> {
+    /// use std::time::Duration;
+    /// use jsonrpc_peer::Caller;
     ///
-    /// As [`Peer::call`] ([`Error::Rpc`] with the peer's error object, [`Error::Timeout`],
-    /// [`Error::Closed`]), plus [`Error::Cluster`]: [`ClusterError::NoSuchPeer`],
-    /// [`ClusterError::NodeDown`] (at once for a node not live, or when it goes silent
-    /// mid-call), [`ClusterError::Unavailable`] (at once while the bus is down).
-    pub async fn call<R: DeserializeOwned>(
-        &self,
-        to: &PeerAddr,
-        method: &str,
-        params: impl Serialize,
-    ) -> Result<R> {
-        self.call_raw(to, method, params).await?.decode()
-    }
-
-    /// [`call`](Self::call) with its own timeout.
-    ///
-    /// # Errors
-    ///
-    /// As for [`call`](Self::call).
-    pub async fn call_with_timeout<R: DeserializeOwned>(
-        &self,
-        to: &PeerAddr,
-        method: &str,
-        params: impl Serialize,
-        timeout: Duration,
-    ) -> Result<R> {
-        self.call_raw_with_timeout(to, method, params, timeout)
-            .await?
-            .decode()
-    }
-
-    /// [`call`](Self::call), returning the raw result unparsed.
-    ///
-    /// # Errors
-    ///
-    /// As for [`call`](Self::call).
-    pub async fn call_raw(
-        &self,
-        to: &PeerAddr,
-        method: &str,
-        params: impl Serialize,
-    ) -> Result<Reply> {
-        self.call_raw_with_timeout(to, method, params, self.node.call_timeout)
-            .await
-    }
-
-    /// [`call_raw`](Self::call_raw) with its own timeout.
-    ///
-    /// # Errors
-    ///
-    /// As for [`call`](Self::call).
-    pub async fn call_raw_with_timeout(
-        &self,
-        to: &PeerAddr,
-        method: &str,
-        params: impl Serialize,
-        timeout: Duration,
-    ) -> Result<Reply> {
-        if to.node == self.node.me.id {
-            let peer = self.local_peer(to)?;
-            return peer.call_raw_with_timeout(method, params, timeout).await;
-        }
-        self.node.calls.call(to, method, &params, timeout).await
-    }
-
-    /// Notifies the peer at `to`, wherever it is connected. Returns once the
-    /// notification is queued; nothing says whether it arrived.
-    ///
-    /// # Errors
-    ///
-    /// [`ClusterError::NoSuchPeer`] for a local address with no peer,
-    /// [`ClusterError::NodeDown`], [`ClusterError::Unavailable`], or the params errors
-    /// of [`Peer::call`].
-    pub fn notify(&self, to: &PeerAddr, method: &str, params: impl Serialize) -> Result<()> {
-        let frame = crate::message::request(method, &params, None)?;
-        if to.node == self.node.me.id {
-            self.local_peer(to)?.push(frame.into());
-            return Ok(());
-        }
-        self.node.calls.notify(to, frame.as_bytes())
-    }
-
-    fn local_peer(&self, to: &PeerAddr) -> Result<Peer> {
-        self.node
-            .handle
-            .peer(to.peer)
-            .ok_or_else(|| Error::Cluster(ClusterError::NoSuchPeer(to.clone())))
+    /// jsonrpc_peer::method!(Describe = "describe", () => String);
+    /// let about = cluster.peer(&addr).request(Describe, &()).timeout(Duration::from_secs(2)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn peer(&self, to: &PeerAddr) -> RemotePeer {
+        RemotePeer::new(self.node.clone(), to.clone())
     }
 
     /// Connections on every live node: this node's now, the others' from their last

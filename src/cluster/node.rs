@@ -29,7 +29,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
-use super::backplane::{Backplane, BackplaneError, BusEvent};
+use super::backplane::{Backplane, BusEvent};
 use super::calls::Calls;
 use super::envelope::{Kind, Me};
 use super::members::{self, Members, MembersRelay};
@@ -93,6 +93,8 @@ pub(crate) struct Node {
     subscriptions: Arc<Subscriptions>,
     members: Arc<Members>,
     counters: Arc<Counters>,
+    /// Read for its counters only: the outbox and subscriptions tasks use it.
+    bus: Arc<dyn Backplane>,
     stop: watch::Sender<bool>,
 }
 
@@ -112,9 +114,7 @@ impl Node {
         let bus: Arc<dyn Backplane> = Arc::from(bus);
         let me = Arc::new(Me::new(id, &options.prefix));
         for channel in [me.channels.all(), me.channels.control(), &me.own] {
-            bus.subscribe(channel).await.map_err(|e: BackplaneError| {
-                Error::Cluster(ClusterError::Unavailable(e.to_string()))
-            })?;
+            bus.subscribe(channel).await?;
         }
         let (node, inbox) = Node::new(me, handle, topics, &options, &bus);
         node.attach()?;
@@ -166,6 +166,7 @@ impl Node {
             subscriptions: Arc::new(Subscriptions::default()),
             members,
             counters: Arc::new(Counters::default()),
+            bus: bus.clone(),
             stop: watch::Sender::new(false),
         };
         (node, inbox)
@@ -292,6 +293,8 @@ impl Node {
             duplicates: self.counters.duplicates.load(Ordering::Relaxed),
             gaps: self.counters.gaps.load(Ordering::Relaxed),
             duplicate_node_seen: self.counters.twins.load(Ordering::Relaxed),
+            bus_dropped: self.bus.dropped(),
+            bus_reconnects: self.bus.reconnects(),
         }
     }
 

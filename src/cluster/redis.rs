@@ -96,7 +96,7 @@ impl RedisOptions {
 
     /// The bound of the event stream (default 4096 events). A consumer that falls that
     /// far behind loses messages (counted by
-    /// [`RedisBackplane::dropped`]); `Down` and
+    /// [`Backplane::dropped`], [`ClusterStats::bus_dropped`](super::ClusterStats::bus_dropped)); `Down` and
     /// `Up` are never dropped.
     pub fn event_capacity(mut self, capacity: usize) -> Self {
         self.event_capacity = capacity.max(1);
@@ -144,8 +144,10 @@ impl RedisOptions {
 /// this node (Redis pub/sub keeps nothing): the stream says [`BusEvent::Down`] then
 /// [`BusEvent::Up`] so the layer above can report the gap.
 ///
+/// Its errors convert into [`jsonrpc_peer::Error`](crate::Error) with `?`:
+///
 /// ```no_run
-/// # async fn run() -> Result<(), jsonrpc_peer::cluster::BackplaneError> {
+/// # async fn run() -> jsonrpc_peer::Result<()> {
 /// use jsonrpc_peer::cluster::{Backplane, RedisBackplane, RedisOptions};
 ///
 /// let bus = RedisBackplane::connect("redis+unix:///tmp/r.sock", RedisOptions::default()).await?;
@@ -220,16 +222,6 @@ impl RedisBackplane {
         self.shared.up.load(Ordering::Acquire)
     }
 
-    /// Messages dropped because the event stream was full.
-    pub fn dropped(&self) -> u64 {
-        self.shared.dropped.load(Ordering::Relaxed)
-    }
-
-    /// How many times the subscribing connection was dialed again after a loss.
-    pub fn reconnects(&self) -> u64 {
-        self.shared.reconnects.load(Ordering::Relaxed)
-    }
-
     fn control(
         &self,
         make: impl FnOnce(oneshot::Sender<Result<(), BackplaneError>>) -> Control,
@@ -287,6 +279,16 @@ impl RedisBackplane {
 }
 
 impl Backplane for RedisBackplane {
+    /// Messages dropped because the event stream was full.
+    fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// How many times the subscribing connection was dialed again after a loss.
+    fn reconnects(&self) -> u64 {
+        self.shared.reconnects.load(Ordering::Relaxed)
+    }
+
     fn publish(&self, channel: &str, payload: Bytes) -> BoxFuture<'_, Result<(), BackplaneError>> {
         self.enqueue(vec![(channel.to_owned(), payload)])
     }

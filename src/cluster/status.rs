@@ -47,6 +47,12 @@ pub struct ClusterStats {
     pub gaps: u64,
     /// Times another node with this node's name was seen.
     pub duplicate_node_seen: u64,
+    /// Messages the bus lost on their way to this node because its event stream was
+    /// full ([`Backplane::dropped`](super::Backplane::dropped)).
+    pub bus_dropped: u64,
+    /// Times the bus's link was dialed again after a loss
+    /// ([`Backplane::reconnects`](super::Backplane::reconnects)).
+    pub bus_reconnects: u64,
 }
 
 /// What [`ClusterBuilder::on_gap`](super::ClusterBuilder::on_gap) runs.

@@ -44,5 +44,7 @@ pub(super) fn panicked(id: Option<&str>, method: &str, peer: u64) -> Option<Stri
         peer,
         "a method handler panicked; answered -32603"
     );
-    id.map(|id| message::error_response(Some(id), &RpcError::internal_error()))
+    id.map(|id| {
+        message::error_response(Some(id), &RpcError::internal_error("the handler panicked"))
+    })
 }

@@ -131,10 +131,9 @@ impl Served {
                 self.finish(&CallOutcome::Result(message::result_in(&frame, id)));
                 frame
             }
-            Err(e) => self.fail(
-                &RpcError::internal_error()
-                    .with_data(format!("the result could not be serialized: {e}")),
-            ),
+            Err(e) => self.fail(&RpcError::internal_error(format_args!(
+                "the result could not be serialized: {e}"
+            ))),
         }
     }
 
@@ -144,7 +143,10 @@ impl Served {
             Decision::Error(error) => self.fail(&error),
             Decision::Result(result) => self.succeed(&*result),
             // Not given: the caller runs the handler on `Continue`.
-            Decision::Continue => self.fail(&RpcError::internal_error()),
+            Decision::Continue => self.fail(&RpcError::new(
+                crate::ErrorCode::INTERNAL_ERROR,
+                "Internal error",
+            )),
         }
     }
 }

@@ -15,52 +15,98 @@ use serde_json::value::RawValue;
 
 use super::{Envelope, Raw};
 
+/// How nearly every message starts: read with one comparison.
+const USUAL_START: &[u8] = br#"{"jsonrpc":"2.0","#;
+
 /// Reads `text` as one message object, or gives up with `None`.
 pub(super) fn envelope(text: &str) -> Option<Envelope<'_>> {
     let b = text.as_bytes();
-    let mut i = ws(b, 0);
-    if *b.get(i)? != b'{' {
-        return None;
-    }
     let mut env = Envelope::default();
-    i = ws(b, i + 1);
-    if *b.get(i)? == b'}' {
-        i += 1;
+    let mut i = if b.starts_with(USUAL_START) {
+        // `{`, the member `"jsonrpc":"2.0"` and a comma: another member follows.
+        env.jsonrpc = Some(Raw(text.get(11..16)?));
+        ws(b, USUAL_START.len())
     } else {
-        loop {
-            let (key, after_key) = plain_string(b, i)?;
-            i = ws(b, after_key);
-            if *b.get(i)? != b':' {
-                return None;
-            }
-            i = ws(b, i + 1);
-            let end = value_end(text, i)?;
-            let value = Raw(text.get(i..end)?);
-            let slot = match b.get(key.0 + 1..key.1 - 1)? {
-                b"jsonrpc" => Some(&mut env.jsonrpc),
-                b"method" => Some(&mut env.method),
-                b"params" => Some(&mut env.params),
-                b"id" => Some(&mut env.id),
-                b"result" => Some(&mut env.result),
-                b"error" => Some(&mut env.error),
-                b"progressToken" => Some(&mut env.progress_token),
-                _ => None,
-            };
-            if let Some(slot) = slot {
-                env.duplicate |= slot.replace(value).is_some();
-            }
-            i = ws(b, end);
-            match *b.get(i)? {
-                b',' => i = ws(b, i + 1),
-                b'}' => {
-                    i += 1;
-                    break;
+        let i = ws(b, 0);
+        if *b.get(i)? != b'{' {
+            return None;
+        }
+        let i = ws(b, i + 1);
+        if *b.get(i)? == b'}' {
+            return (ws(b, i + 1) == b.len()).then_some(env);
+        }
+        i
+    };
+    loop {
+        let (slot, after_colon) = match usual_key(&mut env, b, i) {
+            Some(found) => found,
+            None => {
+                let (key, after_key) = plain_string(b, i)?;
+                i = ws(b, after_key);
+                if *b.get(i)? != b':' {
+                    return None;
                 }
-                _ => return None,
+                (env.slot(b.get(key.0 + 1..key.1 - 1)?), i + 1)
             }
+        };
+        i = ws(b, after_colon);
+        let end = value_end(text, i)?;
+        let value = Raw(text.get(i..end)?);
+        let duplicate = slot.is_some_and(|slot| slot.replace(value).is_some());
+        env.duplicate |= duplicate;
+        i = ws(b, end);
+        match *b.get(i)? {
+            b',' => i = ws(b, i + 1),
+            b'}' => {
+                i += 1;
+                break;
+            }
+            _ => return None,
         }
     }
     (ws(b, i) == b.len()).then_some(env)
+}
+
+/// A member's key at `i` written the usual way, `"name":` (no escape, no space
+/// before the colon), for the names JSON-RPC gives meaning to: where its value goes and
+/// the index after the colon. Any other key goes through [`plain_string`]. Each name is
+/// compared as a constant, which the compiler turns into a load or two.
+fn usual_key<'e, 'a>(
+    env: &'e mut Envelope<'a>,
+    b: &[u8],
+    i: usize,
+) -> Option<(Option<&'e mut Option<Raw<'a>>>, usize)> {
+    #[inline(always)]
+    fn is<const N: usize>(rest: &[u8], key: &[u8; N]) -> bool {
+        rest.get(..N).is_some_and(|k| k == key)
+    }
+    let rest = b.get(i..)?;
+    let (slot, len) = match *rest.get(1)? {
+        b'j' if is(rest, br#""jsonrpc":"#) => (&mut env.jsonrpc, 10),
+        b'm' if is(rest, br#""method":"#) => (&mut env.method, 9),
+        b'p' if is(rest, br#""params":"#) => (&mut env.params, 9),
+        b'i' if is(rest, br#""id":"#) => (&mut env.id, 5),
+        b'r' if is(rest, br#""result":"#) => (&mut env.result, 9),
+        b'e' if is(rest, br#""error":"#) => (&mut env.error, 8),
+        _ => return None,
+    };
+    Some((Some(slot), i + len))
+}
+
+impl<'a> Envelope<'a> {
+    /// Where the member named `name` goes; `None` for a member JSON-RPC ignores.
+    fn slot(&mut self, name: &[u8]) -> Option<&mut Option<Raw<'a>>> {
+        match name {
+            b"jsonrpc" => Some(&mut self.jsonrpc),
+            b"method" => Some(&mut self.method),
+            b"params" => Some(&mut self.params),
+            b"id" => Some(&mut self.id),
+            b"result" => Some(&mut self.result),
+            b"error" => Some(&mut self.error),
+            b"progressToken" => Some(&mut self.progress_token),
+            _ => None,
+        }
+    }
 }
 
 /// Skips JSON whitespace from `i`.
@@ -71,6 +117,19 @@ fn ws(b: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// The bytes that end or complicate a string: `"`, `\\` and control characters.
+const STOPS: [bool; 256] = {
+    let mut stops = [false; 256];
+    let mut c = 0;
+    while c < 0x20 {
+        stops[c] = true;
+        c += 1;
+    }
+    stops[b'"' as usize] = true;
+    stops[b'\\' as usize] = true;
+    stops
+};
+
 /// A string at `i` with no escapes and no control characters: its span, quotes
 /// included, and the index after it.
 fn plain_string(b: &[u8], i: usize) -> Option<((usize, usize), usize)> {
@@ -79,10 +138,8 @@ fn plain_string(b: &[u8], i: usize) -> Option<((usize, usize), usize)> {
     }
     let rest = b.get(i + 1..)?;
     // One pass over the bytes, without a bounds check each: the first byte that ends
-    // or complicates the string.
-    let at = rest
-        .iter()
-        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+    // or complicates the string, one table lookup per byte.
+    let at = rest.iter().position(|&c| STOPS[usize::from(c)])?;
     if rest[at] != b'"' {
         return None;
     }
@@ -226,6 +283,13 @@ mod tests {
             r#"{"jsonrpc":"2.0","method":"m","params":{ "a" : 1 , "b" : "é" },"id":2}"#,
             r#"{"jsonrpc":"2.0","method":"m","params":[ ],"id":3}"#,
             r#"{"jsonrpc":"2.0","method":"m","params":[1.5,"a\"b",{"c":[]}],"id":4}"#,
+            r#"{"jsonrpc":"2.0", "method":"m","id":5}"#,
+            r#"{"jsonrpc":"2.0","method" :"m","id" : 6,"idx":7,"i":8,"e":9}"#,
+            r#"{"id":7,"result":{"a":1},"jsonrpc":"2.0"}"#,
+            r#"{"jsonrpc":"2.0","error":{"code":1,"message":"x"},"id":"e"}"#,
+            r#"{"jsonrpc":"2.0","method":"m","progressToken":"t","id":9}"#,
+            r#"{"jsonrpc":"2.1","method":"m","id":10}"#,
+            r#"{"jsonrpc":2,"method":"m","id":11}"#,
         ] {
             assert!(envelope(text).is_some(), "{text}");
             agrees(text);
@@ -252,6 +316,13 @@ mod tests {
             "{\"jsonrpc\":\"2.0\",\"method\":\"a\tb\",\"id\":1}",
             r#"{"jsonrpc":"2.0","method":"m","id":nul}"#,
             r#"{"jsonrpc":"2.0""#,
+            r#"{"jsonrpc":"2.0",}"#,
+            r#"{"jsonrpc":"2.0","#,
+            r#"{"jsonrpc":"2.0",,"id":1}"#,
+            r#"{"jsonrpc":"2.0","method":"m","id"1}"#,
+            r#"{"jsonrpc":"2.0","method":"m","id":1"#,
+            r#"{"jsonrpc":"2.0","met\u0068od":"m","id":1}"#,
+            r#"{"jsonrpc":"2.0","method":"m\n","id":1}"#,
         ] {
             assert!(envelope(text).is_none(), "{text}");
             agrees(text);
@@ -260,8 +331,14 @@ mod tests {
 
     #[test]
     fn duplicates_are_seen_by_both() {
-        let text = r#"{"jsonrpc":"2.0","method":"m","id":1,"id":2}"#;
-        assert!(envelope(text).is_some_and(|e| e.duplicate));
-        agrees(text);
+        for text in [
+            r#"{"jsonrpc":"2.0","method":"m","id":1,"id":2}"#,
+            r#"{"jsonrpc":"2.0","jsonrpc":"2.0","method":"m"}"#,
+            r#"{"jsonrpc":"2.0","method":"m","method" :"n"}"#,
+            r#"{"jsonrpc":"2.0","result":1,"result":2,"id":1}"#,
+        ] {
+            assert!(envelope(text).is_some_and(|e| e.duplicate), "{text}");
+            agrees(text);
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! into a per-thread scratch buffer and copied out at its exact size.
 
 use std::cell::RefCell;
+use std::ops::Range;
 
 use serde::Serialize;
 
@@ -105,24 +106,7 @@ pub(crate) fn write_request<P: Serialize + ?Sized>(
     params: &P,
     id: Option<u64>,
 ) -> Result<(), crate::Error> {
-    buf.extend_from_slice(VERSION);
-    buf.extend_from_slice(br#""method":"#);
-    serde_json::to_writer(&mut *buf, method)?;
-    let before_params = buf.len();
-    buf.extend_from_slice(br#","params":"#);
-    let start = buf.len();
-    serde_json::to_writer(&mut *buf, params)?;
-    match buf[start] {
-        b'[' | b'{' => {}
-        b'n' => buf.truncate(before_params),
-        other => {
-            return Err(crate::Error::InvalidParams(match other {
-                b'"' => "a string",
-                b't' | b'f' => "a boolean",
-                _ => "a number",
-            }))
-        }
-    }
+    write_head(buf, method, params)?;
     if let Some(id) = id {
         buf.extend_from_slice(br#","id":"#);
         // serde_json writes integers with itoa: `write!` through `fmt` cost about 230
@@ -131,6 +115,86 @@ pub(crate) fn write_request<P: Serialize + ?Sized>(
     }
     buf.push(b'}');
     Ok(())
+}
+
+/// Appends `{"jsonrpc":"2.0","method":M` and `,"params":P` to `buf`, leaving `params`
+/// out when they serialize to `null` (as `()` and `None` do). Returns where the params
+/// are in `buf`.
+fn write_head<P: Serialize + ?Sized>(
+    buf: &mut Vec<u8>,
+    method: &str,
+    params: &P,
+) -> Result<Option<Range<usize>>, crate::Error> {
+    buf.extend_from_slice(VERSION);
+    buf.extend_from_slice(br#""method":"#);
+    serde_json::to_writer(&mut *buf, method)?;
+    let before_params = buf.len();
+    buf.extend_from_slice(br#","params":"#);
+    let start = buf.len();
+    serde_json::to_writer(&mut *buf, params)?;
+    match buf[start] {
+        b'[' | b'{' => Ok(Some(start..buf.len())),
+        b'n' => {
+            buf.truncate(before_params);
+            Ok(None)
+        }
+        other => Err(crate::Error::InvalidParams(match other {
+            b'"' => "a string",
+            b't' | b'f' => "a boolean",
+            _ => "a number",
+        })),
+    }
+}
+
+/// The start of a request, up to its params, with room for `tail` more bytes (what
+/// [`finish_request`] adds) so finishing it does not grow it; where its params are.
+pub(crate) fn request_head<P: Serialize + ?Sized>(
+    method: &str,
+    params: &P,
+    tail: usize,
+) -> Result<(String, Option<Range<usize>>), crate::Error> {
+    with_scratch(|buf| {
+        let params = write_head(buf, method, params)?;
+        let text = std::str::from_utf8(buf).map_err(|_| invalid_utf8())?;
+        let mut head = String::with_capacity(text.len() + tail);
+        head.push_str(text);
+        Ok((head, params))
+    })
+}
+
+/// Ends a request begun by [`request_head`]: `,"id":N` for a call, the progress token
+/// (the id again) when asked, `}`.
+pub(crate) fn finish_request(mut head: String, id: Option<u64>, progress: bool) -> String {
+    if let Some(id) = id {
+        head.push_str(r#","id":"#);
+        push_u64(&mut head, id);
+        if progress {
+            head.push_str(r#","progressToken":"#);
+            push_u64(&mut head, id);
+        }
+    }
+    head.push('}');
+    // Exactly its length, so the frame's `Bytes` needs no header of its own (see
+    // `with_scratch`); shrinking in place is cheaper than that allocation.
+    head.shrink_to_fit();
+    head
+}
+
+/// Appends `n` in decimal, without `fmt` (see `write_request`).
+fn push_u64(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if let Ok(text) = std::str::from_utf8(&digits[at..]) {
+        out.push_str(text);
+    }
 }
 
 /// The raw `params` and `id` of a frame [`request`] wrote (`has_id` says whether it

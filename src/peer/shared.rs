@@ -56,7 +56,6 @@ struct Settings {
     slow_peer: SlowPeer,
     /// The cancel sent for a call given up; `None` sends none.
     cancel_style: Option<CancelStyle>,
-    progress_queue: usize,
 }
 
 /// The state one connection's handles share with its task.
@@ -129,7 +128,6 @@ impl Shared {
                 call_timeout: config.call_timeout,
                 slow_peer: config.slow_peer,
                 cancel_style: config.cancel_on_drop.then_some(config.cancel_style),
-                progress_queue: config.progress_queue,
             },
         }
     }
@@ -171,11 +169,6 @@ impl Shared {
     /// The timeout of a call that names none.
     pub(crate) fn call_timeout(&self) -> Duration {
         self.settings.call_timeout
-    }
-
-    /// How many progress values of one call may wait unread.
-    pub(crate) fn progress_queue(&self) -> usize {
-        self.settings.progress_queue
     }
 
     /// A fresh id for an outgoing call.

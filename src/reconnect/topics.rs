@@ -19,6 +19,8 @@ use serde_json::Value;
 use tokio::sync::{mpsc, Mutex};
 
 use super::ReconnectingBuilder;
+use crate::call::Caller;
+use crate::contract::Topic;
 use crate::error::Error;
 use crate::history::{Position, Subscribed};
 use crate::peer::Peer;
@@ -218,8 +220,8 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
     ///
     /// # Panics
     ///
-    /// If the router already has a notification handler named `topic`.
-    pub fn topic<T>(self, topic: &str) -> (Self, TopicEvents<T>)
+    /// If the router already has a notification handler of the topic's method.
+    pub fn topic<T>(self, topic: impl Topic<T>) -> (Self, TopicEvents<T>)
     where
         T: DeserializeOwned + Send + 'static,
     {
@@ -232,22 +234,32 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
     /// read as `T`, once and in offset order across reconnects, or
     /// [`TopicEvent::Missed`] when the server could not replay what was missed.
     ///
-    /// It serves the notifications named `topic` (so the router must not) and adds an
-    /// `on_connect` hook, which runs in the order hooks were added. Read the events:
-    /// while [`TopicOptions::capacity`] of them wait, the client stops reading the
-    /// connection, and a reconnect is not complete until what arrived before the
-    /// subscribe answer has been handed over.
+    /// `topic` is a [`Notification`](crate::Notification) contract (`T` is its params
+    /// type: the server publishes it with `topics.publish(PriceTick, &price)`), the same
+    /// on a topic of another name (`PriceTick.on_topic("prices/BTC")`), or a name, with
+    /// `T` given (`topic::<Price>("prices")`): see [`Topic`].
+    ///
+    /// It serves the notifications of the topic's method (so the router must not, and
+    /// two topics followed need two methods) and adds an `on_connect` hook, which runs
+    /// in the order hooks were added. Read the events: while
+    /// [`TopicOptions::capacity`] of them wait, the client stops reading the connection,
+    /// and a reconnect is not complete until what arrived before the subscribe answer
+    /// has been handed over.
     ///
     /// ```no_run
     /// use jsonrpc_peer::{Reconnecting, Router, TopicEvent};
     ///
+    /// #[derive(Debug, serde::Serialize, serde::Deserialize)]
+    /// pub struct Price { symbol: String, cents: u64 }
+    /// jsonrpc_peer::notification!(pub PriceTick = "price", Price);
+    ///
     /// # async fn run() -> jsonrpc_peer::Result<()> {
     /// let (builder, mut prices) =
-    ///     Reconnecting::builder("ws://127.0.0.1:9000", Router::new()).topic::<serde_json::Value>("prices");
+    ///     Reconnecting::builder("ws://127.0.0.1:9000", Router::new()).topic(PriceTick);
     /// let client = builder.start();
     /// while let Some(event) = prices.recv().await {
     ///     match event {
-    ///         TopicEvent::Data(price) => println!("{price} at {:?}", prices.position()),
+    ///         TopicEvent::Data(price) => println!("{price:?} at {:?}", prices.position()),
     ///         TopicEvent::Missed { .. } => println!("missed some: reload the state"),
     ///         other => println!("{other:?}"),
     ///     }
@@ -258,11 +270,17 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
     ///
     /// # Panics
     ///
-    /// If the router already has a notification handler named `topic`.
-    pub fn topic_with<T>(mut self, topic: &str, options: TopicOptions) -> (Self, TopicEvents<T>)
+    /// If the router already has a notification handler of the topic's method.
+    pub fn topic_with<T>(
+        mut self,
+        topic: impl Topic<T>,
+        options: TopicOptions,
+    ) -> (Self, TopicEvents<T>)
     where
         T: DeserializeOwned + Send + 'static,
     {
+        let method = topic.method().to_owned();
+        let topic = topic.name();
         let (tx, rx) = mpsc::channel(options.capacity.max(1));
         let events = TopicEvents {
             rx,
@@ -284,7 +302,7 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
         let on_item = follow.clone();
         self.router =
             self.router
-                .notification(topic, move |cx: Context<S>, params: Box<RawValue>| {
+                .notification(&method, move |cx: Context<S>, params: Box<RawValue>| {
                     let follow = on_item.clone();
                     async move { follow.on_notification(cx.peer(), params).await }
                 });

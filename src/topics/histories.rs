@@ -63,8 +63,8 @@ impl Topics {
     /// # async fn main() -> jsonrpc_peer::Result<()> {
     /// let topics = Topics::new();
     /// topics.keep_history("chat", HistoryConfig::default().max_len(500));
-    /// let first = topics.publish("chat", ["hello"]).await?;
-    /// let second = topics.publish("chat", ["again"]).await?;
+    /// let first = topics.publish("chat", &["hello"]).await?;
+    /// let second = topics.publish("chat", &["again"]).await?;
     /// assert_eq!((first.offset, second.offset), (Some(1), Some(2)));
     /// assert_eq!(topics.position("chat").map(|p| p.offset), Some(2));
     /// # Ok(()) }
@@ -183,10 +183,11 @@ impl Topics {
 
     /// For [`publish`](Self::publish): records the publication and queues it for the
     /// live subscribers, if `topic` keeps history; `None` if it does not.
-    pub(super) fn publish_recorded(
+    pub(super) fn publish_recorded<P: Serialize + ?Sized>(
         &self,
         topic: &str,
-        params: &impl Serialize,
+        method: &str,
+        params: &P,
     ) -> Result<Option<Published>> {
         if !self.inner.history.used.load(Ordering::Acquire) {
             return Ok(None);
@@ -200,7 +201,7 @@ impl Topics {
                 Some(data) => data,
                 None => data.insert(serde_json::value::to_raw_value(params)?),
             };
-            if let Some((offset, delivered)) = log.publish(topic, data)? {
+            if let Some((offset, delivered)) = log.publish(topic, method, data)? {
                 return Ok(Some(Published {
                     delivered,
                     offset: Some(offset),

@@ -91,9 +91,15 @@ impl TopicLog {
         state.implicit = false;
     }
 
-    /// Records a publication of `data` and queues it for the live subscribers, returning
-    /// its offset and how many it was queued for; `None` if this log was retired.
-    pub(crate) fn publish(&self, topic: &str, data: &RawValue) -> Result<Option<(u64, usize)>> {
+    /// Records a publication of `data` (a notification of `method`) and queues it for the
+    /// live subscribers, returning its offset and how many it was queued for; `None` if
+    /// this log was retired.
+    pub(crate) fn publish(
+        &self,
+        topic: &str,
+        method: &str,
+        data: &RawValue,
+    ) -> Result<Option<(u64, usize)>> {
         let now = Instant::now();
         let mut state = self.state();
         if state.retired {
@@ -101,7 +107,7 @@ impl TopicLog {
         }
         let offset = state.store.last() + 1;
         let envelope = Envelope { offset, data };
-        let frame = Text::from(message::request(topic, &envelope, None)?);
+        let frame = Text::from(message::request(method, &envelope, None)?);
         let bytes = data.get().len();
         state
             .store

@@ -248,7 +248,7 @@ impl Topics {
     /// As [`Error::Presence`]: [`PresenceError::NotSubscribed`],
     /// [`PresenceError::InfoTooLarge`], [`PresenceError::TooManyMembers`],
     /// [`PresenceError::TooManyTopics`] (see [`PresenceLimits`]); the params errors of
-    /// [`Peer::call`] when `info` does not serialize.
+    /// [`Caller::call`](crate::Caller::call) when `info` does not serialize.
     pub async fn join_presence(
         &self,
         peer: &Peer,

@@ -56,7 +56,7 @@ pub struct Memory {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use jsonrpc_peer::{transport, CloseReason, Context, Peer, PeerConfig, Router, RpcError};
+/// use jsonrpc_peer::{transport, Caller, CloseReason, Context, Peer, PeerConfig, Router, RpcError};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> jsonrpc_peer::Result<()> {

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use jsonrpc_peer::{connect, Context, Peer, Router, RpcError};
+use jsonrpc_peer::{connect, Caller, Context, Peer, Router, RpcError};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};

@@ -10,7 +10,7 @@ pub mod unix;
 #[path = "../../examples/common/spec_methods.rs"]
 pub mod spec_methods;
 
-use std::future::Future;
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -24,8 +24,9 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 /// The longest any single step of a test may take.
 pub const STEP: Duration = Duration::from_secs(10);
 
-/// Awaits `fut`, failing the test if it takes longer than [`STEP`].
-pub async fn within<T>(fut: impl Future<Output = T>) -> T {
+/// Awaits `fut` (a future, or a call on its way), failing the test if it takes longer
+/// than [`STEP`].
+pub async fn within<T>(fut: impl IntoFuture<Output = T>) -> T {
     tokio::time::timeout(STEP, fut)
         .await
         .expect("a test step took longer than 10 s")

@@ -232,7 +232,7 @@ pub(crate) fn child_server(kind: &str) {
                         port,
                         count: Box::new(move || counted.connection_count()),
                         broadcast: Box::new(move |seq| {
-                            broadcasting.broadcast(TICK, [seq]).expect("broadcast")
+                            broadcasting.broadcast(TICK, &[seq]).expect("broadcast")
                         }),
                     });
                     let _ = server.serve(ours_router()).await;

@@ -3,6 +3,7 @@
 use futures_util::future::join_all;
 use futures_util::stream::SplitStream;
 use futures_util::{SinkExt, StreamExt};
+use jsonrpc_peer::Caller;
 use jsonrpc_peer::Peer;
 use jsonrpsee::ws_client::WsClient;
 use std::collections::HashMap;
@@ -232,7 +233,8 @@ pub(crate) async fn ours_flood(peer: &Peer, tracker: &Tracker, n: u64) -> Sample
     // Answered once all `n` are sent: a million take over the default 30 s call
     // timeout under callgrind (the per-notification recipe in main.rs).
     let answered: u64 = peer
-        .call_with_timeout(FLOOD, [n], FLOOD_TIMEOUT)
+        .call(FLOOD, [n])
+        .timeout(FLOOD_TIMEOUT)
         .await
         .expect("flood");
     assert_eq!(answered, n);

@@ -2,7 +2,7 @@
 //! jsonrpsee's side by side; and jsonrpc-peer's client.
 
 use jsonrpc_peer::{
-    connect_with_config, Context, Peer, PeerConfig, Router, RpcError, Server, ServerHandle,
+    connect_with_config, Caller, Context, Peer, PeerConfig, Router, RpcError, Server, ServerHandle,
 };
 use std::sync::{Arc, OnceLock};
 
@@ -55,7 +55,7 @@ pub(crate) fn ours_router() -> Router {
                 cx.peer()
                     .notify(TICK, [i])
                     .await
-                    .map_err(|e| RpcError::internal_error().with_data(e.to_string()))?;
+                    .map_err(RpcError::internal_error)?;
             }
             Ok::<_, RpcError>(n)
         })

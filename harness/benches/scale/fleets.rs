@@ -2,9 +2,10 @@
 //! adding up what they answer; the control client that triggers broadcasts and
 //! publishes; one measured delivery.
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
-use jsonrpc_peer::{connect, Peer, Router};
+use jsonrpc_peer::{connect, Caller, Peer, Router};
 use serde_json::Value;
 
 use crate::procs::{cpu_ns_of, unix_nanos, Proc};
@@ -215,7 +216,7 @@ impl Control {
 
     pub(crate) fn call(&self, method: &str, params: Value) -> Value {
         self.runtime
-            .block_on(self.peer.call::<Value>(method, params))
+            .block_on(self.peer.call::<Value>(method, params).into_future())
             .unwrap_or_else(|e| panic!("{method}: {e}"))
     }
 }

@@ -42,11 +42,12 @@
 //! the fleet's own before it connects; at most `--inflight` (100, shared out over the
 //! fleets) are in their TCP connect and handshake at once, but in the storm's herd. A
 //! dial that fails (refused, dropped, timed out after 10 s) is retried after 10-50 ms,
-//! 50 times at most. The servers listen as `Server::bind` does, through tokio's
-//! `TcpListener::bind`, whose backlog is 128 (mio copies std's): more dials at once
-//! than that overflow the accept queue, the kernel answers with SYN cookies and drops
-//! SYNs, which come back after a second. Paced, the figures time the servers; the herd
-//! times what a restart meets (`--backlog 4096` gives both servers a longer queue).
+//! 50 times at most. Both servers listen as `Server::bind` does, with a backlog of
+//! `Server::DEFAULT_BACKLOG` (4,096; `--backlog N` gives both another): tokio's
+//! `TcpListener::bind` asks for 128 (mio copies std's), and more dials at once than
+//! that overflow the accept queue, the kernel drops their SYNs, and they come back
+//! after a second. Paced, the figures time the servers; the herd times what a restart
+//! meets.
 //!
 //! **The storm's baseline** (`--serve raw`, server.rs) accepts with tokio, shakes hands
 //! with tokio-tungstenite and answers every call frame `true`: what ours adds (HTTP
@@ -102,7 +103,7 @@ pub(crate) struct Opts {
     /// How long the servers sit idle (with every client connected) to measure what
     /// idle costs: a keepalive ping interval (30 s), so every connection pings once.
     pub(crate) idle: Duration,
-    /// The servers' listen backlog; tokio's (128) when not given.
+    /// The servers' listen backlog; `Server::DEFAULT_BACKLOG` when not given.
     pub(crate) backlog: Option<u32>,
     pub(crate) history: bool,
 }

@@ -544,8 +544,7 @@ pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
         "{n} clients in {fleet_count} fleet processes; listen backlog {}; median of {} \
          storms per server and variant",
         opts.backlog
-            .map_or("128 (tokio's, as Server::bind)".to_owned(), |b| b
-                .to_string()),
+            .unwrap_or(jsonrpc_peer::Server::DEFAULT_BACKLOG),
         opts.storm_rounds,
     ));
     if !opts.history {

@@ -1,9 +1,9 @@
 //! `--serve ours|raw --listen ADDR [--backlog N] [--history]`: the one-process servers.
 //! Each prints
 //! `listening on ws://HOST:PORT` first (as examples/cluster_node.rs does) and exits
-//! when its stdin closes. Both listen as `Server::bind` does (tokio's
-//! `TcpListener::bind`: SO_REUSEADDR, a backlog of 128), or with `--backlog N` on a
-//! `TcpSocket` (ours through `Server::from_listener`). Both run on tokio's multi-thread runtime with its default
+//! when its stdin closes. Both listen as `Server::bind` does (SO_REUSEADDR, a backlog
+//! of `Server::DEFAULT_BACKLOG`, 4,096), or with `--backlog N` (ours through
+//! `Server::bind_with_backlog`, the baseline on a `TcpSocket` of its own). Both run on tokio's multi-thread runtime with its default
 //! workers (one per CPU), as `#[tokio::main]` and the cluster nodes do.
 //!
 //! - `ours`: jsonrpc-peer's `Server` with the default `PeerConfig` and
@@ -84,21 +84,20 @@ fn rpc_error(e: jsonrpc_peer::Error) -> RpcError {
     RpcError::new(-32000, e.to_string())
 }
 
-/// tokio's `TcpListener::bind` (what `Server::bind` does), or a listener with a
-/// backlog of `backlog`.
+/// A listener with a backlog of `backlog`, `Server::bind`'s by default: the
+/// baseline's, so that both servers meet a herd with the same queue.
 async fn listener(listen: &str, backlog: Option<u32>) -> std::io::Result<TcpListener> {
-    let Some(backlog) = backlog else {
-        return TcpListener::bind(listen).await;
-    };
     let addr: std::net::SocketAddr = listen.parse().map_err(std::io::Error::other)?;
     let socket = TcpSocket::new_v4()?;
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
-    socket.listen(backlog)
+    socket.listen(backlog.unwrap_or(Server::DEFAULT_BACKLOG))
 }
 
 async fn ours(listen: &str, backlog: Option<u32>) -> Result<(), Box<dyn std::error::Error>> {
-    let server = Server::from_listener(listener(listen, backlog).await?)
+    let backlog = backlog.unwrap_or(Server::DEFAULT_BACKLOG);
+    let server = Server::bind_with_backlog(listen, backlog)
+        .await?
         .handshake_policy(HandshakePolicy::default().max_connections(100_000));
     let state = State {
         topics: Topics::new(),
@@ -120,7 +119,7 @@ async fn ours(listen: &str, backlog: Option<u32>) -> Result<(), Box<dyn std::err
             |cx: Context<State>, (topic, payload): (String, Value)| async move {
                 cx.state()
                     .topics
-                    .publish(&topic, payload)
+                    .publish(&topic, &payload)
                     .await
                     .map(|published| published.delivered)
                     .map_err(rpc_error)
@@ -131,7 +130,7 @@ async fn ours(listen: &str, backlog: Option<u32>) -> Result<(), Box<dyn std::err
             |cx: Context<State>, (payload,): (Value,)| async move {
                 cx.state()
                     .handle
-                    .broadcast("broadcast", payload)
+                    .broadcast("broadcast", &payload)
                     .map_err(rpc_error)
             },
         );

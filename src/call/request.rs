@@ -1,0 +1,94 @@
+//! A request or notification on its way out, written once: its method and params as
+//! the start of its frame, which the connection finishes with the id it gives it.
+
+use std::ops::Range;
+
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::message;
+
+/// Room left at the end of a request's text for what the connection adds:
+/// `,"id":N` and `,"progressToken":N` (each number at most 20 digits) and `}`.
+const TAIL: usize = 64;
+
+/// A request object (JSON-RPC's name for a call and for a notification alike) on its
+/// way out: the method and the params, serialized once, as the start of the frame
+/// that goes on the wire. The connection that sends it adds the id (a notification
+/// has none); a [`Caller`](crate::Caller) gets it ready-made, so the params are
+/// written once whichever handle sends them.
+///
+/// ```
+/// use jsonrpc_peer::Request;
+///
+/// let call = Request::call("subtract", [42, 23]).unwrap();
+/// assert_eq!((call.method(), call.params()), ("subtract", Some("[42,23]")));
+/// assert!(!call.is_notification());
+/// let note = Request::notification("ping", ()).unwrap();
+/// assert_eq!(note.params(), None);
+/// assert!(Request::call("bad", 5).is_err(), "params are an array or an object");
+/// ```
+#[derive(Debug)]
+pub struct Request<'a> {
+    method: &'a str,
+    /// `{"jsonrpc":"2.0","method":M` and `,"params":P` when there are params.
+    head: String,
+    params: Option<Range<usize>>,
+    notification: bool,
+}
+
+impl<'a> Request<'a> {
+    /// A call of `method` with `params`, which must serialize to a JSON array or object;
+    /// `()` (or `None`) sends none.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidParams`](crate::Error::InvalidParams) for params of another
+    /// shape, [`Error::Serialization`](crate::Error::Serialization) when they cannot be
+    /// written.
+    pub fn call(method: &'a str, params: impl Serialize) -> Result<Self> {
+        Self::write(method, &params, false)
+    }
+
+    /// A notification of `method` with `params` (as for [`call`](Self::call)): no
+    /// answer comes.
+    ///
+    /// # Errors
+    ///
+    /// As for [`call`](Self::call).
+    pub fn notification(method: &'a str, params: impl Serialize) -> Result<Self> {
+        Self::write(method, &params, true)
+    }
+
+    fn write(method: &'a str, params: &impl Serialize, notification: bool) -> Result<Self> {
+        let (head, params) = message::request_head(method, params, TAIL)?;
+        Ok(Request {
+            method,
+            head,
+            params,
+            notification,
+        })
+    }
+
+    /// The method, as given.
+    pub fn method(&self) -> &'a str {
+        self.method
+    }
+
+    /// The params as raw JSON text, as they go on the wire; `None` when there are none.
+    pub fn params(&self) -> Option<&str> {
+        self.params.clone().map(|range| &self.head[range])
+    }
+
+    /// Whether it is a notification (no id, no answer).
+    pub fn is_notification(&self) -> bool {
+        self.notification
+    }
+
+    /// The frame that goes on the wire: with `id` for a call, and the caller's progress
+    /// token (the id again) when it asked for progress. Appended in place: the text
+    /// was made with room for it.
+    pub(crate) fn into_frame(self, id: Option<u64>, progress: bool) -> String {
+        message::finish_request(self.head, id, progress)
+    }
+}

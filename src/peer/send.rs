@@ -1,0 +1,197 @@
+//! Our requests on their way out and their answers on the way back: the one function
+//! every outgoing call and notification of a [`Peer`] passes through
+//! ([`Caller::send_request`]), and [`Waiting`], one call from its registration to its
+//! answer, which a batch's calls share with it.
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::{Peer, Shared};
+use crate::call::{CallOptions, Caller, Reply, Request};
+use crate::cancel::CancelOnDrop;
+use crate::error::{Error, ErrorCode, Result};
+use crate::pending::{Answer, Due, Guard, Registered};
+use crate::transport::Text;
+
+impl Caller for Peer {
+    /// The one path of every outgoing call and notification of this peer.
+    ///
+    /// A notification is queued, waiting for room. A call takes an id from the
+    /// connection's counter, is registered in the pending map (its deadline kept by the
+    /// connection's sweep, or by a timer of its own past the connection's timeout or
+    /// with a grace), goes into the outgoing queue, and waits for its answer; given
+    /// up, it removes its entry and (once queued) tells the other side.
+    async fn send_request(
+        &self,
+        request: Request<'_>,
+        options: CallOptions,
+    ) -> Result<Option<Reply>> {
+        let shared = &*self.shared;
+        let method = request.method();
+        if request.is_notification() {
+            let frame = request.into_frame(None, false);
+            // The call layers (layer.rs) see it, and may drop it.
+            if shared.layers().is_some() {
+                let send = |frame| shared.send(frame);
+                crate::layer::made_notification(self, method, frame, send).await?;
+            } else {
+                shared.send(frame).await?;
+            }
+            return Ok(None);
+        }
+        let id = shared.next_id();
+        let _sink = options
+            .progress
+            .clone()
+            .map(|tx| shared.progress().register(id, tx));
+        let frame = request.into_frame(Some(id), _sink.is_some());
+        // The call layers (layer.rs) see it, and may answer it instead.
+        if shared.layers().is_some() {
+            let send = |frame| self.send_call(frame, id, method, &options);
+            return crate::layer::made_call(self, method, frame, send)
+                .await
+                .map(Some);
+        }
+        self.send_call(frame, id, method, &options).await.map(Some)
+    }
+}
+
+impl Peer {
+    /// Registers our call `id`, queues its `frame` and waits for its answer, as
+    /// `options` say.
+    async fn send_call(
+        &self,
+        frame: impl Into<Text>,
+        id: u64,
+        method: &str,
+        options: &CallOptions,
+    ) -> Result<Reply> {
+        let shared = &*self.shared;
+        let timeout = options.timeout.unwrap_or_else(|| shared.call_timeout());
+        // A grace needs the entry to outlive the timeout: the call keeps its own timer.
+        let due = match options.cancel_grace {
+            Some(_) => Due::Own,
+            None => shared.due(timeout),
+        };
+        let mut call = Waiting::register(shared, id, due)?;
+        let swept = call.swept();
+        let waiting = async {
+            // With the sweep keeping the deadline, only waiting for room in the queue
+            // needs a timer; it gives up at the same deadline.
+            shared
+                .send_by(frame, swept)
+                .await
+                .ok_or_else(|| Error::timeout(Some(method), timeout))??;
+            call.queued();
+            Ok::<_, Error>(call.answer(shared).await)
+        };
+        // One span per outgoing call: what happens while it waits says which call.
+        let span = tracing::debug_span!("call", method, id, peer = shared.id());
+        let mut cancelled = false;
+        let answer = match swept {
+            // The connection's sweep ends the call at its deadline.
+            Some(_) => waiting.instrument(span).await?,
+            None => {
+                let first = tokio::time::timeout(timeout, waiting.instrument(span)).await;
+                match (first, options.cancel_grace) {
+                    (Ok(answer), _) => answer?,
+                    (Err(_), Some(grace)) => {
+                        cancelled = true;
+                        call.cancel_and_wait(shared, grace).await
+                    }
+                    (Err(_), None) => None,
+                }
+            }
+        };
+        let Some(answer) = answer else {
+            return Err(Error::timeout(Some(method), timeout));
+        };
+        match answer?.into_result(method) {
+            // Stopped by our cancel, not a partial result: it timed out.
+            Err(e)
+                if cancelled
+                    && e.rpc()
+                        .is_some_and(|e| e.code == ErrorCode::REQUEST_CANCELLED) =>
+            {
+                Err(Error::timeout(Some(method), timeout))
+            }
+            outcome => outcome,
+        }
+    }
+}
+
+/// One of our calls from its registration in the pending map to its answer.
+///
+/// Dropped before the answer, it removes its entry, and once its request was queued
+/// it tells the other side that the call was given up (see `cancel.rs`).
+pub(crate) struct Waiting<'a> {
+    // Declared before the guard, so dropped before it: the cancel is queued while the
+    // entry is still there (unless the sweep removed it), and a late answer still
+    // finds no one waiting.
+    cancel: CancelOnDrop<'a>,
+    guard: Guard<'a>,
+    rx: oneshot::Receiver<Option<Answer>>,
+    swept: Option<Instant>,
+}
+
+impl<'a> Waiting<'a> {
+    /// Registers call `id`, due as `due` says.
+    pub(crate) fn register(shared: &'a Shared, id: u64, due: Due) -> Result<Self> {
+        let Registered {
+            guard,
+            rx,
+            deadline,
+            ..
+        } = shared.register(id, due)?;
+        Ok(Waiting {
+            cancel: CancelOnDrop::new(shared, id),
+            guard,
+            rx,
+            swept: deadline,
+        })
+    }
+
+    /// The deadline the connection's sweep keeps for this call; `None` when the caller
+    /// keeps a timer of its own.
+    pub(crate) fn swept(&self) -> Option<Instant> {
+        self.swept
+    }
+
+    /// The request is in the outgoing queue: from now on, giving up tells the other side.
+    pub(crate) fn queued(&self) {
+        self.cancel.queued();
+    }
+
+    /// Waits for the answer: `None` once the sweep has passed the call's deadline.
+    pub(crate) async fn answer(&mut self, shared: &Shared) -> Option<Answer> {
+        let answer = (&mut self.rx)
+            .await
+            .unwrap_or_else(|_| Some(Err(Error::Closed(shared.close_reason()))));
+        // The reader, the sweep or the connection's end removed the entry when it
+        // handed this over.
+        self.guard.disarm();
+        // Past its deadline (`None`), the call was given up: the cancel goes out, as
+        // when a timer of its own drops the call.
+        if answer.is_some() {
+            self.cancel.answered();
+        }
+        answer
+    }
+
+    /// At the timeout of a call with a grace: tells the other side now, and waits up to
+    /// `grace` for the answer (a cooperative handler's partial result). `None` when
+    /// none came.
+    async fn cancel_and_wait(&mut self, shared: &Shared, grace: Duration) -> Option<Answer> {
+        if !self.cancel.cancel_now() {
+            return None; // the request never went out
+        }
+        let until = Instant::now() + grace;
+        tokio::time::timeout_at(until, self.answer(shared))
+            .await
+            .ok()
+            .flatten()
+    }
+}

@@ -1,0 +1,368 @@
+//! The reconnecting client's settings and its one task: dial (with the request made
+//! for this attempt), run the `on_connect` hooks, offer the connection to calls, wait
+//! for it to end, back off, dial again.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_tungstenite::tungstenite::handshake::client::Request;
+
+use super::backoff::Backoff;
+use super::Reconnecting;
+use crate::client::{again, connect_shared};
+use crate::config::PeerConfig;
+use crate::error::{Error, Result};
+use crate::peer::Peer;
+use crate::router::Router;
+use crate::sync::lock;
+
+/// Where a [`Reconnecting`] client stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LinkState {
+    /// Dialing; `attempt` counts failures since the last success.
+    Connecting {
+        /// Failed attempts since the last success.
+        attempt: u32,
+    },
+    /// Connected, and the `on_connect` hook has run.
+    Connected,
+    /// Waiting before the next attempt.
+    Waiting {
+        /// Failed attempts since the last success.
+        attempt: u32,
+        /// How long the wait is.
+        retry_in: Duration,
+    },
+    /// [`Reconnecting::close`] was called, or every handle was dropped, or the request
+    /// could not be made (a malformed URL: see [`Reconnecting::last_error`]).
+    Stopped,
+    /// The server refused the handshake with a status that trying again will not
+    /// change (a 4xx other than 408 and 429: 401, 403, 404...), so the client stopped
+    /// trying. Calls fail with [`Error::Refused`]; [`Reconnecting::last_error`] has the
+    /// body. A refusal with any other status (503 when the server is full, 5xx) is
+    /// retried with the backoff, as any failure to connect is. (A token that expires
+    /// is refreshed by [`ReconnectingBuilder::before_dial`], so a 401 means the fresh
+    /// one was refused too.)
+    Refused {
+        /// The HTTP status of the refusal.
+        status: crate::http::StatusCode,
+    },
+}
+
+impl LinkState {
+    /// Whether the client has stopped for good ([`Stopped`](Self::Stopped) or
+    /// [`Refused`](Self::Refused)).
+    pub fn is_final(&self) -> bool {
+        matches!(self, LinkState::Stopped | LinkState::Refused { .. })
+    }
+}
+
+/// Whether a refusal with this status is worth another attempt: a 4xx says the request
+/// itself is refused (credentials, path), except for 408 and 429, which are about timing.
+fn retry_refusal(status: crate::http::StatusCode) -> bool {
+    !status.is_client_error() || status.as_u16() == 408 || status.as_u16() == 429
+}
+
+/// A hook run each time the link is up, before calls go through it.
+type ConnectHook = Arc<dyn Fn(Peer) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// A hook that makes each attempt's handshake request from the base one.
+type DialHook =
+    Arc<dyn Fn(Request) -> Pin<Box<dyn Future<Output = Result<Request>> + Send>> + Send + Sync>;
+
+/// What the handle and the task share about the request: the base one, which
+/// [`Reconnecting::set_request`] replaces, or why there is none.
+pub(super) type BaseRequest = Arc<Mutex<Result<Request, Arc<Error>>>>;
+
+/// What the handle and the task share about the last failure.
+pub(super) type LastError = Arc<Mutex<Option<Arc<Error>>>>;
+
+/// Settings for a [`Reconnecting`] client; see [`Reconnecting::builder`].
+pub struct ReconnectingBuilder<S> {
+    pub(super) request: Result<Request, Arc<Error>>,
+    pub(super) router: Router<S>,
+    pub(super) config: PeerConfig,
+    pub(super) backoff: Backoff,
+    pub(super) on_connect: Vec<ConnectHook>,
+    pub(super) before_dial: Option<DialHook>,
+}
+
+impl<S> std::fmt::Debug for ReconnectingBuilder<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReconnectingBuilder")
+            .field("uri", &self.request.as_ref().map(|r| r.uri().to_string()))
+            .field("backoff", &self.backoff)
+            .field("on_connect_hooks", &self.on_connect.len())
+            .field("before_dial", &self.before_dial.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
+    /// Settings for each connection.
+    pub fn peer_config(mut self, config: PeerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The wait between attempts.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Runs after each (re)connect, before the connection is offered to calls: an
+    /// async hook, as it usually calls the other side (to subscribe again) and calls
+    /// made through the client must wait for it. Hooks add up: each one given runs, in
+    /// the order given.
+    ///
+    /// (The server's [`ServerHandle::on_connect`](crate::ServerHandle::on_connect) is a
+    /// plain function instead: it runs on the connection's path before its first frame
+    /// is read, must not hold that up, and spawns whatever it wants to await.)
+    pub fn on_connect<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(Peer) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.on_connect
+            .push(Arc::new(move |peer| Box::pin(hook(peer))));
+        self
+    }
+
+    /// Makes the handshake request of each attempt: `hook` gets the base request (the
+    /// one given to [`Reconnecting::builder`], or to
+    /// [`Reconnecting::set_request`] since, with a fresh `Sec-WebSocket-Key`) and
+    /// returns the one to send. For a bearer token that expires: fetch the current one
+    /// and put it in `Authorization`, so a redial after the token rotated gets in
+    /// instead of ending in a 401 and [`LinkState::Refused`].
+    ///
+    /// An error from the hook (the token service is down), or no request within
+    /// [`PeerConfig::connect_timeout`], counts as a failed attempt: it is kept in
+    /// [`last_error`](Reconnecting::last_error) and the client tries again after the
+    /// backoff.
+    ///
+    /// ```no_run
+    /// use std::sync::{Arc, Mutex};
+    /// use jsonrpc_peer::http::header::{HeaderValue, AUTHORIZATION};
+    /// use jsonrpc_peer::{Caller, Error, Reconnecting, Router};
+    ///
+    /// # async fn run() -> jsonrpc_peer::Result<()> {
+    /// // Where the application keeps its current token (refreshed elsewhere).
+    /// let token = Arc::new(Mutex::new(String::from("t1")));
+    /// let client = Reconnecting::builder("ws://127.0.0.1:9000/rpc", Router::new())
+    ///     .before_dial(move |mut request| {
+    ///         let token = token.lock().map(|t| t.clone()).unwrap_or_default();
+    ///         async move {
+    ///             let value = HeaderValue::try_from(format!("Bearer {token}"))
+    ///                 .map_err(|e| Error::Transport(Box::new(e)))?;
+    ///             request.headers_mut().insert(AUTHORIZATION, value);
+    ///             Ok(request)
+    ///         }
+    ///     })
+    ///     .start();
+    /// let who: String = client.call("whoami", ()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn before_dial<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(crate::http::Request<()>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<crate::http::Request<()>>> + Send + 'static,
+    {
+        self.before_dial = Some(Arc::new(move |request| Box::pin(hook(request))));
+        self
+    }
+
+    /// Starts dialing in the background (within a tokio runtime).
+    pub fn start(self) -> Reconnecting {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (current_tx, current_rx) = watch::channel(None);
+        let (state_tx, state_rx) = watch::channel(LinkState::Connecting { attempt: 0 });
+        let call_timeout = self.config.call_timeout;
+        let last_error = LastError::default();
+        let base = Arc::new(Mutex::new(self.request));
+        let link = Link {
+            router: Arc::new(self.router),
+            config: self.config,
+            backoff: self.backoff,
+            on_connect: self.on_connect,
+            before_dial: self.before_dial,
+            base: base.clone(),
+            stop: stop_rx,
+            current: current_tx,
+            state: state_tx,
+            last_error: last_error.clone(),
+        };
+        tokio::spawn(link.run());
+        Reconnecting {
+            stop: Arc::new(stop_tx),
+            current: current_rx,
+            state: state_rx,
+            last_error,
+            base,
+            call_timeout,
+        }
+    }
+}
+
+/// The client's task and what it owns.
+struct Link<S> {
+    router: Arc<Router<S>>,
+    config: PeerConfig,
+    backoff: Backoff,
+    on_connect: Vec<ConnectHook>,
+    before_dial: Option<DialHook>,
+    base: BaseRequest,
+    stop: watch::Receiver<bool>,
+    current: watch::Sender<Option<Peer>>,
+    state: watch::Sender<LinkState>,
+    last_error: LastError,
+}
+
+/// How one attempt ended.
+enum Attempt {
+    /// The connection was up and ended: dial again at once (attempt 0).
+    Lost,
+    /// It failed: back off.
+    Failed,
+    /// Stopped: by the handle, a refusal for good, or a request that cannot be made.
+    Done,
+}
+
+impl<S: Send + Sync + 'static> Link<S> {
+    async fn run(mut self) {
+        let mut attempt = 0u32;
+        loop {
+            self.state.send_replace(LinkState::Connecting { attempt });
+            match self.attempt().await {
+                Attempt::Done => break,
+                Attempt::Lost => attempt = 0,
+                Attempt::Failed => {}
+            }
+            let retry_in = self.backoff.delay(attempt);
+            attempt = attempt.saturating_add(1);
+            self.state
+                .send_replace(LinkState::Waiting { attempt, retry_in });
+            tokio::select! {
+                biased;
+                _ = self.stopped() => break,
+                _ = tokio::time::sleep(retry_in) => {}
+            }
+        }
+        self.current.send_replace(None);
+        if !self.state.borrow().is_final() {
+            self.state.send_replace(LinkState::Stopped);
+        }
+    }
+
+    /// Resolves when close() is called or every handle is gone.
+    fn stopped(&self) -> impl Future<Output = ()> + 'static {
+        let mut stop = self.stop.clone();
+        async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }
+    }
+
+    fn remember(&self, error: Error) {
+        *lock(&self.last_error) = Some(Arc::new(error));
+    }
+
+    /// This attempt's request: the base one, with a fresh key, through the hook.
+    async fn request(&self) -> Result<Request, Attempt> {
+        let base = match &*lock(&self.base) {
+            Ok(request) => again(request),
+            Err(e) => {
+                tracing::warn!(error = %e, "reconnecting client: the request is not valid; stopped");
+                *lock(&self.last_error) = Some(e.clone());
+                return Err(Attempt::Done);
+            }
+        };
+        let Some(hook) = &self.before_dial else {
+            return Ok(base);
+        };
+        // A hook that hangs must not stall the client: it has the connect timeout.
+        let limit = self.config.connect_timeout;
+        let made = async {
+            tokio::time::timeout(limit, hook(base))
+                .await
+                .unwrap_or_else(|_| Err(Error::timeout(None, limit)))
+        };
+        tokio::select! {
+            biased;
+            _ = self.stopped() => Err(Attempt::Done),
+            made = made => made.map_err(|e| {
+                tracing::debug!(error = %e, "the before_dial hook failed");
+                self.remember(e);
+                Attempt::Failed
+            }),
+        }
+    }
+
+    /// One dial, and the connection's life if it succeeds.
+    async fn attempt(&mut self) -> Attempt {
+        let request = match self.request().await {
+            Ok(request) => request,
+            Err(ended) => return ended,
+        };
+        let url = request.uri().to_string();
+        let dial = connect_shared(request, self.router.clone(), &self.config);
+        let connected = tokio::select! {
+            biased;
+            _ = self.stopped() => return Attempt::Done,
+            connected = dial => connected,
+        };
+        match connected {
+            Ok(peer) => self.serve(peer, &url).await,
+            Err(Error::Refused { status, body }) if !retry_refusal(status) => {
+                tracing::warn!(%url, %status, body = body.as_deref().unwrap_or(""), "the server refused the handshake; not trying again");
+                self.remember(Error::Refused { status, body });
+                self.current.send_replace(None);
+                self.state.send_replace(LinkState::Refused { status });
+                Attempt::Done
+            }
+            Err(e) => {
+                tracing::debug!(%url, error = %e, "connect failed");
+                self.remember(e);
+                Attempt::Failed
+            }
+        }
+    }
+
+    /// Runs the hooks, offers the connection to calls until it ends.
+    async fn serve(&mut self, peer: Peer, url: &str) -> Attempt {
+        let hooks = async {
+            for hook in &self.on_connect {
+                hook(peer.clone()).await;
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = self.stopped() => { peer.close().await; return Attempt::Done }
+            _ = hooks => {}
+        }
+        // Up again: what failed before is no longer the state of the link.
+        *lock(&self.last_error) = None;
+        self.state.send_replace(LinkState::Connected);
+        self.current.send_replace(Some(peer.clone()));
+        let ended = tokio::select! {
+            biased;
+            _ = self.stopped() => None,
+            reason = peer.closed() => Some(reason),
+        };
+        self.current.send_replace(None);
+        match ended {
+            Some(reason) => {
+                tracing::info!(%url, %reason, "link lost; reconnecting");
+                self.remember(Error::Closed(reason));
+                Attempt::Lost
+            }
+            None => {
+                peer.close().await;
+                Attempt::Done
+            }
+        }
+    }
+}
