@@ -87,6 +87,7 @@ impl Reconnecting {
             backoff: Backoff::default(),
             on_connect: Vec::new(),
             before_dial: None,
+            gaps: None,
         }
     }
 

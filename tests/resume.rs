@@ -293,3 +293,77 @@ async fn a_refused_subscription_is_reported_once_and_not_retried_in_a_loop() {
     assert_eq!(client.state(), jsonrpc_peer::LinkState::Connected);
     within(client.close()).await;
 }
+
+#[tokio::test]
+async fn a_gap_report_moves_the_client_to_the_new_epoch_and_it_takes_what_follows() {
+    use jsonrpc_peer::{Context, RpcError};
+
+    // A server of our own making, speaking the cluster's forms: offsets 1..=5 in "e1",
+    // then its history is lost (`$/gap` with the new epoch "e2" at offset 1, as a
+    // cluster node sends after Redis came back empty) and offset 2 of "e2" follows.
+    // Offsets of the new epoch are lower than the client's position: only the gap
+    // report tells it they are new.
+    let router = Router::new().method("subscribe", |_cx: Context, _params: Value| async move {
+        Ok::<_, RpcError>(json!({"epoch": "e1", "offset": 0}))
+    });
+    let (url, handle) = common::serve(router).await;
+    let (builder, mut events) = Reconnecting::builder(url, Router::new()).topic::<u64>("t");
+    let client = builder.start();
+    within(client.connected(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let server_side = within(async {
+        loop {
+            if let Some(peer) = handle.peers().into_iter().next() {
+                return peer;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    // The connect hook's subscribe is answered before `connected` resolves; what is
+    // sent now follows the answer.
+    for i in 1..=5u64 {
+        server_side
+            .notify("t", &json!({"offset": i, "data": i * 10}))
+            .await
+            .unwrap();
+    }
+    server_side
+        .notify(
+            "$/gap",
+            &json!({"topic": "other", "epoch": "x", "offset": 9}),
+        )
+        .await
+        .unwrap();
+    server_side
+        .notify("$/gap", &json!({"topic": "t", "epoch": "e2", "offset": 1}))
+        .await
+        .unwrap();
+    server_side
+        .notify("t", &json!({"offset": 2, "data": 20}))
+        .await
+        .unwrap();
+    for i in 1..=5u64 {
+        match next(&mut events).await {
+            TopicEvent::Data(data) => assert_eq!(data, i * 10),
+            other => panic!("{other:?}"),
+        }
+    }
+    match next(&mut events).await {
+        TopicEvent::Missed { epoch, offset } => assert_eq!((epoch.as_str(), offset), ("e2", 1)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        events.position(),
+        Some(Position {
+            epoch: "e2".into(),
+            offset: 1
+        })
+    );
+    match next(&mut events).await {
+        TopicEvent::Data(data) => assert_eq!(data, 20, "offset 2 of the new epoch is new"),
+        other => panic!("{other:?}"),
+    }
+    within(client.close()).await;
+}

@@ -89,6 +89,8 @@ pub struct ReconnectingBuilder<S> {
     pub(super) backoff: Backoff,
     pub(super) on_connect: Vec<ConnectHook>,
     pub(super) before_dial: Option<DialHook>,
+    /// The `$/gap` handler's table, once a topic is followed.
+    pub(super) gaps: Option<Arc<super::topics::Gaps>>,
 }
 
 impl<S> std::fmt::Debug for ReconnectingBuilder<S> {

@@ -7,10 +7,12 @@
 //! held (the server queues its replay before it answers): only the answer says whether
 //! they continue the last position (`recovered: true`) or start after a new one.
 
+use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex as SyncMutex};
 use std::task::{Context as TaskContext, Poll};
 
+use futures_util::future::BoxFuture;
 use futures_util::Stream;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -25,6 +27,7 @@ use crate::error::Error;
 use crate::history::{Position, Subscribed};
 use crate::peer::Peer;
 use crate::router::Context;
+use crate::sync::lock;
 
 type Params = Arc<dyn Fn(&str, Option<&Position>) -> Value + Send + Sync>;
 
@@ -182,6 +185,51 @@ struct Item {
     data: Box<RawValue>,
 }
 
+/// What arrived before the subscribe answer, in order.
+enum Held {
+    /// A notification of the topic.
+    Item(Box<RawValue>),
+    /// A gap report (`$/gap`) naming the topic.
+    Gap(Gap),
+}
+
+/// A gap report's params: `{"topic":T}` on a topic without history, or
+/// `{"topic":T,"epoch":E,"offset":K}` when the server's history of `T` was lost and
+/// starts again in `E` (the next notification carries `K + 1`).
+#[derive(Deserialize)]
+struct Gap {
+    topic: String,
+    #[serde(flatten)]
+    position: Option<Position>,
+}
+
+/// The method of gap reports that a followed topic's client serves.
+pub(crate) const GAP_METHOD: &str = "$/gap";
+
+/// The followed topics of one client, by name, for the one `$/gap` handler.
+#[derive(Default)]
+pub(crate) struct Gaps {
+    topics: SyncMutex<HashMap<String, Arc<dyn OnGap>>>,
+}
+
+/// A followed topic, as the `$/gap` handler sees it.
+trait OnGap: Send + Sync {
+    fn on_gap<'a>(&'a self, peer: &'a Peer, gap: Gap) -> BoxFuture<'a, ()>;
+}
+
+impl Gaps {
+    async fn on_gap(&self, peer: &Peer, params: &RawValue) {
+        let Ok(gap) = serde_json::from_str::<Gap>(params.get()) else {
+            tracing::debug!(params = %params.get(), "a $/gap that names no topic");
+            return;
+        };
+        let follow = lock(&self.topics).get(&gap.topic).cloned();
+        if let Some(follow) = follow {
+            follow.on_gap(peer, gap).await;
+        }
+    }
+}
+
 /// How notifications are read now.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -199,7 +247,7 @@ struct State {
     /// The connection whose notifications count (its peer id); 0 for none.
     link: u64,
     mode: Mode,
-    held: Vec<Box<RawValue>>,
+    held: Vec<Held>,
     /// The position was given up: the next answer is reported as [`TopicEvent::Missed`].
     lost: bool,
     /// A subscribe was answered before (a reconnect, not the first connect).
@@ -220,7 +268,8 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
     ///
     /// # Panics
     ///
-    /// If the router already has a notification handler of the topic's method.
+    /// If the router already has a notification handler of the topic's method, or of
+    /// `$/gap` when this is the first topic followed.
     pub fn topic<T>(self, topic: impl Topic<T>) -> (Self, TopicEvents<T>)
     where
         T: DeserializeOwned + Send + 'static,
@@ -239,8 +288,13 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
     /// on a topic of another name (`PriceTick.on_topic("prices/BTC")`), or a name, with
     /// `T` given (`topic::<Price>("prices")`): see [`Topic`].
     ///
-    /// It serves the notifications of the topic's method (so the router must not, and
-    /// two topics followed need two methods) and adds an `on_connect` hook, which runs
+    /// A gap report, `$/gap` with `{"topic":T,"epoch":E,"offset":K}` (what a cluster node
+    /// sends when the bus lost the topic's history; see the README's "Across a
+    /// cluster"), is [`TopicEvent::Missed`] with that position, and data continues after
+    /// it; `{"topic":T}` alone (a topic without history) is `Missed` with an empty epoch.
+    ///
+    /// It serves the notifications of the topic's method and `$/gap` (so the router must
+    /// not, and two topics followed need two methods) and adds an `on_connect` hook, which runs
     /// in the order hooks were added. Read the events: while
     /// [`TopicOptions::capacity`] of them wait, the client stops reading the connection,
     /// and a reconnect is not complete until what arrived before the subscribe answer
@@ -270,7 +324,8 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
     ///
     /// # Panics
     ///
-    /// If the router already has a notification handler of the topic's method.
+    /// If the router already has a notification handler of the topic's method, or of
+    /// `$/gap` when this is the first topic followed.
     pub fn topic_with<T>(
         mut self,
         topic: impl Topic<T>,
@@ -306,12 +361,45 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
                     let follow = on_item.clone();
                     async move { follow.on_notification(cx.peer(), params).await }
                 });
+        let gaps = match &self.gaps {
+            Some(gaps) => gaps.clone(),
+            None => {
+                let gaps = Arc::new(Gaps::default());
+                let on_gap = gaps.clone();
+                self.router = self.router.notification(
+                    GAP_METHOD,
+                    move |cx: Context<S>, params: Box<RawValue>| {
+                        let gaps = on_gap.clone();
+                        async move { gaps.on_gap(cx.peer(), &params).await }
+                    },
+                );
+                self.gaps = Some(gaps.clone());
+                gaps
+            }
+        };
+        lock(&gaps.topics).insert(topic.to_owned(), follow.clone());
         let on_connect = follow;
         self = self.on_connect(move |peer| {
             let follow = on_connect.clone();
             async move { follow.subscribe(peer).await }
         });
         (self, events)
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> OnGap for Follow<T> {
+    fn on_gap<'a>(&'a self, peer: &'a Peer, gap: Gap) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let mut state = self.state.lock().await;
+            if state.link != peer.id() {
+                return; // an older connection's, or one whose subscribe failed
+            }
+            match state.mode {
+                Mode::Waiting if state.held.len() >= self.options.max_held => {}
+                Mode::Waiting => state.held.push(Held::Gap(gap)),
+                Mode::History | Mode::Plain => self.gap(&mut state, gap).await,
+            }
+        })
     }
 }
 
@@ -337,7 +425,7 @@ impl<T: DeserializeOwned + Send + 'static> Follow<T> {
                     peer.close_with(1008, "resume backlog over the limit").await;
                 });
             }
-            Mode::Waiting => state.held.push(params),
+            Mode::Waiting => state.held.push(Held::Item(params)),
             Mode::History => self.deliver(&mut state, &params).await,
             Mode::Plain => self.deliver_plain(&state, &params).await,
         }
@@ -375,6 +463,27 @@ impl<T: DeserializeOwned + Send + 'static> Follow<T> {
             Err(e) => TopicEvent::Failed(Arc::new(Error::Serialization(e))),
         };
         self.emit(event, &state.position).await;
+    }
+
+    /// A gap report: the server lost publications of the topic. With a position (a
+    /// topic with history whose history was lost), data continues after it; without
+    /// one (a topic without history), what was lost cannot be known.
+    async fn gap(&self, state: &mut State, gap: Gap) {
+        let missed = match gap.position {
+            Some(position) => {
+                let missed = TopicEvent::Missed {
+                    epoch: position.epoch.clone(),
+                    offset: position.offset,
+                };
+                state.position = Some(position);
+                missed
+            }
+            None => TopicEvent::Missed {
+                epoch: String::new(),
+                offset: 0,
+            },
+        };
+        self.emit(missed, &state.position).await;
     }
 
     async fn deliver_plain(&self, state: &State, params: &RawValue) {
@@ -441,8 +550,11 @@ impl<T: DeserializeOwned + Send + 'static> Follow<T> {
                 }
                 state.lost = false;
                 state.mode = Mode::History;
-                for params in held {
-                    self.deliver(&mut state, &params).await;
+                for held in held {
+                    match held {
+                        Held::Item(params) => self.deliver(&mut state, &params).await,
+                        Held::Gap(gap) => self.gap(&mut state, gap).await,
+                    }
                 }
             }
             Ok(None) => {
@@ -456,8 +568,11 @@ impl<T: DeserializeOwned + Send + 'static> Follow<T> {
                     self.emit(missed, &None).await;
                 }
                 state.mode = Mode::Plain;
-                for params in held {
-                    self.deliver_plain(&state, &params).await;
+                for held in held {
+                    match held {
+                        Held::Item(params) => self.deliver_plain(&state, &params).await,
+                        Held::Gap(gap) => self.gap(&mut state, gap).await,
+                    }
                 }
             }
             Err(error) => {
