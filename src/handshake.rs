@@ -313,7 +313,7 @@ impl Handshakes {
 
     /// A ticket if there is room, made by dropping handshakes at least `grace` old if
     /// needed; else when the oldest began.
-    fn try_enter(self: &Arc<Self>) -> Result<Ticket, Instant> {
+    pub(crate) fn try_enter(self: &Arc<Self>) -> Result<Ticket, Instant> {
         let now = Instant::now();
         let mut table = self.lock();
         while table.live.len() >= self.max {

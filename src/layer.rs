@@ -87,8 +87,10 @@
 //! # Cost
 //!
 //! Without layers (and without a rate limit), a call pays one check of an `Option`
-//! per direction. With layers, each call pays one clock reading at each end, the
-//! layers' own work, and a reference count on the connection; nothing is allocated.
+//! per direction. With layers, each call pays the layers' own work and a reference
+//! count on the connection, and one clock reading at each end if a layer wants its
+//! duration ([`Layer::wants`]). Nothing is allocated, unless a layer wants the params
+//! and id of a call made at its outcome: its frame is then shared (one allocation).
 
 mod made;
 mod serve;
@@ -97,6 +99,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::value::RawValue;
+use tokio::time::Instant;
 
 use crate::error::{Error, RpcError};
 use crate::limit::{Limiter, RateLimit};
@@ -120,10 +123,22 @@ pub enum Direction {
 pub struct CallInfo<'a> {
     direction: Direction,
     method: &'a str,
-    params: Option<&'a str>,
-    id: Option<&'a str>,
+    parts: Parts<'a>,
     peer: &'a Peer,
     known: bool,
+}
+
+/// Where a call's `params` and `id` are.
+#[derive(Clone, Copy)]
+enum Parts<'a> {
+    /// Found by the reader (calls served).
+    Found {
+        params: Option<&'a str>,
+        id: Option<&'a str>,
+    },
+    /// In a request frame this side wrote (calls made): looked for only when a layer
+    /// asks, so a layer that reads neither (`Metrics`) does not pay the search.
+    Written { frame: &'a str, has_id: bool },
 }
 
 impl<'a> CallInfo<'a> {
@@ -142,21 +157,33 @@ impl<'a> CallInfo<'a> {
         self.method
     }
 
-    /// The `params` member as raw JSON text, if there is one.
+    /// The `params` member as raw JSON text, if there is one. In
+    /// [`on_outcome`](Layer::on_outcome) of a call made, only if a layer of the
+    /// connection [wants](Wants::outcome_parts) it.
     pub fn params(&self) -> Option<&'a str> {
-        self.params
+        match self.parts {
+            Parts::Found { params, .. } => params,
+            Parts::Written { frame, has_id } => crate::message::request_parts(frame, has_id).0,
+        }
     }
 
     /// The `id` member as raw JSON text, exactly as written on the wire: the other
     /// side's for a call served, this side's number for a call made. `None` for a
-    /// notification.
+    /// notification, and in [`on_outcome`](Layer::on_outcome) of a call made unless a
+    /// layer of the connection [wants](Wants::outcome_parts) it.
     pub fn id(&self) -> Option<&'a str> {
-        self.id
+        match self.parts {
+            Parts::Found { id, .. } => id,
+            Parts::Written { frame, has_id } => crate::message::request_parts(frame, has_id).1,
+        }
     }
 
     /// Whether it is a notification (no answer comes, or goes).
     pub fn is_notification(&self) -> bool {
-        self.id.is_none()
+        match self.parts {
+            Parts::Found { id, .. } => id.is_none(),
+            Parts::Written { has_id, .. } => !has_id,
+        }
     }
 
     /// The connection: its [`id`](Peer::id), [`info`](Peer::info) (the remote
@@ -180,7 +207,7 @@ impl std::fmt::Debug for CallInfo<'_> {
         f.debug_struct("CallInfo")
             .field("direction", &self.direction)
             .field("method", &self.method)
-            .field("id", &self.id)
+            .field("id", &self.id())
             .field("peer", &self.peer.id())
             .field("known", &self.known)
             .finish_non_exhaustive()
@@ -228,6 +255,73 @@ pub enum CallOutcome<'a> {
     Failed(&'a Error),
 }
 
+/// What a layer wants the engine to measure and keep for it, beyond the call itself:
+/// asked once per connection ([`Layer::wants`]). Reading the clock at both ends of
+/// every message, and keeping the frame of a call made until its end, are a good part
+/// of what a light layer costs; the engine does them only when a layer of the
+/// connection wants them.
+///
+/// ```
+/// use jsonrpc_peer::layer::Wants;
+///
+/// // Durations of calls only; a notification's `took` is zero.
+/// let wants = Wants::NOTHING.call_durations();
+/// # let _ = wants;
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wants {
+    call_durations: bool,
+    notification_durations: bool,
+    outcome_parts: bool,
+}
+
+impl Wants {
+    /// Everything (the default): every duration, and the params and id of a call
+    /// made in [`Layer::on_outcome`].
+    pub const ALL: Wants = Wants {
+        call_durations: true,
+        notification_durations: true,
+        outcome_parts: true,
+    };
+    /// Nothing: every `took` is [`Duration::ZERO`], and a call made shows no params
+    /// or id in [`Layer::on_outcome`] ([`Layer::on_call`] always sees them).
+    pub const NOTHING: Wants = Wants {
+        call_durations: false,
+        notification_durations: false,
+        outcome_parts: false,
+    };
+
+    /// And the duration of every call, served and made: from its arrival (served)
+    /// or its start (made) to its end.
+    pub const fn call_durations(mut self) -> Wants {
+        self.call_durations = true;
+        self
+    }
+
+    /// And the duration of every notification: served, until its handler returns;
+    /// made, until it is queued.
+    pub const fn notification_durations(mut self) -> Wants {
+        self.notification_durations = true;
+        self
+    }
+
+    /// And the params and id of a call made, in [`Layer::on_outcome`]: its frame is
+    /// kept until then (a reference count, and an allocation the first time).
+    pub const fn outcome_parts(mut self) -> Wants {
+        self.outcome_parts = true;
+        self
+    }
+
+    /// What either wants.
+    fn or(self, other: Wants) -> Wants {
+        Wants {
+            call_durations: self.call_durations || other.call_durations,
+            notification_durations: self.notification_durations || other.notification_durations,
+            outcome_parts: self.outcome_parts || other.outcome_parts,
+        }
+    }
+}
+
 /// Code of the application's own around every call and notification, in both
 /// directions; see the [module](self) for the order and what is seen.
 ///
@@ -247,6 +341,14 @@ pub trait Layer: Send + Sync + 'static {
     /// Once it has ended, with how long it took since `on_call`.
     fn on_outcome(&self, call: &CallInfo<'_>, outcome: &CallOutcome<'_>, took: Duration) {
         let _ = (call, outcome, took);
+    }
+
+    /// What this layer wants measured and kept ([`Wants::ALL`] unless it says
+    /// otherwise); asked once per connection. What no layer of a connection wants is
+    /// not done: a call's `took` is then [`Duration::ZERO`] and no clock is read for
+    /// it.
+    fn wants(&self) -> Wants {
+        Wants::ALL
     }
 
     /// A batch of `len` items arrived (served, before its items are seen one by
@@ -291,6 +393,8 @@ impl std::fmt::Debug for Layers {
 pub(crate) struct Stack {
     layers: Arc<[Named]>,
     limit: Option<Limiter>,
+    /// What any of the layers wants.
+    wants: Wants,
 }
 
 impl Stack {
@@ -298,10 +402,30 @@ impl Stack {
         if layers.0.is_empty() && limit.is_none() {
             return None;
         }
+        let wants = layers
+            .0
+            .iter()
+            .fold(Wants::NOTHING, |wants, named| wants.or(named.layer.wants()));
         Some(Box::new(Stack {
             layers: layers.0.clone(),
             limit: limit.map(Limiter::new),
+            wants,
         }))
+    }
+
+    /// The clock's reading at a call's (or notification's) start, if a layer wants
+    /// its duration.
+    pub(crate) fn start_clock(&self, notification: bool) -> Option<Instant> {
+        let wanted = match notification {
+            true => self.wants.notification_durations,
+            false => self.wants.call_durations,
+        };
+        wanted.then(Instant::now)
+    }
+
+    /// Whether a layer wants the params and id of a call made at its outcome.
+    pub(crate) fn keeps_parts(&self) -> bool {
+        self.wants.outcome_parts
     }
 
     /// Runs `on_call` of each layer in order, then (for calls served) the rate limit.
@@ -322,14 +446,16 @@ impl Stack {
         (Decision::Continue, seen)
     }
 
-    /// Runs `on_outcome` of the first `seen` layers, from the last to the first.
+    /// Runs `on_outcome` of the first `seen` layers, from the last to the first;
+    /// `started` is [`start_clock`](Self::start_clock)'s reading.
     pub(crate) fn on_outcome(
         &self,
         seen: usize,
         call: &CallInfo<'_>,
         outcome: &CallOutcome<'_>,
-        took: Duration,
+        started: Option<Instant>,
     ) {
+        let took = started.map_or(Duration::ZERO, |started| started.elapsed());
         for named in self.layers[..seen.min(self.layers.len())].iter().rev() {
             named.layer.on_outcome(call, outcome, took);
         }

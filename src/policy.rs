@@ -105,9 +105,13 @@ pub struct HandshakePolicy {
     /// counted in [`max_connections`](Self::max_connections). When one more arrives,
     /// the oldest still in handshake is dropped once it is
     /// [`handshake_grace`](Self::handshake_grace) old: connections that send nothing
-    /// (a slowloris) cannot lock real clients out. Until then the newcomer waits in
-    /// the listen queue for a handshake to end. [`Server`](crate::Server) only: for
-    /// the axum endpoint, the HTTP server reads the request.
+    /// (a slowloris) cannot lock real clients out. Until then the newcomer waits,
+    /// accepted but not read from, for a handshake to end (first come, first served;
+    /// at most as many wait as [`max_connections`](Self::max_connections) has room
+    /// for, the next ones wait in the listen queue). Its
+    /// [`handshake_timeout`](Self::handshake_timeout) runs from when it was accepted.
+    /// [`Server`](crate::Server) only: for the axum endpoint, the HTTP server reads
+    /// the request.
     pub max_handshakes: usize,
     /// How long a handshake is safe from being dropped for a newer one when
     /// [`max_handshakes`](Self::max_handshakes) are under way (default 2 s). A herd of
@@ -297,6 +301,11 @@ impl Slots {
             )),
             addresses: policy.max_connections_per_address.map(Addresses::new),
         }
+    }
+
+    /// How many more connections may open before [`HandshakePolicy::max_connections`].
+    pub(crate) fn room(&self) -> usize {
+        self.open.available_permits()
     }
 
     /// A place for one more connection, from `remote` if the address is known.

@@ -1,10 +1,11 @@
 //! Accepting WebSocket connections; the live ones are kept in the registry.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, ToSocketAddrs};
+use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::time::{timeout_at, Instant};
 use tokio_tungstenite::tungstenite::http;
 use tokio_tungstenite::tungstenite::protocol::Role;
@@ -180,72 +181,57 @@ impl Server {
             echo: self.echo,
         });
         let mut shutdown = self.registry.shutdown_signal();
+        // Connections accepted while `max_handshakes` are under way wait here, oldest
+        // first, not read from, for a handshake to end. The accept loop goes on taking
+        // them from the listen queue meanwhile: held there, a herd (every client of a
+        // restarted server at once) overflows the queue, and the kernel drops the SYNs
+        // of the rest, who send them again only after a second or three. The line is
+        // at most as long as `max_connections` has room (each waiting connection holds
+        // a file descriptor); past that the listen queue holds the next ones.
+        let mut waiting: VecDeque<(TcpStream, SocketAddr, Instant)> = VecDeque::new();
         loop {
-            let accepted = tokio::select! {
+            let may_accept = waiting.is_empty() || waiting.len() < gate.slots.room();
+            let event = tokio::select! {
                 biased;
                 _ = shutdown.wait_for(Option::is_some) => break,
-                accepted = self.listener.accept() => accepted,
+                // The listen queue first: while it has connections, taking them
+                // keeps it from overflowing; the line gets its turns when it is empty.
+                accepted = self.listener.accept(), if may_accept => Event::Accepted(accepted),
+                // Taken here, not in the task: the bound holds however far the tasks
+                // lag behind the accept loop.
+                ticket = gate.handshakes.enter(), if !waiting.is_empty() => Event::Turn(ticket),
             };
-            match accepted {
-                Ok((stream, addr)) => {
-                    let router = router.clone();
-                    let config = self.config.clone();
-                    let registry = self.registry.clone();
-                    let gate = gate.clone();
-                    // Taken here, not in the task: the bound holds however far the
-                    // tasks lag behind the accept loop, which waits for room (the
-                    // next connections wait in the listen queue meanwhile).
-                    let ticket = tokio::select! {
-                        biased;
-                        _ = shutdown.wait_for(Option::is_some) => break,
-                        ticket = gate.handshakes.enter() => ticket,
+            match event {
+                Event::Turn(ticket) => {
+                    let Some((stream, addr, accepted)) = waiting.pop_front() else {
+                        continue;
                     };
-                    tokio::spawn(async move {
-                        let deadline = Instant::now() + gate.policy.handshake_timeout;
-                        let conn = Conn {
-                            addr,
-                            deadline,
-                            ticket,
-                            router,
-                            config,
-                            registry,
-                            gate: gate.clone(),
-                        };
-                        // Frames are coalesced by the connection's task; Nagle's delay would
-                        // only add latency.
-                        let _ = stream.set_nodelay(true);
-                        #[cfg(feature = "rustls")]
-                        if let Some(tls) = &gate.tls {
-                            let mut conn = conn;
-                            let accepted =
-                                conn.ticket.run(timeout_at(deadline, tls.accept(stream)));
-                            match accepted.await {
-                                Some(Ok(Ok(stream))) => conn.handshake(stream).await,
-                                Some(Ok(Err(e))) => {
-                                    crate::metrics::handshake("gone", None);
-                                    tracing::debug!(%addr, error = %e, "TLS handshake failed");
-                                }
-                                Some(Err(_)) => {
-                                    crate::metrics::handshake("timeout", None);
-                                    tracing::debug!(%addr, "TLS handshake timed out");
-                                }
-                                None => {
-                                    crate::metrics::handshake("evicted", None);
-                                    tracing::debug!(%addr, "handshake evicted");
-                                }
-                            }
-                            return;
-                        }
-                        conn.handshake(stream).await;
-                    });
+                    let deadline = accepted + gate.policy.handshake_timeout;
+                    if deadline <= Instant::now() {
+                        crate::metrics::handshake("timeout", None);
+                        tracing::debug!(%addr, "handshake timed out waiting for its turn");
+                        continue;
+                    }
+                    self.start(stream, addr, deadline, ticket, &router, &gate);
                 }
-                Err(e) => {
+                Event::Accepted(Ok((stream, addr))) => {
+                    let now = Instant::now();
+                    match waiting.is_empty().then(|| gate.handshakes.try_enter()) {
+                        Some(Ok(ticket)) => {
+                            let deadline = now + gate.policy.handshake_timeout;
+                            self.start(stream, addr, deadline, ticket, &router, &gate);
+                        }
+                        _ => waiting.push_back((stream, addr, now)),
+                    }
+                }
+                Event::Accepted(Err(e)) => {
                     // Out of file descriptors, most often: wait a little rather than spin.
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
         }
+        drop(waiting);
         drop(self.listener);
         // Whoever called shutdown is closing the connections, within its grace period;
         // wait for them to be gone, and close any still open after that.
@@ -262,6 +248,63 @@ impl Server {
             registry.wait_gone(Duration::from_secs(5)).await;
         }
         Ok(())
+    }
+}
+
+/// What woke the accept loop.
+enum Event {
+    /// A handshake place for the oldest waiting connection.
+    Turn(Ticket),
+    Accepted(std::io::Result<(TcpStream, SocketAddr)>),
+}
+
+impl Server {
+    /// Runs one accepted connection's handshake, and then its peer, on a task of its own.
+    fn start<S: Send + Sync + 'static>(
+        &self,
+        stream: TcpStream,
+        addr: SocketAddr,
+        deadline: Instant,
+        ticket: Ticket,
+        router: &Arc<Router<S>>,
+        gate: &Arc<Gate>,
+    ) {
+        let conn = Conn {
+            addr,
+            deadline,
+            ticket,
+            router: router.clone(),
+            config: self.config.clone(),
+            registry: self.registry.clone(),
+            gate: gate.clone(),
+        };
+        tokio::spawn(async move {
+            // Frames are coalesced by the connection's task; Nagle's delay would
+            // only add latency.
+            let _ = stream.set_nodelay(true);
+            #[cfg(feature = "rustls")]
+            if let Some(tls) = conn.gate.tls.clone() {
+                let mut conn = conn;
+                let accepted = conn.ticket.run(timeout_at(deadline, tls.accept(stream)));
+                match accepted.await {
+                    Some(Ok(Ok(stream))) => conn.handshake(stream).await,
+                    Some(Ok(Err(e))) => {
+                        crate::metrics::handshake("gone", None);
+                        tracing::debug!(%addr, error = %e, "TLS handshake failed");
+                    }
+                    Some(Err(_)) => {
+                        crate::metrics::handshake("timeout", None);
+                        tracing::debug!(%addr, "TLS handshake timed out");
+                    }
+                    None => {
+                        crate::metrics::handshake("evicted", None);
+                        tracing::debug!(%addr, "handshake evicted");
+                    }
+                }
+                return;
+            }
+            conn.handshake(stream).await;
+        });
     }
 }
 

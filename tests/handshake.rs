@@ -5,11 +5,13 @@ mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::within;
 use jsonrpc_peer::axum::Endpoint;
 use jsonrpc_peer::{connect, Caller, Context, HandshakePolicy, Refusal, Router, RpcError, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Error as WsError;
 
@@ -251,5 +253,41 @@ async fn handshake_headers_stay_with_the_peer_only_when_asked() {
             Some("blue"),
             "the hook always sees them"
         );
+    }
+}
+
+/// Connections past `max_handshakes` are accepted and wait for a place, oldest first,
+/// instead of being left in the listen queue, where a herd overflows it and the
+/// kernel drops the SYNs of the rest. One handshake place, held by a client that sends
+/// nothing, and a listen queue of one: twenty more clients still get their TCP
+/// connection (the queue alone holds two), and each its handshake once the silent
+/// one goes.
+#[tokio::test]
+async fn past_max_handshakes_newcomers_are_accepted_and_wait_their_turn() {
+    let long = Duration::from_secs(600);
+    let server = Server::bind_with_backlog("127.0.0.1:0", 1)
+        .await
+        .unwrap()
+        .handshake_policy(
+            HandshakePolicy::default()
+                .max_handshakes(1)
+                .handshake_grace(long)
+                .handshake_timeout(long),
+        );
+    let addr = server.local_addr().unwrap();
+    tokio::spawn(server.serve(router(Arc::new(AtomicUsize::new(0)))));
+    let silent = within(TcpStream::connect(addr)).await.unwrap();
+    let mut waiting = Vec::new();
+    for _ in 0..20 {
+        waiting.push(within(TcpStream::connect(addr)).await.unwrap());
+    }
+    drop(silent);
+    let url = format!("ws://{addr}/rpc");
+    let handshakes = waiting
+        .into_iter()
+        .map(|stream| within(tokio_tungstenite::client_async(url.clone(), stream)));
+    for done in futures_util::future::join_all(handshakes).await {
+        let (_, response) = done.expect("the handshake succeeds once a place is free");
+        assert_eq!(response.status().as_u16(), 101);
     }
 }

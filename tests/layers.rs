@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{serve_with, within};
-use jsonrpc_peer::layer::{CallInfo, CallOutcome, Decision, Layer};
+use jsonrpc_peer::layer::{CallInfo, CallOutcome, Decision, Layer, Wants};
 use jsonrpc_peer::{
     connect_with_config, Caller, Context, Error, Peer, PeerConfig, Router, RpcError,
 };
@@ -404,6 +404,108 @@ async fn layers_run_in_the_documented_order() {
             "inner call made y params=- id=3 known=true",
             "inner end made y error -32601",
             "outer end made y error -32601",
+        ]
+    );
+}
+
+/// A layer that writes down, at each outcome, the duration and the params and id it
+/// is given, and wants `wants`.
+struct Timer {
+    wants: Wants,
+    tx: mpsc::UnboundedSender<String>,
+}
+
+impl Layer for Timer {
+    fn wants(&self) -> Wants {
+        self.wants
+    }
+
+    fn on_outcome(&self, call: &CallInfo<'_>, _outcome: &CallOutcome<'_>, took: Duration) {
+        let _ = self.tx.send(format!(
+            "{} {} took={}s id={} params={}",
+            direction(call),
+            call.method(),
+            took.as_secs(),
+            call.id().unwrap_or("-"),
+            call.params().unwrap_or("-"),
+        ));
+    }
+}
+
+/// A call made by `a` that `b` answers after 2 s, and a notification `b` handles in
+/// 3 s, both sides with a [`Timer`] wanting `wants`: what each side's layer saw.
+async fn timed(wants: Wants) -> (Vec<String>, Vec<String>) {
+    let (a_tx, mut a_events) = mpsc::unbounded_channel();
+    let (b_tx, mut b_events) = mpsc::unbounded_channel();
+    let (a_end, b_end) = jsonrpc_peer::transport::pair();
+    let b_router = Router::new()
+        .method("wait", |_cx: Context, [_]: [i64; 1]| async {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            Ok::<_, RpcError>(0)
+        })
+        .notification("nap", |_cx: Context, [_]: [i64; 1]| async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        });
+    let config = |tx| PeerConfig::default().layer(Timer { wants, tx });
+    let a = Peer::start(a_end, Router::new(), &config(a_tx));
+    let _b = Peer::start(b_end, b_router, &config(b_tx));
+    within(a.call::<i64>("wait", [1])).await.unwrap();
+    within(a.notify("nap", [2])).await.unwrap();
+    let a_seen = next(&mut a_events, 2).await;
+    let b_seen = next(&mut b_events, 2).await;
+    (a_seen, b_seen)
+}
+
+/// What no layer wants is not measured (a zero duration) or kept (no params or id of
+/// a call made at its outcome); the `Metrics` layer wants only calls' durations.
+#[tokio::test(start_paused = true)]
+async fn a_layer_is_given_what_it_wants() {
+    let (a, b) = timed(Wants::ALL).await;
+    assert_eq!(
+        a,
+        [
+            "made wait took=2s id=1 params=[1]",
+            "made nap took=0s id=- params=[2]",
+        ]
+    );
+    assert_eq!(
+        b,
+        [
+            "served wait took=2s id=1 params=[1]",
+            "served nap took=3s id=- params=[2]",
+        ]
+    );
+
+    let (a, b) = timed(Wants::NOTHING.call_durations()).await;
+    assert_eq!(
+        a,
+        [
+            "made wait took=2s id=- params=-",
+            "made nap took=0s id=- params=-"
+        ]
+    );
+    // What a call served has arrived with is kept anyway.
+    assert_eq!(
+        b,
+        [
+            "served wait took=2s id=1 params=[1]",
+            "served nap took=0s id=- params=[2]",
+        ]
+    );
+
+    let (a, b) = timed(Wants::NOTHING.notification_durations().outcome_parts()).await;
+    assert_eq!(
+        a,
+        [
+            "made wait took=0s id=1 params=[1]",
+            "made nap took=0s id=- params=[2]",
+        ]
+    );
+    assert_eq!(
+        b,
+        [
+            "served wait took=0s id=1 params=[1]",
+            "served nap took=3s id=- params=[2]",
         ]
     );
 }

@@ -1,16 +1,15 @@
 //! Calls and notifications made, through the layers: what `Peer::call_inner` and
 //! `Peer::notify` run when the connection has layers. The layers see the frame as it
-//! will go out (its params and id as written), and the call's `Result` at its end; a
+//! will go out (its params and id as written, looked for only if a layer asks; at the
+//! outcome only if a layer [wants](super::Wants::outcome_parts) them), and the call's `Result` at its end; a
 //! call whose future is dropped first reports [`CallOutcome::Cancelled`].
 
 use std::future::Future;
-use std::ops::Range;
 
 use tokio::time::Instant;
 
-use super::{CallInfo, CallOutcome, Decision, Direction};
+use super::{CallInfo, CallOutcome, Decision, Direction, Parts};
 use crate::error::{Error, Result};
-use crate::message::{self, span};
 use crate::peer::{Peer, Reply};
 use crate::transport::Text;
 
@@ -18,31 +17,34 @@ use crate::transport::Text;
 struct Made<'a> {
     peer: &'a Peer,
     method: &'a str,
-    frame: Text,
-    params: Option<Range<usize>>,
-    id: Option<Range<usize>>,
+    /// The frame, kept for the outcome if a layer wants its params and id.
+    frame: Option<Text>,
+    has_id: bool,
     seen: usize,
-    started: Instant,
+    /// The clock at the start, if a layer wants the duration.
+    started: Option<Instant>,
     ended: bool,
 }
 
 impl<'a> Made<'a> {
     /// Runs the layers' `on_call` for `frame`, a request (`has_id`) or a notification.
     fn start(peer: &'a Peer, method: &'a str, frame: &Text, has_id: bool) -> (Self, Decision) {
-        let (params, id) = message::request_parts(frame, has_id);
         let mut made = Made {
             peer,
             method,
-            frame: frame.clone(),
-            params: params.map(|p| span(frame, p)),
-            id: id.map(|id| span(frame, id)),
+            frame: None,
+            has_id,
             seen: 0,
-            started: Instant::now(),
+            started: None,
             ended: false,
         };
         let decision = match peer.shared.layers() {
             Some(stack) => {
-                let (decision, seen) = stack.on_call(&made.info());
+                made.started = stack.start_clock(!has_id);
+                let (decision, seen) = stack.on_call(&made.info(frame));
+                if stack.keeps_parts() {
+                    made.frame = Some(frame.clone());
+                }
                 made.seen = seen;
                 decision
             }
@@ -51,12 +53,15 @@ impl<'a> Made<'a> {
         (made, decision)
     }
 
-    fn info(&self) -> CallInfo<'_> {
+    /// What the layers see of it, with `frame` for its params and id.
+    fn info<'f>(&'f self, frame: &'f str) -> CallInfo<'f> {
         CallInfo {
             direction: Direction::Made,
             method: self.method,
-            params: self.params.clone().map(|range| &self.frame[range]),
-            id: self.id.clone().map(|range| &self.frame[range]),
+            parts: Parts::Written {
+                frame,
+                has_id: self.has_id,
+            },
             peer: self.peer,
             known: true,
         }
@@ -69,7 +74,8 @@ impl<'a> Made<'a> {
     fn report(&mut self, outcome: &CallOutcome<'_>) {
         self.ended = true;
         if let Some(stack) = self.peer.shared.layers() {
-            stack.on_outcome(self.seen, &self.info(), outcome, self.started.elapsed());
+            let frame = self.frame.as_ref().map_or("", Text::as_str);
+            stack.on_outcome(self.seen, &self.info(frame), outcome, self.started);
         }
     }
 

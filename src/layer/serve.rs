@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::{CallInfo, CallOutcome, Decision, Direction, Stack};
+use super::{CallInfo, CallOutcome, Decision, Direction, Parts, Stack};
 use crate::error::RpcError;
 use crate::message;
 use crate::peer::Peer;
@@ -31,7 +31,8 @@ struct Served {
     known: bool,
     /// How many layers saw `on_call`: they, and only they, see the outcome.
     seen: usize,
-    started: Instant,
+    /// The clock at the start, if a layer wants the duration.
+    started: Option<Instant>,
     ended: bool,
 }
 
@@ -53,11 +54,12 @@ impl Served {
             params,
             known,
             seen: 0,
-            started: Instant::now(),
+            started: None,
             ended: false,
         };
-        let decision = match served.stack() {
+        let decision = match peer.shared.layers() {
             Some(stack) => {
+                served.started = stack.start_clock(served.id.is_none());
                 let (decision, seen) = stack.on_call(&served.info());
                 served.seen = seen;
                 decision
@@ -81,8 +83,10 @@ impl Served {
         CallInfo {
             direction: Direction::Served,
             method: &self.method,
-            params: self.params.clone().map(|range| &self.frame[range]),
-            id: self.id(),
+            parts: Parts::Found {
+                params: self.params.clone().map(|range| &self.frame[range]),
+                id: self.id(),
+            },
             peer: &self.peer,
             known: self.known,
         }
@@ -100,7 +104,7 @@ impl Served {
     fn report(&mut self, outcome: &CallOutcome<'_>) {
         self.ended = true;
         if let Some(stack) = self.stack() {
-            stack.on_outcome(self.seen, &self.info(), outcome, self.started.elapsed());
+            stack.on_outcome(self.seen, &self.info(), outcome, self.started);
         }
     }
 

@@ -16,7 +16,7 @@ use super::names::{
     NOTIFICATIONS_RECEIVED_TOTAL, NOTIFICATIONS_SENT_TOTAL, OTHER_METHOD, OUTCOMES,
 };
 use crate::error::ErrorCode;
-use crate::layer::{CallInfo, CallOutcome, Direction, Layer};
+use crate::layer::{CallInfo, CallOutcome, Direction, Layer, Wants};
 
 /// How many method names of calls made get a label of their own; the rest count as
 /// `other`. Calls served are labelled by the router, which bounds them already.
@@ -77,6 +77,12 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Layer for Metrics {
+    /// Only calls have a duration histogram (a notification reads no clock), and no
+    /// label comes from params or ids (a call made keeps no frame).
+    fn wants(&self) -> Wants {
+        Wants::NOTHING.call_durations()
+    }
+
     fn on_outcome(&self, call: &CallInfo<'_>, outcome: &CallOutcome<'_>, took: Duration) {
         let table = match call.direction() {
             Direction::Served => &self.inner.served,

@@ -257,3 +257,24 @@ pub(crate) fn raise_nofile_limit() {
         .arg(format!("--nofile={hard}:{hard}"))
         .status();
 }
+
+/// The kernel's count of connections dropped because a listen queue was full
+/// (`TcpExt: ListenOverflows` of `/proc/net/netstat`, the whole network namespace: other
+/// programs on the machine count too); 0 where it cannot be read. A dropped SYN is
+/// sent again by the client's kernel after a second (then 3 s, 7 s): a wait no
+/// redial counter sees.
+pub(crate) fn listen_overflows() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/net/netstat") else {
+        return 0;
+    };
+    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(name, _)| *name == "ListenOverflows")
+        .and_then(|(_, value)| value.parse().ok())
+        .unwrap_or(0)
+}

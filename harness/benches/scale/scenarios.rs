@@ -8,7 +8,7 @@ use crate::fleets::{
     deliver, idle_rates, median, split, start_server, Control, Delivered, Fleets, Trigger,
     MAX_PER_FLEET,
 };
-use crate::procs::{cpu_ns, rss_kib, unix_nanos, Proc, Registered};
+use crate::procs::{cpu_ns, listen_overflows, rss_kib, unix_nanos, Proc, Registered};
 use crate::redis_server::RedisServer;
 use crate::report::{Growth, Row, StormRow, Target};
 use crate::Opts;
@@ -445,6 +445,8 @@ struct StormRuns {
     cpu_us: Vec<f64>,
     retries: u64,
     errors: u64,
+    /// Listen queue overflows (SYNs the kernel dropped) during the storms.
+    overflows: u64,
 }
 
 /// A one-process server (server.rs): ours or raw, on `listen`.
@@ -512,11 +514,14 @@ pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
                 Err(e) => panic!("{e}"),
             };
             let cpu0 = cpu_ns(server.pid());
+            let overflows0 = listen_overflows();
             let go = unix_nanos();
             let c = fleets.connect(CONNECT, Some(inflight));
             let cpu = cpu_ns(server.pid()).saturating_sub(cpu0) as f64 / 1e3 / n as f64;
+            let overflows = listen_overflows().saturating_sub(overflows0);
             let runs = if kind == "ours" { &mut ours } else { &mut raw };
             runs.retries += c.retries;
+            runs.overflows += overflows;
             runs.errors += c.errors;
             if c.subscribed < n {
                 notes.push(format!(
@@ -531,7 +536,7 @@ pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
             runs.cpu_us.push(cpu);
             eprintln!(
                 "    {kind}: all connected {:.0} ms, called {:.0} ms, subscribed {:.0} ms, \
-                 server CPU {cpu:.1} µs per client, {} retries",
+                 server CPU {cpu:.1} µs per client, {} retries, {overflows} listen overflows",
                 ms_since(go, c.t_connected),
                 ms_since(go, c.t_called),
                 ms_since(go, c.t_subscribed),
