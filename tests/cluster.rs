@@ -705,6 +705,13 @@ async fn a_burst_past_the_outbox_is_either_delivered_or_refused_never_ok_then_lo
         .await
         .unwrap();
     all_live(&b, 3).await;
+    // What the outbox held is flushed first (until then a broadcast may find it full).
+    within(async {
+        while a.cluster.stats().outbox_len > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
     a.cluster.handle().broadcast("done", &()).unwrap();
     let got = until_done(&mut rx, &[0, 1]).await;
     for who in [0, 1] {
