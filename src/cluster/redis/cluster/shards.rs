@@ -94,6 +94,9 @@ pub(super) struct Shards {
     /// Masters whose last dial failed: not before then, and how many failures.
     dial_after: HashMap<String, (Instant, u32)>,
     waiters: HashMap<String, Vec<Done>>,
+    /// Channels asked for while their slot's master had no link (a failover or a moved
+    /// slot under way): their waiters wait for the link until then.
+    unlinked: HashMap<String, Instant>,
     /// Channels interrupted while up, reported once held again.
     lost: BTreeSet<String>,
     up: bool,
@@ -130,6 +133,7 @@ impl Shards {
             dialing: HashSet::new(),
             dial_after: HashMap::new(),
             waiters: HashMap::new(),
+            unlinked: HashMap::new(),
             lost: BTreeSet::new(),
             up: true,
             next_id: 0,
@@ -411,14 +415,20 @@ impl Shards {
                         let _ = done.send(Ok(()));
                     }
                     Some(_) if self.up => self.waiters.entry(channel).or_default().push(done),
+                    // The slot's master is not linked (yet): one shard is between masters
+                    // while the rest of the cluster is up. Wait for its link (the slot map
+                    // is fetched again now) up to the response timeout.
+                    None if self.up => {
+                        let deadline = Instant::now() + self.options.response_timeout;
+                        self.unlinked.entry(channel.clone()).or_insert(deadline);
+                        self.waiters.entry(channel).or_default().push(done);
+                        self.start_refresh();
+                        self.dirty = true;
+                    }
                     _ => {
                         let _ = done.send(Err(BackplaneError::Unavailable(
-                            "no link to the master of this channel's slot; subscribed once there is"
-                                .into(),
+                            "redis cluster is down; subscribed once it is back".into(),
                         )));
-                        if self.up {
-                            self.lost.insert(channel);
-                        }
                     }
                 }
             }
@@ -485,6 +495,27 @@ impl Shards {
 
     fn on_tick(&mut self) {
         let now = Instant::now();
+        if !self.unlinked.is_empty() {
+            let topology = self.map.get();
+            let expired: Vec<String> = self
+                .unlinked
+                .iter()
+                .filter(|(_, deadline)| now >= **deadline)
+                .map(|(channel, _)| channel.clone())
+                .collect();
+            for channel in expired {
+                self.unlinked.remove(&channel);
+                if !self.held(&topology, &channel) && self.waiters.contains_key(&channel) {
+                    self.fail_waiters(
+                        &channel,
+                        "no link to the master of this channel's slot in time; subscribed once there is",
+                    );
+                    if self.up && self.want.contains(&channel) {
+                        self.lost.insert(channel);
+                    }
+                }
+            }
+        }
         let overdue = self.options.response_timeout;
         let mut late = Vec::new();
         for link in self.links.values_mut() {
