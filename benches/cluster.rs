@@ -1,18 +1,22 @@
-//! The cross-node path against raw redis-rs pub/sub, on one real Redis, in one run.
+//! The cross-node path against raw redis-rs pub/sub, on one real Redis; then one Redis
+//! against a Redis Cluster of three masters (shards.rs), in one run.
 //!
 //! ```text
-//! cargo bench --bench cluster --features redis              # full run, about a minute
-//! cargo bench --bench cluster --features redis -- --quick   # a few seconds (CI)
+//! cargo bench --bench cluster --features redis-cluster              # full run, about two minutes
+//! cargo bench --bench cluster --features redis-cluster -- --quick   # a few seconds (CI)
 //! ```
 //!
-//! Needs `redis-server` on the PATH (`.ci/install`); the bench starts its own on a unix
-//! socket in a temp dir and stops it at the end.
+//! Needs `redis-server` and `redis-cli` on the PATH (`.ci/install`); the bench starts its
+//! own Redis on a unix socket in a temp dir, another on a loopback port, and a cluster
+//! on loopback ports, and stops them at the end.
 //!
 //! | scenario | raw baseline | ours |
 //! |---|---|---|
 //! | latency at a steady rate (1 k msg/s) | redis-rs PUBLISH -> a RESP3 subscriber connection | `Topics::publish` on node A -> a WebSocket client of node B |
 //! | throughput | redis-rs pipelines of 64 PUBLISH -> the subscriber has them all | node A publishes as fast as it can -> B's client has them all |
 //! | broadcast | one node (no cluster): `broadcast` to N clients | node A `broadcast` with 3 nodes x N clients |
+//! | history: latency, throughput | `XADD` + `PUBLISH` in one redis-rs pipeline | `Topics::publish` on a topic with history, and on one without, A -> B's client |
+//! | history: resume | | a client resuming 1,000 missed messages on a node that reads them from Redis, and on one that has them cached |
 //! | presence: subscribe + unsubscribe | clients of node A subscribe and unsubscribe one topic | the same, each subscription a member with info |
 //! | presence: a join seen elsewhere | (the cross-node publish latency above) | a client of A joins; node B's `presence_events` has it |
 //!
@@ -20,11 +24,21 @@
 //! client parsed the notification); p50 and p99 by sorting the samples. Broadcast time
 //! is until the last client of all has it, median of the rounds. Targets (from the
 //! design): cross-node throughput >= 0.7x raw, p50 <= raw + 0.3 ms, 3 x N broadcast <=
-//! single node + 2 ms. The machine is shared and noisy: compare within one run.
+//! single node + 2 ms; history throughput >= 0.7x the same path without history; a
+//! resume of 1,000 missed messages within 50 ms. The machine is shared and noisy:
+//! compare within one run.
 
+#[allow(dead_code)] // the tests use more of it
+#[path = "../tests/common/redis_cluster.rs"]
+mod redis_cluster;
 #[allow(dead_code)] // the tests use more of it
 #[path = "../tests/common/redis_server.rs"]
 mod redis_server;
+#[path = "cluster/shards.rs"]
+mod shards;
+
+#[path = "cluster/history.rs"]
+mod history;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,7 +46,7 @@ use std::time::{Duration, Instant};
 
 use jsonrpc_peer::cluster::{Cluster, RedisBackplane, RedisOptions};
 use jsonrpc_peer::{
-    connect, Caller, Context, Peer, Router, RpcError, Server, ServerHandle, Topics,
+    connect, Caller, Context, Peer, Position, Router, RpcError, Server, ServerHandle, Topics,
 };
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo, ProtocolVersion, PushKind, Value};
@@ -43,10 +57,14 @@ const TOPIC: &str = "bench";
 
 struct Opts {
     quick: bool,
+    /// Messages per run and rounds of the one-Redis-against-a-cluster comparison.
+    shard_msgs: usize,
+    shard_rounds: usize,
     latency_msgs: usize,
     throughput_msgs: usize,
     broadcast_clients: usize,
     broadcast_rounds: usize,
+    resume_rounds: usize,
     /// Subscribe + unsubscribe pairs per client, and clients.
     churn_cycles: usize,
     churn_clients: usize,
@@ -59,10 +77,13 @@ impl Opts {
         if quick {
             Opts {
                 quick,
+                shard_msgs: 5_000,
+                shard_rounds: 1,
                 latency_msgs: 300,
                 throughput_msgs: 5_000,
                 broadcast_clients: 100,
                 broadcast_rounds: 3,
+                resume_rounds: 3,
                 churn_cycles: 50,
                 churn_clients: 10,
                 join_samples: 200,
@@ -70,10 +91,13 @@ impl Opts {
         } else {
             Opts {
                 quick,
+                shard_msgs: 100_000,
+                shard_rounds: 3,
                 latency_msgs: 5_000,
                 throughput_msgs: 100_000,
                 broadcast_clients: 1_000,
                 broadcast_rounds: 7,
+                resume_rounds: 20,
                 churn_cycles: 500,
                 churn_clients: 20,
                 join_samples: 2_000,
@@ -239,6 +263,15 @@ async fn node(redis_url: &str, name: &str) -> Node {
                 .await
                 .map_err(|e| RpcError::new(-32000, e.to_string()))
         })
+        .method(
+            "subscribe_from",
+            |cx: Context<Topics>, (topic, from): (String, Option<Position>)| async move {
+                cx.state()
+                    .subscribe_from(cx.peer(), &topic, from)
+                    .await
+                    .map_err(|e| RpcError::new(-32000, e.to_string()))
+            },
+        )
         // `sub [topic, info_or_null]`: subscribes, and joins the topic's presence with
         // the info if there is one; `unsub [topic]`.
         .method(
@@ -321,6 +354,7 @@ struct Figures {
     ours_rate: f64,
     single_ms: f64,
     cluster_ms: f64,
+    history: history::HistoryFigures,
 }
 
 async fn run(opts: &Opts, redis_url: &str) -> Figures {
@@ -386,7 +420,10 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
     ours_arrivals.reset(opts.throughput_msgs);
     let start = Instant::now();
     for seq in 0..opts.throughput_msgs {
-        let _ = topics.publish(TOPIC, &[seq]).await;
+        topics
+            .publish(TOPIC, &[seq])
+            .await
+            .expect("taken by the outbox");
         if seq % 64 == 63 {
             tokio::task::yield_now().await;
         }
@@ -396,10 +433,13 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
         opts.throughput_msgs as f64 / (ours_arrivals.last().unwrap_or(start) - start).as_secs_f64();
     let stats = a.cluster.stats();
     assert_eq!(
-        stats.outbox_dropped, 0,
-        "the outbox dropped envelopes: {stats:?}"
+        stats.outbox_refused, 0,
+        "the outbox refused publishes: {stats:?}"
     );
     receiver.close().await;
+
+    let c = node(redis_url, "c").await;
+    let history = history::run(opts, redis_url, &a, &b, &c).await;
 
     // Broadcast: one node without a cluster and N clients, against 3 nodes x N clients.
     let n = opts.broadcast_clients;
@@ -410,7 +450,6 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
     let single_arrivals = Arrivals::new(n);
     let single_peers = clients(&single_url, n, &single_arrivals).await;
 
-    let c = node(redis_url, "c").await;
     let cluster_arrivals = Arrivals::new(3 * n);
     let mut cluster_peers = Vec::new();
     for node in [&a, &b, &c] {
@@ -475,6 +514,7 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
         ours_rate,
         single_ms: median(single_ms),
         cluster_ms: median(cluster_ms),
+        history,
     }
 }
 
@@ -579,6 +619,7 @@ fn main() {
         .build()
         .expect("tokio runtime");
     let f = runtime.block_on(run(&opts, &redis.url()));
+    let shards = runtime.block_on(shards::compare(opts.shard_msgs, opts.shard_rounds));
     drop(runtime);
 
     let n = opts.broadcast_clients;
@@ -636,4 +677,41 @@ fn main() {
         f.join_p99,
         f.join_p99 / f.ours_p99
     );
+    let h = &f.history;
+    println!();
+    println!(
+        "topic history ({} publishes in flight for the throughputs; raw = XADD + PUBLISH in one pipeline)",
+        256
+    );
+    println!("| measure | raw XADD+PUBLISH | ours, no history | ours, history | history / no history | target | |");
+    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| latency p50 at 1 k msg/s | {:.3} ms | {:.3} ms | {:.3} ms | +{:.3} ms | | |",
+        h.raw_p50,
+        h.plain_p50,
+        h.hist_p50,
+        h.hist_p50 - h.plain_p50
+    );
+    println!(
+        "| throughput | {:.0} msg/s | {:.0} msg/s | {:.0} msg/s | {:.2}x | >= 0.7x | {} |",
+        h.raw_rate,
+        h.plain_rate,
+        h.hist_rate,
+        h.hist_rate / h.plain_rate,
+        verdict(h.hist_rate >= 0.7 * h.plain_rate)
+    );
+    let (mut redis_ms, mut cache_ms) = (h.resume_redis_ms.clone(), h.resume_cache_ms.clone());
+    println!(
+        "| resume on another node, 1,000 missed: from Redis (its cache empty) | | | p50 {:.2} ms, p90 {:.2} ms | | <= 50 ms | {} |",
+        percentile(&mut redis_ms, 0.5),
+        percentile(&mut redis_ms, 0.9),
+        verdict(percentile(&mut redis_ms, 0.5) <= 50.0)
+    );
+    println!(
+        "| the same, from its cache (it has a subscriber) | | | p50 {:.2} ms, p90 {:.2} ms | | <= 50 ms | {} |",
+        percentile(&mut cache_ms, 0.5),
+        percentile(&mut cache_ms, 0.9),
+        verdict(percentile(&mut cache_ms, 0.5) <= 50.0)
+    );
+    shards.print(opts.shard_rounds);
 }

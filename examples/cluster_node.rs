@@ -1,10 +1,13 @@
 //! Run with `cargo run --example cluster_node --features redis -- --listen 127.0.0.1:0
-//! --redis redis+unix:///tmp/r.sock --node a` (or `--redis redis://127.0.0.1:6379`).
-//! The first line on stdout is `listening on ws://HOST:PORT node NAME`.
+//! --redis redis+unix:///tmp/r.sock --node a` (or `--redis redis://127.0.0.1:6379`),
+//! or on a Redis Cluster with `--features redis-cluster` and `--redis-cluster
+//! redis://HOST:PORT[,redis://HOST:PORT...]` (some of its nodes, any one answering is
+//! enough) in place of `--redis`. The first line on stdout is `listening on
+//! ws://HOST:PORT node NAME`.
 //!
-//! One node of a cluster over Redis. Start several against one Redis: broadcasts,
-//! topics and calls to a peer by address reach clients on every node. Methods, with
-//! positional params:
+//! One node of a cluster over Redis. Start several against one Redis (or one Redis
+//! Cluster): broadcasts, topics and calls to a peer by address reach clients on every
+//! node. Methods, with positional params:
 //! - `whoami []` -> the caller's address, `"NAME/ID"`;
 //! - `subscribe [topic]` -> `true` once the subscription is live across the cluster;
 //!   `unsubscribe [topic]` -> `true`;
@@ -14,7 +17,7 @@
 //!   `presence.leave` notifications, params `{"topic": topic, "addr": "b/7", "info":
 //!   info}`, for every other member of the topic on every node (the `presence` member is
 //!   taken out of the info the others see). `since` is for topics with history and is
-//!   ignored here;
+//!   ignored without `--history`;
 //! - `presence [topic]` -> the members on every node, `[{"addr": "b/7", "info": ...}]`;
 //!   `presence_count [topic]` -> how many (from memory on a node with subscribers);
 //! - `publish [topic, payload]` -> how many of this node's subscribers it reached; every
@@ -31,6 +34,23 @@
 //! `HandshakePolicy` default) caps this node's connections. Ctrl-C (SIGINT) or SIGTERM
 //! says goodbye. Subscribers of a topic that may have missed messages (Redis was down,
 //! say) get the notification `$/gap` with `{"topic": topic}`.
+//!
+//! `--history N`: every topic keeps its last N publications in Redis (at most 1 MiB of
+//! data, 5 minutes), with offsets Redis gives, one order on every node. Then:
+//! - every subscriber gets `{"method": topic, "params": {"offset": N, "data": payload}}`
+//!   (any JSON value is a payload), from the bus, in offset order, on every node;
+//! - `subscribe [topic]` -> `{"epoch": E, "offset": K}` (live from K + 1);
+//!   `subscribe [topic, {"epoch": E, "offset": K0}]` -> `{"epoch": E, "offset": K,
+//!   "recovered": true}` once K0 + 1 ..= K are queued, on whichever node (or
+//!   `"recovered": false`, nothing replayed, when K0 is no longer kept or E is not the
+//!   current epoch); `unsubscribe [topic]` -> `true`, or `false` if not subscribed;
+//! - `subscribe [topic, since_or_null, info]` -> as above, and joins the topic's
+//!   presence as without `--history`; `presence` and `presence_count` as there;
+//! - `publish [topic, payload]` -> `{"offset": N}` once Redis recorded it (an error when
+//!   it could not be: Redis down, too many waiting);
+//! - a history Redis lost (it came back empty) reaches each subscriber as `$/gap` with
+//!   `{"topic": T, "epoch": E2, "offset": K}`, once per topic; the next notification
+//!   carries K + 1.
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -38,12 +58,13 @@ mod cli;
 use std::io::Write;
 use std::time::Duration;
 
-use jsonrpc_peer::cluster::{Cluster, PeerAddr, RedisBackplane, RedisOptions};
+use jsonrpc_peer::cluster::{Cluster, ClusterBuilder, PeerAddr, RedisBackplane, RedisOptions};
 use jsonrpc_peer::{
-    Caller, Context, Error, HandshakePolicy, Peer, Router, RpcError, Server, Topics,
+    Caller, Context, Error, HandshakePolicy, HistoryConfig, Peer, Router, RpcError, Server,
+    ServerHandle, TopicMethods, Topics,
 };
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// Local errors of a cross-node call, as the answer's error.
 fn answer_error(e: Error) -> RpcError {
@@ -101,64 +122,83 @@ async fn join_presence(
     Ok(())
 }
 
-fn router(cluster: Cluster) -> Router<Cluster> {
-    Router::with_state(cluster)
-        .method("whoami", |cx: Context<Cluster>, (): ()| async move {
+fn router(cluster: Cluster, history: bool) -> Router<Cluster> {
+    let router = Router::with_state(cluster.clone()).method(
+        "whoami",
+        |cx: Context<Cluster>, (): ()| async move {
             Ok::<_, RpcError>(cx.state().addr(cx.peer()).to_string())
-        })
-        .method(
-            "subscribe",
-            |cx: Context<Cluster>, Subscribe { topic, info, .. }: Subscribe| async move {
-                let topics = cx.state().topics();
-                topics
-                    .subscribe_ready(cx.peer(), &topic)
-                    .await
-                    .map_err(answer_error)?;
-                if let Some(info) = info.filter(|i| !i.is_null()) {
-                    join_presence(&topics, cx.peer(), &topic, info).await?;
-                }
-                Ok::<_, RpcError>(true)
-            },
-        )
-        .method(
-            "presence",
-            |cx: Context<Cluster>, (topic,): (String,)| async move {
-                cx.state()
-                    .topics()
-                    .presence(&topic)
-                    .await
-                    .map_err(answer_error)
-            },
-        )
-        .method(
-            "presence_count",
-            |cx: Context<Cluster>, (topic,): (String,)| async move {
-                cx.state()
-                    .topics()
-                    .presence_count(&topic)
-                    .await
-                    .map_err(answer_error)
-            },
-        )
-        .method(
-            "unsubscribe",
-            |cx: Context<Cluster>, (topic,): (String,)| async move {
-                cx.state().topics().unsubscribe(cx.peer(), &topic);
-                Ok::<_, RpcError>(true)
-            },
-        )
-        .method(
-            "publish",
-            |cx: Context<Cluster>, (topic, payload): (String, Value)| async move {
-                payload_ok(&payload)?;
-                cx.state()
-                    .topics()
-                    .publish(&topic, &payload)
-                    .await
-                    .map(|published| published.delivered)
-                    .map_err(answer_error)
-            },
-        )
+        },
+    );
+    let router = if history {
+        // The ready-made subscribe (with presence), unsubscribe, presence and
+        // presence_count; publish answers the offset.
+        router
+            .topics(TopicMethods::new(&cluster.topics()).presence())
+            .method(
+                "publish",
+                |cx: Context<Cluster>, (topic, payload): (String, Value)| async move {
+                    let published = cx.state().topics().publish(&topic, &payload).await;
+                    let published = published.map_err(answer_error)?;
+                    Ok::<_, RpcError>(json!({ "offset": published.offset }))
+                },
+            )
+    } else {
+        router
+            .method(
+                "subscribe",
+                |cx: Context<Cluster>, Subscribe { topic, info, .. }: Subscribe| async move {
+                    let topics = cx.state().topics();
+                    topics
+                        .subscribe_ready(cx.peer(), &topic)
+                        .await
+                        .map_err(answer_error)?;
+                    if let Some(info) = info.filter(|i| !i.is_null()) {
+                        join_presence(&topics, cx.peer(), &topic, info).await?;
+                    }
+                    Ok::<_, RpcError>(true)
+                },
+            )
+            .method(
+                "presence",
+                |cx: Context<Cluster>, (topic,): (String,)| async move {
+                    cx.state()
+                        .topics()
+                        .presence(&topic)
+                        .await
+                        .map_err(answer_error)
+                },
+            )
+            .method(
+                "presence_count",
+                |cx: Context<Cluster>, (topic,): (String,)| async move {
+                    cx.state()
+                        .topics()
+                        .presence_count(&topic)
+                        .await
+                        .map_err(answer_error)
+                },
+            )
+            .method(
+                "unsubscribe",
+                |cx: Context<Cluster>, (topic,): (String,)| async move {
+                    cx.state().topics().unsubscribe(cx.peer(), &topic);
+                    Ok::<_, RpcError>(true)
+                },
+            )
+            .method(
+                "publish",
+                |cx: Context<Cluster>, (topic, payload): (String, Value)| async move {
+                    payload_ok(&payload)?;
+                    cx.state()
+                        .topics()
+                        .publish(&topic, &payload)
+                        .await
+                        .map(|published| published.delivered)
+                        .map_err(answer_error)
+                },
+            )
+    };
+    router
         .method(
             "broadcast",
             |cx: Context<Cluster>, (payload,): (Value,)| async move {
@@ -195,21 +235,59 @@ fn router(cluster: Cluster) -> Router<Cluster> {
         })
 }
 
+/// A node on the Redis Cluster whose nodes `seeds` names (comma-separated).
+#[cfg(feature = "redis-cluster")]
+async fn on_redis_cluster(
+    seeds: &str,
+    handle: ServerHandle,
+) -> Result<ClusterBuilder, Box<dyn std::error::Error>> {
+    use jsonrpc_peer::cluster::RedisClusterBackplane;
+    let seeds = seeds.split(',').map(str::trim).filter(|s| !s.is_empty());
+    let bus = RedisClusterBackplane::connect(seeds, RedisOptions::default()).await?;
+    Ok(Cluster::builder(bus, handle))
+}
+
+#[cfg(not(feature = "redis-cluster"))]
+async fn on_redis_cluster(
+    _seeds: &str,
+    _handle: ServerHandle,
+) -> Result<ClusterBuilder, Box<dyn std::error::Error>> {
+    Err("--redis-cluster needs the `redis-cluster` feature: \
+         cargo run --example cluster_node --features redis-cluster -- ..."
+        .into())
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = cli::Args::parse(
         "127.0.0.1:9000",
-        &["redis", "node", "heartbeat-ms", "max-connections"],
+        &[
+            "redis",
+            "redis-cluster",
+            "node",
+            "heartbeat-ms",
+            "max-connections",
+            "history",
+        ],
     )?;
-    let url = args.text("redis", "redis://127.0.0.1:6379");
+    let history = args.number("history", 0)?;
+    let seeds = args.text("redis-cluster", "");
     let heartbeat = Duration::from_millis(args.number("heartbeat-ms", 2000)?.max(10));
     let policy = HandshakePolicy::default();
     let max_connections = args.number("max-connections", policy.max_connections as u64)?;
     let server = Server::bind(args.listen.as_str())
         .await?
         .handshake_policy(policy.max_connections(max_connections as usize));
-    let bus = RedisBackplane::connect(&url, RedisOptions::default()).await?;
-    let mut builder = Cluster::builder(bus, server.handle())
+    let builder = if seeds.is_empty() {
+        let url = args.text("redis", "redis://127.0.0.1:6379");
+        let bus = RedisBackplane::connect(&url, RedisOptions::default()).await?;
+        Cluster::builder(bus, server.handle())
+    } else if !args.text("redis", "").is_empty() {
+        return Err("give --redis or --redis-cluster, not both".into());
+    } else {
+        on_redis_cluster(&seeds, server.handle()).await?
+    };
+    let mut builder = builder
         .heartbeat_interval(heartbeat)
         .gap_notification("$/gap");
     let name = args.text("node", "");
@@ -217,6 +295,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         builder = builder.node_id(name);
     }
     let cluster = builder.start().await?;
+    if history > 0 {
+        let kept = HistoryConfig::default().max_len(usize::try_from(history)?);
+        cluster.topics().keep_history_for_all(kept);
+    }
     println!(
         "listening on ws://{} node {}",
         server.local_addr()?,
@@ -224,7 +306,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     std::io::stdout().flush()?;
 
-    let serving = tokio::spawn(server.serve(router(cluster.clone())));
+    let serving = tokio::spawn(server.serve(router(cluster.clone(), history > 0)));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}

@@ -32,6 +32,10 @@ pub enum ClusterError {
     /// Bad configuration (node name, a handle already attached).
     #[error("cluster configuration: {0}")]
     Config(String),
+    /// This node holds as much as it may for the bus (its outbox is full, or too many
+    /// publications wait to be recorded): what failed reached no one.
+    #[error("the cluster is overloaded: {0}")]
+    Overloaded(String),
 }
 
 /// The address of a peer anywhere in a cluster: its node's name and its local

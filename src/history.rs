@@ -111,7 +111,9 @@ impl Subscribed {
 #[non_exhaustive]
 pub struct Published {
     /// How many of this node's subscribers it was queued for (those catching up on the
-    /// history get it from there, and are not counted).
+    /// history get it from there, and are not counted). In a cluster, on a topic with
+    /// history, this node's live subscribers when the bus recorded it: they get it
+    /// through the bus, in offset order, like every other node's.
     pub delivered: usize,
     /// On a topic with history, the offset it was recorded at; `None` without history.
     pub offset: Option<u64>,

@@ -168,18 +168,20 @@ impl ServerHandle {
     ///
     /// # Errors
     ///
-    /// The params errors of [`Caller::call`](crate::Caller::call).
+    /// The params errors of [`Caller::call`](crate::Caller::call); with a cluster,
+    /// [`ClusterError::Overloaded`](crate::cluster::ClusterError::Overloaded) when its
+    /// outbox is full: then the broadcast reached no one, here or elsewhere.
     pub fn broadcast<P: Serialize + ?Sized>(
         &self,
         method: impl NotificationName<P>,
         params: &P,
     ) -> Result<usize> {
         let frame = Text::from(message::request(method.method(), params, None)?);
-        let queued = self.push_all(&frame);
+        // The other nodes first: if the cluster cannot take it, no one gets it.
         if let Some(relay) = self.inner.relay.get() {
-            relay.broadcast(&frame);
+            relay.broadcast(&frame)?;
         }
-        Ok(queued)
+        Ok(self.push_all(&frame))
     }
 
     /// Queues `frame` for every live peer; how many took it.

@@ -2,14 +2,16 @@
 //! topics tell whatever carries their messages further, without knowing what it is.
 //!
 //! [`ServerHandle::broadcast`](crate::ServerHandle::broadcast) and
-//! [`Topics::publish`](crate::Topics::publish) deliver to this node's peers first, then
-//! hand the same frame (serialized once) to the [`Relay`] attached to them, if any. A
+//! [`Topics::publish`](crate::Topics::publish) hand the frame (serialized once) to the
+//! [`Relay`] attached to them, if any, then deliver it to this node's peers (when the
+//! relay refuses it, to no one). A
 //! [`Cluster`](crate::cluster::Cluster) attaches one when it starts; without one, the
 //! seam costs a `OnceLock` load per broadcast or publish.
 //!
 //! The other direction needs no trait: the cluster sits above the registry and the
 //! topics and calls them down through their crate-level methods (`ServerHandle::push_all`
-//! and `peer`, `Topics::deliver`, `topic_names` and `subscriber_count`).
+//! and `peer`, `Topics::deliver`, `apply`, `follow_at`, `topic_names` and
+//! `subscriber_count`).
 //!
 //! # Who owns what
 //!
@@ -19,37 +21,32 @@
 //! cluster alive (it holds it weakly) and never calls back into the registry or the
 //! topics from these methods.
 //!
-//! # What comes next plugs in here
+//! # History
 //!
-//! Topic history and presence are features of topics, so they meet the relay at
-//! [`Topics`](crate::Topics); the registry, which only broadcasts, does not change.
+//! A topic with history is recorded on the bus ([`Relay::record`]: in a cluster, Redis
+//! gives the offset, one order for every node and publisher) and comes back down to
+//! every node's subscribers through the bus, this node's too, in offset order
+//! (`Topics::apply`, called by the cluster). The topics keep the local side: a cache
+//! of the bus's history, the live subscribers, the replays. A resume older than the
+//! cache reads the bus ([`Relay::read_history`], coalesced per topic and position); a
+//! cache that does not follow the bus yet asks it to ([`Relay::follow`]).
 //!
-//! - **History** adds methods here for what the bus records: a publish on a topic with
-//!   history, awaited, answered with the position (epoch and offset) the bus gave it (in
-//!   a cluster, Redis: one order for every node and publisher); and the publications
-//!   after a position, for a subscriber that resumes and for a node that must fill a hole
-//!   before delivering later ones. The topics keep the local side: the history of a node
-//!   without a cluster, the offset each topic's subscribers have reached, a live message
-//!   held while a replay runs. Deliveries coming down from the cluster then carry their
-//!   position.
-//! - **Presence** is the sibling trait [`MemberRelay`] (below), held by the topics: they
-//!   keep this node's members (`topics/presence.rs`) and say only that a member of a
-//!   topic changed; the cluster's members room (`cluster/members.rs`) writes them out,
-//!   keeps a view of the other nodes' members, and calls their joins and leaves down on
-//!   the topics (`Topics::presence_changed`), like deliveries.
+//! # Presence
 //!
-//! Each of those is a method of this trait (or a sibling trait beside it, held by the
-//! topics) that the cluster implements in a room of its own. Their likely shape, for
-//! whoever writes them (names are theirs to choose):
-//!
-//! ```text
-//! // history: the bus gives the offset; the topics' ordering logic stays the one there is
-//! fn record<'a>(&'a self, topic: &'a str, frame: &'a str) -> BoxFuture<'a, Result<Position>>;
-//! fn read_after<'a>(&'a self, topic: &'a str, after: Position, max: usize)
-//!     -> BoxFuture<'a, Result<Replay>>;
-//! // and down, from the cluster: Topics::deliver_at(topic, position, frame)
-//! ```
+//! Presence is the sibling trait [`MemberRelay`] (below), held by the topics: they keep
+//! this node's members (`topics/presence.rs`) and say only that a member of a topic
+//! changed; the cluster's members room (`cluster/members.rs`) writes them out, keeps a
+//! view of the other nodes' members, and calls their joins and leaves down on the
+//! topics (`Topics::presence_changed`), like deliveries. The registry, which only
+//! broadcasts, does not change.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+
+use crate::history::{HistoryConfig, Position};
+use crate::transport::Text;
 use futures_util::future::BoxFuture;
 
 use crate::error::Result;
@@ -57,13 +54,16 @@ use crate::error::Result;
 /// What the registry and the topics hand on to the other nodes; implemented by the
 /// cluster. `frame` is the JSON-RPC notification exactly as it was delivered here.
 pub(crate) trait Relay: Send + Sync {
-    /// A broadcast was delivered to this node's peers: deliver `frame` to every other
-    /// node's.
-    fn broadcast(&self, frame: &str);
+    /// A broadcast is about to be delivered to this node's peers: deliver `frame` to
+    /// every other node's. An error (no room to take it now) means it reaches no one:
+    /// the caller then delivers nothing locally either.
+    fn broadcast(&self, frame: &str) -> Result<()>;
 
-    /// A publish on `topic` was delivered to this node's subscribers: deliver `frame` to
-    /// the subscribers on every other node.
-    fn publish(&self, topic: &str, frame: &str);
+    /// A publish on `topic` (a topic without history) is about to be delivered to this
+    /// node's subscribers: deliver `frame` to the subscribers on every other node.
+    /// Resolves once it is taken, waiting for room if there is none yet; an error means
+    /// it reaches no one (the caller then delivers nothing locally either).
+    fn publish<'a>(&'a self, topic: &'a str, frame: &'a str) -> BoxFuture<'a, Result<()>>;
 
     /// `topic`'s local subscribers went from none to some, or back: this node should (or
     /// need no longer) hear the other nodes' publishes on it.
@@ -72,6 +72,62 @@ pub(crate) trait Relay: Send + Sync {
     /// Resolves once this node hears the other nodes' publishes on `topic`: a publish on
     /// any node after that reaches this node's subscribers.
     fn ready<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<()>>;
+
+    /// Records a publication of `data` on `topic` (a topic with history, within
+    /// `bounds`) on the bus, which delivers it to the subscribers of every node, this
+    /// one's included. Resolves with its position once recorded.
+    fn record<'a>(
+        &'a self,
+        topic: &'a str,
+        data: &'a RawValue,
+        bounds: &'a HistoryConfig,
+    ) -> BoxFuture<'a, Result<Position>>;
+
+    /// Makes `topic`'s history on this node follow the bus: its epoch and newest
+    /// offset set from the bus, and what comes down after that applied in order.
+    /// Resolves once it does.
+    fn follow<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<()>>;
+
+    /// The publications of `topic` after `after`, of `epoch`, read from the bus (one
+    /// read for every caller asking the same topic, epoch and offset at about the same
+    /// time).
+    fn read_history<'a>(
+        &'a self,
+        topic: &'a str,
+        epoch: &'a str,
+        after: u64,
+        bounds: &'a HistoryConfig,
+    ) -> BoxFuture<'a, Result<Replay>>;
+
+    /// `topic`'s position on the bus now.
+    fn history_position<'a>(
+        &'a self,
+        topic: &'a str,
+        bounds: &'a HistoryConfig,
+    ) -> BoxFuture<'a, Result<Position>>;
+}
+
+/// A publication of a topic's history read from the bus: its offset, its notification
+/// (serialized once, shared by every subscriber it is replayed to), its data's size,
+/// and its age.
+#[derive(Clone, Debug)]
+pub(crate) struct Kept {
+    pub(crate) offset: u64,
+    pub(crate) frame: Text,
+    pub(crate) bytes: usize,
+    pub(crate) age: Duration,
+}
+
+/// What [`Relay::read_history`] found.
+#[derive(Clone, Debug)]
+pub(crate) enum Replay {
+    /// The publications asked for, from `after + 1` on, in offset order (fewer than
+    /// asked when the bus has no more).
+    Kept(Arc<[Kept]>),
+    /// What followed `after` is gone from the bus (trimmed).
+    Gone,
+    /// The bus's history has another epoch now: the one asked for is lost.
+    Epoch,
 }
 
 /// Presence across nodes: the sibling of [`Relay`] that the topics hold for their

@@ -10,6 +10,8 @@
 
 mod histories;
 mod log;
+
+pub(crate) use log::{frame as recorded_frame, Applied, Followed};
 mod methods;
 mod presence;
 mod store;
@@ -18,6 +20,7 @@ pub use methods::TopicMethods;
 pub use presence::{PresenceEvents, PresenceJoin, PresenceLeave};
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use dashmap::mapref::entry::Entry;
@@ -71,6 +74,8 @@ struct Inner {
     relay: OnceLock<Arc<dyn Relay>>,
     /// The topics that keep history.
     history: histories::Histories,
+    /// Publications the cluster refused.
+    refused: AtomicU64,
     /// Who is in each topic: this node's members, and who watches them.
     presence: presence::Presence,
 }
@@ -147,6 +152,10 @@ impl Topics {
         let added = self.subscribe(peer, topic);
         if let Some(relay) = self.inner.relay.get() {
             relay.ready(topic).await?;
+            // A topic with history: its cache follows the bus from now on.
+            if self.history_follows(topic) == Some(false) {
+                relay.follow(topic).await?;
+            }
         }
         Ok(added)
     }
@@ -181,29 +190,43 @@ impl Topics {
     ///   subscriber gets it live or when it resumes, unless the history's bounds trimmed
     ///   it first. The params are `{"offset":N,"data":PAYLOAD}`; any JSON value is a
     ///   payload (the resuming client, [`ReconnectingBuilder::topic`](crate::ReconnectingBuilder::topic),
-    ///   hands the application the payload). (In a cluster, such a topic is delivered
-    ///   on this node only for now.)
+    ///   hands the application the payload). In a cluster the bus records it (Redis gives the offset: one order
+    ///   for every node and publisher) and delivers it to every node's subscribers,
+    ///   this node's too, in offset order; `Ok` comes once Redis has it, and
+    ///   [`delivered`](Published::delivered) counts this node's live subscribers then.
+    ///   There the notification's method is the topic's name (each node makes it from
+    ///   what the bus recorded): a contract of another name on it is refused.
     /// - Without history, at most once: queued for each subscriber connected now (and,
-    ///   in a cluster, handed to the bus's outbox); a subscriber whose link drops misses
-    ///   what was published meanwhile. The params are the payload, an array or object.
+    ///   in a cluster, taken by the outbox, which sends it when the bus can and never
+    ///   drops what it took); a subscriber whose link drops misses what was published
+    ///   meanwhile. The params are the payload, an array or object.
     ///
     /// # Errors
     ///
     /// The params errors of [`Caller::call`](crate::Caller::call);
     /// [`HistoryError::TooLarge`](crate::HistoryError::TooLarge) (as
     /// [`Error::History`](crate::Error::History)) when the data alone is over the
-    /// history's byte bound: then it reached no one.
+    /// history's byte bound. In a cluster,
+    /// [`ClusterError::Unavailable`](crate::cluster::ClusterError::Unavailable) at once
+    /// while the bus is down (with history: not recorded) or when Redis fails the
+    /// record, [`ClusterError::Overloaded`](crate::cluster::ClusterError::Overloaded)
+    /// when the outbox has no room (without history: waited for while the bus is up, up
+    /// to the call timeout) or too many publications wait to be recorded
+    /// ([`max_pending_records`](crate::cluster::ClusterBuilder::max_pending_records)).
+    /// On any error the publication reached no subscriber (a record whose answer was
+    /// lost may still have been recorded, and then is delivered); each one is counted
+    /// in [`refused`](Self::refused).
     pub async fn publish<P: Serialize + ?Sized>(
         &self,
         topic: impl Topic<P>,
         params: &P,
     ) -> Result<Published> {
         let (name, method) = (topic.name(), topic.method());
-        if let Some(published) = self.publish_recorded(name, method, params)? {
+        if let Some(published) = self.publish_recorded(name, method, params).await? {
             crate::metrics::topic_published(published.delivered);
             return Ok(published);
         }
-        let delivered = self.publish_plain(name, method, params)?;
+        let delivered = self.publish_plain(name, method, params).await?;
         crate::metrics::topic_published(delivered);
         Ok(Published {
             delivered,
@@ -212,40 +235,50 @@ impl Topics {
     }
 
     /// A publication on a topic without history.
-    fn publish_plain<P: Serialize + ?Sized>(
+    async fn publish_plain<P: Serialize + ?Sized>(
         &self,
         topic: &str,
         method: &str,
         params: &P,
     ) -> Result<usize> {
         let relay = self.inner.relay.get();
-        let subscribers = self.inner.topics.get(topic);
-        if subscribers.is_none() && relay.is_none() {
+        if relay.is_none() && !self.inner.topics.contains_key(topic) {
             return Ok(0);
         }
         let frame = Text::from(message::request(method, params, None)?);
-        let queued = subscribers.map_or(0, |subscribers| {
-            subscribers
-                .iter()
-                .filter(|entry| entry.value().push(frame.clone()))
-                .count()
-        });
+        // The other nodes first: if the cluster cannot take it, no one gets it.
         if let Some(relay) = relay {
-            relay.publish(topic, &frame);
+            if let Err(e) = relay.publish(topic, &frame).await {
+                self.inner.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
         }
-        Ok(queued)
+        // Counted by `publish` (a publication), not as a delivery from another node.
+        Ok(self.push_local(topic, &frame))
+    }
+
+    /// Publications the cluster refused (its outbox was full, or the bus could not
+    /// record one on a topic with history): each returned an error from
+    /// [`publish`](Self::publish) and reached no one. Zero without a cluster.
+    pub fn refused(&self) -> u64 {
+        self.inner.refused.load(Ordering::Relaxed)
     }
 
     /// Queues `frame` for every local subscriber of `topic` (a publish from another node).
     pub(crate) fn deliver(&self, topic: &str, frame: Text) -> usize {
-        let delivered = self.inner.topics.get(topic).map_or(0, |subscribers| {
+        let delivered = self.push_local(topic, &frame);
+        crate::metrics::topic_delivered(delivered);
+        delivered
+    }
+
+    /// Queues `frame` for every local subscriber of `topic`; how many took it.
+    fn push_local(&self, topic: &str, frame: &Text) -> usize {
+        self.inner.topics.get(topic).map_or(0, |subscribers| {
             subscribers
                 .iter()
                 .filter(|entry| entry.value().push(frame.clone()))
                 .count()
-        });
-        crate::metrics::topic_delivered(delivered);
-        delivered
+        })
     }
 
     /// The topics with local subscribers.

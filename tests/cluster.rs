@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::within;
 use jsonrpc_peer::cluster::{
-    Backplane, BusEvent, Cluster, ClusterError, ClusterState, Gap, MemoryBackplane, MemoryHub,
-    PeerAddr,
+    Backplane, BackplaneError, BusEvent, Cluster, ClusterError, ClusterState, Gap, MemoryBackplane,
+    MemoryHub, PeerAddr,
 };
 use jsonrpc_peer::{connect, Caller, Context, Error, ErrorCode, Peer, Router, RpcError, Server};
 use serde_json::{json, Value};
@@ -204,7 +204,7 @@ async fn a_topic_goes_only_to_the_nodes_with_subscribers() {
         assert!(added);
     }
     assert_eq!(
-        hub.subscribers("jp:t:prices"),
+        hub.subscribers("jp:t:{prices}"),
         2,
         "b and c listen, a does not"
     );
@@ -230,7 +230,7 @@ async fn a_topic_goes_only_to_the_nodes_with_subscribers() {
     let removed: bool = within(on_c.call("unsubscribe", ["prices"])).await.unwrap();
     assert!(removed);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while hub.subscribers("jp:t:prices") != 1 {
+    while hub.subscribers("jp:t:{prices}") != 1 {
         assert!(Instant::now() < deadline, "c still listens to the topic");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -571,7 +571,8 @@ async fn a_bus_outage_keeps_local_delivery_flushes_without_duplicates_and_report
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_outbox_drops_the_oldest_and_a_lossy_bus_is_reported_as_a_gap() {
+async fn a_full_outbox_refuses_the_new_publish_with_an_error_and_a_lossy_bus_is_reported_as_a_gap()
+{
     let hub = MemoryHub::new();
     let setup = Setup {
         outbox_limit: 4096,
@@ -581,47 +582,62 @@ async fn a_full_outbox_drops_the_oldest_and_a_lossy_bus_is_reported_as_a_gap() {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (p, _) = client(&b.url, 1, &tx).await;
     let _: bool = within(p.call("subscribe", ["news"])).await.unwrap();
+    let (on_a, _) = client(&a.url, 0, &tx).await;
+    let _: bool = within(on_a.call("subscribe", ["news"])).await.unwrap();
     let topics = a.cluster.topics();
     topics.publish("news", &[0]).await.unwrap();
-    let (_, method, _) = within(rx.recv()).await.unwrap();
-    assert_eq!(method, "news");
+    for _ in 0..2 {
+        let (_, method, _) = within(rx.recv()).await.unwrap();
+        assert_eq!(method, "news");
+    }
 
-    // Only a loses the bus: b sees a's sequence jump over what a's outbox dropped.
+    // Only a loses the bus: its outbox fills, then refuses each new publish at once,
+    // with an error; what it refused reaches no one, a's own subscriber included.
     a.bus.cut();
     let mut state = a.cluster.watch_state();
     within(state.wait_for(|s| *s == ClusterState::Down))
         .await
         .unwrap();
     let filler = "x".repeat(100);
+    let (mut taken, mut refused) = (Vec::new(), 0u64);
     for i in 1..=200u64 {
-        topics.publish("news", &json!([i, filler])).await.unwrap();
+        match within(topics.publish("news", &json!([i, filler]))).await {
+            Ok(published) => {
+                assert_eq!(published.delivered, 1, "a's own subscriber");
+                taken.push(i);
+            }
+            Err(Error::Cluster(ClusterError::Overloaded(why))) => {
+                assert!(why.contains("full"), "{why}");
+                refused += 1;
+            }
+            Err(other) => panic!("{other:?}"),
+        }
     }
+    assert_eq!(
+        taken,
+        (1..=taken.len() as u64).collect::<Vec<_>>(),
+        "the first ones fit, then every one is refused"
+    );
+    assert!(refused > 150, "refused {refused}");
     let stats = a.cluster.stats();
     assert!(stats.outbox_bytes <= 4096, "{stats:?}");
-    assert!(stats.outbox_dropped > 150, "{stats:?}");
+    assert_eq!(stats.outbox_refused, refused, "{stats:?}");
+    assert_eq!(topics.refused(), refused, "the counter the publisher reads");
     a.bus.restore();
     within(state.wait_for(|s| *s == ClusterState::Up))
         .await
         .unwrap();
     all_live(&b, 3).await;
     a.cluster.handle().broadcast("done", &()).unwrap();
-    let got = until_done(&mut rx, &[1]).await;
-    let news = numbers(&got[&1], "news");
-    assert_eq!(news.last(), Some(&200), "the newest survive");
-    assert!(
-        news.windows(2).all(|w| w[0] + 1 == w[1]),
-        "in order, no holes: {news:?}"
-    );
-    let gaps = b.gaps.lock().unwrap().clone();
-    let expect = Gap::clone(&gaps[0]);
-    assert_eq!(gaps.len(), 1, "{gaps:?}");
-    assert_eq!(expect.topic.as_deref(), Some("news"));
-    assert_eq!(expect.origin.as_deref(), Some("a"));
-    assert_eq!(
-        expect.missed,
-        Some(news[0] - 1),
-        "everything before the first survivor"
-    );
+    let got = until_done(&mut rx, &[0, 1]).await;
+    for who in [0, 1] {
+        let news = numbers(&got[&who], "news");
+        assert_eq!(
+            news, taken,
+            "client {who}: exactly what was taken, in order"
+        );
+    }
+    assert!(b.gaps.lock().unwrap().is_empty(), "nothing taken was lost");
 
     // A bus that loses messages for b: reported as a gap with the count.
     b.bus.drop_next(3);
@@ -629,11 +645,86 @@ async fn a_full_outbox_drops_the_oldest_and_a_lossy_bus_is_reported_as_a_gap() {
         topics.publish("news", &json!([i])).await.unwrap();
     }
     a.cluster.handle().broadcast("done", &()).unwrap();
-    let got = until_done(&mut rx, &[1]).await;
+    let got = until_done(&mut rx, &[0, 1]).await;
     let news = numbers(&got[&1], "news");
     let gaps = b.gaps.lock().unwrap().clone();
-    assert_eq!(gaps.len(), 2, "{gaps:?}");
-    assert_eq!(gaps[1].missed, Some(10 - news.len() as u64), "{news:?}");
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert_eq!(gaps[0].missed, Some(10 - news.len() as u64), "{news:?}");
+}
+
+/// The burst: more publishes than the outbox holds. Each one either returns
+/// Ok and is delivered (on a slow bus the publisher waits for room), or returns an
+/// error and reaches no one (the bus is down and the outbox full): never Ok then lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_past_the_outbox_is_either_delivered_or_refused_never_ok_then_lost() {
+    let hub = MemoryHub::new();
+    let setup = Setup {
+        outbox_limit: 4096,
+        ..Setup::default()
+    };
+    let [a, b, _c] = three(&hub, &setup).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (on_b, _) = client(&b.url, 1, &tx).await;
+    let _: bool = within(on_b.call("subscribe", ["news"])).await.unwrap();
+    let (on_a, _) = client(&a.url, 0, &tx).await;
+    let _: bool = within(on_a.call("subscribe", ["news"])).await.unwrap();
+    let topics = a.cluster.topics();
+    let filler = "x".repeat(100);
+    let mut ok = Vec::new();
+
+    // A slow bus (each envelope takes 1 ms): 300 publishes of ~160 bytes are twelve
+    // times the outbox; every one waits for room and is taken.
+    a.bus.set_delay(Duration::from_millis(1));
+    for i in 0..300u64 {
+        within(topics.publish("news", &json!([i, filler])))
+            .await
+            .expect("taken once there is room");
+        ok.push(i);
+    }
+    assert_eq!(a.cluster.stats().outbox_refused, 0);
+    a.bus.set_delay(Duration::ZERO);
+
+    // The bus goes away: the outbox fills and the rest are refused at once.
+    a.bus.cut();
+    let mut state = a.cluster.watch_state();
+    within(state.wait_for(|s| *s == ClusterState::Down))
+        .await
+        .unwrap();
+    let mut refused = 0;
+    for i in 300..600u64 {
+        match within(topics.publish("news", &json!([i, filler]))).await {
+            Ok(_) => ok.push(i),
+            Err(Error::Cluster(ClusterError::Overloaded(_))) => refused += 1,
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert!(refused > 250, "refused {refused}");
+    assert_eq!(topics.refused(), refused);
+    a.bus.restore();
+    within(state.wait_for(|s| *s == ClusterState::Up))
+        .await
+        .unwrap();
+    all_live(&b, 3).await;
+    // What the outbox held is flushed first (until then a broadcast may find it full).
+    within(async {
+        while a.cluster.stats().outbox_len > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    a.cluster.handle().broadcast("done", &()).unwrap();
+    let got = until_done(&mut rx, &[0, 1]).await;
+    for who in [0, 1] {
+        let news: Vec<u64> = got[&who]
+            .iter()
+            .filter(|(m, _)| m == "news")
+            .map(|(_, p)| p[0].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            news, ok,
+            "client {who}: every Ok delivered once, in order; no other"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -675,7 +766,7 @@ async fn after_an_outage_the_flush_waits_for_the_nodes_that_come_back_later() {
     // A link of the test's own, made after the cut, sees what a sends on the bus.
     let spy = hub.backplane();
     let mut seen_on_bus = spy.events().expect("the spy's events");
-    for channel in ["jp:ctl", "jp:t:news"] {
+    for channel in ["jp:ctl", "jp:t:{news}"] {
         within(spy.subscribe(channel))
             .await
             .expect("the spy listens");
@@ -721,6 +812,144 @@ async fn after_an_outage_the_flush_waits_for_the_nodes_that_come_back_later() {
             "client {who}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broadcasts_spread_over_channels_keep_each_publishers_order() {
+    // As on a Redis Cluster: broadcasts and heartbeats over 16 channels, each node
+    // publishing on its own pick, every node listening to all.
+    let hub = MemoryHub::with_spread(16);
+    let nodes = three(&hub, &Setup::default()).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut clients = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        clients.push(client(&n.url, i, &tx).await);
+    }
+    for (origin, n) in nodes.iter().enumerate() {
+        let handle = n.cluster.handle();
+        for i in 0..300u64 {
+            handle.broadcast("tick", &[origin as u64, i]).unwrap();
+        }
+    }
+    let mut got: HashMap<usize, [Vec<u64>; 3]> = HashMap::new();
+    for _ in 0..3 * 900 {
+        let (who, method, p) = within(rx.recv()).await.unwrap();
+        assert_eq!(method, "tick");
+        let origin = p[0].as_u64().unwrap() as usize;
+        got.entry(who).or_default()[origin].push(p[1].as_u64().unwrap());
+    }
+    for who in 0..3 {
+        for (origin, seen) in got[&who].iter().enumerate() {
+            assert_eq!(
+                *seen,
+                (0..300).collect::<Vec<_>>(),
+                "client {who}, publisher {origin}"
+            );
+        }
+    }
+    // No one channel carries them all: the three nodes listen to sixteen.
+    assert_eq!(hub.subscribers("jp:all"), 0);
+    for n in &nodes {
+        assert_eq!(n.cluster.stats().gaps, 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_channel_costs_a_gap_for_its_topic_only() {
+    let hub = MemoryHub::with_spread(4);
+    let [a, b, c] = three(&hub, &Setup::default()).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (on_b, _) = client(&b.url, 1, &tx).await;
+    let (on_c, _) = client(&c.url, 2, &tx).await;
+    for topic in ["news", "feed"] {
+        let _: bool = within(on_b.call("subscribe", [topic])).await.unwrap();
+    }
+    let _: bool = within(on_c.call("subscribe", ["news"])).await.unwrap();
+
+    // The server holding b's subscription to `news` goes away; `feed` lives elsewhere.
+    b.bus.lose(&["jp:t:{news}"]);
+    let topics = a.cluster.topics();
+    topics.publish("news", &[1]).await.unwrap();
+    topics.publish("feed", &[1]).await.unwrap();
+    a.cluster.handle().broadcast("done", &()).unwrap();
+    let got = until_done(&mut rx, &[1, 2]).await;
+    assert_eq!(
+        got[&1],
+        [("feed".to_owned(), json!([1]))],
+        "b lost only news"
+    );
+    assert_eq!(got[&2], [("news".to_owned(), json!([1]))]);
+
+    // Subscribed again elsewhere: one gap, for news, on b alone; its subscriber is told.
+    b.bus.regain();
+    let (who, method, params) = within(rx.recv()).await.unwrap();
+    assert_eq!((who, method.as_str()), (1, "$/gap"));
+    assert_eq!(params, json!({ "topic": "news" }));
+    // The next one arrives; its jump in sequence numbers is the same gap, not another.
+    topics.publish("news", &[2]).await.unwrap();
+    a.cluster.handle().broadcast("done", &()).unwrap();
+    let got = until_done(&mut rx, &[1, 2]).await;
+    for who in [1, 2] {
+        assert_eq!(got[&who], [("news".to_owned(), json!([2]))], "client {who}");
+    }
+    let gaps = b.gaps.lock().unwrap().clone();
+    assert_eq!(gaps, [Gap::clone(&gaps[0])], "one gap on b: {gaps:?}");
+    assert_eq!(
+        (gaps[0].topic.as_deref(), gaps[0].origin.as_deref()),
+        (Some("news"), None)
+    );
+    assert!(a.gaps.lock().unwrap().is_empty() && c.gaps.lock().unwrap().is_empty());
+    assert_eq!(
+        b.cluster.state(),
+        ClusterState::Up,
+        "the bus as a whole stayed up"
+    );
+}
+
+#[tokio::test]
+async fn the_memory_bus_keeps_topic_history_as_the_redis_script_does() {
+    let hub = MemoryHub::new();
+    let (a, b) = (hub.backplane(), hub.backplane());
+    let mut b_events = b.events().expect("b's events");
+    common::history_bus::history_semantics(&a, &b, &mut b_events, || hub.clear_history()).await;
+}
+
+/// A bus of someone else's without history: the cluster's history calls say so.
+#[tokio::test]
+async fn a_bus_without_history_says_it_does_not_support_it() {
+    struct Plain;
+    impl Backplane for Plain {
+        fn publish(
+            &self,
+            _: &str,
+            _: bytes::Bytes,
+        ) -> jsonrpc_peer::cluster::BoxFuture<'_, Result<(), BackplaneError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn subscribe(
+            &self,
+            _: &str,
+        ) -> jsonrpc_peer::cluster::BoxFuture<'_, Result<(), BackplaneError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn unsubscribe(
+            &self,
+            _: &str,
+        ) -> jsonrpc_peer::cluster::BoxFuture<'_, Result<(), BackplaneError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn events(&self) -> Option<mpsc::Receiver<BusEvent>> {
+            None
+        }
+    }
+    let keys = jsonrpc_peer::cluster::TopicKeys::new("jp", "t");
+    let bounds = jsonrpc_peer::HistoryConfig::default();
+    let append = jsonrpc_peer::cluster::Append::new(&keys, &bounds, "e", b"{", b"1");
+    let err = Plain.append(append).await.unwrap_err();
+    assert!(matches!(err, BackplaneError::Unsupported(_)), "{err:?}");
+    assert!(err.to_string().contains("history"), "{err}");
+    let err = Plain.read_history(&keys, &bounds, 0, 1).await.unwrap_err();
+    assert!(matches!(err, BackplaneError::Unsupported(_)), "{err:?}");
 }
 
 #[tokio::test]

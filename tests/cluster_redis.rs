@@ -314,6 +314,154 @@ async fn a_bad_url_or_no_server_is_a_clear_error() {
     drop(redis);
 }
 
+/// The scale bench's false `$/gap` (six nodes, 100,000 peers): a node busy delivering
+/// one topic message to 16,667 subscribers ran its subscriber link's probe check
+/// seconds late, found its last probe "too old" and redialed Redis, and its on-up sent
+/// every subscriber a gap, though nothing was lost and Redis had answered at once.
+/// Here the runtime's only thread is blocked for 1 s (five probe deadlines), as a node's
+/// is when thousands of connection tasks are queued ahead of its subscriber's: the link
+/// must not count that as silence from Redis.
+#[tokio::test]
+async fn a_starved_runtime_is_not_taken_for_a_silent_redis() {
+    let redis = RedisServer::start();
+    let fast = || {
+        RedisOptions::default()
+            .probe_interval(Duration::from_millis(100))
+            .probe_misses(2)
+    };
+    let b = within(RedisBackplane::connect(&redis.url(), fast()))
+        .await
+        .expect("connect");
+    let mut b_events = b.events().expect("events");
+    let (a, _a_events) = backplane(&redis).await;
+    within(b.subscribe("jp:t:x"))
+        .await
+        .expect("subscribe acked");
+    for round in 0..3u8 {
+        // The fault: nothing on this runtime runs for 1 s (the probe's deadline is
+        // 200 ms). It is the process being busy, not a wait for anything.
+        std::thread::sleep(Duration::from_secs(1));
+        // Then each probe interval after it, a message gets through and nothing else
+        // comes first (a lost link would say Down, then Up).
+        for i in 0..4u8 {
+            let payload = Bytes::from(vec![round, i]);
+            within(a.publish("jp:t:x", payload.clone()))
+                .await
+                .expect("published");
+            assert_eq!(
+                next_message(&mut b_events).await,
+                ("jp:t:x".to_owned(), payload),
+                "round {round}: the link was dropped after the runtime was busy"
+            );
+            // Real time for the probe to be checked again (the link's timer is what
+            // this test is about).
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert!(b.is_up());
+    assert_eq!(b.reconnects(), 0);
+}
+
+#[tokio::test]
+async fn the_history_script_numbers_trims_publishes_and_starts_an_epoch_when_redis_lost_it() {
+    let redis = RedisServer::start();
+    let (a, _a_events) = backplane(&redis).await;
+    let (b, mut b_events) = backplane(&redis).await;
+    common::history_bus::history_semantics(&a, &b, &mut b_events, || {
+        // Empty, as after a restart without persistence; the script cache too, so the
+        // next call meets NOSCRIPT and loads it again.
+        redis.cli(&["FLUSHALL"]);
+        redis.cli(&["SCRIPT", "FLUSH"]);
+    })
+    .await;
+    // A topic only subscribed to keeps its meta a day; the first append keeps it.
+    let keys = jsonrpc_peer::cluster::TopicKeys::new("jp", "{room}:new");
+    let bounds = jsonrpc_peer::HistoryConfig::default();
+    within(a.history_position(&keys, &bounds, "e"))
+        .await
+        .expect("position");
+    let ttl: i64 = redis
+        .cli(&["PTTL", "jp:m::{room}:new"])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ttl > 3_600_000, "{ttl}");
+    assert_eq!(redis.cli(&["PTTL", "jp:m:{prices}"]).trim(), "-1");
+    // Within every bound a position reads no entry, and a read of entries is one XRANGE.
+    let keys = jsonrpc_peer::cluster::TopicKeys::new("jp", "prices");
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    within(a.history_position(&keys, &bounds, "e"))
+        .await
+        .expect("position");
+    within(a.read_history(&keys, &bounds, 0, 10))
+        .await
+        .expect("read");
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let xrange = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_xrange:calls="))
+        .and_then(|v| v.split(',').next())
+        .unwrap_or("0");
+    assert_eq!(xrange, "1", "{stats}");
+    // The stream expires after max_age (an idle topic's data goes with it).
+    let ttl: i64 = redis
+        .cli(&["PTTL", "jp:h:{prices}"])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 300_000, "{ttl}");
+}
+
+/// Appends made at once go out together (one script call per topic for what waits),
+/// and each still gets its own offset, its message published with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_made_at_once_are_committed_together_each_at_its_own_offset() {
+    let redis = RedisServer::start();
+    let (a, _a_events) = backplane(&redis).await;
+    let (b, mut b_events) = backplane(&redis).await;
+    let keys = jsonrpc_peer::cluster::TopicKeys::new("jp", "burst");
+    let bounds = jsonrpc_peer::HistoryConfig::default();
+    within(b.subscribe(&keys.channel)).await.expect("subscribe");
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    let head = br#"{"v":1,"k":"x","o":"a","i":"i","s":0,"#;
+    let data: Vec<String> = (0..500).map(|i| format!("[{i}]")).collect();
+    let appends = data.iter().map(|d| {
+        let append = jsonrpc_peer::cluster::Append::new(&keys, &bounds, "e", head, d.as_bytes());
+        a.append(append)
+    });
+    let positions = within(futures_util::future::join_all(appends)).await;
+    let mut by_offset = std::collections::HashMap::new();
+    for (d, at) in data.iter().zip(positions) {
+        let at = at.expect("recorded");
+        assert!(
+            by_offset.insert(at.offset, d.clone()).is_none(),
+            "one offset each"
+        );
+    }
+    let mut offsets: Vec<u64> = by_offset.keys().copied().collect();
+    offsets.sort_unstable();
+    assert_eq!(offsets, (1..=500).collect::<Vec<_>>());
+    for offset in 1..=500u64 {
+        let (_, payload) = next_message(&mut b_events).await;
+        let want = format!("\"off\":{offset}}}\n{}", by_offset[&offset]);
+        assert!(
+            String::from_utf8_lossy(&payload).ends_with(&want),
+            "{payload:?} for {want}"
+        );
+    }
+    let calls: u64 = redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        calls < 250,
+        "{calls} script calls for 500 appends made at once"
+    );
+}
+
 /// What an application's start-up looks like: `?` turns the backplane's error into
 /// this crate's, so one function returning `jsonrpc_peer::Result` dials Redis and
 /// starts the node.

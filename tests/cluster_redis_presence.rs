@@ -10,14 +10,14 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::cluster_node::{ClusterNode, NodeClient};
+use common::cluster_node::{Node, NodeClient};
 use common::redis_server::RedisServer;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
 /// A watcher: a member of `topic` with info `{"w": name}` that gets join and leave
 /// notifications.
-async fn watcher(node: &ClusterNode, topic: &str, name: &str) -> NodeClient {
+async fn watcher(node: &Node, topic: &str, name: &str) -> NodeClient {
     let client = NodeClient::connect(node).await;
     let info = json!({"w": name, "presence": true});
     assert_eq!(
@@ -28,7 +28,7 @@ async fn watcher(node: &ClusterNode, topic: &str, name: &str) -> NodeClient {
 }
 
 /// A member of `topic` with `info`.
-async fn member(node: &ClusterNode, topic: &str, info: Value) -> (NodeClient, String) {
+async fn member(node: &Node, topic: &str, info: Value) -> (NodeClient, String) {
     let client = NodeClient::connect(node).await;
     assert_eq!(
         client.ok("subscribe", json!([topic, null, info])).await,
@@ -131,9 +131,9 @@ fn set(items: &[String]) -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_see_each_join_and_leave_once() {
     let redis = RedisServer::start();
-    let a = ClusterNode::start(&redis, "a", 500).await;
-    let b = ClusterNode::start(&redis, "b", 500).await;
-    let c = ClusterNode::start(&redis, "c", 500).await;
+    let a = Node::start(&redis, "a", 500, &[]).await;
+    let b = Node::start(&redis, "b", 500, &[]).await;
+    let c = Node::start(&redis, "c", 500, &[]).await;
     let mut wa = watcher(&a, "room", "a").await;
     let mut wb = watcher(&b, "room", "b").await;
     let mut wc = watcher(&c, "room", "c").await;
@@ -209,9 +209,9 @@ async fn three_nodes_see_each_join_and_leave_once() {
 async fn a_killed_nodes_members_are_gone_everywhere_within_its_window() {
     let redis = RedisServer::start();
     let heartbeat = Duration::from_millis(1000);
-    let a = ClusterNode::start(&redis, "a", 1000).await;
-    let b = ClusterNode::start(&redis, "b", 1000).await;
-    let c = ClusterNode::start(&redis, "c", 1000).await;
+    let a = Node::start(&redis, "a", 1000, &[]).await;
+    let b = Node::start(&redis, "b", 1000, &[]).await;
+    let c = Node::start(&redis, "c", 1000, &[]).await;
     let mut wa = watcher(&a, "room", "a").await;
     let mut wb = watcher(&b, "room", "b").await;
     let mut on_c = Vec::new();
@@ -265,8 +265,8 @@ async fn a_killed_nodes_members_are_gone_everywhere_within_its_window() {
 async fn a_node_restarted_at_once_leaves_no_ghosts() {
     let redis = RedisServer::start();
     // A long window: what happens well inside it is the restart's doing.
-    let a = ClusterNode::start(&redis, "a", 2000).await;
-    let c = ClusterNode::start(&redis, "c", 2000).await;
+    let a = Node::start(&redis, "a", 2000, &[]).await;
+    let c = Node::start(&redis, "c", 2000, &[]).await;
     let mut wa = watcher(&a, "room", "a").await;
     let (_old, old) = member(&c, "room", json!("old")).await;
     let (method, params) = wa.next_note().await;
@@ -277,7 +277,7 @@ async fn a_node_restarted_at_once_leaves_no_ghosts() {
 
     let restarted = Instant::now();
     drop(c); // SIGKILL
-    let c = ClusterNode::start(&redis, "c", 2000).await;
+    let c = Node::start(&redis, "c", 2000, &[]).await;
     let (_fresh, fresh) = member(&c, "room", json!("fresh")).await;
     let addr_wa = wa.ok("whoami", json!([])).await;
     let want = set(&[
@@ -314,9 +314,9 @@ async fn after_redis_restarts_the_views_converge_with_what_happened_meanwhile_on
     let mut redis = RedisServer::start();
     // The default window: longer than the spread of the nodes' redials after Redis
     // comes back (see cluster_redis_nodes.rs).
-    let a = ClusterNode::start(&redis, "a", 2000).await;
-    let b = ClusterNode::start(&redis, "b", 2000).await;
-    let c = ClusterNode::start(&redis, "c", 2000).await;
+    let a = Node::start(&redis, "a", 2000, &[]).await;
+    let b = Node::start(&redis, "b", 2000, &[]).await;
+    let c = Node::start(&redis, "c", 2000, &[]).await;
     let mut wa = watcher(&a, "room", "a").await;
     let mut wb = watcher(&b, "room", "b").await;
     let mut wc = watcher(&c, "room", "c").await;

@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::cluster_node::{ClusterNode, NodeClient};
+use common::cluster_node::{Node, NodeClient};
 use common::redis_server::RedisServer;
 use common::within;
 use jsonrpc_peer::Caller;
@@ -21,9 +21,9 @@ async fn a_topic_of_ten_thousand_members_is_counted_from_memory_and_listed_whole
     const MEMBERS: usize = 10_000;
     let redis = RedisServer::start();
     let nodes = [
-        ClusterNode::start(&redis, "a", 2000).await,
-        ClusterNode::start(&redis, "b", 2000).await,
-        ClusterNode::start(&redis, "c", 2000).await,
+        Node::start(&redis, "a", 2000, &[]).await,
+        Node::start(&redis, "b", 2000, &[]).await,
+        Node::start(&redis, "c", 2000, &[]).await,
     ];
     // 10,000 connections from this process (one socket each), a third on each node,
     // joined 250 at a time.

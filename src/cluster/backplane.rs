@@ -1,17 +1,20 @@
 //! The bus under a cluster: publish bytes to a channel, subscribe, unsubscribe, and one
-//! stream of events. Nothing here knows JSON-RPC; envelopes, ordering, duplicates and
-//! gaps are the cluster's business, written once above this trait.
+//! stream of events; and, for topics with history, a log per topic that the bus keeps
+//! and numbers (append, read, position). Nothing here knows JSON-RPC; envelopes,
+//! ordering, duplicates and gaps are the cluster's business, written once above this
+//! trait.
 
 use std::future::Future;
 use std::pin::Pin;
-
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+use super::keys::TopicKeys;
 use super::member_store::{PartWrite, PresenceKey, PresenceRead, StoredPresence};
 use crate::addr::ClusterError;
+use crate::history::{HistoryConfig, Position};
 
 /// A boxed, `Send` future, as the [`Backplane`] methods return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -31,6 +34,14 @@ pub enum BusEvent {
     Down,
     /// The link is back and every subscription has been issued again.
     Up,
+    /// These channels' subscriptions were interrupted while the bus as a whole stayed up
+    /// (one of several servers went away and another took over its channels, or a slot
+    /// moved) and are in place again: messages published on them meanwhile may be lost
+    /// to us. Only a bus spread over several servers (Redis Cluster) reports it.
+    Interrupted {
+        /// The channels, each subscribed again.
+        channels: Vec<String>,
+    },
 }
 
 /// Why a bus operation failed.
@@ -43,6 +54,104 @@ pub enum BackplaneError {
     /// The backplane was shut down.
     #[error("backplane closed")]
     Closed,
+    /// This bus cannot do that (a bus without topic history, say).
+    #[error("the backplane does not support {0}")]
+    Unsupported(String),
+    /// The bus answered something this backplane does not understand.
+    #[error("unexpected answer from the bus: {0}")]
+    Protocol(String),
+}
+
+/// One publication to record in a topic's history and publish, in one step
+/// ([`Backplane::append`]).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Append<'a> {
+    /// Where the topic's history and channel are.
+    pub keys: &'a TopicKeys,
+    /// How much history is kept; the oldest go while any bound is exceeded.
+    pub bounds: &'a HistoryConfig,
+    /// The epoch to start when the topic has no history on the bus (never had one, or
+    /// the bus lost it).
+    pub new_epoch: &'a str,
+    /// The first part of the message published on `keys.channel`: the bus publishes
+    /// `head`, then `"ep":"EPOCH","off":OFFSET}` and a newline, then `data`, so that
+    /// subscribers learn the position the bus gave it (the cluster's `head` is its
+    /// envelope header without its closing brace).
+    pub head: &'a [u8],
+    /// What is recorded: the publication's data, as its subscribers get it.
+    pub data: &'a [u8],
+}
+
+impl<'a> Append<'a> {
+    /// An append of `data` to the history at `keys`.
+    pub fn new(
+        keys: &'a TopicKeys,
+        bounds: &'a HistoryConfig,
+        new_epoch: &'a str,
+        head: &'a [u8],
+        data: &'a [u8],
+    ) -> Self {
+        Append {
+            keys,
+            bounds,
+            new_epoch,
+            head,
+            data,
+        }
+    }
+
+    /// The message the bus publishes for this append at `epoch` and `offset`.
+    pub fn message(&self, epoch: &str, offset: u64) -> Bytes {
+        let mut message = Vec::with_capacity(self.head.len() + self.data.len() + 48);
+        message.extend_from_slice(self.head);
+        message.extend_from_slice(format!("\"ep\":\"{epoch}\",\"off\":{offset}}}\n").as_bytes());
+        message.extend_from_slice(self.data);
+        Bytes::from(message)
+    }
+}
+
+/// One publication of a topic's history, as the bus kept it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HistoryEntry {
+    /// Its offset.
+    pub offset: u64,
+    /// How long ago it was recorded, by the bus's clock.
+    pub age: Duration,
+    /// Its data, as appended.
+    pub data: Bytes,
+}
+
+/// A topic's history as the bus has it now, and entries of it
+/// ([`Backplane::read_history`], [`Backplane::history_position`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct HistoryRead {
+    /// The history's epoch; empty when the topic has none on the bus.
+    pub epoch: String,
+    /// The oldest offset kept (`last + 1` when none is).
+    pub first: u64,
+    /// The newest offset (0 before the first).
+    pub last: u64,
+    /// The entries asked for, in offset order: those after the offset given, when it is
+    /// at least `first - 1` (else none: what followed it is gone).
+    pub entries: Vec<HistoryEntry>,
+}
+
+impl HistoryRead {
+    /// The epoch and newest offset.
+    pub fn position(&self) -> Position {
+        Position {
+            epoch: self.epoch.clone(),
+            offset: self.last,
+        }
+    }
+}
+
+fn unsupported<'a, T: Send + 'a>(what: &str) -> BoxFuture<'a, Result<T, BackplaneError>> {
+    let error = BackplaneError::Unsupported(what.to_owned());
+    Box::pin(async move { Err(error) })
 }
 
 /// `?` turns it into this crate's [`Error`](crate::Error), so
@@ -61,7 +170,9 @@ impl From<BackplaneError> for crate::Error {
     fn from(e: BackplaneError) -> Self {
         let reason = match e {
             BackplaneError::Unavailable(reason) => reason,
-            BackplaneError::Closed => e.to_string(),
+            BackplaneError::Closed
+            | BackplaneError::Unsupported(_)
+            | BackplaneError::Protocol(_) => e.to_string(),
         };
         crate::Error::Cluster(ClusterError::Unavailable(reason))
     }
@@ -137,6 +248,59 @@ pub trait Backplane: Send + Sync + 'static {
     /// The event stream, taken once (later calls return `None`). Bounded: a consumer
     /// that stops reading makes the bus drop or disconnect, never grow without bound.
     fn events(&self) -> Option<mpsc::Receiver<BusEvent>>;
+
+    /// Over how many channels the cluster spreads what every node publishes and every
+    /// node hears (broadcasts and heartbeats). Default 1: one channel each. A bus whose
+    /// channels live on several servers asks for more, so that no one server carries
+    /// every node's broadcasts; each node publishes on one of them, chosen by its name
+    /// (so its own order holds), and listens to all. Every node of a cluster must get
+    /// the same number.
+    fn spread(&self) -> usize {
+        1
+    }
+
+    /// Records a publication in a topic's history and publishes it, atomically: the bus
+    /// gives it the next offset of the topic (from 1, each the previous + 1, whichever
+    /// node appends), trims the oldest while any bound is exceeded, and publishes
+    /// [`Append::message`] on the topic's channel. When the topic has no history on
+    /// the bus, one starts with [`Append::new_epoch`]. Resolves with the position once
+    /// recorded; an error means it may or may not have been.
+    ///
+    /// The default fails with [`BackplaneError::Unsupported`]: a bus without history.
+    fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Position, BackplaneError>> {
+        let _ = append;
+        unsupported("topic history (append)")
+    }
+
+    /// Reads a topic's history: its position and at most `max` entries after `after`
+    /// (none when `after` is older than the oldest kept minus one). Trims by age first;
+    /// never starts an epoch.
+    ///
+    /// The default fails with [`BackplaneError::Unsupported`].
+    fn read_history<'a>(
+        &'a self,
+        keys: &'a TopicKeys,
+        bounds: &'a HistoryConfig,
+        after: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
+        let _ = (keys, bounds, after, max);
+        unsupported("topic history (read)")
+    }
+
+    /// A topic's history position (no entries), starting an epoch with `new_epoch`
+    /// when the topic has none on the bus. Trims by age first.
+    ///
+    /// The default fails with [`BackplaneError::Unsupported`].
+    fn history_position<'a>(
+        &'a self,
+        keys: &'a TopicKeys,
+        bounds: &'a HistoryConfig,
+        new_epoch: &'a str,
+    ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
+        let _ = (keys, bounds, new_epoch);
+        unsupported("topic history (position)")
+    }
 
     /// Messages lost on their way to this node because its event stream was full
     /// (default 0, for a bus that never drops). A node reports it in

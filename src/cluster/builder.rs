@@ -44,7 +44,9 @@ impl ClusterBuilder {
         self
     }
 
-    /// The prefix of every bus channel (default `jp`), to share one bus between clusters.
+    /// The prefix of every bus channel and key (default `jp`), to share one bus between
+    /// clusters. No braces or spaces: a topic's names hold its Redis Cluster hash tag
+    /// (see [`TopicKeys`](crate::cluster::TopicKeys)).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.options.prefix = prefix.into();
         self
@@ -67,9 +69,26 @@ impl ClusterBuilder {
     }
 
     /// The most bytes of envelopes held while the bus is unreachable or slow
-    /// (default 8 MiB); past it the oldest are dropped and counted.
+    /// (default 8 MiB). Past it a new broadcast or publish is refused, never an old one
+    /// dropped: [`ServerHandle::broadcast`](crate::ServerHandle::broadcast) fails at
+    /// once, [`Topics::publish`](crate::Topics::publish) waits for room while the bus is
+    /// up (at most the [`call_timeout`](Self::call_timeout)) and fails at once while it
+    /// is down, both with
+    /// [`ClusterError::Overloaded`](crate::cluster::ClusterError::Overloaded); what failed
+    /// reached no one. Counted in
+    /// [`ClusterStats::outbox_refused`](crate::cluster::ClusterStats::outbox_refused) and
+    /// [`Topics::refused`](crate::Topics::refused).
     pub fn outbox_limit(mut self, bytes: usize) -> Self {
         self.options.outbox_limit = bytes;
+        self
+    }
+
+    /// How many publications on topics with history may wait at once for the bus to
+    /// record them (default 10,000); past it `publish` fails at once with
+    /// [`ClusterError::Overloaded`](crate::cluster::ClusterError::Overloaded), not
+    /// recorded.
+    pub fn max_pending_records(mut self, n: usize) -> Self {
+        self.options.max_recording = n.max(1);
         self
     }
 
@@ -112,6 +131,12 @@ impl ClusterBuilder {
             Some(id) => id,
             None => format!("{:016x}", fastrand::u64(..)),
         };
+        if !super::keys::valid_prefix(&self.options.prefix) {
+            return Err(config(format!(
+                "prefix {:?}: not empty, and no braces or whitespace",
+                self.options.prefix
+            )));
+        }
         if !valid_node_id(&id) {
             return Err(config(format!(
                 "node name {id:?}: use 1 to 64 of A-Z a-z 0-9 . _ : -"

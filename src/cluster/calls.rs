@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use tokio::sync::{oneshot, watch, Semaphore};
 
 use super::envelope::{Closed, Header, Kind, Me, Outcome};
-use super::outbox::Outbox;
+use super::outbox::{Outbox, Refused};
 use super::status::ClusterState;
 use super::sync::lock;
 use crate::addr::{ClusterError, PeerAddr};
@@ -190,6 +190,17 @@ fn unavailable() -> Error {
     Error::Cluster(ClusterError::Unavailable("the bus is down".into()))
 }
 
+/// What a call or notify the outbox refused fails with.
+fn refused(why: Refused) -> Error {
+    match why {
+        Refused::Down => unavailable(),
+        Refused::Stopped => Error::Cluster(ClusterError::Stopped),
+        Refused::Full => Error::Cluster(ClusterError::Overloaded(
+            "the outbox is full: more is waiting for the bus than it may hold".into(),
+        )),
+    }
+}
+
 impl Calls {
     /// Checks that a call or notify to `to` can go out now: fails at once, rather than
     /// waiting out a timeout, when it cannot.
@@ -223,9 +234,9 @@ impl Calls {
         header.p = Some(to.peer);
         header.t = Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
         let channel = self.me.channels.node(&to.node);
-        if !self.outbox.push(&channel, header, frame.as_bytes(), false) {
-            return Err(unavailable());
-        }
+        self.outbox
+            .push(&channel, header, frame.as_bytes(), false)
+            .map_err(refused)?;
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(answer)) => answer.map_err(|e| e.in_call(method)),
             Ok(Err(_)) => Err(Error::Cluster(ClusterError::Stopped)),
@@ -238,13 +249,9 @@ impl Calls {
         self.reachable(to)?;
         let mut header = self.me.header(Kind::Notify);
         header.p = Some(to.peer);
-        if !self
-            .outbox
+        self.outbox
             .push(&self.me.channels.node(&to.node), header, frame, false)
-        {
-            return Err(unavailable());
-        }
-        Ok(())
+            .map_err(refused)
     }
 }
 
@@ -269,7 +276,9 @@ impl Calls {
             header.c = Some(corr);
             header.e = outcome;
             header.t = t;
-            calls
+            // Refused only while the bus is down or the node stopped: the caller's own
+            // timeout (or its bus outage) ends its call.
+            let _ = calls
                 .outbox
                 .push(&calls.me.channels.node(&origin), header, body, false);
         };

@@ -10,6 +10,9 @@ use std::borrow::Cow;
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
+use super::keys::{self, TopicKeys};
+use super::slot;
+
 /// What an envelope carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Kind {
@@ -34,6 +37,10 @@ pub(crate) enum Kind {
     /// A node leaving on purpose.
     #[serde(rename = "g")]
     Goodbye,
+    /// A publication on a topic with history, as the bus recorded it (the header gets
+    /// `ep` and `off` from the bus; the body is the data alone).
+    #[serde(rename = "x")]
+    Recorded,
     /// A change of the origin's members of a topic (the topic is the channel's), or a
     /// word that it wrote them anew (`members.rs`).
     #[serde(rename = "p")]
@@ -71,6 +78,11 @@ pub(crate) struct Header<'a> {
     /// A heartbeat that asks every other node to announce itself at once.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hello: bool,
+    /// A recorded publication's epoch and offset, written by the bus.
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub ep: Option<Cow<'a, str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off: Option<u64>,
 }
 
 impl<'a> Header<'a> {
@@ -89,6 +101,8 @@ impl<'a> Header<'a> {
             e: None,
             n: None,
             hello: false,
+            ep: None,
+            off: None,
         }
     }
 }
@@ -149,16 +163,36 @@ pub(crate) struct Me {
     pub channels: Channels,
     /// This node's own channel: calls, replies and notifies to it.
     pub own: String,
+    /// The broadcast channel this node publishes on (one of [`Channels::all`]).
+    pub broadcast: String,
+    /// The control channel this node publishes on (one of [`Channels::control`]).
+    pub control: String,
+    /// The head of this node's recorded publications: its header of kind `x` without
+    /// the closing brace, so the bus can add the position (`Append::head`).
+    pub recorded_head: Vec<u8>,
 }
 
 impl Me {
-    pub fn new(id: String, prefix: &str) -> Self {
-        let channels = Channels::new(prefix);
+    /// `spread`: over how many channels broadcasts and heartbeats go
+    /// ([`Backplane::spread`](super::Backplane::spread)).
+    pub fn new(id: String, prefix: &str, spread: usize) -> Self {
+        let channels = Channels::new(prefix, spread);
+        // The same pick for every publish of this node: its own order holds.
+        let pick = usize::from(slot::slot(id.as_bytes())) % channels.all.len();
+        let incarnation = format!("{:012x}", fastrand::u64(..) >> 16);
+        let mut recorded_head =
+            serde_json::to_vec(&Header::new(Kind::Recorded, &id, &incarnation)).unwrap_or_default();
+        // `{...,"s":0}` -> `{...,"s":0,`
+        recorded_head.pop();
+        recorded_head.push(b',');
         Me {
             own: channels.node(&id),
-            incarnation: format!("{:012x}", fastrand::u64(..) >> 16),
+            broadcast: channels.all[pick].clone(),
+            control: channels.control[pick].clone(),
+            incarnation,
             id,
             channels,
+            recorded_head,
         }
     }
 
@@ -168,43 +202,73 @@ impl Me {
     }
 }
 
+/// The most channels broadcasts (and heartbeats) are spread over.
+const MAX_SPREAD: usize = 1024;
+
 /// The channels of a cluster, under one prefix.
 #[derive(Debug, Clone)]
 pub(crate) struct Channels {
     prefix: String,
-    all: String,
-    control: String,
+    all: Vec<String>,
+    control: Vec<String>,
 }
 
 impl Channels {
-    pub fn new(prefix: &str) -> Self {
+    /// With `spread` 1: `{prefix}:all` and `{prefix}:ctl`. With more: as many of each,
+    /// `{prefix}:all:{TAG}` and `{prefix}:ctl:{TAG}`, the `i`-th tag's slot in the
+    /// `i`-th of `spread` equal ranges of Redis Cluster's slots, so they fall on
+    /// different shards; a broadcast channel and the control channel of the same rank
+    /// share a slot (a node's broadcasts and its heartbeats ride on one shard).
+    pub fn new(prefix: &str, spread: usize) -> Self {
+        let spread = spread.clamp(1, MAX_SPREAD);
+        let (all, control) = if spread == 1 {
+            (vec![format!("{prefix}:all")], vec![format!("{prefix}:ctl")])
+        } else {
+            (0..spread)
+                .map(|i| {
+                    let slots = slot::range(i, spread);
+                    let tag = slot::tag_where(&format!("{i}."), |s| slots.contains(&s))
+                        .unwrap_or_else(|| i.to_string());
+                    (
+                        format!("{prefix}:all:{{{tag}}}"),
+                        format!("{prefix}:ctl:{{{tag}}}"),
+                    )
+                })
+                .unzip()
+        };
         Channels {
             prefix: prefix.to_owned(),
-            all: format!("{prefix}:all"),
-            control: format!("{prefix}:ctl"),
+            all,
+            control,
         }
     }
-    /// Broadcasts to every connection.
-    pub fn all(&self) -> &str {
+    /// Broadcasts to every connection: every node listens to all of them.
+    pub fn all(&self) -> &[String] {
         &self.all
     }
-    /// Heartbeats, hellos and goodbyes.
-    pub fn control(&self) -> &str {
+    /// Whether `channel` is one of the broadcast channels.
+    pub fn is_broadcast(&self, channel: &str) -> bool {
+        self.all.iter().any(|c| c == channel)
+    }
+    /// Heartbeats, hellos and goodbyes: every node listens to all of them.
+    pub fn control(&self) -> &[String] {
         &self.control
     }
     /// Calls, replies and notifies to one node.
     pub fn node(&self, node: &str) -> String {
         format!("{}:n:{node}", self.prefix)
     }
-    /// One topic.
+    /// One topic: `<prefix>:t:` + its tagged name (keys.rs).
     pub fn topic(&self, topic: &str) -> String {
-        format!("{}:t:{topic}", self.prefix)
+        keys::key(&self.prefix, 't', topic)
     }
     /// The topic of a topic channel.
     pub fn topic_of<'c>(&self, channel: &'c str) -> Option<&'c str> {
-        channel
-            .strip_prefix(self.prefix.as_str())?
-            .strip_prefix(":t:")
+        keys::topic_of(&self.prefix, channel)
+    }
+    /// Every bus name of one topic: its channel and its history's keys.
+    pub fn keys(&self, topic: &str) -> TopicKeys {
+        TopicKeys::new(&self.prefix, topic)
     }
 }
 
@@ -227,6 +291,21 @@ mod tests {
     }
 
     #[test]
+    fn a_recorded_publication_reads_back_with_the_position_the_bus_added() {
+        let me = Me::new("a".into(), "jp", 1);
+        let keys = me.channels.keys("t");
+        let bounds = crate::history::HistoryConfig::default();
+        let append =
+            crate::cluster::backplane::Append::new(&keys, &bounds, "e", &me.recorded_head, b"[1]");
+        let message = append.message("ep1", 42);
+        let (header, body) = read(&message).unwrap();
+        assert_eq!(header.k, Kind::Recorded);
+        assert_eq!((header.ep.as_deref(), header.off), (Some("ep1"), Some(42)));
+        assert_eq!((&*header.o, &*header.i), ("a", me.incarnation.as_str()));
+        assert_eq!(&body[..], b"[1]");
+    }
+
+    #[test]
     fn foreign_bytes_are_not_an_envelope() {
         assert!(read(&Bytes::from_static(b"hello")).is_none());
         assert!(read(&Bytes::from_static(b"{\"v\":2}\n{}")).is_none());
@@ -234,8 +313,45 @@ mod tests {
 
     #[test]
     fn topic_channels_name_their_topic() {
-        let c = Channels::new("jp");
+        let c = Channels::new("jp", 1);
         assert_eq!(c.topic_of(&c.topic("a:b")), Some("a:b"));
-        assert_eq!(c.topic_of(c.all()), None);
+        assert_eq!(c.topic("a:b"), "jp:t:{a:b}");
+        assert_eq!(c.topic_of(&c.all()[0]), None);
+    }
+
+    #[test]
+    fn one_bus_channel_keeps_the_names_of_one_redis() {
+        let me = Me::new("a".into(), "jp", 1);
+        assert_eq!(me.channels.all(), ["jp:all"]);
+        assert_eq!(me.channels.control(), ["jp:ctl"]);
+        assert_eq!(
+            (&*me.broadcast, &*me.control, &*me.own),
+            ("jp:all", "jp:ctl", "jp:n:a")
+        );
+    }
+
+    #[test]
+    fn spread_channels_fall_in_equal_slot_ranges_and_a_node_keeps_its_pick() {
+        let c = Channels::new("jp", 16);
+        assert_eq!((c.all().len(), c.control().len()), (16, 16));
+        for (i, (all, ctl)) in c.all().iter().zip(c.control()).enumerate() {
+            let s = slot::slot(all.as_bytes());
+            assert!(slot::range(i, 16).contains(&s), "{all} in slot {s}");
+            assert_eq!(slot::slot(ctl.as_bytes()), s, "{ctl} beside {all}");
+            assert!(c.is_broadcast(all) && !c.is_broadcast(ctl));
+            assert!(c.topic_of(all).is_none());
+        }
+        // Every node computes the same names; a node always picks the same pair.
+        assert_eq!(Channels::new("jp", 16).all(), c.all());
+        let (a1, a2) = (Me::new("a".into(), "jp", 16), Me::new("a".into(), "jp", 16));
+        assert_eq!((&a1.broadcast, &a1.control), (&a2.broadcast, &a2.control));
+        let picks: std::collections::HashSet<String> = (0..64)
+            .map(|n| Me::new(format!("node-{n}"), "jp", 16).broadcast)
+            .collect();
+        assert!(
+            picks.len() > 8,
+            "64 nodes picked only {} of 16",
+            picks.len()
+        );
     }
 }

@@ -3,8 +3,9 @@
 //! node and living as long as that node's heartbeats refresh it.
 //!
 //! On Redis (7.0 has no expiry per hash field) a topic `T` is two kinds of keys in one
-//! slot, named by the cluster's rule for a topic's keys (`jp:<kind>:` + `T`, wrapped in
-//! `{...}` unless it has a hash tag of its own):
+//! slot, the slot of its channel and history, named by the cluster's rule for a topic's
+//! names (`jp:<kind>:` + `keys::tagged(T)`: `{T}`, or `:T` when `T` has a hash tag of
+//! its own; see `keys.rs`), so they work on Redis Cluster too:
 //!
 //! - `jp:pi:{T}`, the index: a hash of node name to incarnation, for the nodes with a
 //!   part, and `~g`, the index's generation (random, set when the index is made): a
@@ -17,7 +18,6 @@
 //!
 //! Node names have no `|`, so the part key of one (topic, node) is never another's.
 
-use std::borrow::Cow;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -35,7 +35,7 @@ pub struct PresenceKey {
 impl PresenceKey {
     /// The keys of `topic`'s presence under the cluster's `prefix`.
     pub fn new(prefix: &str, topic: &str) -> Self {
-        let tagged = tagged(topic);
+        let tagged = super::keys::tagged(topic);
         PresenceKey {
             index: format!("{prefix}:pi:{tagged}"),
             parts: format!("{prefix}:pm:{tagged}|"),
@@ -45,19 +45,6 @@ impl PresenceKey {
     /// The key of `node`'s part.
     pub fn part(&self, node: &str) -> String {
         format!("{}{node}", self.parts)
-    }
-}
-
-/// `topic` as it appears in its keys: as it is if it has a Redis hash tag (a non-empty
-/// `{...}`), else inside `{` `}`, so that all of one topic's keys share a slot.
-pub(super) fn tagged(topic: &str) -> Cow<'_, str> {
-    let tag = topic.find('{').and_then(|open| {
-        let close = topic[open + 1..].find('}')?;
-        (close > 0).then_some(())
-    });
-    match tag {
-        Some(()) => Cow::Borrowed(topic),
-        None => Cow::Owned(format!("{{{topic}}}")),
     }
 }
 

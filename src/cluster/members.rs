@@ -84,7 +84,7 @@ pub(super) struct Members {
     wake: Notify,
     control: mpsc::UnboundedSender<Control>,
     incoming: mpsc::Sender<Incoming>,
-    /// Topics whose deltas did not fit in the queue.
+    /// Topics whose deltas did not fit in the queue, or whose channel was interrupted.
     overflowed: Mutex<HashSet<Box<str>>>,
     /// Topics that lost their last local subscriber: their views may go.
     unfollowed: Mutex<HashSet<Box<str>>>,
@@ -172,6 +172,15 @@ impl Members {
                 node: node.to_owned(),
             };
             self.queue(topic, incoming);
+        }
+    }
+
+    /// `topic`'s channel lost messages while the bus as a whole stayed up (one server
+    /// of several went away, a slot moved; the receive loop): its view is read whole.
+    pub fn interrupted(&self, topic: &str) {
+        if self.views.contains_key(topic) {
+            lock(&self.overflowed).insert(topic.into());
+            self.wake.notify_one();
         }
     }
 

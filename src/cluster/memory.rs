@@ -1,6 +1,8 @@
 //! A bus inside one process, shared by several nodes, with faults on demand: the whole
-//! cluster logic runs and is tested on it without any server.
+//! cluster logic runs and is tested on it without any server. It keeps topic histories
+//! too (`history.rs`), as the Redis script does.
 
+mod history;
 mod members;
 
 use std::collections::HashSet;
@@ -11,9 +13,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+use super::backplane::{Append, Backplane, BackplaneError, BoxFuture, BusEvent, HistoryRead};
+use super::keys::TopicKeys;
 use super::member_store::{PartWrite, PresenceKey, PresenceRead, StoredPresence};
 use super::sync::lock;
+use crate::history::{HistoryConfig, Position};
+use history::Histories;
 
 /// The hub: every [`MemoryBackplane`] made from it (or from a clone of it) sees the
 /// others' publishes, like clients of one Redis.
@@ -30,6 +35,8 @@ use super::sync::lock;
 #[derive(Clone, Default)]
 pub struct MemoryHub {
     links: Arc<Mutex<Vec<Weak<Link>>>>,
+    spread: usize,
+    histories: Arc<Mutex<Histories>>,
     /// What the bus keeps (presence), as Redis would.
     store: Arc<Mutex<members::Store>>,
 }
@@ -43,6 +50,8 @@ pub struct MemoryBackplane {
 
 struct Link {
     subscriptions: Mutex<HashSet<String>>,
+    /// Channels whose messages to this link are lost until `regain`.
+    lost: Mutex<Vec<String>>,
     tx: mpsc::Sender<BusEvent>,
     rx: Mutex<Option<mpsc::Receiver<BusEvent>>>,
     cut: AtomicBool,
@@ -65,6 +74,15 @@ impl MemoryHub {
         MemoryHub::default()
     }
 
+    /// A hub whose links ask the cluster to spread broadcasts and heartbeats over
+    /// `spread` channels ([`Backplane::spread`]), as a Redis Cluster's do.
+    pub fn with_spread(spread: usize) -> Self {
+        MemoryHub {
+            spread,
+            ..MemoryHub::default()
+        }
+    }
+
     /// A new link, for one node.
     pub fn backplane(&self) -> MemoryBackplane {
         self.backplane_with_capacity(EVENT_CAPACITY)
@@ -76,6 +94,7 @@ impl MemoryHub {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let link = Arc::new(Link {
             subscriptions: Mutex::new(HashSet::new()),
+            lost: Mutex::new(Vec::new()),
             tx,
             rx: Mutex::new(Some(rx)),
             cut: AtomicBool::new(false),
@@ -131,6 +150,25 @@ impl MemoryHub {
     fn live(&self) -> Vec<Arc<Link>> {
         lock(&self.links).iter().filter_map(Weak::upgrade).collect()
     }
+
+    /// Every topic's history is lost, as when Redis comes back empty: the next append or
+    /// position of each topic starts a new epoch, from offset 1. (Cut and restore the
+    /// links around it for the whole of a restart.)
+    pub fn clear_history(&self) {
+        lock(&self.histories).clear();
+    }
+
+    /// How many reads of history entries the hub has served (not positions, not
+    /// appends): what coalesced resumes save.
+    pub fn history_reads(&self) -> u64 {
+        lock(&self.histories).reads
+    }
+
+    fn publish_to_links(&self, channel: &str, payload: &Bytes) {
+        for link in self.live() {
+            link.deliver(channel, payload);
+        }
+    }
 }
 
 impl Link {
@@ -148,7 +186,10 @@ impl Link {
     }
 
     fn deliver(&self, channel: &str, payload: &Bytes) {
-        if self.cut.load(Ordering::SeqCst) || !lock(&self.subscriptions).contains(channel) {
+        if self.cut.load(Ordering::SeqCst)
+            || !lock(&self.subscriptions).contains(channel)
+            || lock(&self.lost).iter().any(|c| c == channel)
+        {
             return;
         }
         let lost = self
@@ -207,6 +248,27 @@ impl MemoryBackplane {
         self.link.delay_ms.store(ms, Ordering::SeqCst);
     }
 
+    /// Messages on `channels` to this link are lost, the rest still arrive (one server of
+    /// several went away), until [`regain`](Self::regain).
+    pub fn lose(&self, channels: &[&str]) {
+        lock(&self.link.lost).extend(channels.iter().map(|c| (*c).to_owned()));
+    }
+
+    /// Ends [`lose`](Self::lose): the consumer gets [`BusEvent::Interrupted`] with the
+    /// channels it was subscribed to among them.
+    pub fn regain(&self) {
+        let lost = std::mem::take(&mut *lock(&self.link.lost));
+        let subscribed = lock(&self.link.subscriptions);
+        let channels: Vec<String> = lost
+            .into_iter()
+            .filter(|c| subscribed.contains(c))
+            .collect();
+        drop(subscribed);
+        if !channels.is_empty() {
+            let _ = self.link.tx.try_send(BusEvent::Interrupted { channels });
+        }
+    }
+
     /// Messages lost because this link's consumer did not keep up.
     pub fn overflowed(&self) -> u64 {
         self.link.overflowed.load(Ordering::Relaxed)
@@ -227,9 +289,7 @@ impl Backplane for MemoryBackplane {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
                 self.link.check()?;
             }
-            for link in self.hub.live() {
-                link.deliver(&channel, &payload);
-            }
+            self.hub.publish_to_links(&channel, &payload);
             let lost = self
                 .link
                 .lose_acks
@@ -295,6 +355,69 @@ impl Backplane for MemoryBackplane {
 
     fn events(&self) -> Option<mpsc::Receiver<BusEvent>> {
         lock(&self.link.rx).take()
+    }
+
+    fn spread(&self) -> usize {
+        self.hub.spread.max(1)
+    }
+
+    fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Position, BackplaneError>> {
+        Box::pin(async move {
+            self.link.check()?;
+            let delay = self.link.delay_ms.load(Ordering::SeqCst);
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                self.link.check()?;
+            }
+            let now = tokio::time::Instant::now();
+            // Recorded and published under one lock: one order for every link.
+            let mut histories = lock(&self.hub.histories);
+            let (epoch, offset) = histories.append(
+                &append.keys.meta,
+                append.bounds,
+                append.new_epoch,
+                append.data,
+                now,
+            );
+            self.hub
+                .publish_to_links(&append.keys.channel, &append.message(&epoch, offset));
+            drop(histories);
+            let lost = self
+                .link
+                .lose_acks
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+            if lost.is_ok() {
+                return Err(BackplaneError::Unavailable("answer lost".into()));
+            }
+            Ok(Position { epoch, offset })
+        })
+    }
+
+    fn read_history<'a>(
+        &'a self,
+        keys: &'a TopicKeys,
+        bounds: &'a HistoryConfig,
+        after: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
+        Box::pin(async move {
+            self.link.check()?;
+            let now = tokio::time::Instant::now();
+            Ok(lock(&self.hub.histories).read(&keys.meta, bounds, after, max, now))
+        })
+    }
+
+    fn history_position<'a>(
+        &'a self,
+        keys: &'a TopicKeys,
+        bounds: &'a HistoryConfig,
+        new_epoch: &'a str,
+    ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
+        Box::pin(async move {
+            self.link.check()?;
+            let now = tokio::time::Instant::now();
+            Ok(lock(&self.hub.histories).position(&keys.meta, bounds, new_epoch, now))
+        })
     }
 }
 

@@ -1,5 +1,6 @@
 //! Scaling out: broadcast, topics and calls to a peer by address across server nodes,
-//! over a shared bus (a [`Backplane`]: Redis, or [`MemoryHub`] in one process).
+//! over a shared bus (a [`Backplane`]: Redis, a Redis Cluster, or [`MemoryHub`] in one
+//! process).
 //!
 //! Each node is a [`Cluster`] attached to its server's [`ServerHandle`]. Once attached,
 //! [`ServerHandle::broadcast`] and the cluster's [`Topics`] deliver to the node's own
@@ -17,14 +18,30 @@
 //!   [`on_gap`](ClusterBuilder::on_gap) hook and, if enabled, notifies the topic's
 //!   local subscribers so the application can refetch.
 //! - **Order per publisher and topic.** Publishes made one after another on one node
-//!   arrive everywhere in that order. There is no total order across publishers.
+//!   arrive everywhere in that order. There is no total order across publishers,
+//!   except on topics with history.
+//! - **Topics with history** ([`Topics::keep_history`]): Redis gives the offsets
+//!   ([`Backplane::append`]), so a topic has one order on every node and for every
+//!   publisher; `publish` returns once Redis recorded it; every node, the publishing
+//!   one too, delivers in offset order, filling any hole from the history first; a
+//!   resume works on any node; a lost history is one gap per topic and node, with the
+//!   new position ([`Gap::position`]). The README's "Across a cluster" has the frames.
+//! - **Ok means taken.** A broadcast or publish the cluster cannot take (its outbox is
+//!   full; a topic with history that Redis cannot record) fails with an error and
+//!   reaches no one, and is counted ([`Topics::refused`],
+//!   [`ClusterStats::outbox_refused`]); what the outbox took is never dropped.
 //!
 //! # Failure behaviour
 //!
 //! - Bus down: local delivery goes on; envelopes wait in an outbox bounded in bytes
-//!   ([`outbox_limit`](ClusterBuilder::outbox_limit)), the oldest dropped and counted
-//!   past it; calls and notifies to other nodes fail at once with
-//!   [`ClusterError::Unavailable`], and calls waiting on an answer fail too.
+//!   ([`outbox_limit`](ClusterBuilder::outbox_limit)). A broadcast or publish that
+//!   does not fit is refused with [`ClusterError::Overloaded`] and reaches no one
+//!   (counted); what the outbox took is never dropped. Calls and notifies to other
+//!   nodes fail at once with [`ClusterError::Unavailable`], and calls waiting on an
+//!   answer fail too.
+//! - Bus slow (it takes less than is published): `Topics::publish` waits for room in
+//!   the outbox, at most the call timeout; a broadcast, which does not wait, is
+//!   refused as above.
 //! - Bus back: subscriptions are issued again, the outbox is flushed (receivers drop
 //!   duplicates), and one gap is reported per topic with local subscribers. The flush
 //!   of broadcasts and topic messages waits until every node live before the outage
@@ -33,6 +50,12 @@
 //!   redial the bus at random times within its backoff (up to 2 s apart with
 //!   `RedisOptions`' defaults): keep the window longer than that, or a node that
 //!   comes back last misses the flush and only sees the gap.
+//! - One server of several lost (a Redis Cluster master, until its replica takes over;
+//!   a slot moved): the bus reports just the channels it held ([`BusEvent::Interrupted`])
+//!   once they are subscribed again elsewhere, and the node reports one gap for each of
+//!   their topics with local subscribers (and one for broadcasts if a broadcast channel
+//!   was among them), none for the others; calls waiting on answers to this node fail if
+//!   its own channel was among them.
 //! - A node that stops heartbeating is dropped after
 //!   [`missed_heartbeats`](ClusterBuilder::missed_heartbeats) intervals; calls waiting on
 //!   it fail then with [`ClusterError::NodeDown`]. A node that shuts down says goodbye
@@ -53,6 +76,9 @@ mod backplane;
 mod builder;
 mod calls;
 mod envelope;
+mod gaps;
+mod history;
+mod keys;
 mod member_store;
 mod members;
 mod memory;
@@ -65,6 +91,7 @@ mod redis;
 mod relay;
 mod remote;
 mod sequence;
+mod slot;
 mod status;
 mod subscriptions;
 mod sync;
@@ -75,10 +102,15 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 pub use crate::addr::{ClusterError, ParsePeerAddrError, PeerAddr};
-pub use backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+pub use backplane::{
+    Append, Backplane, BackplaneError, BoxFuture, BusEvent, HistoryEntry, HistoryRead,
+};
 pub use builder::ClusterBuilder;
+pub use keys::TopicKeys;
 pub use member_store::{PartWrite, PresenceKey, PresenceRead, StoredPart, StoredPresence};
 pub use memory::{MemoryBackplane, MemoryHub};
+#[cfg(feature = "redis-cluster")]
+pub use redis::RedisClusterBackplane;
 #[cfg(feature = "redis")]
 pub use redis::{RedisBackplane, RedisOptions};
 pub use remote::RemotePeer;

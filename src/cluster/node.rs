@@ -11,13 +11,16 @@
 //!   it heartbeats and goodbyes ([`Heard`]), it publishes the [`Roster`];
 //! - the **subscriptions** task (subscriptions.rs) owns the set of topic channels the
 //!   bus has, and keeps it in step with the local subscribers;
+//! - the **history room** (history.rs) puts what the bus recorded in offset order per
+//!   topic when it is not simply the next one: fills holes from the bus's history,
+//!   starts a cache over when the bus lost it, looks again when the bus is back;
 //! - the **members** task (members.rs) owns this node's presence as written to the
 //!   bus's store, and the views of the other nodes' members.
 //!
 //! [`Calls`] (calls.rs) owns the pending map of calls to other nodes. The nodes and
 //! subscriptions tasks ask the receive loop to forget sequence numbers by message
-//! ([`Forget`]). A node is the handles of these rooms; a new feature (topic history,
-//! presence) adds a room and its handle here, not fields to the others.
+//! ([`Forget`]). A node is the handles of these rooms; a new feature (presence) adds a
+//! room and its handle here, not fields to the others.
 //!
 //! [`Forget`]: super::sequence::Forget
 
@@ -32,6 +35,8 @@ use tracing::Instrument;
 use super::backplane::{Backplane, BusEvent};
 use super::calls::Calls;
 use super::envelope::{Kind, Me};
+use super::gaps::Gaps;
+use super::history::{History, Inbound, Room};
 use super::members::{self, Members, MembersRelay};
 use super::nodes::{Heard, Nodes, Roster, Table};
 use super::outbox::{self, Outbox};
@@ -58,6 +63,7 @@ pub(crate) struct Options {
     pub max_remote_calls: usize,
     pub on_gap: Option<GapHook>,
     pub gap_method: Option<String>,
+    pub max_recording: usize,
 }
 
 impl Default for Options {
@@ -71,6 +77,7 @@ impl Default for Options {
             max_remote_calls: 1024,
             on_gap: None,
             gap_method: None,
+            max_recording: 10_000,
         }
     }
 }
@@ -91,6 +98,7 @@ pub(crate) struct Node {
     pub outbox: Arc<Outbox>,
     pub calls: Arc<Calls>,
     subscriptions: Arc<Subscriptions>,
+    history: Arc<History>,
     members: Arc<Members>,
     counters: Arc<Counters>,
     /// Read for its counters only: the outbox and subscriptions tasks use it.
@@ -112,27 +120,37 @@ impl Node {
             .events()
             .ok_or_else(|| config("the backplane's events were already taken".into()))?;
         let bus: Arc<dyn Backplane> = Arc::from(bus);
-        let me = Arc::new(Me::new(id, &options.prefix));
-        for channel in [me.channels.all(), me.channels.control(), &me.own] {
+        let me = Arc::new(Me::new(id, &options.prefix, bus.spread()));
+        let channels = me.channels.all().iter().chain(me.channels.control());
+        for channel in channels.chain([&me.own]) {
             bus.subscribe(channel).await?;
         }
-        let (node, inbox) = Node::new(me, handle, topics, &options, &bus);
+        let (node, history, members) = Node::new(me, handle, topics, bus.clone(), &options);
         node.attach()?;
         crate::metrics::cluster_bus(true);
         crate::metrics::cluster_nodes(1);
-        node.spawn(bus, events, options, inbox);
+        node.spawn(bus, events, history, members, options);
         Ok(Arc::new(node))
     }
 
-    /// The rooms' handles; no task runs yet.
+    /// The rooms' handles, and the history room's and the members task's inboxes; no
+    /// task runs yet.
     fn new(
         me: Arc<Me>,
         handle: ServerHandle,
         topics: Topics,
+        bus: Arc<dyn Backplane>,
         options: &Options,
-        bus: &Arc<dyn Backplane>,
-    ) -> (Node, members::Inbox) {
+    ) -> (Node, mpsc::Receiver<Inbound>, members::Inbox) {
         let state = watch::Sender::new(ClusterState::Up);
+        let counters = Arc::new(Counters::default());
+        let (history, inbox) = History::new(
+            bus.clone(),
+            me.clone(),
+            counters.clone(),
+            options.max_recording,
+            state.subscribe(),
+        );
         let window = options.heartbeat * options.missed;
         let roster = Arc::new(Roster::new(&me.id));
         let outbox = Arc::new(Outbox::new(options.outbox_limit, window, state.subscribe()));
@@ -145,7 +163,7 @@ impl Node {
             options.call_timeout,
             options.max_remote_calls,
         ));
-        let (members, inbox) = Members::new(members::Setup {
+        let (members, members_inbox) = Members::new(members::Setup {
             me: me.clone(),
             prefix: options.prefix.clone(),
             window,
@@ -164,12 +182,13 @@ impl Node {
             outbox,
             calls,
             subscriptions: Arc::new(Subscriptions::default()),
+            history: Arc::new(history),
             members,
-            counters: Arc::new(Counters::default()),
-            bus: bus.clone(),
+            counters,
+            bus,
             stop: watch::Sender::new(false),
         };
-        (node, inbox)
+        (node, inbox, members_inbox)
     }
 
     /// Makes the registry's broadcasts and the topics' publishes cluster-wide.
@@ -178,6 +197,7 @@ impl Node {
             self.me.clone(),
             &self.outbox,
             &self.subscriptions,
+            &self.history,
             self.state.subscribe(),
             self.call_timeout,
         ));
@@ -196,17 +216,35 @@ impl Node {
         Ok(())
     }
 
-    /// Starts the four tasks, each in a span that names the node, and says hello.
+    /// Starts the six tasks, each in a span that names the node, and says hello.
     fn spawn(
         &self,
         bus: Arc<dyn Backplane>,
         events: mpsc::Receiver<BusEvent>,
+        inbox: mpsc::Receiver<Inbound>,
+        members_inbox: members::Inbox,
         options: Options,
-        inbox: members::Inbox,
     ) {
         let (forget_tx, forget_rx) = mpsc::unbounded_channel();
         let (heard_tx, heard_rx) = mpsc::channel::<Heard>(HEARD_CAPACITY);
         let span = tracing::info_span!("cluster", node = %self.me.id);
+        let gaps = Arc::new(Gaps {
+            counters: self.counters.clone(),
+            hook: options.on_gap,
+            method: options.gap_method,
+            topics: self.topics.clone(),
+        });
+        let room = Room {
+            topics: self.topics.clone(),
+            history: self.history.clone(),
+            gaps: gaps.clone(),
+            state: self.state.subscribe(),
+            retry: HashSet::new(),
+        };
+        tokio::spawn(
+            room.run(inbox, self.stop.subscribe())
+                .instrument(span.clone()),
+        );
         let receive = Receive {
             me: self.me.clone(),
             handle: self.handle.clone(),
@@ -217,10 +255,10 @@ impl Node {
             calls: self.calls.clone(),
             outbox: self.outbox.clone(),
             subscriptions: self.subscriptions.clone(),
+            history: self.history.clone(),
             members: self.members.clone(),
             counters: self.counters.clone(),
-            on_gap: options.on_gap,
-            gap_method: options.gap_method,
+            gaps,
             marks: Marks::default(),
             before_outage: HashSet::new(),
         };
@@ -250,7 +288,7 @@ impl Node {
         );
         tokio::spawn(
             members
-                .run(inbox, self.stop.subscribe())
+                .run(members_inbox, self.stop.subscribe())
                 .instrument(span.clone()),
         );
         let keep = subscriptions::run(
@@ -258,6 +296,7 @@ impl Node {
             bus,
             self.topics.clone(),
             self.me.clone(),
+            self.history.clone(),
             forget_tx,
             self.stop.subscribe(),
         );
@@ -278,8 +317,7 @@ impl Node {
         // This node's members off the store first; the others drop them at the goodbye.
         self.members.shutdown(Duration::from_secs(1)).await;
         let goodbye = self.me.header(Kind::Goodbye);
-        self.outbox
-            .push(self.me.channels.control(), goodbye, b"", false);
+        let _ = self.outbox.push(&self.me.control, goodbye, b"", false);
         self.outbox.drained(Duration::from_secs(2)).await;
         self.stop();
     }
@@ -289,10 +327,11 @@ impl Node {
         ClusterStats {
             outbox_len: fill.len,
             outbox_bytes: fill.bytes,
-            outbox_dropped: fill.dropped,
+            outbox_refused: fill.refused,
             duplicates: self.counters.duplicates.load(Ordering::Relaxed),
             gaps: self.counters.gaps.load(Ordering::Relaxed),
             duplicate_node_seen: self.counters.twins.load(Ordering::Relaxed),
+            history_reads: self.counters.history_reads.load(Ordering::Relaxed),
             bus_dropped: self.bus.dropped(),
             bus_reconnects: self.bus.reconnects(),
         }

@@ -118,8 +118,7 @@ impl Nodes {
         let mut header = self.me.header(Kind::Heartbeat);
         header.n = Some(self.handle.connection_count() as u64);
         header.hello = hello;
-        self.outbox
-            .push(self.me.channels.control(), header, b"", false);
+        let _ = self.outbox.push(&self.me.control, header, b"", false);
     }
 
     /// Runs until `stop`: takes what the receive loop heard from `inbox`, and sends

@@ -2,10 +2,19 @@
 //! task in batches (one bus round trip each when the bus can pipeline).
 //!
 //! Every other room hands envelopes in through [`Outbox::push`] (it never waits, so a
-//! broadcast or a publish stays a plain function call); only the outbox's own task takes
-//! them out. An envelope leaves the outbox only once the bus accepted it; a failed batch
-//! is sent again (after the bus is back, or a short backoff), and receivers drop the
-//! copies of any part of it that had gone through.
+//! broadcast stays a plain function call; a publish may wait for room with
+//! [`Outbox::room`]); only the outbox's own task takes them out. An envelope leaves the
+//! outbox only once the bus accepted it; a failed batch is sent again (after the bus is
+//! back, or a short backoff), and receivers drop the copies of any part of it that had
+//! gone through.
+//!
+//! **Full: the new one is refused, never an old one dropped.** What the outbox took is
+//! sent (unless the node stops); a broadcast or topic message that does not fit is
+//! refused, and its publisher is told ([`Refused::Full`]) and counted. Dropping the
+//! oldest instead would keep the freshest, but the publisher of the dropped one was
+//! already told Ok and could not be told otherwise. Calls, replies and heartbeats may
+//! use up to twice the bound (they are small and few), so a node that publishes too
+//! much still answers and announces itself.
 //!
 //! After an outage, broadcasts and topic messages are held until every node known
 //! before it has been heard from again (each one listens again before it announces
@@ -45,7 +54,7 @@ struct Queue {
     items: VecDeque<Item>,
     bytes: usize,
     next_item: u64,
-    dropped: u64,
+    refused: u64,
     /// The last sequence number per channel this node sent on: one entry (a channel
     /// name and a number) per channel published to in this incarnation. Forgetting one
     /// would restart its numbers and make receivers drop what follows as duplicates.
@@ -67,11 +76,22 @@ struct Item {
     urgent: bool,
 }
 
-/// What [`Outbox::stats`] counts: envelopes waiting, their bytes, envelopes dropped.
+/// What [`Outbox::stats`] counts: envelopes waiting, their bytes, envelopes refused.
 pub(super) struct Fill {
     pub len: usize,
     pub bytes: usize,
-    pub dropped: u64,
+    pub refused: u64,
+}
+
+/// Why [`Outbox::push`] did not take an envelope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Refused {
+    /// The bus is down and the envelope is not one to keep for later.
+    Down,
+    /// The node is stopped.
+    Stopped,
+    /// No room: the outbox holds its bound.
+    Full,
 }
 
 impl Outbox {
@@ -86,48 +106,52 @@ impl Outbox {
         }
     }
 
-    /// Queues one envelope for the bus. Returns false (and queues nothing) when the bus
-    /// is down and `keep_when_down` is false, or the node is stopped.
+    /// Queues one envelope for the bus, or says why not (then nothing is queued): the
+    /// bus is down and `keep_when_down` is false, the node is stopped, or there is no
+    /// room for it.
     pub fn push(
         &self,
         channel: &str,
         mut header: Header<'_>,
         body: &[u8],
         keep_when_down: bool,
-    ) -> bool {
+    ) -> Result<(), Refused> {
         match *self.state.borrow() {
             ClusterState::Up => {}
             ClusterState::Down if keep_when_down => {}
-            _ => return false,
+            ClusterState::Down => return Err(Refused::Down),
+            ClusterState::Stopped => return Err(Refused::Stopped),
         }
-        let mut queue = lock(&self.queue);
-        let seq = match queue.sequences.get_mut(channel) {
-            Some(seq) => seq,
-            None => queue.sequences.entry(channel.to_owned()).or_insert(0),
-        };
-        *seq += 1;
-        header.s = *seq;
         // Presence rides on topic channels: held with their messages, it keeps their
         // sequence numbers in order.
         let urgent = !matches!(header.k, Kind::Broadcast | Kind::Topic | Kind::Presence);
-        let payload = envelope::write(&header, body);
-        // Oldest first: the freshest state is what subscribers want; receivers see the
-        // hole as a gap.
-        while queue.bytes + payload.len() > self.limit {
-            match queue.items.pop_front() {
-                Some(old) => {
-                    queue.bytes -= old.payload.len();
-                    queue.dropped += 1;
-                    crate::metrics::cluster_outbox_bytes(-(old.payload.len() as i64));
-                    crate::metrics::cluster_outbox_dropped();
-                }
-                None => break,
-            }
-        }
-        if payload.len() > self.limit {
-            queue.dropped += 1;
+        let bound = if urgent {
+            self.limit.saturating_mul(2)
+        } else {
+            self.limit
+        };
+        let mut queue = lock(&self.queue);
+        // The header's size is known only once it has its number; its number only once
+        // it is taken. A header is under 200 bytes; the check is exact below.
+        if queue.bytes + body.len() > bound {
             crate::metrics::cluster_outbox_dropped();
-            return true;
+            return Err(Refused::Full);
+        }
+        let seq = match queue.sequences.get(channel) {
+            Some(seq) => seq + 1,
+            None => 1,
+        };
+        header.s = seq;
+        let payload = envelope::write(&header, body);
+        if queue.bytes + payload.len() > bound {
+            crate::metrics::cluster_outbox_dropped();
+            return Err(Refused::Full);
+        }
+        match queue.sequences.get_mut(channel) {
+            Some(last) => *last = seq,
+            None => {
+                queue.sequences.insert(channel.to_owned(), seq);
+            }
         }
         queue.bytes += payload.len();
         crate::metrics::cluster_outbox_bytes(payload.len() as i64);
@@ -141,7 +165,33 @@ impl Outbox {
         });
         drop(queue);
         self.wake.notify_one();
-        true
+        Ok(())
+    }
+
+    /// Resolves when the outbox has sent something since `since` was taken (room may
+    /// have been made), or the state changed. For a publisher waiting for room.
+    pub async fn room(&self, since: &mut watch::Receiver<()>) {
+        let mut state = self.state.clone();
+        state.borrow_and_update();
+        tokio::select! {
+            _ = since.changed() => {}
+            _ = state.changed() => {}
+        }
+    }
+
+    /// Counts a broadcast or publish that failed for want of room.
+    pub fn count_refused(&self) {
+        lock(&self.queue).refused += 1;
+    }
+
+    /// A receiver of the outbox's "sent" ticks, for [`room`](Self::room).
+    pub fn sent_ticks(&self) -> watch::Receiver<()> {
+        self.sent.subscribe()
+    }
+
+    /// Whether the bus is up (a full outbox then drains).
+    pub fn bus_up(&self) -> bool {
+        *self.state.borrow() == ClusterState::Up
     }
 
     /// The bus is back: hold the flush until the nodes in `waiting` (live before the
@@ -174,7 +224,7 @@ impl Outbox {
         Fill {
             len: queue.items.len(),
             bytes: queue.bytes,
-            dropped: queue.dropped,
+            refused: queue.refused,
         }
     }
 
@@ -211,7 +261,6 @@ impl Outbox {
     fn sent(&self, last: u64, ids: &HashSet<u64>) {
         let mut queue = lock(&self.queue);
         if ids.is_empty() {
-            // The overflow may have dropped some of it meanwhile.
             while queue.items.front().is_some_and(|i| i.id <= last) {
                 if let Some(item) = queue.items.pop_front() {
                     queue.bytes -= item.payload.len();

@@ -16,15 +16,17 @@ use tokio::sync::{mpsc, watch};
 use super::backplane::BusEvent;
 use super::calls::Calls;
 use super::envelope::{self, Header, Kind, Me};
+use super::gaps::Gaps;
+use super::history::{self, History, Inbound};
 use super::members::Members;
 use super::nodes::Heard;
 use super::outbox::Outbox;
 use super::sequence::{Forget, Marks, Seen};
-use super::status::{ClusterState, Counters, Gap, GapHook};
+use super::status::{ClusterState, Counters, Gap};
 use super::subscriptions::Subscriptions;
 use crate::addr::ClusterError;
 use crate::registry::ServerHandle;
-use crate::topics::Topics;
+use crate::topics::{Applied, Topics};
 use crate::transport::Text;
 
 /// The receive loop's state and the rooms it hands events to.
@@ -40,11 +42,11 @@ pub(super) struct Receive {
     pub calls: Arc<Calls>,
     pub outbox: Arc<Outbox>,
     pub subscriptions: Arc<Subscriptions>,
+    pub history: Arc<History>,
     /// Presence: deltas and gaps on topic channels.
     pub members: Arc<Members>,
     pub counters: Arc<Counters>,
-    pub on_gap: Option<GapHook>,
-    pub gap_method: Option<String>,
+    pub gaps: Arc<Gaps>,
     pub marks: Marks,
     /// The other nodes live when the bus went down, awaited by the flush when it is back.
     pub before_outage: HashSet<String>,
@@ -77,6 +79,7 @@ impl Receive {
                 }
                 Some(BusEvent::Down) => self.on_down(),
                 Some(BusEvent::Up) => self.on_up().await,
+                Some(BusEvent::Interrupted { channels }) => self.on_interrupted(&channels).await,
                 None => {
                     tracing::error!("the backplane's events ended");
                     self.on_down();
@@ -91,6 +94,32 @@ impl Receive {
             tracing::debug!(channel, "not an envelope; ignored");
             return;
         };
+        if header.k == Kind::Recorded {
+            // Ordered by its offset, this node's own too (its subscribers get its
+            // publications through the bus, in the one order): the next one is
+            // delivered here, anything else goes to the history room.
+            let topic = self.me.channels.topic_of(channel);
+            if let (Some(topic), Some(epoch), Some(offset)) = (topic, &header.ep, header.off) {
+                let Some((frame, bytes)) = history::frame_of(topic, offset, &body) else {
+                    tracing::debug!(topic, offset, "a recorded publication that is not JSON");
+                    return;
+                };
+                match self.topics.apply(topic, epoch, offset, &frame, bytes) {
+                    Applied::Delivered(_) | Applied::Duplicate => {}
+                    _ => {
+                        let recorded = Inbound::Recorded {
+                            topic: topic.to_owned(),
+                            epoch: epoch.to_string(),
+                            offset,
+                            frame,
+                            bytes,
+                        };
+                        self.history.tell(recorded).await;
+                    }
+                }
+            }
+            return;
+        }
         if !self.is_new(channel, &header) {
             return;
         }
@@ -130,6 +159,7 @@ impl Receive {
                 hello: header.hello,
             },
             Kind::Goodbye => Heard::Goodbye(header.o.to_string()),
+            Kind::Recorded => return,
         };
         let _ = self.nodes.send(heard).await;
     }
@@ -163,10 +193,11 @@ impl Receive {
                     self.members.gap(topic, &header.o);
                 }
                 if header.k == Kind::Broadcast || topic.is_some() {
-                    self.report_gap(Gap {
+                    self.gaps.report(Gap {
                         topic,
                         origin: Some(header.o.to_string()),
                         missed: Some(missed),
+                        position: None,
                     });
                 }
             }
@@ -217,35 +248,81 @@ impl Receive {
         crate::metrics::cluster_bus(true);
         tracing::info!("bus back");
         self.marks.resync();
-        // Whatever was published elsewhere while we were away is lost to us.
-        self.report_gap(Gap {
+        // Whatever was published elsewhere while we were away is lost to us; topics
+        // with history are filled in from the bus instead (the history room).
+        self.gaps.report(Gap {
             topic: None,
             origin: None,
             missed: None,
+            position: None,
         });
         for topic in self.topics.topic_names() {
-            self.report_gap(Gap {
+            if self.topics.keeps_history(&topic) {
+                continue;
+            }
+            self.gaps.report(Gap {
                 topic: Some(topic),
                 origin: None,
                 missed: None,
+                position: None,
             });
         }
+        self.history.tell(Inbound::BusUp).await;
         self.subscriptions.all_changed(self.topics.topic_names());
         let _ = self.nodes.send(Heard::BusBack).await;
     }
 
-    fn report_gap(&self, gap: Gap) {
-        self.counters.gaps.fetch_add(1, Ordering::Relaxed);
-        crate::metrics::cluster_gap();
-        tracing::debug!(?gap, "gap");
-        if let Some(hook) = &self.on_gap {
-            hook(&gap);
-        }
-        if let (Some(method), Some(topic)) = (&self.gap_method, &gap.topic) {
-            let params = serde_json::json!({ "topic": topic });
-            if let Ok(frame) = crate::message::request(method, &params, None) {
-                self.topics.deliver(topic, Text::from(frame));
+    /// Some channels lost messages while the bus stayed up (one server of several went
+    /// away, a slot moved): a gap for each of their topics without history that has
+    /// local subscribers, and one for broadcasts, not for the rest; topics with history
+    /// are filled in from the bus instead (the history room looks at them again). Calls
+    /// waiting on answers to this node fail, as their answers may be lost; heartbeats
+    /// simply resume.
+    async fn on_interrupted(&mut self, channels: &[String]) {
+        tracing::info!(?channels, "bus channels interrupted and subscribed again");
+        let mut broadcast = false;
+        let (mut topics, mut recorded) = (Vec::new(), Vec::new());
+        for channel in channels {
+            // Reported here once: the next number from each origin sets a new baseline.
+            self.marks.resync_channel(channel);
+            if self.me.channels.is_broadcast(channel) {
+                broadcast = true;
+            } else if let Some(topic) = self.me.channels.topic_of(channel) {
+                if self.topics.keeps_history(topic) {
+                    recorded.push(topic.to_owned());
+                } else {
+                    topics.push(topic.to_owned());
+                }
+            } else if *channel == self.me.own {
+                self.calls.fail_all(&ClusterError::Unavailable(
+                    "this node's channel was interrupted: answers may be lost".into(),
+                ));
             }
+        }
+        if broadcast {
+            self.gaps.report(Gap {
+                topic: None,
+                origin: None,
+                missed: None,
+                position: None,
+            });
+        }
+        for topic in topics.iter().chain(&recorded) {
+            if !recorded.contains(topic) && self.topics.subscriber_count(topic) > 0 {
+                self.gaps.report(Gap {
+                    topic: Some(topic.clone()),
+                    origin: None,
+                    missed: None,
+                    position: None,
+                });
+            }
+            // Presence deltas on it may be lost too: its view is read again.
+            self.members.interrupted(topic);
+            // The bus may have failed to issue it meanwhile: look again.
+            self.subscriptions.changed(topic);
+        }
+        if !recorded.is_empty() {
+            self.history.tell(Inbound::Interrupted(recorded)).await;
         }
     }
 }

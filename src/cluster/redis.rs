@@ -13,9 +13,16 @@
 //! Liveness: the subscribing connection publishes a probe on a channel of its own every
 //! [`RedisOptions::probe_interval`] and expects it back. A link that stays silent for
 //! [`RedisOptions::probe_misses`] intervals (a frozen Redis, a half-open socket) is
-//! dropped and dialed again, with `Down` and `Up` reported like any other loss.
+//! dropped and dialed again, with `Down` and `Up` reported like any other loss. Only
+//! intervals the link's task saw on time count: when this process is too busy to read
+//! (its runtime queue long with connection tasks), Redis's silence is not what it saw.
 
+mod append;
+#[cfg(feature = "redis-cluster")]
+mod cluster;
+mod history;
 mod members;
+mod scripts;
 mod subscriber;
 
 use std::sync::atomic::Ordering;
@@ -27,10 +34,14 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, IntoConnectionInfo, ProtocolVersion};
 use tokio::sync::{mpsc, oneshot};
 
+#[cfg(feature = "redis-cluster")]
+pub use cluster::RedisClusterBackplane;
 use subscriber::{Control, Shared, Subscriber};
 
-use super::backplane::{Backplane, BackplaneError, BoxFuture, BusEvent};
+use super::backplane::{Append, Backplane, BackplaneError, BoxFuture, BusEvent, HistoryRead};
+use super::keys::TopicKeys;
 use super::member_store::{PartWrite, PresenceKey, PresenceRead, StoredPresence};
+use crate::history::{HistoryConfig, Position};
 use crate::reconnect::Backoff;
 
 /// Settings of a [`RedisBackplane`]; every one has a default.
@@ -45,6 +56,8 @@ pub struct RedisOptions {
     connect_timeout: Duration,
     response_timeout: Duration,
     backoff: Backoff,
+    spread: usize,
+    topology_interval: Duration,
 }
 
 impl Default for RedisOptions {
@@ -63,6 +76,8 @@ impl Default for RedisOptions {
                 max: Duration::from_secs(2),
                 multiplier: 2.0,
             },
+            spread: 16,
+            topology_interval: Duration::from_secs(5),
         }
     }
 }
@@ -87,7 +102,8 @@ impl RedisOptions {
         self
     }
 
-    /// How many probe intervals without the probe coming back make the subscribing
+    /// How many probe intervals without the probe coming back (intervals this process
+    /// saw on time: a tick over half an interval late does not count) make the subscribing
     /// connection count as dead and be dialed again (default 2, at least 1).
     pub fn probe_misses(mut self, misses: u32) -> Self {
         self.probe_misses = misses.max(1);
@@ -135,6 +151,25 @@ impl RedisOptions {
         self.backoff = backoff;
         self
     }
+
+    /// Redis Cluster only: over how many shard channels broadcasts and heartbeats are
+    /// spread (default 16, from 1 to 1024; see [`Backplane::spread`]). Their slots are
+    /// spread evenly, so up to this many masters share that traffic. Every node of a
+    /// cluster must use the same number: a node listens only to the channels its own
+    /// number names.
+    pub fn spread(mut self, channels: usize) -> Self {
+        self.spread = channels.clamp(1, 1024);
+        self
+    }
+
+    /// Redis Cluster only: how often the slot map is fetched again when nothing said it
+    /// changed (default 5 s). Redis announces most changes (`MOVED`, a `sunsubscribe`
+    /// when a slot leaves a master, a closed connection when one dies); this catches
+    /// the rest.
+    pub fn topology_interval(mut self, interval: Duration) -> Self {
+        self.topology_interval = interval.max(Duration::from_millis(10));
+        self
+    }
 }
 
 /// A [`Backplane`] on a Redis server (standalone), through RESP3 pub/sub.
@@ -158,6 +193,9 @@ impl RedisOptions {
 /// # Ok(()) }
 /// ```
 pub struct RedisBackplane {
+    /// The history script on the publishing connection (multiplexed: concurrent calls
+    /// go out pipelined), its appends committed in groups (append.rs).
+    history: scripts::Scripts<ConnectionManager>,
     /// Presence's reads and writes (a clone of the publishing connection).
     store: ConnectionManager,
     publish_tx: mpsc::Sender<Publish>,
@@ -206,9 +244,16 @@ impl RedisBackplane {
         let store = publisher.clone();
         let (publish_tx, publish_rx) = mpsc::channel(options.publish_queue);
         let (control_tx, control_rx) = mpsc::channel(64);
+        let history = scripts::Scripts::start(
+            publisher.clone(),
+            "PUBLISH",
+            options.publish_queue,
+            options.batch_max,
+        );
         tokio::spawn(write_loop(publisher, publish_rx, options.batch_max));
         tokio::spawn(subscriber.run(link, control_rx));
         Ok(RedisBackplane {
+            history,
             store,
             publish_tx,
             control_tx,
@@ -221,22 +266,23 @@ impl RedisBackplane {
     pub fn is_up(&self) -> bool {
         self.shared.up.load(Ordering::Acquire)
     }
+}
 
-    fn control(
-        &self,
-        make: impl FnOnce(oneshot::Sender<Result<(), BackplaneError>>) -> Control,
-    ) -> BoxFuture<'_, Result<(), BackplaneError>> {
-        let (done, answer) = oneshot::channel();
-        let control_tx = self.control_tx.clone();
-        let cmd = make(done);
-        Box::pin(async move {
-            control_tx
-                .send(cmd)
-                .await
-                .map_err(|_| BackplaneError::Closed)?;
-            answer.await.map_err(|_| BackplaneError::Closed)?
-        })
-    }
+/// Hands a subscribe or unsubscribe to the subscribing side and waits for its answer.
+fn control(
+    control_tx: &mpsc::Sender<Control>,
+    make: impl FnOnce(oneshot::Sender<Result<(), BackplaneError>>) -> Control,
+) -> BoxFuture<'static, Result<(), BackplaneError>> {
+    let (done, answer) = oneshot::channel();
+    let control_tx = control_tx.clone();
+    let cmd = make(done);
+    Box::pin(async move {
+        control_tx
+            .send(cmd)
+            .await
+            .map_err(|_| BackplaneError::Closed)?;
+        answer.await.map_err(|_| BackplaneError::Closed)?
+    })
 }
 
 impl std::fmt::Debug for RedisBackplane {
@@ -248,34 +294,40 @@ impl std::fmt::Debug for RedisBackplane {
     }
 }
 
-impl RedisBackplane {
-    fn enqueue(&self, messages: Vec<(String, Bytes)>) -> BoxFuture<'_, Result<(), BackplaneError>> {
-        if !self.is_up() {
-            return Box::pin(async {
-                Err(BackplaneError::Unavailable("redis link is down".into()))
-            });
-        }
-        let (done, answer) = oneshot::channel();
-        let item = Publish { messages, done };
-        // Queued now, not when the future is first polled: call order is send order.
-        let queued = match self.publish_tx.try_send(item) {
-            Ok(()) => None,
-            Err(mpsc::error::TrySendError::Full(item)) => Some(item),
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                return Box::pin(async { Err(BackplaneError::Closed) })
-            }
-        };
-        let publish_tx = self.publish_tx.clone();
-        Box::pin(async move {
-            if let Some(item) = queued {
-                publish_tx
-                    .send(item)
-                    .await
-                    .map_err(|_| BackplaneError::Closed)?;
-            }
-            answer.await.map_err(|_| BackplaneError::Closed)?
-        })
+/// Puts one `publish` or `publish_many` call in the writer's queue, at once when there
+/// is room (so call order is send order), and waits for the writer's answer. Fails at
+/// once while the bus is down (`up` false).
+fn enqueue(
+    publish_tx: &mpsc::Sender<Publish>,
+    up: bool,
+    messages: Vec<(String, Bytes)>,
+) -> BoxFuture<'static, Result<(), BackplaneError>> {
+    if !up {
+        return Box::pin(async { Err(BackplaneError::Unavailable("redis link is down".into())) });
     }
+    if messages.is_empty() {
+        return Box::pin(async { Ok(()) });
+    }
+    let (done, answer) = oneshot::channel();
+    let item = Publish { messages, done };
+    // Queued now, not when the future is first polled: call order is send order.
+    let queued = match publish_tx.try_send(item) {
+        Ok(()) => None,
+        Err(mpsc::error::TrySendError::Full(item)) => Some(item),
+        Err(mpsc::error::TrySendError::Closed(_)) => {
+            return Box::pin(async { Err(BackplaneError::Closed) })
+        }
+    };
+    let publish_tx = publish_tx.clone();
+    Box::pin(async move {
+        if let Some(item) = queued {
+            publish_tx
+                .send(item)
+                .await
+                .map_err(|_| BackplaneError::Closed)?;
+        }
+        answer.await.map_err(|_| BackplaneError::Closed)?
+    })
 }
 
 impl Backplane for RedisBackplane {
@@ -290,7 +342,11 @@ impl Backplane for RedisBackplane {
     }
 
     fn publish(&self, channel: &str, payload: Bytes) -> BoxFuture<'_, Result<(), BackplaneError>> {
-        self.enqueue(vec![(channel.to_owned(), payload)])
+        enqueue(
+            &self.publish_tx,
+            self.is_up(),
+            vec![(channel.to_owned(), payload)],
+        )
     }
 
     /// One queue entry, sent in one pipeline (with whatever else is waiting).
@@ -298,20 +354,21 @@ impl Backplane for RedisBackplane {
         &self,
         messages: Vec<(String, Bytes)>,
     ) -> BoxFuture<'_, Result<(), BackplaneError>> {
-        if messages.is_empty() {
-            return Box::pin(async { Ok(()) });
-        }
-        self.enqueue(messages)
+        enqueue(&self.publish_tx, self.is_up(), messages)
     }
 
     fn subscribe(&self, channel: &str) -> BoxFuture<'_, Result<(), BackplaneError>> {
         let channel = channel.to_owned();
-        self.control(move |done| Control::Subscribe(channel, done))
+        control(&self.control_tx, move |done| {
+            Control::Subscribe(channel, done)
+        })
     }
 
     fn unsubscribe(&self, channel: &str) -> BoxFuture<'_, Result<(), BackplaneError>> {
         let channel = channel.to_owned();
-        self.control(move |done| Control::Unsubscribe(channel, done))
+        control(&self.control_tx, move |done| {
+            Control::Unsubscribe(channel, done)
+        })
     }
 
     fn presence_write(
@@ -363,6 +420,30 @@ impl Backplane for RedisBackplane {
 
     fn events(&self) -> Option<mpsc::Receiver<BusEvent>> {
         self.events.lock().ok()?.take()
+    }
+
+    /// Committed with the other appends waiting at the time, one script call per topic.
+    fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Position, BackplaneError>> {
+        self.history.append(append)
+    }
+
+    fn read_history<'a>(
+        &'a self,
+        keys: &'a TopicKeys,
+        bounds: &'a HistoryConfig,
+        after: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
+        self.history.read(keys, bounds, after, max)
+    }
+
+    fn history_position<'a>(
+        &'a self,
+        keys: &'a TopicKeys,
+        bounds: &'a HistoryConfig,
+        new_epoch: &'a str,
+    ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
+        self.history.position(keys, bounds, new_epoch)
     }
 }
 

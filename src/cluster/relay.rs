@@ -5,15 +5,18 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use serde_json::value::RawValue;
 use tokio::sync::watch;
 
 use super::envelope::{Kind, Me};
-use super::outbox::Outbox;
+use super::history::History;
+use super::outbox::{Outbox, Refused};
 use super::status::ClusterState;
 use super::subscriptions::Subscriptions;
 use crate::addr::ClusterError;
 use crate::error::{Error, Result};
-use crate::relay::Relay;
+use crate::history::{HistoryConfig, Position};
+use crate::relay::{Relay, Replay};
 
 /// Attached to the node's [`ServerHandle`](crate::ServerHandle) and
 /// [`Topics`](crate::Topics). It holds the rooms it reaches weakly: the registry and
@@ -22,6 +25,7 @@ pub(super) struct ClusterRelay {
     me: Arc<Me>,
     outbox: Weak<Outbox>,
     subscriptions: Weak<Subscriptions>,
+    history: Weak<History>,
     state: watch::Receiver<ClusterState>,
     /// How long [`ready`](Relay::ready) waits for the bus.
     timeout: Duration,
@@ -32,6 +36,7 @@ impl ClusterRelay {
         me: Arc<Me>,
         outbox: &Arc<Outbox>,
         subscriptions: &Arc<Subscriptions>,
+        history: &Arc<History>,
         state: watch::Receiver<ClusterState>,
         timeout: Duration,
     ) -> Self {
@@ -39,26 +44,66 @@ impl ClusterRelay {
             me,
             outbox: Arc::downgrade(outbox),
             subscriptions: Arc::downgrade(subscriptions),
+            history: Arc::downgrade(history),
             state,
             timeout,
         }
     }
 }
 
+/// What a broadcast or publish the outbox refused fails with; `None` when it is fine
+/// to go on locally (the node is stopped: local delivery only, as without a cluster).
+fn refused(outbox: &Outbox, why: Refused) -> Option<Error> {
+    let down = !outbox.bus_up();
+    if why == Refused::Full {
+        outbox.count_refused();
+    }
+    let why = match why {
+        Refused::Stopped => return None,
+        Refused::Down => "the bus is down".to_owned(),
+        Refused::Full if down => "the outbox is full and the bus is down".to_owned(),
+        Refused::Full => "the outbox is full: the bus takes less than is published".to_owned(),
+    };
+    Some(Error::Cluster(ClusterError::Overloaded(why)))
+}
+
 impl Relay for ClusterRelay {
-    fn broadcast(&self, frame: &str) {
-        if let Some(outbox) = self.outbox.upgrade() {
-            let header = self.me.header(Kind::Broadcast);
-            outbox.push(self.me.channels.all(), header, frame.as_bytes(), true);
+    fn broadcast(&self, frame: &str) -> Result<()> {
+        let Some(outbox) = self.outbox.upgrade() else {
+            return Ok(());
+        };
+        let header = self.me.header(Kind::Broadcast);
+        match outbox.push(&self.me.broadcast, header, frame.as_bytes(), true) {
+            Ok(()) => Ok(()),
+            Err(why) => refused(&outbox, why).map_or(Ok(()), Err),
         }
     }
 
-    fn publish(&self, topic: &str, frame: &str) {
-        if let Some(outbox) = self.outbox.upgrade() {
+    fn publish<'a>(&'a self, topic: &'a str, frame: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let Some(outbox) = self.outbox.upgrade() else {
+                return Ok(());
+            };
             let channel = self.me.channels.topic(topic);
-            let header = self.me.header(Kind::Topic);
-            outbox.push(&channel, header, frame.as_bytes(), true);
-        }
+            let deadline = tokio::time::Instant::now() + self.timeout;
+            loop {
+                // Taken before trying, so a batch sent in between still wakes us.
+                let mut sent = outbox.sent_ticks();
+                let header = self.me.header(Kind::Topic);
+                let why = match outbox.push(&channel, header, frame.as_bytes(), true) {
+                    Ok(()) => return Ok(()),
+                    Err(why) => why,
+                };
+                // Full while the bus is up: it drains, so wait for room (bounded).
+                if why == Refused::Full && outbox.bus_up() {
+                    let room = outbox.room(&mut sent);
+                    if tokio::time::timeout_at(deadline, room).await.is_ok() {
+                        continue;
+                    }
+                }
+                return refused(&outbox, why).map_or(Ok(()), Err);
+            }
+        })
     }
 
     fn changed(&self, topic: &str) {
@@ -91,5 +136,51 @@ impl Relay for ClusterRelay {
                 Err(_) => Err(Error::timeout(None, self.timeout)),
             }
         })
+    }
+
+    fn record<'a>(
+        &'a self,
+        topic: &'a str,
+        data: &'a RawValue,
+        bounds: &'a HistoryConfig,
+    ) -> BoxFuture<'a, Result<Position>> {
+        Box::pin(async move { self.history()?.record(topic, data, bounds).await })
+    }
+
+    fn follow<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move { self.history()?.follow(topic).await })
+    }
+
+    fn read_history<'a>(
+        &'a self,
+        topic: &'a str,
+        epoch: &'a str,
+        after: u64,
+        bounds: &'a HistoryConfig,
+    ) -> BoxFuture<'a, Result<Replay>> {
+        Box::pin(async move {
+            let history = self.history()?;
+            history
+                .reads
+                .read(&history, topic, epoch, after, bounds)
+                .await
+        })
+    }
+
+    fn history_position<'a>(
+        &'a self,
+        topic: &'a str,
+        bounds: &'a HistoryConfig,
+    ) -> BoxFuture<'a, Result<Position>> {
+        Box::pin(async move { self.history()?.position(topic, bounds).await })
+    }
+}
+
+impl ClusterRelay {
+    /// The history room, while the node runs.
+    fn history(&self) -> Result<Arc<History>> {
+        self.history
+            .upgrade()
+            .ok_or(Error::Cluster(ClusterError::Stopped))
     }
 }

@@ -89,6 +89,19 @@ impl Marks {
         }
     }
 
+    /// After `channel` was interrupted, its gap reported once: the next number from each
+    /// origin on it sets a new baseline.
+    pub fn resync_channel(&mut self, channel: &str) {
+        for mark in self
+            .0
+            .get_mut(channel)
+            .into_iter()
+            .flat_map(|m| m.values_mut())
+        {
+            mark.resync = true;
+        }
+    }
+
     /// After a bus outage, whose gap is reported once for all: the next number from
     /// each origin sets a new baseline.
     pub fn resync(&mut self) {

@@ -6,6 +6,8 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+use crate::history::Position;
+
 /// Whether this node can reach the bus.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -29,6 +31,11 @@ pub struct Gap {
     pub origin: Option<String>,
     /// How many went missing, when known.
     pub missed: Option<u64>,
+    /// On a topic with history: where it continues, in the bus's new epoch (its newest
+    /// offset when the loss was seen; the next publication is `offset + 1`). A topic
+    /// with history has a gap only when its history was lost (Redis came back empty),
+    /// or when this node was cut off for longer than the history keeps.
+    pub position: Option<Position>,
 }
 
 /// Counters, for logs and tests.
@@ -39,14 +46,19 @@ pub struct ClusterStats {
     pub outbox_len: usize,
     /// Bytes waiting for the bus.
     pub outbox_bytes: usize,
-    /// Envelopes dropped because the outbox was full.
-    pub outbox_dropped: u64,
+    /// Envelopes the outbox refused because it was full: broadcasts and publishes that
+    /// returned an error and reached no one (see
+    /// [`outbox_limit`](super::ClusterBuilder::outbox_limit)).
+    pub outbox_refused: u64,
     /// Envelopes received twice and dropped.
     pub duplicates: u64,
     /// Gaps reported.
     pub gaps: u64,
     /// Times another node with this node's name was seen.
     pub duplicate_node_seen: u64,
+    /// Reads of topic history from the bus (entries, not positions): resumes older
+    /// than this node's cache, coalesced, and holes filled before later publications.
+    pub history_reads: u64,
     /// Messages the bus lost on their way to this node because its event stream was
     /// full ([`Backplane::dropped`](super::Backplane::dropped)).
     pub bus_dropped: u64,
@@ -58,10 +70,12 @@ pub struct ClusterStats {
 /// What [`ClusterBuilder::on_gap`](super::ClusterBuilder::on_gap) runs.
 pub(super) type GapHook = Arc<dyn Fn(&Gap) + Send + Sync>;
 
-/// The receive loop's counters: it alone writes them, [`ClusterStats`] reads them.
+/// The node's counters: the receive loop and the history room write them,
+/// [`ClusterStats`] reads them.
 #[derive(Default)]
 pub(super) struct Counters {
     pub duplicates: AtomicU64,
     pub gaps: AtomicU64,
     pub twins: AtomicU64,
+    pub history_reads: AtomicU64,
 }

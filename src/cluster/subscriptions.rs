@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use super::backplane::Backplane;
 use super::envelope::Me;
+use super::history::{History, Inbound};
 use super::sequence::Forget;
 use super::sync::lock;
 use crate::addr::ClusterError;
@@ -111,12 +112,13 @@ impl Subscriptions {
 }
 
 /// Keeps the bus's topic channels in step with the local subscribers of `topics`;
-/// sends `forget` the channels it unsubscribed.
+/// tells `forget` and the history room the channels it unsubscribed.
 pub(super) async fn run(
     subscriptions: Arc<Subscriptions>,
     bus: Arc<dyn Backplane>,
     topics: Topics,
     me: Arc<Me>,
+    history: Arc<History>,
     forget: mpsc::UnboundedSender<Forget>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -133,6 +135,9 @@ pub(super) async fn run(
                 (false, Some(_)) => match bus.unsubscribe(&channel).await {
                     Ok(()) => {
                         let _ = forget.send(Forget::Channel(channel));
+                        // Not heard any more: what comes meanwhile is missed, so the
+                        // history's cache must look at the bus again before it is used.
+                        history.tell(Inbound::Unfollow(topic.clone())).await;
                         (None, Ok(()))
                     }
                     Err(e) => (Some(Have::Unknown), Err(e)),

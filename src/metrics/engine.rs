@@ -120,7 +120,7 @@ fn describe() {
     );
     describe_counter!(
         CLUSTER_OUTBOX_DROPPED_TOTAL,
-        "Envelopes the full outbox dropped."
+        "Envelopes the full outbox refused."
     );
     describe_counter!(CLUSTER_GAPS_TOTAL, "Gaps the cluster node reported.");
     describe_gauge!(CLUSTER_BUS_UP, "1 while the node reaches its bus.");

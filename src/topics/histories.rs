@@ -7,11 +7,12 @@ use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use serde::Serialize;
 
-use super::log::TopicLog;
+use super::log::{Applied, Bus, Followed, TopicLog};
 use super::Topics;
 use crate::error::{Error, Result};
 use crate::history::{HistoryConfig, HistoryError, Position, Published, Subscribed};
 use crate::peer::Peer;
+use crate::transport::Text;
 
 /// How many times a subscribe or publish looks a topic up again when the history it
 /// found was retired meanwhile (it was idle: the next one found is new).
@@ -109,9 +110,16 @@ impl Topics {
         self.inner.history.kept(topic)
     }
 
-    /// The epoch and newest offset of `topic`'s history, if it keeps one now.
+    /// The epoch and newest offset of `topic`'s history, if it keeps one now. In a
+    /// cluster, this node's view of the bus's history: `None` while the node does not
+    /// follow the topic (it follows while it has subscribers of it), and a publication
+    /// recorded elsewhere counts once it has come down to this node.
     pub fn position(&self, topic: &str) -> Option<Position> {
-        self.log(topic, false).map(|log| log.position())
+        let log = self.log(topic, false)?;
+        if self.inner.relay.get().is_some() && !log.follows() {
+            return None;
+        }
+        Some(log.position())
     }
 
     /// Subscribes `peer` to `topic`, a topic with history, from `from`: with a position,
@@ -142,17 +150,29 @@ impl Topics {
         topic: &str,
         from: Option<Position>,
     ) -> Result<Subscribed> {
+        let relay = self.inner.relay.get();
         for _ in 0..LOOKUPS {
             let Some(log) = self.log(topic, true) else {
                 break;
             };
             self.join(peer, topic);
+            if let Some(relay) = relay {
+                // In a cluster: this node hears the topic, and its cache follows the bus.
+                relay.ready(topic).await?;
+                if !log.follows() {
+                    relay.follow(topic).await?;
+                }
+            }
             let subscription = self
                 .inner
                 .history
                 .subscriptions
                 .fetch_add(1, Ordering::Relaxed);
-            if let Some(subscribed) = log.subscribe(peer, from.clone(), subscription).await {
+            let bus = relay.map(|relay| Bus {
+                relay: relay.as_ref(),
+                topic,
+            });
+            if let Some(subscribed) = log.subscribe(peer, from.clone(), subscription, bus).await {
                 if peer.is_ending() {
                     // Its `on_close` ran before it was added: nothing will remove it.
                     log.remove(peer.id());
@@ -182,8 +202,9 @@ impl Topics {
     }
 
     /// For [`publish`](Self::publish): records the publication and queues it for the
-    /// live subscribers, if `topic` keeps history; `None` if it does not.
-    pub(super) fn publish_recorded<P: Serialize + ?Sized>(
+    /// live subscribers, if `topic` keeps history; `None` if it does not. In a cluster
+    /// the bus records it and delivers it (here too, in offset order).
+    pub(super) async fn publish_recorded<P: Serialize + ?Sized>(
         &self,
         topic: &str,
         method: &str,
@@ -201,6 +222,34 @@ impl Topics {
                 Some(data) => data,
                 None => data.insert(serde_json::value::to_raw_value(params)?),
             };
+            if let Some(relay) = self.inner.relay.get() {
+                if method != topic {
+                    // Every node makes the notification from the topic and the data the
+                    // bus recorded: the method is the topic's name.
+                    return Err(Error::InvalidParams(
+                        "in a cluster, a topic with history is published under its own name",
+                    ));
+                }
+                let bounds = log.config();
+                let bytes = data.get().len();
+                if bytes > bounds.max_bytes {
+                    return Err(Error::History(HistoryError::TooLarge {
+                        topic: topic.to_owned(),
+                        bytes,
+                        max_bytes: bounds.max_bytes,
+                    }));
+                }
+                return match relay.record(topic, data, &bounds).await {
+                    Ok(at) => Ok(Some(Published {
+                        delivered: log.live_count(),
+                        offset: Some(at.offset),
+                    })),
+                    Err(e) => {
+                        self.inner.refused.fetch_add(1, Ordering::Relaxed);
+                        Err(e)
+                    }
+                };
+            }
             if let Some((offset, delivered)) = log.publish(topic, method, data)? {
                 return Ok(Some(Published {
                     delivered,
@@ -212,6 +261,69 @@ impl Topics {
         Err(Error::History(HistoryError::NotKept {
             topic: topic.to_owned(),
         }))
+    }
+
+    /// For the cluster: a publication on `topic` that came down from the bus at
+    /// `offset` of `epoch` (`frame` its notification, `bytes` its data's size).
+    pub(crate) fn apply(
+        &self,
+        topic: &str,
+        epoch: &str,
+        offset: u64,
+        frame: &Text,
+        bytes: usize,
+    ) -> Applied {
+        match self.log(topic, false) {
+            Some(log) => log.apply(epoch, offset, frame, bytes),
+            None => Applied::NotFollowing,
+        }
+    }
+
+    /// For the cluster: `topic`'s cache follows the bus, which is at `at` (`gap`, the
+    /// notice for the live subscribers should the history be lost; `restart`: it is,
+    /// start over at `at`); `None` if the topic keeps no history.
+    pub(crate) fn follow_at(
+        &self,
+        topic: &str,
+        at: &Position,
+        seen: Option<&Position>,
+        gap: Option<&Text>,
+        restart: bool,
+    ) -> Option<Followed> {
+        self.log(topic, true)
+            .map(|log| log.follow(at, seen, gap, restart))
+    }
+
+    /// For the cluster: this node no longer hears `topic` on the bus.
+    pub(crate) fn unfollow(&self, topic: &str) {
+        if let Some(log) = self.log(topic, false) {
+            log.unfollow();
+        }
+    }
+
+    /// Whether `topic`'s cache follows the bus; `None` without history.
+    pub(crate) fn history_follows(&self, topic: &str) -> Option<bool> {
+        self.log(topic, false).map(|log| log.follows())
+    }
+
+    /// For the cluster: the topics whose cache follows the bus.
+    pub(crate) fn followed(&self) -> Vec<String> {
+        self.inner
+            .history
+            .logs
+            .iter()
+            .filter(|e| e.value().follows())
+            .map(|e| e.key().to_string())
+            .collect()
+    }
+
+    /// `topic`'s history bounds, if it keeps (or would keep) history.
+    pub(crate) fn history_bounds(&self, topic: &str) -> Option<HistoryConfig> {
+        match self.log(topic, false) {
+            Some(log) => Some(log.config()),
+            None if self.inner.history.used.load(Ordering::Acquire) => self.inner.history.for_all(),
+            None => None,
+        }
     }
 
     /// For unsubscribing: `id` leaves `topic`'s history; and, when `topic` has no

@@ -2,14 +2,19 @@
 //! of recent publications one process keeps.
 //!
 //! The ordering logic (`log.rs`: offsets handed out in order, subscribers switched
-//! from the history to live under the topic's lock) is written against the seam, so a
-//! store kept on a bus (a Redis Stream) slots in without changing it.
+//! from the history to live under the topic's lock) is written against the seam. In a
+//! cluster the history is kept on the bus (a Redis Stream, offsets given by Redis) and
+//! the store is this node's cache of it: publications are appended as they come down
+//! from the bus, in offset order ([`Store::append`] at the offset the bus gave),
+//! the epoch and newest offset are set from the bus ([`Store::reset`]), and older
+//! publications read from the bus for a resume are kept too ([`Store::prepend`]).
 
 use std::collections::VecDeque;
 
 use tokio::time::Instant;
 
 use crate::history::HistoryConfig;
+use crate::relay::Kept;
 use crate::transport::Text;
 
 /// A publication that does not fit the store: its data alone is over `max_bytes`.
@@ -43,6 +48,15 @@ pub(crate) trait Store: Send {
     ) -> bool;
     /// The oldest offset kept, `last() + 1` when none is.
     fn first(&mut self, now: Instant) -> u64;
+    /// The bounds.
+    fn config(&self) -> &HistoryConfig;
+    /// Forgets what is kept and starts over at `last` in `epoch` (a cache that starts
+    /// following the bus, or whose history the bus lost).
+    fn reset(&mut self, epoch: String, last: u64);
+    /// Keeps the publications of `older` (in offset order) that come before the oldest
+    /// kept, as far as the bounds allow, newest first. Ignored unless they reach
+    /// `first() - 1`.
+    fn prepend(&mut self, older: &[Kept], now: Instant);
 }
 
 /// One publication kept.
@@ -56,6 +70,7 @@ struct Entry {
 /// [`HistoryConfig`]. Its epoch is made when it is: a new process has a new one.
 pub(crate) struct MemoryStore {
     epoch: String,
+    // (In a cluster, `epoch` and `last` come from the bus.)
     config: HistoryConfig,
     /// Publications `first..=last`, oldest first.
     window: VecDeque<Entry>,
@@ -157,6 +172,43 @@ impl Store for MemoryStore {
         self.trim(now);
         self.last + 1 - self.window.len() as u64
     }
+
+    fn config(&self) -> &HistoryConfig {
+        &self.config
+    }
+
+    fn reset(&mut self, epoch: String, last: u64) {
+        self.epoch = epoch;
+        self.last = last;
+        self.window = VecDeque::new();
+        self.bytes = 0;
+    }
+
+    fn prepend(&mut self, older: &[Kept], now: Instant) {
+        let first = self.first(now);
+        let before = older.partition_point(|k| k.offset < first);
+        let older = &older[..before];
+        if older.last().map(|k| k.offset + 1) != Some(first) {
+            return;
+        }
+        for kept in older.iter().rev() {
+            let Some(at) = now.checked_sub(kept.age) else {
+                break;
+            };
+            let fits = self.window.len() < self.config.max_len
+                && self.bytes + kept.bytes <= self.config.max_bytes
+                && kept.age < self.config.max_age;
+            if !fits {
+                break;
+            }
+            self.bytes += kept.bytes;
+            self.window.push_front(Entry {
+                frame: kept.frame.clone(),
+                bytes: kept.bytes,
+                at,
+            });
+        }
+    }
 }
 
 #[cfg(test)]
@@ -173,6 +225,34 @@ mod tests {
         store
             .read_after(after, usize::MAX, now, &mut out)
             .then(|| out.into_iter().map(|(o, _)| o).collect())
+    }
+
+    #[test]
+    fn a_cache_starts_over_from_the_bus_and_keeps_older_ones_read_from_it() {
+        let now = Instant::now();
+        let mut store = MemoryStore::new(HistoryConfig::default().max_len(4));
+        store.reset("bus".into(), 10);
+        assert_eq!(store.first(now), 11);
+        assert_eq!((store.epoch(), store.last()), ("bus", 10));
+        store.append(frame(11), 1, now).unwrap();
+        assert_eq!(store.last(), 11);
+        let kept = |offset| Kept {
+            offset,
+            frame: frame(offset),
+            bytes: 1,
+            age: Duration::from_secs(1),
+        };
+        // Not right before the oldest kept: ignored.
+        store.prepend(&[kept(7), kept(8)], now);
+        assert_eq!(store.first(now), 11);
+        // Up to it (or past it: what it has already is left as it is): kept, newest
+        // first, as far as max_len allows.
+        store.prepend(
+            &[kept(6), kept(7), kept(8), kept(9), kept(10), kept(11)],
+            now,
+        );
+        assert_eq!(offsets(&mut store, 7, now), Some(vec![8, 9, 10, 11]));
+        assert_eq!(offsets(&mut store, 6, now), None);
     }
 
     #[test]

@@ -3,7 +3,9 @@
 #![allow(dead_code)]
 
 pub mod cluster_node;
+pub mod history_bus;
 pub mod proxy;
+pub mod redis_cluster;
 pub mod redis_server;
 pub mod unix;
 

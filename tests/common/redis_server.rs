@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 pub struct RedisServer {
     dir: PathBuf,
     child: Option<Child>,
+    /// Listening on 127.0.0.1 at this port instead of the unix socket.
+    port: Option<u16>,
 }
 
 impl RedisServer {
@@ -22,9 +24,32 @@ impl RedisServer {
             fastrand::u64(..)
         ));
         std::fs::create_dir_all(&dir).expect("create the redis temp dir");
-        let mut server = RedisServer { dir, child: None };
+        let mut server = RedisServer {
+            dir,
+            child: None,
+            port: None,
+        };
         server.restart();
         server
+    }
+
+    /// One on a free loopback TCP port instead (as a Redis on another machine is
+    /// reached): `redis://127.0.0.1:PORT`.
+    pub fn start_tcp() -> RedisServer {
+        for _ in 0..20 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let mut server = RedisServer::start();
+            server.kill();
+            server.port = Some(port);
+            server.launch();
+            if server.child.is_some() {
+                return server;
+            }
+        }
+        panic!("no free port for redis-server in 20 tries");
     }
 
     /// The socket path.
@@ -32,9 +57,13 @@ impl RedisServer {
         self.dir.join("r.sock")
     }
 
-    /// `redis+unix:///…/r.sock`, as the redis crate dials it.
+    /// `redis+unix:///…/r.sock` (or `redis://127.0.0.1:PORT`), as the redis crate
+    /// dials it.
     pub fn url(&self) -> String {
-        format!("redis+unix://{}", self.socket().display())
+        match self.port {
+            Some(port) => format!("redis://127.0.0.1:{port}"),
+            None => format!("redis+unix://{}", self.socket().display()),
+        }
     }
 
     /// The server's process id (to freeze it with SIGSTOP, say).
@@ -54,9 +83,19 @@ impl RedisServer {
     /// Starts the server (again) on the same socket; waits until it answers PING.
     pub fn restart(&mut self) {
         self.kill();
-        let child = Command::new("redis-server")
-            .args(["--port", "0", "--unixsocket"])
-            .arg(self.socket())
+        assert!(self.launch(), "redis-server did not start");
+    }
+
+    /// Starts the server; false when it exits at once (its port taken).
+    fn launch(&mut self) -> bool {
+        let mut command = Command::new("redis-server");
+        match self.port {
+            Some(port) => command.args(["--bind", "127.0.0.1", "--port", &port.to_string()]),
+            None => command
+                .args(["--port", "0", "--unixsocket"])
+                .arg(self.socket()),
+        };
+        let child = command
             .args(["--save", "", "--appendonly", "no", "--dir"])
             .arg(&self.dir)
             .stdin(Stdio::null())
@@ -66,13 +105,26 @@ impl RedisServer {
             .expect("run redis-server (apt-get install redis-server; .ci/install does)");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !ping(&self.socket()) {
+        let answers = |s: &Self| match s.port {
+            Some(_) => s.cli(&["PING"]) == "PONG",
+            None => ping(&s.socket()),
+        };
+        while !answers(self) {
+            let exited = self
+                .child
+                .as_mut()
+                .is_some_and(|c| c.try_wait().ok().flatten().is_some());
+            if exited {
+                self.child = None;
+                return false;
+            }
             assert!(
                 Instant::now() < deadline,
                 "redis-server did not answer PING in 10 s"
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+        true
     }
 
     /// Sends SIGSTOP (`freeze`) or SIGCONT to the server.
@@ -88,12 +140,12 @@ impl RedisServer {
 
     /// Runs one command through `redis-cli` on the socket and returns its output.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .arg("-s")
-            .arg(self.socket())
-            .args(args)
-            .output()
-            .expect("run redis-cli");
+        let mut command = Command::new("redis-cli");
+        match self.port {
+            Some(port) => command.args(["-h", "127.0.0.1", "-p", &port.to_string()]),
+            None => command.arg("-s").arg(self.socket()),
+        };
+        let out = command.args(args).output().expect("run redis-cli");
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 }

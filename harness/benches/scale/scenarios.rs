@@ -286,6 +286,10 @@ pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) -> Vec<
         let groups: [&[u32]; 3] = [&pids, &redis_pid, &fleet_pids];
         eprintln!("    idle for {} s", opts.idle.as_secs());
         let idle = idle_rates(&groups, opts.idle);
+        // RESETSTAT zeroes `total_connections_received` too: the redials so far are
+        // taken now, and counted again from zero after it (this once read 0 redials
+        // whatever happened, and hid the nodes' redials behind the `$/gap`s).
+        let redials_before = redis_connections(&redis).saturating_sub(dialed + 1);
         redis.cli(&["CONFIG", "RESETSTAT"]);
         rows.push(
             Row::new(
@@ -383,8 +387,9 @@ pub(crate) fn cluster(opts: &Opts, node_bin: &Path, rows: &mut Vec<Row>) -> Vec<
             "cluster {total}: Redis's own count (INFO commandstats) over the messages: {}",
             publish_stats(&redis)
         ));
-        // Less the connection of redis-cli itself, which asks.
-        let redials = redis_connections(&redis).saturating_sub(dialed + 1);
+        // Since the RESETSTAT: less the two redis-cli connections (publish_stats' and
+        // this one's), which ask.
+        let redials = redials_before + redis_connections(&redis).saturating_sub(2);
         notes.push(format!(
             "cluster {total}: the nodes dialed Redis {redials} times while measured (a node \
              that hears nothing back within its probe deadline, 2 s by default, counts the \

@@ -216,7 +216,12 @@ impl Task {
     fn send(&self, topic: &str, body: &[u8]) {
         let channel = self.members.me.channels.topic(topic);
         let header = self.members.me.header(Kind::Presence);
-        self.outbox.push(&channel, header, body, true);
+        // Refused (a full outbox, a stopped node): the other nodes see the hole in the
+        // versions at the next delta, or their check against the store within a
+        // heartbeat window, and read this part again.
+        if let Err(refused) = self.outbox.push(&channel, header, body, true) {
+            tracing::debug!(%topic, ?refused, "presence delta not sent");
+        }
     }
 
     /// Writes every part marked for it anew (a part with no members is deleted), and

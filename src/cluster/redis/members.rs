@@ -3,6 +3,7 @@
 //! its expiry land together, and a read sees one moment. Written against any async
 //! connection, so a Redis Cluster backplane can run the same scripts.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -139,6 +140,37 @@ pub(crate) async fn write<C: ConnectionLike + Send>(
     first
 }
 
+/// As [`write`], but one pipeline per topic, the topics' pipelines at once: what a
+/// Redis Cluster needs (a pipeline runs on one slot; each topic's keys are one slot).
+/// One topic's writes keep their order; the answers come in the order of `writes`.
+pub(crate) async fn write_per_topic<C: ConnectionLike + Clone + Send>(
+    conn: &C,
+    writes: Vec<PartWrite>,
+) -> RedisResult<Vec<String>> {
+    let total = writes.len();
+    let mut groups: Vec<(Vec<usize>, Vec<PartWrite>)> = Vec::new();
+    let mut by_topic: HashMap<String, usize> = HashMap::new();
+    for (at, w) in writes.into_iter().enumerate() {
+        let group = *by_topic.entry(w.key.index.clone()).or_insert_with(|| {
+            groups.push((Vec::new(), Vec::new()));
+            groups.len() - 1
+        });
+        groups[group].0.push(at);
+        groups[group].1.push(w);
+    }
+    let runs = groups.into_iter().map(|(places, writes)| {
+        let mut conn = conn.clone();
+        async move { write(&mut conn, writes).await.map(|g| (places, g)) }
+    });
+    let mut out = vec![String::new(); total];
+    for (places, generations) in futures_util::future::try_join_all(runs).await? {
+        for (at, generation) in places.into_iter().zip(generations) {
+            out[at] = generation;
+        }
+    }
+    Ok(out)
+}
+
 /// Reads one topic's presence.
 pub(crate) async fn read<C: ConnectionLike + Send>(
     conn: &mut C,
@@ -184,6 +216,22 @@ pub(crate) async fn refresh<C: ConnectionLike + Send>(
         found = pipe.query_async(conn).await;
     }
     Ok(found?.into_iter().map(|n| n == 1).collect())
+}
+
+/// As [`refresh`], one pipeline per topic, at once (a Redis Cluster's need, as
+/// [`write_per_topic`]); the answers in the order of `keys`.
+pub(crate) async fn refresh_per_topic<C: ConnectionLike + Clone + Send>(
+    conn: &C,
+    keys: &[PresenceKey],
+    node: &str,
+    ttl: Duration,
+) -> RedisResult<Vec<bool>> {
+    let runs = keys.iter().map(|key| {
+        let mut conn = conn.clone();
+        async move { refresh(&mut conn, std::slice::from_ref(key), node, ttl).await }
+    });
+    let found = futures_util::future::try_join_all(runs).await?;
+    Ok(found.into_iter().flatten().collect())
 }
 
 fn text(value: &Value) -> Option<String> {

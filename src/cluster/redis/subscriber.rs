@@ -11,7 +11,6 @@ use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::Instant;
 
 use super::RedisOptions;
 use crate::cluster::backplane::{BackplaneError, BusEvent};
@@ -172,27 +171,26 @@ impl Subscriber {
         }
     }
 
+    /// Serves one connected link until it ends.
+    ///
+    /// Liveness counts silence only over probe intervals this loop itself saw on time:
+    /// a tick that comes more than half an interval late means this process was too busy
+    /// to read (a node delivering one message to thousands of peers queues this task
+    /// behind theirs), so whether Redis answered meanwhile is unknown, not "no". The link
+    /// is dropped after [`RedisOptions::probe_misses`] such on-time intervals in a row with
+    /// no probe back, read after whatever already waits in the push queue.
     async fn session(&mut self, link: &mut Link, control: &mut mpsc::Receiver<Control>) -> End {
         let interval = self.options.probe_interval;
-        let deadline = interval * self.options.probe_misses;
         let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_probe = Instant::now();
+        // A probe came back since the last tick; on-time ticks in a row without one.
+        let (mut heard, mut misses) = (true, 0u32);
         loop {
             tokio::select! {
                 push = link.pushes.recv() => {
                     let Some(push) = push else { return End::Lost("push stream ended".into()) };
-                    match push.kind {
-                        PushKind::Disconnection => return End::Lost("connection closed".into()),
-                        PushKind::Message => {
-                            let Some((channel, payload)) = message_parts(push.data) else { continue };
-                            if channel == self.probe {
-                                last_probe = Instant::now();
-                            } else if self.events.try_send(BusEvent::Message { channel, payload }).is_err() {
-                                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        _ => {}
+                    if let Some(end) = self.on_push(push, &mut heard) {
+                        return end;
                     }
                 }
                 cmd = control.recv() => {
@@ -201,9 +199,23 @@ impl Subscriber {
                         return End::Lost(why);
                     }
                 }
-                _ = ticks.tick() => {
-                    if last_probe.elapsed() > deadline {
-                        return End::Lost(format!("no probe back for {deadline:?}"));
+                scheduled = ticks.tick() => {
+                    // What is already queued was heard before this tick.
+                    while let Ok(push) = link.pushes.try_recv() {
+                        if let Some(end) = self.on_push(push, &mut heard) {
+                            return end;
+                        }
+                    }
+                    let on_time = scheduled.elapsed() <= interval / 2;
+                    if std::mem::take(&mut heard) {
+                        misses = 0;
+                    } else if on_time {
+                        misses += 1;
+                        if misses >= self.options.probe_misses {
+                            return End::Lost(format!(
+                                "no probe back for {misses} intervals of {interval:?}"
+                            ));
+                        }
                     }
                     let mut conn = link.conn.clone();
                     let probe = self.probe.clone();
@@ -215,6 +227,28 @@ impl Subscriber {
                 }
             }
         }
+    }
+
+    /// One push from the link: a message goes to the events (a probe sets `heard`), a
+    /// disconnection ends the session.
+    fn on_push(&self, push: PushInfo, heard: &mut bool) -> Option<End> {
+        match push.kind {
+            PushKind::Disconnection => return Some(End::Lost("connection closed".into())),
+            PushKind::Message => {
+                let (channel, payload) = message_parts(push.data)?;
+                if channel == self.probe {
+                    *heard = true;
+                } else if self
+                    .events
+                    .try_send(BusEvent::Message { channel, payload })
+                    .is_err()
+                {
+                    self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            _ => {}
+        }
+        None
     }
 
     /// Runs one subscribe or unsubscribe on the live connection. An error that means
@@ -256,7 +290,7 @@ impl Subscriber {
 }
 
 /// `[channel, payload]` of a RESP3 `message` push.
-fn message_parts(data: Vec<Value>) -> Option<(String, Bytes)> {
+pub(super) fn message_parts(data: Vec<Value>) -> Option<(String, Bytes)> {
     let mut parts = data.into_iter();
     let channel = match parts.next()? {
         Value::BulkString(b) => String::from_utf8(b).ok()?,

@@ -1,0 +1,209 @@
+//! The history rows of the cluster bench: a topic with history against one without and
+//! against raw Redis (`XADD` + `PUBLISH` in one pipeline), and a resume of 1,000 missed
+//! messages on another node.
+//!
+//! Both throughputs are driven the same way: `WINDOW` publishes in flight at once from
+//! node A (a publish on a topic with history waits for Redis to record it, so one
+//! after another would measure round trips, not throughput), until B's client has
+//! them all.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::StreamExt;
+use jsonrpc_peer::{connect, Caller, Context, HistoryConfig, Peer, Position, Router, Topics};
+use serde_json::Value;
+
+use super::{percentile, raw_subscriber, resp3_client, steady, Arrivals, Node, Opts};
+
+/// Publishes in flight at once in the throughput runs.
+const WINDOW: usize = 256;
+
+/// The topic with history.
+pub const HISTORY_TOPIC: &str = "hist";
+
+/// The history every bench node keeps for its history topics.
+pub fn config() -> HistoryConfig {
+    HistoryConfig::default()
+        .max_len(200_000)
+        .max_bytes(64 << 20)
+}
+
+pub struct HistoryFigures {
+    pub raw_p50: f64,
+    pub plain_p50: f64,
+    pub hist_p50: f64,
+    pub raw_rate: f64,
+    pub plain_rate: f64,
+    pub hist_rate: f64,
+    /// Resume of 1,000 missed messages on a node that reads them from Redis.
+    pub resume_redis_ms: Vec<f64>,
+    /// The same on a node whose cache has them.
+    pub resume_cache_ms: Vec<f64>,
+}
+
+/// A client whose notifications on `topic` (`{"offset":N,"data":[seq]}`) mark arrivals
+/// by `seq`.
+async fn history_client(url: &str, topic: &str, arrivals: Arc<Arrivals>) -> Peer {
+    let router = Router::with_state(arrivals).notification(
+        topic,
+        |cx: Context<Arc<Arrivals>>, params: Value| {
+            if let Some(seq) = params["data"][0].as_u64() {
+                cx.state().hit(seq as usize);
+            }
+            std::future::ready(())
+        },
+    );
+    connect(url, router).await.expect("connect")
+}
+
+async fn subscribe_from(peer: &Peer, topic: &str, from: Option<&Position>) -> Value {
+    peer.call("subscribe_from", (topic, from))
+        .await
+        .expect("subscribe_from")
+}
+
+/// Publishes `0..n` on `topic` from `topics`, `WINDOW` at a time.
+async fn burst(topics: &Topics, topic: &str, n: usize) {
+    futures_util::stream::iter(0..n)
+        .map(|seq| {
+            let topics = topics.clone();
+            async move { topics.publish(topic, &[seq]).await.expect("publish") }
+        })
+        .buffer_unordered(WINDOW)
+        .for_each(|_| async {})
+        .await;
+}
+
+pub async fn run(opts: &Opts, redis_url: &str, a: &Node, b: &Node, c: &Node) -> HistoryFigures {
+    for node in [a, b, c] {
+        node.cluster.topics().keep_history(HISTORY_TOPIC, config());
+    }
+    // Raw: XADD (exact MAXLEN, as the script trims) and PUBLISH in one pipeline.
+    let raw_arrivals = Arrivals::new(opts.latency_msgs);
+    let _sub = raw_subscriber(redis_url, "rawh", raw_arrivals.clone()).await;
+    let conn = resp3_client(redis_url)
+        .get_multiplexed_async_connection()
+        .await
+        .expect("publisher connection");
+    let raw_pipe = |seq: usize| {
+        let mut pipe = redis::pipe();
+        pipe.cmd("XADD")
+            .arg("rawh:stream")
+            .arg("MAXLEN")
+            .arg(200_000)
+            .arg("*")
+            .arg("d")
+            .arg(seq.to_string())
+            .ignore()
+            .cmd("PUBLISH")
+            .arg("rawh")
+            .arg(seq.to_string())
+            .ignore();
+        pipe
+    };
+    let sent = steady(opts.latency_msgs, |seq| {
+        let (mut conn, pipe) = (conn.clone(), raw_pipe(seq));
+        async move { pipe.exec_async(&mut conn).await.expect("raw pipeline") }
+    })
+    .await;
+    raw_arrivals.wait("raw history latency").await;
+    let raw_p50 = percentile(&mut raw_arrivals.latencies_ms(&sent), 0.5);
+    raw_arrivals.reset(opts.throughput_msgs);
+    let start = Instant::now();
+    futures_util::stream::iter(0..opts.throughput_msgs)
+        .map(|seq| {
+            let (mut conn, pipe) = (conn.clone(), raw_pipe(seq));
+            async move { pipe.exec_async(&mut conn).await.expect("raw pipeline") }
+        })
+        .buffer_unordered(WINDOW)
+        .for_each(|_| async {})
+        .await;
+    raw_arrivals.wait("raw history throughput").await;
+    let raw_rate = rate(opts.throughput_msgs, &raw_arrivals, start);
+
+    // Ours, without history and with it: node A publishes, B's client receives.
+    let topics = a.cluster.topics();
+    let mut p50 = Vec::new();
+    let mut rates = Vec::new();
+    for topic in [super::TOPIC, HISTORY_TOPIC] {
+        let arrivals = Arrivals::new(opts.latency_msgs);
+        let receiver = if topic == HISTORY_TOPIC {
+            let peer = history_client(&b.url, topic, arrivals.clone()).await;
+            subscribe_from(&peer, topic, None).await;
+            peer
+        } else {
+            let peer = super::client(&b.url, arrivals.clone()).await;
+            let _: bool = peer.call("subscribe", ()).await.expect("subscribe");
+            peer
+        };
+        let sent = steady(opts.latency_msgs, |seq| {
+            let topics = topics.clone();
+            async move {
+                topics.publish(topic, &[seq]).await.expect("publish");
+            }
+        })
+        .await;
+        arrivals.wait("latency").await;
+        p50.push(percentile(&mut arrivals.latencies_ms(&sent), 0.5));
+        arrivals.reset(opts.throughput_msgs);
+        let start = Instant::now();
+        burst(&topics, topic, opts.throughput_msgs).await;
+        arrivals.wait("throughput").await;
+        rates.push(rate(opts.throughput_msgs, &arrivals, start));
+        receiver.close().await;
+    }
+
+    let (resume_redis_ms, resume_cache_ms) = resumes(opts, a, b, c).await;
+    HistoryFigures {
+        raw_p50,
+        plain_p50: p50[0],
+        hist_p50: p50[1],
+        raw_rate,
+        plain_rate: rates[0],
+        hist_rate: rates[1],
+        resume_redis_ms,
+        resume_cache_ms,
+    }
+}
+
+fn rate(n: usize, arrivals: &Arrivals, start: Instant) -> f64 {
+    n as f64 / (arrivals.last().unwrap_or(start) - start).as_secs_f64()
+}
+
+/// The time from a resuming `subscribe` until the client has the 1,000th missed message:
+/// on node C, which has no subscriber of the topic (its cache is empty: the 1,000 come
+/// from Redis), and on node B, which has one (they come from its cache). A new topic
+/// each round, so C's cache is empty every time.
+async fn resumes(opts: &Opts, a: &Node, b: &Node, c: &Node) -> (Vec<f64>, Vec<f64>) {
+    const MISSED: usize = 1000;
+    let (mut from_redis, mut from_cache) = (Vec::new(), Vec::new());
+    for round in 0..=opts.resume_rounds {
+        let topic = format!("resume{round}");
+        for node in [a, b, c] {
+            node.cluster.topics().keep_history(&topic, config());
+        }
+        // A subscriber that stays on B: B's cache follows the topic.
+        let stay = Arrivals::new(MISSED);
+        let staying = history_client(&b.url, &topic, stay.clone()).await;
+        let answer = subscribe_from(&staying, &topic, None).await;
+        let at: Position = serde_json::from_value(answer).expect("a position");
+        burst(&a.cluster.topics(), &topic, MISSED).await;
+        stay.wait("the staying subscriber").await;
+        for (node, times) in [(c, &mut from_redis), (b, &mut from_cache)] {
+            let arrivals = Arrivals::new(MISSED);
+            let resumer = history_client(&node.url, &topic, arrivals.clone()).await;
+            let start = Instant::now();
+            let answer = subscribe_from(&resumer, &topic, Some(&at)).await;
+            assert_eq!(answer["recovered"], true, "{answer}");
+            arrivals.wait("resume").await;
+            let ms = (arrivals.last().unwrap_or(start) - start).as_secs_f64() * 1e3;
+            if round > 0 {
+                times.push(ms);
+            }
+            resumer.close().await;
+        }
+        staying.close().await;
+    }
+    (from_redis, from_cache)
+}

@@ -1,0 +1,498 @@
+//! `RedisClusterBackplane` against a real Redis Cluster (three masters, three replicas)
+//! started by each test on free loopback ports: channels spread over the masters and
+//! in order; a master killed and its replica promoted; a slot moved by hand; the whole
+//! cluster killed and started again.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::redis_cluster::RedisCluster;
+use common::within;
+use jsonrpc_peer::cluster::{
+    Append, Backplane, BackplaneError, BusEvent, RedisClusterBackplane, RedisOptions, TopicKeys,
+};
+use jsonrpc_peer::HistoryConfig;
+use tokio::sync::mpsc;
+
+/// Fast probes and timeouts, with room for a loaded machine.
+fn options() -> RedisOptions {
+    RedisOptions::default()
+        .probe_interval(Duration::from_millis(200))
+        .probe_misses(5)
+        .response_timeout(Duration::from_millis(1000))
+        .connect_timeout(Duration::from_millis(500))
+        .topology_interval(Duration::from_millis(500))
+}
+
+async fn backplane(cluster: &RedisCluster) -> (RedisClusterBackplane, mpsc::Receiver<BusEvent>) {
+    let bus = within(RedisClusterBackplane::connect(cluster.seeds(), options()))
+        .await
+        .expect("connect to the test cluster");
+    let events = bus.events().expect("events are taken once");
+    (bus, events)
+}
+
+/// A longer wait than [`within`]: a failover takes a few seconds, more on a busy machine.
+async fn within_30s<T>(fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(30), fut)
+        .await
+        .expect("a test step took longer than 30 s")
+}
+
+/// The next event that is not a message; the messages on the way are returned.
+async fn next_state(events: &mut mpsc::Receiver<BusEvent>) -> (BusEvent, Vec<(String, Bytes)>) {
+    let mut seen = Vec::new();
+    loop {
+        match within_30s(events.recv()).await {
+            Some(BusEvent::Message { channel, payload }) => seen.push((channel, payload)),
+            Some(other) => return (other, seen),
+            None => panic!("the event stream ended"),
+        }
+    }
+}
+
+async fn next_message(events: &mut mpsc::Receiver<BusEvent>) -> (String, Bytes) {
+    match within(events.recv()).await {
+        Some(BusEvent::Message { channel, payload }) => (channel, payload),
+        other => panic!("expected a message, got {other:?}"),
+    }
+}
+
+/// `PUBSUB SHARDNUMSUB channel` on the node at `port`.
+fn shard_numsub(cluster: &RedisCluster, port: u16, channel: &str) -> u64 {
+    let out = cluster.cli(port, &["PUBSUB", "SHARDNUMSUB", channel]);
+    out.lines().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// Channel names `{prefix}N` grouped by the master serving them, at least `each` per
+/// master.
+fn channels_per_master(
+    cluster: &RedisCluster,
+    prefix: &str,
+    each: usize,
+) -> HashMap<u16, Vec<String>> {
+    let mut by_master: HashMap<u16, Vec<String>> = HashMap::new();
+    for n in 0..10_000 {
+        let channel = format!("{prefix}{n}");
+        let master = cluster.master_of(cluster.keyslot(&channel));
+        let list = by_master.entry(master).or_default();
+        if list.len() < each {
+            list.push(channel);
+        }
+        if by_master.len() == cluster.masters().len() && by_master.values().all(|l| l.len() >= each)
+        {
+            return by_master;
+        }
+    }
+    panic!("could not find {each} channels per master");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_channels_spread_over_the_masters_and_keep_their_order() {
+    let cluster = RedisCluster::start(3, 1);
+    let (a, _a_events) = backplane(&cluster).await;
+    let (b, mut b_events) = backplane(&cluster).await;
+    assert_eq!(a.spread(), 16);
+    let masters: Vec<u16> = cluster.masters().into_iter().map(|(p, _)| p).collect();
+    let mut wanted = a.masters();
+    wanted.sort();
+    assert_eq!(
+        wanted,
+        masters
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+    );
+
+    // 100 channels: each is held by the master of its slot, and only there.
+    let channels: Vec<String> = (0..100).map(|i| format!("jp:t:topic{i}")).collect();
+    for channel in &channels {
+        within(b.subscribe(channel)).await.expect("subscribe acked");
+    }
+    let mut per_master: HashMap<u16, usize> = HashMap::new();
+    for channel in &channels {
+        let owner = cluster.master_of(cluster.keyslot(channel));
+        for &m in &masters {
+            let want = u64::from(m == owner);
+            assert_eq!(shard_numsub(&cluster, m, channel), want, "{channel} on {m}");
+        }
+        *per_master.entry(owner).or_default() += 1;
+    }
+    assert_eq!(
+        per_master.len(),
+        3,
+        "spread over every master: {per_master:?}"
+    );
+
+    // 3,000 publishes over them, called without awaiting each (pipelines per master):
+    // every channel's messages arrive in call order.
+    let spublish_before: u64 = masters.iter().map(|&m| cluster.calls(m, "spublish")).sum();
+    let pending: Vec<_> = (0..3000usize)
+        .map(|i| {
+            let channel = &channels[i % channels.len()];
+            a.publish(channel, Bytes::from(i.to_string()))
+        })
+        .collect();
+    for (i, publish) in pending.into_iter().enumerate() {
+        within(publish)
+            .await
+            .unwrap_or_else(|e| panic!("publish {i}: {e}"));
+    }
+    let mut got: HashMap<String, Vec<usize>> = HashMap::new();
+    for _ in 0..3000 {
+        let (channel, payload) = next_message(&mut b_events).await;
+        let n: usize = std::str::from_utf8(&payload).unwrap().parse().unwrap();
+        got.entry(channel).or_default().push(n);
+    }
+    for (c, channel) in channels.iter().enumerate() {
+        let want: Vec<usize> = (0..30).map(|k| k * 100 + c).collect();
+        assert_eq!(got[channel], want, "{channel}: in call order, once each");
+    }
+    // Each master ran the SPUBLISHes of its own channels: none carried them all.
+    for &m in &masters {
+        let calls = cluster.calls(m, "spublish");
+        assert!(calls > 300, "master {m} ran {calls} SPUBLISH");
+    }
+    let spublish_after: u64 = masters.iter().map(|&m| cluster.calls(m, "spublish")).sum();
+    assert!(spublish_after - spublish_before >= 3000);
+
+    // A batch in one call; unsubscribing stops delivery. Channels on different shards
+    // have no order between them: the end is marked on a channel of the unsubscribed
+    // one's slot (its name as a hash tag), after it in the same pipeline.
+    let end = format!("end{{{}}}", channels[0]);
+    assert_eq!(cluster.keyslot(&end), cluster.keyslot(&channels[0]));
+    within(b.subscribe(&end)).await.expect("subscribe acked");
+    within(b.unsubscribe(&channels[0]))
+        .await
+        .expect("unsubscribed");
+    assert_eq!(
+        shard_numsub(
+            &cluster,
+            cluster.master_of(cluster.keyslot(&channels[0])),
+            &channels[0]
+        ),
+        0
+    );
+    let batch = channels
+        .iter()
+        .take(3)
+        .map(|c| (c.clone(), Bytes::from_static(b"batch")))
+        .chain([(end.clone(), Bytes::from_static(b"end"))])
+        .collect();
+    within(a.publish_many(batch)).await.expect("published");
+    let mut rest = BTreeSet::new();
+    for _ in 0..3 {
+        rest.insert(next_message(&mut b_events).await.0);
+    }
+    let want: BTreeSet<String> = channels[1..3].iter().cloned().chain([end]).collect();
+    assert_eq!(rest, want, "nothing on the channel b left");
+    assert!(a.is_up() && b.is_up());
+    assert_eq!(b.dropped(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_interrupts_only_its_channels_until_its_replica_takes_over() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let (a, _a_events) = backplane(&cluster).await;
+    let (b, mut b_events) = backplane(&cluster).await;
+    let by_master = channels_per_master(&cluster, "jp:t:k", 3);
+    for channel in by_master.values().flatten() {
+        within(b.subscribe(channel)).await.expect("subscribe acked");
+    }
+    let victim = *by_master.keys().min().expect("a master");
+    let victims: BTreeSet<String> = by_master[&victim].iter().cloned().collect();
+    let survivor = by_master
+        .iter()
+        .find(|(m, _)| **m != victim)
+        .expect("another master");
+    let survivor_channel = survivor.1[0].clone();
+
+    cluster.kill(victim);
+    // Another shard goes on delivering while the victim's replica has not taken over.
+    within(a.publish(&survivor_channel, Bytes::from_static(b"meanwhile")))
+        .await
+        .expect("the other shards still take publishes");
+    assert_eq!(
+        next_message(&mut b_events).await,
+        (survivor_channel.clone(), Bytes::from_static(b"meanwhile"))
+    );
+    assert!(b.is_up(), "one master of three gone is not the bus down");
+
+    // The replica takes over; b subscribes there and says which channels were cut.
+    let promoted = cluster.wait_failover(cluster.keyslot(&by_master[&victim][0]), victim);
+    let (event, _) = next_state(&mut b_events).await;
+    let BusEvent::Interrupted { channels } = event else {
+        panic!("expected Interrupted, got {event:?}");
+    };
+    assert_eq!(channels.into_iter().collect::<BTreeSet<_>>(), victims);
+    for channel in &victims {
+        assert_eq!(
+            shard_numsub(&cluster, promoted, channel),
+            1,
+            "{channel} on {promoted}"
+        );
+    }
+    // Publishes on the promoted master reach b; a followed the new map by itself.
+    for channel in &victims {
+        within_30s(a.publish(channel, Bytes::from_static(b"after")))
+            .await
+            .expect("published on the promoted master");
+        assert_eq!(
+            next_message(&mut b_events).await,
+            (channel.clone(), Bytes::from_static(b"after"))
+        );
+    }
+    assert!(a.is_up() && b.is_up());
+    assert!(b.reconnects() >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_slot_is_followed_and_only_its_channel_is_interrupted() {
+    let cluster = RedisCluster::start(3, 0);
+    let (a, _a_events) = backplane(&cluster).await;
+    let (b, mut b_events) = backplane(&cluster).await;
+    let by_master = channels_per_master(&cluster, "jp:t:m", 2);
+    let from = *by_master.keys().min().expect("a master");
+    let (moving, staying) = (by_master[&from][0].clone(), by_master[&from][1].clone());
+    let slot = cluster.keyslot(&moving);
+    assert_ne!(slot, cluster.keyslot(&staying));
+    let to = *by_master
+        .keys()
+        .find(|m| **m != from)
+        .expect("another master");
+    for channel in [&moving, &staying] {
+        within(b.subscribe(channel)).await.expect("subscribe acked");
+    }
+
+    // While the slot migrates, the source still serves its shard channels.
+    assert_eq!(cluster.begin_move(slot, to), from);
+    within(a.publish(&moving, Bytes::from_static(b"migrating")))
+        .await
+        .expect("published");
+    assert_eq!(
+        next_message(&mut b_events).await,
+        (moving.clone(), Bytes::from_static(b"migrating"))
+    );
+    // Then it is the target's: the source says `sunsubscribe`, b subscribes on the
+    // target, and reports that channel alone.
+    cluster.finish_move(slot, from, to);
+    let (event, seen) = next_state(&mut b_events).await;
+    assert!(seen.is_empty(), "{seen:?}");
+    assert_eq!(
+        event,
+        BusEvent::Interrupted {
+            channels: vec![moving.clone()]
+        }
+    );
+    assert_eq!(shard_numsub(&cluster, to, &moving), 1);
+    assert_eq!(shard_numsub(&cluster, from, &moving), 0);
+    assert_eq!(shard_numsub(&cluster, from, &staying), 1);
+    // A's map is stale: Redis answers MOVED, and it publishes on the target.
+    for channel in [&moving, &staying] {
+        within(a.publish(channel, Bytes::from_static(b"moved")))
+            .await
+            .expect("published after the move");
+        assert_eq!(
+            next_message(&mut b_events).await,
+            (channel.clone(), Bytes::from_static(b"moved"))
+        );
+    }
+    assert!(a.is_up() && b.is_up());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_cluster_down_and_back_gives_down_then_up_and_every_channel_again() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let (a, mut a_events) = backplane(&cluster).await;
+    let (b, mut b_events) = backplane(&cluster).await;
+    let by_master = channels_per_master(&cluster, "jp:t:d", 2);
+    let channels: Vec<String> = by_master.values().flatten().cloned().collect();
+    for channel in &channels {
+        within(b.subscribe(channel)).await.expect("subscribe acked");
+    }
+
+    cluster.kill_all();
+    let (event, _) = next_state(&mut b_events).await;
+    assert_eq!(event, BusEvent::Down, "one Down, no partial report first");
+    assert_eq!(next_state(&mut a_events).await.0, BusEvent::Down);
+    assert!(!b.is_up());
+    let err = within(a.publish(&channels[0], Bytes::from_static(b"lost")))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BackplaneError::Unavailable(_)), "{err:?}");
+    // Subscribed while down: refused now, held once the cluster is back.
+    let err = within(b.subscribe("jp:t:while-down")).await.unwrap_err();
+    assert!(matches!(err, BackplaneError::Unavailable(_)), "{err:?}");
+
+    cluster.restart_all();
+    assert_eq!(next_state(&mut b_events).await.0, BusEvent::Up);
+    assert_eq!(next_state(&mut a_events).await.0, BusEvent::Up);
+    assert!(a.is_up() && b.is_up());
+    for channel in channels
+        .iter()
+        .map(String::as_str)
+        .chain(["jp:t:while-down"])
+    {
+        let owner = cluster.master_of(cluster.keyslot(channel));
+        assert_eq!(shard_numsub(&cluster, owner, channel), 1, "{channel}");
+        within(a.publish(channel, Bytes::from(channel.to_owned())))
+            .await
+            .expect("published");
+        assert_eq!(
+            next_message(&mut b_events).await,
+            (channel.to_owned(), Bytes::from(channel.to_owned()))
+        );
+    }
+}
+
+#[tokio::test]
+async fn no_seed_or_a_bad_seed_is_a_clear_error() {
+    let none: [&str; 0] = [];
+    let err = RedisClusterBackplane::connect(none, options())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BackplaneError::Unavailable(_)), "{err:?}");
+    let err = RedisClusterBackplane::connect(["redis+unix:///tmp/x.sock"], options())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("TCP"), "{err}");
+    // A port nobody listens on: refused at once.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let err = within(RedisClusterBackplane::connect(
+        [format!("redis://127.0.0.1:{port}")],
+        options(),
+    ))
+    .await
+    .unwrap_err();
+    assert!(matches!(err, BackplaneError::Unavailable(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_process_too_busy_to_read_does_not_take_silence_for_a_dead_master() {
+    let cluster = RedisCluster::start(3, 0);
+    let (a, _a_events) = backplane(&cluster).await;
+    let (b, mut b_events) = backplane(&cluster).await;
+    within(b.subscribe("jp:t:busy"))
+        .await
+        .expect("subscribe acked");
+    // The test's only runtime thread blocks for more than five probe intervals: the
+    // probes come back meanwhile, but nobody reads them.
+    std::thread::sleep(Duration::from_millis(1500));
+    within(a.publish("jp:t:busy", Bytes::from_static(b"after")))
+        .await
+        .expect("published");
+    assert_eq!(
+        next_message(&mut b_events).await,
+        ("jp:t:busy".to_owned(), Bytes::from_static(b"after")),
+        "no Down or Interrupted first"
+    );
+    assert_eq!(b.reconnects(), 0, "no link dialed again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_script_runs_on_its_topics_master_and_publishes_there() {
+    let cluster = RedisCluster::start(3, 0);
+    let (a, _a_events) = backplane(&cluster).await;
+    let (b, mut b_events) = backplane(&cluster).await;
+    let masters: Vec<u16> = cluster.masters().into_iter().map(|(p, _)| p).collect();
+    common::history_bus::history_semantics(&a, &b, &mut b_events, || {
+        // Empty, as after a restart without persistence; the script caches too.
+        for &m in &masters {
+            cluster.cli(m, &["FLUSHALL"]);
+            cluster.cli(m, &["SCRIPT", "FLUSH"]);
+        }
+    })
+    .await;
+    // The topic's stream, meta and channel share a slot: its calls run on its master,
+    // which publishes there.
+    let keys = TopicKeys::new("jp", "news");
+    let home = cluster.master_of(cluster.keyslot(&keys.channel));
+    for key in [&keys.stream, &keys.meta] {
+        assert_eq!(cluster.master_of(cluster.keyslot(key)), home, "{key}");
+    }
+    // A listener of its own: what b heard of the checks above is b's business.
+    let (c, mut c_events) = backplane(&cluster).await;
+    within(c.subscribe(&keys.channel)).await.expect("subscribe");
+    let evalsha_before: Vec<u64> = masters
+        .iter()
+        .map(|&m| cluster.calls(m, "evalsha"))
+        .collect();
+    let bounds = HistoryConfig::default();
+    let head = br#"{"v":1,"k":"x","o":"a","i":"i1","s":0,"#;
+    for n in 1..=3u64 {
+        let data = format!("[{n}]");
+        let append = Append::new(&keys, &bounds, "e", head, data.as_bytes());
+        let at = within(a.append(append)).await.expect("append");
+        assert_eq!(at.offset, n);
+        let (channel, payload) = next_message(&mut c_events).await;
+        assert_eq!(channel, keys.channel);
+        assert!(payload.ends_with(data.as_bytes()), "{payload:?}");
+    }
+    for (i, &m) in masters.iter().enumerate() {
+        let calls = cluster.calls(m, "evalsha") - evalsha_before[i];
+        if m == home {
+            assert!(calls > 0, "the topic's master ran the script");
+        } else {
+            assert_eq!(calls, 0, "master {m} ran {calls} of the topic's scripts");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_go_on_while_their_slot_moves_with_one_order_of_offsets() {
+    let cluster = RedisCluster::start(3, 0);
+    let (a, _a_events) = backplane(&cluster).await;
+    let keys = TopicKeys::new("jp", "moving");
+    let bounds = HistoryConfig::default();
+    let head = br#"{"v":1,"k":"x","o":"a","i":"i1","s":0,"#;
+    let slot = cluster.keyslot(&keys.channel);
+    let from = cluster.master_of(slot);
+    let to = cluster
+        .masters()
+        .into_iter()
+        .map(|(p, _)| p)
+        .find(|p| *p != from)
+        .expect("another master");
+    let append = |n: u64| {
+        let data = format!("[{n}]");
+        let a = &a;
+        let keys = &keys;
+        let bounds = &bounds;
+        async move {
+            let append = Append::new(keys, bounds, "e1", head, data.as_bytes());
+            within_30s(a.append(append)).await
+        }
+    };
+    let mut offsets = Vec::new();
+    for n in 1..=10 {
+        offsets.push(append(n).await.expect("appended before the move").offset);
+    }
+    // The keys move while the slot migrates: the source answers ASK for them, the
+    // cluster client asks the target (ASKING), then MOVED once it is the target's.
+    cluster.begin_move(slot, to);
+    for n in 11..=20 {
+        offsets.push(append(n).await.expect("appended while migrating").offset);
+    }
+    cluster.finish_move(slot, from, to);
+    for n in 21..=30 {
+        offsets.push(append(n).await.expect("appended after the move").offset);
+    }
+    assert_eq!(
+        offsets,
+        (1..=30).collect::<Vec<_>>(),
+        "one order, no offset twice"
+    );
+    let read = within(a.read_history(&keys, &bounds, 0, 100))
+        .await
+        .expect("read after the move");
+    let data: Vec<Vec<u8>> = read.entries.iter().map(|e| e.data.to_vec()).collect();
+    let want: Vec<Vec<u8>> = (1..=30).map(|n| format!("[{n}]").into_bytes()).collect();
+    assert_eq!((read.first, read.last), (1, 30));
+    assert_eq!(data, want, "every entry, on the slot's new master");
+    assert_eq!(cluster.master_of(cluster.keyslot(&keys.stream)), to);
+}

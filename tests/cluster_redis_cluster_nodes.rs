@@ -1,0 +1,460 @@
+//! `cluster_node` example processes on a real Redis Cluster (three masters, three
+//! replicas, started by each test on free loopback ports) with `--redis-cluster`: the
+//! suite the single Redis runs (broadcast, topics, calls, counts, the whole bus down and
+//! back), then what only a cluster has: a master killed mid-stream, a slot moved
+//! mid-stream. The example must be built with `redis-cluster` (`cargo test
+//! --all-features` does).
+
+#[path = "common/cluster_suite.rs"]
+mod cluster_suite;
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use cluster_suite::{count_becomes, Client};
+use common::cluster_node::Node;
+use common::redis_cluster::RedisCluster;
+use common::within;
+use jsonrpc_peer::Caller;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+/// The shard channel of `topic` (`jp:t:{topic}`) and the master holding it, as Redis
+/// lists them (`PUBSUB SHARDCHANNELS` on each master).
+fn topic_channel(cluster: &RedisCluster, topic: &str) -> (String, u16) {
+    let name = format!("jp:t:{{{topic}}}");
+    for (port, _) in cluster.masters() {
+        let listed = cluster.cli(port, &["PUBSUB", "SHARDCHANNELS", "jp:t:*"]);
+        if listed.lines().any(|c| c == name) {
+            return (name, port);
+        }
+    }
+    panic!("no master holds the channel of topic {topic}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_share_broadcasts_topics_calls_and_counts() {
+    let bus = RedisCluster::start(3, 1);
+    cluster_suite::three_nodes_share_broadcasts_topics_calls_and_counts(&bus).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_cluster_down_for_two_seconds_behaves_as_one_redis_down() {
+    let mut bus = RedisCluster::start(3, 1);
+    cluster_suite::bus_down_for_two_seconds_local_goes_on_then_resubscribe_flush_and_one_gap(
+        &mut bus,
+    )
+    .await;
+}
+
+/// Two nodes, a publisher's client on `a` and a subscriber's on `b`, `b` subscribed to
+/// `topics`.
+async fn two_nodes(bus: &RedisCluster, topics: &[&str]) -> (Node, Node, Client, Client) {
+    let a = Node::start(bus, "a", 2000, &[]).await;
+    let b = Node::start(bus, "b", 2000, &[]).await;
+    let ca = Client::connect(&a).await;
+    let cb = Client::connect(&b).await;
+    for client in [&ca, &cb] {
+        count_becomes(client, 2).await;
+    }
+    for topic in topics {
+        assert_eq!(cb.ok("subscribe", json!([topic])).await, json!(true));
+    }
+    (a, b, ca, cb)
+}
+
+/// Publishes `{"i": i}` on each of `topics` in turn from `client`'s node, i = 0, 1, ...,
+/// one round every 5 ms, until `stop`; returns the number of rounds.
+fn stream(
+    client: &Client,
+    topics: Vec<String>,
+    stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<u64> {
+    let peer = client.peer.clone();
+    tokio::spawn(async move {
+        let mut round = 0;
+        while !*stop.borrow() {
+            for topic in &topics {
+                let published = peer.call::<Value>("publish", json!([topic, {"i": round}]));
+                within(published).await.expect("publish answered");
+            }
+            round += 1;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        round
+    })
+}
+
+/// What the subscriber got per topic: the numbers in arrival order, and the `$/gap`
+/// notes (as the index into the numbers where each came).
+#[derive(Debug, Default)]
+struct Got {
+    numbers: Vec<u64>,
+    gaps: Vec<usize>,
+}
+
+/// Reads `client`'s notes until every topic has had `last` (at most 60 s).
+async fn collect(client: &mut Client, topics: &[&str], last: u64) -> HashMap<String, Got> {
+    let start = std::time::Instant::now();
+    let mut got: HashMap<String, Got> = topics
+        .iter()
+        .map(|t| (t.to_string(), Got::default()))
+        .collect();
+    let done = |got: &HashMap<String, Got>| got.values().all(|g| g.numbers.last() >= Some(&last));
+    for _ in 0..100_000 {
+        if done(&got) {
+            return got;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "not everything in 60 s: {got:?}"
+        );
+        let (method, params) = client.next_note().await;
+        if method == "$/gap" {
+            let topic = params["topic"].as_str().expect("a gap names its topic");
+            let g = got.get_mut(topic).expect("a gap for a subscribed topic");
+            g.gaps.push(g.numbers.len());
+        } else if let Some(g) = got.get_mut(&method) {
+            g.numbers.push(params["i"].as_u64().expect("a number"));
+        } else {
+            panic!("unexpected note {method} {params}");
+        }
+    }
+    panic!("never got everything: {got:?}");
+}
+
+/// Nothing twice, nothing out of order, and a hole only right after a gap note.
+fn check_once_in_order_gaps_explained(topic: &str, got: &Got) {
+    for (k, pair) in got.numbers.windows(2).enumerate() {
+        assert!(
+            pair[0] < pair[1],
+            "{topic}: {} then {}: twice or out of order",
+            pair[0],
+            pair[1]
+        );
+        if pair[1] > pair[0] + 1 {
+            assert!(
+                got.gaps.iter().any(|&at| at <= k + 1),
+                "{topic}: {} to {} missing with no gap reported before: {got:?}",
+                pair[0] + 1,
+                pair[1] - 1
+            );
+        }
+    }
+}
+
+/// Topics whose channels live on two different masters (as Redis lists them once `b`
+/// subscribed): (the first, its master), (one on another master).
+fn on_two_masters(
+    bus: &RedisCluster,
+    topics: &[&'static str],
+) -> ((&'static str, u16), &'static str) {
+    let (_, first_master) = topic_channel(bus, topics[0]);
+    let other = topics[1..]
+        .iter()
+        .find(|t| topic_channel(bus, t).1 != first_master)
+        .expect("a topic on another master");
+    ((topics[0], first_master), other)
+}
+
+const TOPICS: [&str; 5] = ["news", "feed", "alerts", "scores", "chat"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed_mid_stream_costs_its_topic_one_gap_and_nothing_twice() {
+    let mut bus = RedisCluster::start(3, 1);
+    let (_a, _b, ca, mut cb) = two_nodes(&bus, &TOPICS).await;
+    let ((news, victim), other) = on_two_masters(&bus, &TOPICS);
+    for topic in TOPICS.iter().filter(|t| **t != news && **t != other) {
+        assert_eq!(cb.ok("unsubscribe", json!([topic])).await, json!(true));
+    }
+
+    let (stop, stopped) = watch::channel(false);
+    let publisher = stream(&ca, vec![news.to_owned(), other.to_owned()], stopped);
+    // Some of the stream flows before the kill.
+    let before = collect(&mut cb, &[news, other], 20).await;
+    tokio::task::block_in_place(|| {
+        let slot = bus.keyslot(&topic_channel(&bus, news).0);
+        bus.kill(victim);
+        bus.wait_failover(slot, victim);
+    });
+    // The stream goes on a while on the promoted replica, then stops.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.send_replace(true);
+    let rounds = within(publisher).await.expect("the publisher");
+    let after = collect(&mut cb, &[news, other], rounds - 1).await;
+
+    for (topic, gaps) in [(news, 1), (other, 0)] {
+        let got = Got {
+            numbers: before[topic]
+                .numbers
+                .iter()
+                .chain(&after[topic].numbers)
+                .copied()
+                .collect(),
+            gaps: before[topic]
+                .gaps
+                .iter()
+                .copied()
+                .chain(
+                    after[topic]
+                        .gaps
+                        .iter()
+                        .map(|&at| at + before[topic].numbers.len()),
+                )
+                .collect(),
+        };
+        check_once_in_order_gaps_explained(topic, &got);
+        assert_eq!(got.gaps.len(), gaps, "{topic}: {got:?}");
+        assert_eq!(
+            got.numbers.last(),
+            Some(&(rounds - 1)),
+            "{topic}: the stream's end arrived"
+        );
+    }
+    // The other master's topic lost nothing: its shard never went away.
+    let other_numbers: Vec<u64> = before[other]
+        .numbers
+        .iter()
+        .chain(&after[other].numbers)
+        .copied()
+        .collect();
+    assert_eq!(
+        other_numbers,
+        (0..rounds).collect::<Vec<_>>(),
+        "{other}: every one, once, in order"
+    );
+    count_becomes(&cb, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_moved_mid_stream_costs_its_topic_one_gap_and_nothing_twice() {
+    let bus = RedisCluster::start(3, 1);
+    let (_a, _b, ca, mut cb) = two_nodes(&bus, &TOPICS).await;
+    let ((news, from), other) = on_two_masters(&bus, &TOPICS);
+    for topic in TOPICS.iter().filter(|t| **t != news && **t != other) {
+        assert_eq!(cb.ok("unsubscribe", json!([topic])).await, json!(true));
+    }
+    let to = bus
+        .masters()
+        .into_iter()
+        .map(|(p, _)| p)
+        .find(|p| *p != from)
+        .expect("another master");
+    let slot = bus.keyslot(&topic_channel(&bus, news).0);
+
+    let (stop, stopped) = watch::channel(false);
+    let publisher = stream(&ca, vec![news.to_owned(), other.to_owned()], stopped);
+    let before = collect(&mut cb, &[news, other], 20).await;
+    // Migrating for a while (the source still serves the channel), then moved.
+    tokio::task::block_in_place(|| assert_eq!(bus.begin_move(slot, to), from));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::task::block_in_place(|| bus.finish_move(slot, from, to));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.send_replace(true);
+    let rounds = within(publisher).await.expect("the publisher");
+    let after = collect(&mut cb, &[news, other], rounds - 1).await;
+    assert_eq!(
+        topic_channel(&bus, news).1,
+        to,
+        "b listens on the slot's new master"
+    );
+
+    for (topic, gaps) in [(news, 1), (other, 0)] {
+        let got = Got {
+            numbers: before[topic]
+                .numbers
+                .iter()
+                .chain(&after[topic].numbers)
+                .copied()
+                .collect(),
+            gaps: before[topic]
+                .gaps
+                .iter()
+                .copied()
+                .chain(
+                    after[topic]
+                        .gaps
+                        .iter()
+                        .map(|&at| at + before[topic].numbers.len()),
+                )
+                .collect(),
+        };
+        check_once_in_order_gaps_explained(topic, &got);
+        assert_eq!(got.gaps.len(), gaps, "{topic}: {got:?}");
+    }
+    let other_numbers: Vec<u64> = before[other]
+        .numbers
+        .iter()
+        .chain(&after[other].numbers)
+        .copied()
+        .collect();
+    assert_eq!(
+        other_numbers,
+        (0..rounds).collect::<Vec<_>>(),
+        "{other}: every one, once, in order"
+    );
+}
+
+/// Publishes `{"i": i}` on `topic` from `client`'s node (with history: each answer is
+/// `{"offset": N}`), one every 5 ms, until `stop`; returns the offsets Redis recorded
+/// (a publish refused while its master is away is not recorded, and says so).
+fn recorded_stream(
+    client: &Client,
+    topic: &'static str,
+    stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Vec<u64>> {
+    let peer = client.peer.clone();
+    tokio::spawn(async move {
+        let mut offsets = Vec::new();
+        let mut i = 0;
+        while !*stop.borrow() {
+            let published = peer.call::<Value>("publish", json!([topic, {"i": i}]));
+            if let Ok(answer) = within(published).await {
+                offsets.push(answer["offset"].as_u64().expect("an offset"));
+            }
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        offsets
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_with_history_loses_nothing_when_its_master_dies_and_resumes_anywhere() {
+    let mut bus = RedisCluster::start(3, 1);
+    let history = ["--history", "10000"];
+    let a = Node::start(&bus, "a", 2000, &history).await;
+    let b = Node::start(&bus, "b", 2000, &history).await;
+    let ca = Client::connect(&a).await;
+    let mut cb = Client::connect(&b).await;
+    for client in [&ca, &cb] {
+        count_becomes(client, 2).await;
+    }
+    let first = cb.ok("subscribe", json!(["news"])).await;
+    assert_eq!(first["offset"], json!(0), "{first}");
+    let epoch = first["epoch"].clone();
+    let (_, victim) = topic_channel(&bus, "news");
+
+    let (stop, stopped) = watch::channel(false);
+    let publisher = recorded_stream(&ca, "news", stopped);
+    let mut got = Vec::new();
+    while got.len() < 20 {
+        let (method, params) = cb.next_note().await;
+        assert_eq!(method, "news", "{params}");
+        got.push(params["offset"].as_u64().expect("an offset"));
+    }
+    tokio::task::block_in_place(|| {
+        let slot = bus.keyslot(&topic_channel(&bus, "news").0);
+        bus.kill(victim);
+        bus.wait_failover(slot, victim);
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.send_replace(true);
+    let recorded = within(publisher).await.expect("the publisher");
+    let last = *recorded.last().expect("recorded after the failover");
+    // The history was on the killed master: its replica took it over (as far as it had
+    // replicated), so the offsets go on from there. What the subscriber got is one
+    // order, every offset once, no gap notice: the history room filled what pub/sub
+    // missed while the shard was away.
+    while got.last() < Some(&last) {
+        let (method, params) = cb.next_note().await;
+        assert_eq!(
+            method, "news",
+            "no $/gap for a topic with history: {params}"
+        );
+        got.push(params["offset"].as_u64().expect("an offset"));
+    }
+    assert_eq!(
+        got,
+        (1..=last).collect::<Vec<_>>(),
+        "every offset once, in order"
+    );
+    for offset in &recorded {
+        assert!(got.contains(offset), "recorded {offset} never arrived");
+    }
+
+    // Resume on the other node from the middle: everything after it, then live.
+    let middle = last / 2;
+    let mut again = Client::connect(&a).await;
+    let answer = again
+        .ok(
+            "subscribe",
+            json!(["news", {"epoch": epoch, "offset": middle}]),
+        )
+        .await;
+    assert_eq!(answer["recovered"], json!(true), "{answer}");
+    assert_eq!(answer["offset"], json!(last), "{answer}");
+    let mut replayed = Vec::new();
+    while replayed.len() < (last - middle) as usize {
+        let (method, params) = again.next_note().await;
+        assert_eq!(method, "news");
+        replayed.push(params["offset"].as_u64().expect("an offset"));
+    }
+    assert_eq!(replayed, (middle + 1..=last).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_with_history_loses_nothing_while_its_slot_moves() {
+    let bus = RedisCluster::start(3, 1);
+    let history = ["--history", "10000"];
+    let a = Node::start(&bus, "a", 2000, &history).await;
+    let b = Node::start(&bus, "b", 2000, &history).await;
+    let ca = Client::connect(&a).await;
+    let mut cb = Client::connect(&b).await;
+    for client in [&ca, &cb] {
+        count_becomes(client, 2).await;
+    }
+    let first = cb.ok("subscribe", json!(["news"])).await;
+    assert_eq!(first["offset"], json!(0), "{first}");
+    let (channel, from) = topic_channel(&bus, "news");
+    let slot = bus.keyslot(&channel);
+    let to = bus
+        .masters()
+        .into_iter()
+        .map(|(p, _)| p)
+        .find(|p| *p != from)
+        .expect("another master");
+
+    let (stop, stopped) = watch::channel(false);
+    let publisher = recorded_stream(&ca, "news", stopped);
+    let mut got = Vec::new();
+    while got.len() < 20 {
+        let (method, params) = cb.next_note().await;
+        assert_eq!(method, "news", "{params}");
+        got.push(params["offset"].as_u64().expect("an offset"));
+    }
+    // Migrating for a while (the source still serves the channel, the keys move at the
+    // end), then moved: the channel is unsubscribed there, and b subscribes it on `to`.
+    tokio::task::block_in_place(|| assert_eq!(bus.begin_move(slot, to), from));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::task::block_in_place(|| bus.finish_move(slot, from, to));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.send_replace(true);
+    let recorded = within(publisher).await.expect("the publisher");
+    let last = *recorded.last().expect("recorded");
+    assert_eq!(
+        recorded,
+        (1..=last).collect::<Vec<_>>(),
+        "appends follow the slot: one order, none twice"
+    );
+    // What pub/sub lost while the channel moved came from the history: no $/gap.
+    while got.last() < Some(&last) {
+        let (method, params) = cb.next_note().await;
+        assert_eq!(
+            method, "news",
+            "no $/gap for a topic with history: {params}"
+        );
+        got.push(params["offset"].as_u64().expect("an offset"));
+    }
+    assert_eq!(
+        got,
+        (1..=last).collect::<Vec<_>>(),
+        "every offset once, in order"
+    );
+    assert_eq!(
+        topic_channel(&bus, "news").1,
+        to,
+        "b listens on the new master"
+    );
+}
