@@ -30,9 +30,9 @@
 //!
 //! Across servers: `cargo run --example web_demo --features axum,redis -- --redis URL` (URL
 //! `redis://HOST:PORT` or `redis+unix:///path`) joins a cluster over Redis; run two on
-//! two ports and chat lines and "pages connected" span both. There the chat topic keeps
-//! no history yet (a topic's history is one node's until it spans the cluster), so a
-//! page that comes back reloads `chat.recent`, which holds the lines this node published.
+//! two ports and chat lines and "pages connected" span both. The chat's history lives in
+//! Redis there, so a page that comes back to either server gets the lines it missed; when
+//! it cannot, it reloads `chat.recent`, which holds the lines this server published.
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -332,10 +332,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Some(cluster)
         }
     };
-    // The chat keeps its last lines, so that a page that comes back gets what it missed.
-    // Not in a cluster yet: there a topic with history is delivered only on the node
-    // that publishes, until the history spans the cluster (issue 21's cluster part).
-    if chat_history > 0 && !clustered {
+    // The chat keeps its last lines, so that a page that comes back gets what it missed;
+    // in a cluster they live in Redis, so a page that comes back to the other server
+    // gets them too.
+    if chat_history > 0 {
         let lines = usize::try_from(chat_history).unwrap_or(usize::MAX);
         topics.keep_history(CHAT, HistoryConfig::default().max_len(lines));
     }
