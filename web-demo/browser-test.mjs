@@ -6,7 +6,7 @@
 //      CHROMIUM (default /usr/bin/chromium), DEMO_BIN (the built web_demo example, default
 //      ../target/debug/examples/web_demo: the reconnect and chat resume tests run servers
 //      of their own, restart them under the page, and cut a page's link with a TCP proxy;
-//      the presence test runs two over a Redis of its own, so it is built with
+//      the presence and cross-server resume tests run two over a Redis of their own, so it is built with
 //      `--features axum,redis` and needs `redis-server` on the PATH).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -370,18 +370,51 @@ async function twoChatPages(t, args) {
   proxy = await tcpProxy(Number(new URL(server.url).port));
   browser = await launchChromium();
   const errors = [];
-  const open = async (url, label) => {
-    const page = await (await browser.newContext(LAPTOP)).newPage();
-    page.setDefaultTimeout(WAIT_MS);
-    page.on('pageerror', (e) => errors.push(`[${label}] ${e.message}`));
-    await page.goto(url, { timeout: WAIT_MS });
-    await page.locator('[data-testid="status"][data-state="open"]').waitFor();
-    await page.locator('[data-testid="chat-sync"][data-state="live"]').waitFor();
-    return page;
-  };
-  const away = await open(`${server.url}/?ws=ws://127.0.0.1:${proxy.port}/rpc`, 'away');
-  const here = await open(`${server.url}/`, 'here');
+  const away = await openChat(browser, `${server.url}/?ws=ws://127.0.0.1:${proxy.port}/rpc`, 'away', errors);
+  const here = await openChat(browser, `${server.url}/`, 'here', errors);
   return { away, here, proxy, errors };
+}
+
+/** A page at `url` in a context of its own, once its chat is live; its errors go to `errors`. */
+async function openChat(browser, url, label, errors) {
+  const page = await (await browser.newContext(LAPTOP)).newPage();
+  page.setDefaultTimeout(WAIT_MS);
+  page.on('pageerror', (e) => errors.push(`[${label}] ${e.message}`));
+  await page.goto(url, { timeout: WAIT_MS });
+  await page.locator('[data-testid="status"][data-state="open"]').waitFor();
+  await page.locator('[data-testid="chat-sync"][data-state="live"]').waitFor();
+  return page;
+}
+
+/**
+ * `here` types a line that `away` shows; `away`'s link is cut; `here` types `missed`
+ * (`whileDown` runs first: where the proxy sends `away` next); the link comes back and
+ * `away` must show "recovered" with `missed` once, in order, then a live line after them.
+ */
+async function dropTypeRecover(away, here, proxy, missed, { whileDown = () => {}, shot }) {
+  await say(here, 'bob', 'before the drop');
+  await away.locator('[data-testid="chat-message"]', { hasText: 'before the drop' }).waitFor();
+
+  await cut(away, proxy);
+  whileDown();
+  for (const line of missed) await say(here, 'bob', line);
+  assert.deepEqual(await chatLines(away), ['before the drop'], 'nothing arrives while the link is down');
+  proxy.down = false;
+
+  // The page dials again by itself (its backoff is at most 3 s) and resumes.
+  await away.locator('[data-testid="status"][data-state="open"]').waitFor({ timeout: WAIT_MS + 8000 });
+  await away.locator('[data-testid="chat-sync"][data-state="recovered"]').waitFor();
+  assert.equal(
+    await away.getByTestId('chat-sync').textContent(),
+    `recovered after a reconnect: ${missed.length} missed lines replayed`,
+  );
+  assert.deepEqual(await chatLines(away), ['before the drop', ...missed]);
+  // Live again: a line typed now arrives once, after the replayed ones.
+  await say(here, 'bob', 'after the return');
+  await away.locator('[data-testid="chat-message"]', { hasText: 'after the return' }).waitFor();
+  assert.deepEqual(await chatLines(away), ['before the drop', ...missed, 'after the return']);
+  assert.deepEqual(await chatLines(here), ['before the drop', ...missed, 'after the return']);
+  await away.getByTestId('panel-chat').screenshot({ path: path.join(SHOTS, shot) });
 }
 
 /** The chat lines a page shows, in order. */
@@ -404,26 +437,8 @@ async function cut(away, proxy) {
 
 test('chat: a page whose link drops shows the lines typed meanwhile once, in order, and "recovered"', { timeout: 120000 }, async (t) => {
   const { away, here, proxy, errors } = await twoChatPages(t, []);
-  await say(here, 'bob', 'before the drop');
-  await away.locator('[data-testid="chat-message"]', { hasText: 'before the drop' }).waitFor();
-
-  await cut(away, proxy);
   const missed = ['one', 'two', 'three', 'four', 'five'].map((w) => `typed while away: ${w}`);
-  for (const line of missed) await say(here, 'bob', line);
-  assert.deepEqual(await chatLines(away), ['before the drop'], 'nothing arrives while the link is down');
-  proxy.down = false;
-
-  // The page dials again by itself (its backoff is at most 8 s) and resumes.
-  await away.locator('[data-testid="status"][data-state="open"]').waitFor({ timeout: WAIT_MS + 8000 });
-  await away.locator('[data-testid="chat-sync"][data-state="recovered"]').waitFor();
-  assert.equal(await away.getByTestId('chat-sync').textContent(), 'recovered after a reconnect: 5 missed lines replayed');
-  assert.deepEqual(await chatLines(away), ['before the drop', ...missed]);
-  // Live again: a line typed now arrives once, after the replayed ones.
-  await say(here, 'bob', 'after the return');
-  await away.locator('[data-testid="chat-message"]', { hasText: 'after the return' }).waitFor();
-  assert.deepEqual(await chatLines(away), ['before the drop', ...missed, 'after the return']);
-  assert.deepEqual(await chatLines(here), ['before the drop', ...missed, 'after the return']);
-  await away.getByTestId('panel-chat').screenshot({ path: path.join(SHOTS, 'chat-recovered.png') });
+  await dropTypeRecover(away, here, proxy, missed, { shot: 'chat-recovered.png' });
   assert.equal(proxy.accepted, 2, 'the away page connected twice, through the proxy');
   assert.deepEqual(errors, []);
 });
@@ -496,6 +511,42 @@ async function untilHere(page, expected, timeout = WAIT_MS) {
     throw new Error(`${e.message}: the page shows ${JSON.stringify(await here(page))}, not ${JSON.stringify(expected)}`);
   });
 }
+
+test('chat: across two servers over Redis, a page whose link drops and comes back to the other server gets the lines typed meanwhile, "recovered"', { timeout: 120000 }, async (t) => {
+  assert.ok(fs.existsSync(DEMO_BIN), `build the demo first (cargo build --example web_demo --features axum,redis): ${DEMO_BIN}`);
+  fs.mkdirSync(SHOTS, { recursive: true });
+  let browser;
+  let redis;
+  let proxy;
+  const servers = [];
+  t.after(async () => {
+    await browser?.close().catch(() => {});
+    await proxy?.close();
+    for (const s of servers) await s.stop();
+    await redis?.stop();
+  });
+  redis = await startRedis();
+  const a = await startDemo('127.0.0.1:0', ['--redis', redis.url]);
+  servers.push(a);
+  // b takes pages served by a too: the away page comes back to b through the proxy, as a
+  // load balancer would send it, with a's origin.
+  const b = await startDemo('127.0.0.1:0', ['--redis', redis.url, '--allow-origin', a.url]);
+  servers.push(b);
+  proxy = await tcpProxy(Number(new URL(a.url).port));
+  browser = await launchChromium();
+  const errors = [];
+  const away = await openChat(browser, `${a.url}/?ws=ws://127.0.0.1:${proxy.port}/rpc`, 'away', errors);
+  const here = await openChat(browser, `${b.url}/`, 'here', errors);
+  // While away's link is down the proxy turns to b, and here (on b) types: the page
+  // resumes on b from the history in Redis.
+  const missed = ['one', 'two', 'three'].map((w) => `typed on b while away: ${w}`);
+  await dropTypeRecover(away, here, proxy, missed, {
+    whileDown: () => (proxy.upstream = Number(new URL(b.url).port)),
+    shot: 'chat-recovered-across-servers.png',
+  });
+  assert.equal(proxy.accepted, 2, 'the away page connected twice: to a, then to b');
+  assert.deepEqual(errors, []);
+});
 
 test('chat: who is here, live, across two servers over Redis (joins, a second tab, a closed page, a killed server)', { timeout: 120000 }, async (t) => {
   assert.ok(fs.existsSync(DEMO_BIN), `build the demo first (cargo build --example web_demo --features axum,redis): ${DEMO_BIN}`);
