@@ -278,7 +278,14 @@ impl Server {
             registry: self.registry.clone(),
             gate: gate.clone(),
         };
-        tokio::spawn(async move {
+        // Boxed: the handshake's future is about 5 KiB, and tokio allocates a task's
+        // cell over-aligned (posix_memalign), which glibc serves by splitting blocks.
+        // After a burst of connects those aligned 5 KiB blocks, freed between the
+        // connections' long-lived ones, left the allocator holding about 2.5 KiB per
+        // connection (bench (f), 10,000 idle connections: 7.3-7.9 KiB per connection
+        // of RSS unboxed, 4.9 boxed, with the same live heap, 4.6 KB, by DHAT). As a
+        // plain box beside a small task cell, the next handshakes reuse its room.
+        tokio::spawn(Box::pin(async move {
             // Frames are coalesced by the connection's task; Nagle's delay would
             // only add latency.
             let _ = stream.set_nodelay(true);
@@ -304,7 +311,7 @@ impl Server {
                 return;
             }
             conn.handshake(stream).await;
-        });
+        }));
     }
 }
 
