@@ -37,6 +37,9 @@ struct Registry {
     on_disconnect: RwLock<Arc<Vec<PeerHook>>>,
     /// Ticks each time a connection is gone, for `shutdown` to wait on.
     gone: watch::Sender<()>,
+    /// How many listeners given to [`Server::serve`](crate::Server::serve) are still
+    /// open, for `shutdown` to wait on: once it returns, the port is free.
+    listening: watch::Sender<usize>,
     /// Set once when a cluster node serves these peers; unset, broadcast stays local
     /// at the cost of one load.
     relay: OnceLock<Arc<dyn Relay>>,
@@ -60,6 +63,7 @@ impl ServerHandle {
                 on_connect: RwLock::default(),
                 on_disconnect: RwLock::default(),
                 gone: watch::Sender::new(()),
+                listening: watch::Sender::new(0),
                 relay: OnceLock::new(),
             }),
         }
@@ -141,6 +145,13 @@ impl ServerHandle {
         self.inner.shutdown.subscribe()
     }
 
+    /// Counts a served listener until the guard is dropped (after the listener), so
+    /// that `shutdown` returns only once the port is free.
+    pub(crate) fn listening(&self) -> Listening {
+        self.inner.listening.send_modify(|n| *n += 1);
+        Listening(self.inner.clone())
+    }
+
     /// Whether [`shutdown`](Self::shutdown) was called.
     pub fn is_shutting_down(&self) -> bool {
         self.inner.shutdown.borrow().is_some()
@@ -214,7 +225,9 @@ impl ServerHandle {
     /// Stops accepting; lets the calls already running on every connection finish and
     /// send their answers, for at most `grace` (new calls are refused with `-32000`);
     /// closes every connection with 1001 ("going away"); and returns once they are all
-    /// gone, their tasks included. [`Server::serve`](crate::Server::serve) then returns too.
+    /// gone, their tasks included, and every [`Server::serve`](crate::Server::serve) of
+    /// this handle has let its listener go (the port is free to bind again; waited for
+    /// at most 5 s, for a serve whose runtime is gone). `serve` then returns too.
     pub async fn shutdown_within(&self, grace: Duration) {
         self.inner.shutdown.send_if_modified(|slot| {
             let first = slot.is_none();
@@ -230,6 +243,12 @@ impl ServerHandle {
         .await;
         // closed() resolves before a connection's tasks are gone; wait for those too.
         self.wait_gone(grace + Duration::from_secs(5)).await;
+        // And for the accept loops to let their listeners go (they stop at the signal;
+        // a loop whose task is not polled again, its runtime gone, cannot, hence the
+        // bound): a server bound again on the same port right after does not find it
+        // taken.
+        let mut listening = self.inner.listening.subscribe();
+        let _ = tokio::time::timeout(Duration::from_secs(5), listening.wait_for(|n| *n == 0)).await;
     }
 
     /// Waits until no connection is left (at most `limit`); false if some still are.
@@ -239,6 +258,15 @@ impl ServerHandle {
             let _ = gone.wait_for(|_| self.inner.peers.is_empty()).await;
         };
         tokio::time::timeout(limit, empty).await.is_ok()
+    }
+}
+
+/// An accept loop that holds its listener; see [`ServerHandle::listening`].
+pub(crate) struct Listening(Arc<Registry>);
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.0.listening.send_modify(|n| *n -= 1);
     }
 }
 

@@ -1,6 +1,7 @@
 //! Accepting WebSocket connections; the live ones are kept in the registry.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,7 @@ use crate::policy::{HandshakePolicy, Refusal, Slot, Slots};
 use crate::config::PeerConfig;
 use crate::error::{Error, Result};
 use crate::peer::ConnectionInfo;
-use crate::registry::ServerHandle;
+use crate::registry::{Listening, ServerHandle};
 use crate::router::Router;
 use crate::transport::WebSocket;
 
@@ -169,7 +170,22 @@ impl Server {
     /// # Errors
     ///
     /// None yet: failures to accept one connection are logged and the server goes on.
-    pub async fn serve<S: Send + Sync + 'static>(self, router: Router<S>) -> Result<()> {
+    pub fn serve<S: Send + Sync + 'static>(
+        self,
+        router: Router<S>,
+    ) -> impl Future<Output = Result<()>> + Send {
+        // Counted now, not when first polled: a `shutdown` right after the serve is
+        // spawned waits for this listener too.
+        let listening = self.registry.listening();
+        self.accept_loop(router, listening)
+    }
+
+    /// [`serve`](Self::serve)'s loop; `listening` is dropped after the listener.
+    async fn accept_loop<S: Send + Sync + 'static>(
+        self,
+        router: Router<S>,
+        listening: Listening,
+    ) -> Result<()> {
         let router = Arc::new(router);
         let gate = Arc::new(Gate {
             slots: Slots::new(&self.policy),
@@ -233,6 +249,7 @@ impl Server {
         }
         drop(waiting);
         drop(self.listener);
+        drop(listening);
         // Whoever called shutdown is closing the connections, within its grace period;
         // wait for them to be gone, and close any still open after that.
         let grace = (*shutdown.borrow()).unwrap_or_default();

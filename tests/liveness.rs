@@ -360,3 +360,32 @@ async fn churn_leaves_file_descriptors_and_tasks_at_their_baseline() {
         metrics.num_alive_tasks()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_shutdown_returns_the_port_is_free_to_bind_again() {
+    // With one connection or none, shutdown has little to wait for: it must still not
+    // return before the accept loop let its listener go (a restart on the same port,
+    // as in tests/push.rs, failed with "address in use" when it did).
+    for round in 0..20 {
+        let server = Server::bind("127.0.0.1:0").await.unwrap();
+        let addr = server.local_addr().unwrap();
+        let handle = server.handle();
+        let serving = tokio::spawn(server.serve(Router::new()));
+        let client = match round % 2 {
+            1 => Some(
+                within(connect(&format!("ws://{addr}"), Router::new()))
+                    .await
+                    .unwrap(),
+            ),
+            _ => None,
+        };
+        within(handle.shutdown()).await;
+        drop(client);
+        let again = Server::bind(addr);
+        assert!(
+            again.await.is_ok(),
+            "round {round}: {addr} still taken after shutdown returned"
+        );
+        within(serving).await.unwrap().unwrap();
+    }
+}
