@@ -32,14 +32,7 @@ impl Caller for Peer {
         let shared = &*self.shared;
         let method = request.method();
         if request.is_notification() {
-            let frame = request.into_frame(None, false);
-            // The call layers (layer.rs) see it, and may drop it.
-            if shared.layers().is_some() {
-                let send = |frame| shared.send(frame);
-                crate::layer::made_notification(self, method, frame, send).await?;
-            } else {
-                shared.send(frame).await?;
-            }
+            self.send_notification(request).await?;
             return Ok(None);
         }
         let id = shared.next_id();
@@ -48,18 +41,43 @@ impl Caller for Peer {
             .clone()
             .map(|tx| shared.progress().register(id, tx));
         let frame = request.into_frame(Some(id), _sink.is_some());
-        // The call layers (layer.rs) see it, and may answer it instead.
+        // The call layers (layer.rs) see it, and may answer it instead. Boxed, as
+        // every path that most calls do not take: the future of every call is as large
+        // as its largest path, and it is moved and set up once per call.
         if shared.layers().is_some() {
             let send = |frame| self.send_call(frame, id, method, &options);
-            return crate::layer::made_call(self, method, frame, send)
+            return Box::pin(crate::layer::made_call(self, method, frame, send))
                 .await
                 .map(Some);
         }
         self.send_call(frame, id, method, &options).await.map(Some)
     }
+
+    /// A notification goes straight to the queue: its future holds no call's state.
+    fn notify(
+        &self,
+        method: &str,
+        params: impl serde::Serialize,
+    ) -> impl std::future::Future<Output = Result<()>> + Send {
+        let request = Request::notification(method, params);
+        async move { self.send_notification(request?).await }
+    }
 }
 
 impl Peer {
+    /// Queues a notification, waiting for room; the call layers see it first, and may
+    /// drop it.
+    async fn send_notification(&self, request: Request<'_>) -> Result<()> {
+        let shared = &*self.shared;
+        let method = request.method();
+        let frame = request.into_frame(None, false);
+        if shared.layers().is_some() {
+            let send = |frame| shared.send(frame);
+            return Box::pin(crate::layer::made_notification(self, method, frame, send)).await;
+        }
+        shared.send(frame).await
+    }
+
     /// Registers our call `id`, queues its `frame` and waits for its answer, as
     /// `options` say.
     async fn send_call(
@@ -94,13 +112,15 @@ impl Peer {
         let answer = match swept {
             // The connection's sweep ends the call at its deadline.
             Some(_) => waiting.instrument(span).await?,
+            // A timer of its own (a timeout past the connection's, or a grace): boxed,
+            // as the rare path.
             None => {
-                let first = tokio::time::timeout(timeout, waiting.instrument(span)).await;
+                let first = Box::pin(tokio::time::timeout(timeout, waiting.instrument(span))).await;
                 match (first, options.cancel_grace) {
                     (Ok(answer), _) => answer?,
                     (Err(_), Some(grace)) => {
                         cancelled = true;
-                        call.cancel_and_wait(shared, grace).await
+                        Box::pin(call.cancel_and_wait(shared, grace)).await
                     }
                     (Err(_), None) => None,
                 }
