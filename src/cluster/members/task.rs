@@ -98,25 +98,21 @@ impl Task {
         }
     }
 
-    fn settling(&self) -> bool {
-        self.settle_until.is_some_and(|t| Instant::now() < t)
-    }
-
     /// Whether a part of `node` counts: a live node's of its live incarnation; one
     /// the roster does not know yet (its first heartbeat may come after its first
-    /// delta) unless it left the roster. Never this node's own.
+    /// delta, or the roster is filling after a start or an outage) unless it left the
+    /// roster while this node was up: its part may still be in the store for a window,
+    /// and taking it again would bring its members back (and leave them twice). Never
+    /// this node's own.
     fn accept(&self, node: &str, incarnation: &str) -> bool {
         if node == self.members.me.id {
             return false;
         }
         match self.members.live.borrow().get(node) {
             Some(i) => i == incarnation,
-            None => {
-                self.settling()
-                    || !self
-                        .departed
-                        .contains_key(&(node.to_owned(), incarnation.to_owned()))
-            }
+            None => !self
+                .departed
+                .contains_key(&(node.to_owned(), incarnation.to_owned())),
         }
     }
 
@@ -288,6 +284,10 @@ impl Task {
         match state {
             ClusterState::Up if !self.was_up => {
                 self.was_up = true;
+                // Departures seen just before the outage was noticed may have been this
+                // node's own silence: the settle decides, as for every node it has not
+                // heard again (`drop_departed` at its end).
+                self.departed.clear();
                 self.settle_until = Some(Instant::now() + self.interval * self.missed);
                 self.write_own().await;
                 let topics: Vec<Box<str>> = self.own.keys().cloned().collect();
@@ -316,11 +316,16 @@ impl Task {
             .map(|(n, i)| (n.clone(), i.clone()))
             .collect();
         self.seen_live = live;
+        // While this node is cut off the roster empties because it hears no one: that
+        // says nothing of the others, so only departures seen while up count.
+        if !self.was_up {
+            return;
+        }
         let now = Instant::now();
         for gone in &departed {
             self.departed.insert(gone.clone(), now);
         }
-        if self.was_up && !departed.is_empty() {
+        if !departed.is_empty() {
             self.drop_parts(|node, incarnation| {
                 departed.contains(&(node.to_owned(), incarnation.to_owned()))
             });
