@@ -375,11 +375,16 @@ impl Shared {
             Err(TrySendError::Full(frame)) => frame,
             Err(TrySendError::Closed(_)) => return Some(Err(Error::Closed(self.close_reason()))),
         };
-        let send = self.out.send(frame);
-        let sent = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, send).await.ok()?,
-            None => send.await,
-        };
+        // Waiting for room is the rare path: boxed, so the future of every send (and of
+        // every call, which holds one) does not carry its timer.
+        let sent = Box::pin(async move {
+            let send = self.out.send(frame);
+            match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, send).await.ok(),
+                None => Some(send.await),
+            }
+        })
+        .await?;
         Some(sent.map_err(|_| Error::Closed(self.close_reason())))
     }
 }
