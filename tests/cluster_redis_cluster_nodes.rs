@@ -125,6 +125,26 @@ async fn collect(client: &mut Client, topics: &[&str], last: u64) -> HashMap<Str
 }
 
 /// Nothing twice, nothing out of order, and a hole only right after a gap note.
+/// What `topic` got over a stream collected in two halves, its gaps at their places in
+/// the whole.
+fn joined(before: &HashMap<String, Got>, after: &HashMap<String, Got>, topic: &str) -> Got {
+    let (first, second) = (&before[topic], &after[topic]);
+    Got {
+        numbers: first
+            .numbers
+            .iter()
+            .chain(&second.numbers)
+            .copied()
+            .collect(),
+        gaps: first
+            .gaps
+            .iter()
+            .copied()
+            .chain(second.gaps.iter().map(|&at| at + first.numbers.len()))
+            .collect(),
+    }
+}
+
 fn check_once_in_order_gaps_explained(topic: &str, got: &Got) {
     for (k, pair) in got.numbers.windows(2).enumerate() {
         assert!(
@@ -185,25 +205,7 @@ async fn a_master_killed_mid_stream_costs_its_topic_one_gap_and_nothing_twice() 
     let after = collect(&mut cb, &[news, other], rounds - 1).await;
 
     for (topic, gaps) in [(news, 1), (other, 0)] {
-        let got = Got {
-            numbers: before[topic]
-                .numbers
-                .iter()
-                .chain(&after[topic].numbers)
-                .copied()
-                .collect(),
-            gaps: before[topic]
-                .gaps
-                .iter()
-                .copied()
-                .chain(
-                    after[topic]
-                        .gaps
-                        .iter()
-                        .map(|&at| at + before[topic].numbers.len()),
-                )
-                .collect(),
-        };
+        let got = joined(&before, &after, topic);
         check_once_in_order_gaps_explained(topic, &got);
         assert_eq!(got.gaps.len(), gaps, "{topic}: {got:?}");
         assert_eq!(
@@ -213,12 +215,7 @@ async fn a_master_killed_mid_stream_costs_its_topic_one_gap_and_nothing_twice() 
         );
     }
     // The other master's topic lost nothing: its shard never went away.
-    let other_numbers: Vec<u64> = before[other]
-        .numbers
-        .iter()
-        .chain(&after[other].numbers)
-        .copied()
-        .collect();
+    let other_numbers = joined(&before, &after, other).numbers;
     assert_eq!(
         other_numbers,
         (0..rounds).collect::<Vec<_>>(),
@@ -261,34 +258,11 @@ async fn a_slot_moved_mid_stream_costs_its_topic_one_gap_and_nothing_twice() {
     );
 
     for (topic, gaps) in [(news, 1), (other, 0)] {
-        let got = Got {
-            numbers: before[topic]
-                .numbers
-                .iter()
-                .chain(&after[topic].numbers)
-                .copied()
-                .collect(),
-            gaps: before[topic]
-                .gaps
-                .iter()
-                .copied()
-                .chain(
-                    after[topic]
-                        .gaps
-                        .iter()
-                        .map(|&at| at + before[topic].numbers.len()),
-                )
-                .collect(),
-        };
+        let got = joined(&before, &after, topic);
         check_once_in_order_gaps_explained(topic, &got);
         assert_eq!(got.gaps.len(), gaps, "{topic}: {got:?}");
     }
-    let other_numbers: Vec<u64> = before[other]
-        .numbers
-        .iter()
-        .chain(&after[other].numbers)
-        .copied()
-        .collect();
+    let other_numbers = joined(&before, &after, other).numbers;
     assert_eq!(
         other_numbers,
         (0..rounds).collect::<Vec<_>>(),
