@@ -4,6 +4,7 @@
 //! ```text
 //! cargo bench --bench cluster --features redis-cluster              # full run, about two minutes
 //! cargo bench --bench cluster --features redis-cluster -- --quick   # a few seconds (CI)
+//! cargo bench --bench cluster --features redis-cluster -- --only throughput  # raw and ours alternated, then exit
 //! ```
 //!
 //! Needs `redis-server` and `redis-cli` on the PATH (`.ci/install`); the bench starts its
@@ -23,7 +24,7 @@
 //! Latency is from just before the publish call to the receiver having the message (the
 //! client parsed the notification); p50 and p99 by sorting the samples. Broadcast time
 //! is until the last client of all has it, median of the rounds. Targets (from the
-//! design): cross-node throughput >= 0.7x raw, p50 <= raw + 0.3 ms, 3 x N broadcast <=
+//! design): cross-node throughput >= 0.8x raw, p50 <= raw + 0.2 ms, 3 x N broadcast <=
 //! single node + 2 ms; history throughput >= 0.7x the same path without history; a
 //! resume of 1,000 missed messages within 50 ms. The machine is shared and noisy:
 //! compare within one run.
@@ -46,7 +47,8 @@ use std::time::{Duration, Instant};
 
 use jsonrpc_peer::cluster::{Cluster, RedisBackplane, RedisOptions};
 use jsonrpc_peer::{
-    connect, Caller, Context, Peer, Position, Router, RpcError, Server, ServerHandle, Topics,
+    connect, Caller, Context, Peer, PeerConfig, Position, Router, RpcError, Server, ServerHandle,
+    Topics,
 };
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo, ProtocolVersion, PushKind, Value};
@@ -62,6 +64,10 @@ struct Opts {
     shard_rounds: usize,
     latency_msgs: usize,
     throughput_msgs: usize,
+    /// Alternated rounds of raw and ours for throughput.
+    throughput_rounds: usize,
+    /// `--only throughput`: those rounds alone, one line, then exit (for profiling).
+    only_throughput: bool,
     broadcast_clients: usize,
     broadcast_rounds: usize,
     resume_rounds: usize,
@@ -73,7 +79,7 @@ struct Opts {
 }
 
 impl Opts {
-    fn new(quick: bool) -> Opts {
+    fn new(quick: bool, only_throughput: bool) -> Opts {
         if quick {
             Opts {
                 quick,
@@ -81,6 +87,8 @@ impl Opts {
                 shard_rounds: 1,
                 latency_msgs: 300,
                 throughput_msgs: 5_000,
+                throughput_rounds: 1,
+                only_throughput,
                 broadcast_clients: 100,
                 broadcast_rounds: 3,
                 resume_rounds: 3,
@@ -95,6 +103,8 @@ impl Opts {
                 shard_rounds: 3,
                 latency_msgs: 5_000,
                 throughput_msgs: 100_000,
+                throughput_rounds: 5,
+                only_throughput,
                 broadcast_clients: 1_000,
                 broadcast_rounds: 7,
                 resume_rounds: 20,
@@ -238,8 +248,23 @@ struct Node {
     cluster: Cluster,
 }
 
+/// The settings of the bench's servers' peers: the default, with an outgoing queue
+/// that holds a whole throughput burst. The bus has no flow control: node B delivers
+/// as fast as Redis brings the burst, faster than one client in this same process,
+/// on these same two cores, reads it, and with the default queue (1,024 frames) that
+/// client is closed as a slow peer (the documented behaviour) and the run measures
+/// nothing. The baseline's subscriber queues without a bound.
+fn bench_peers() -> PeerConfig {
+    PeerConfig::default()
+        .outgoing_queue(1 << 20)
+        .outgoing_queue_bytes(256 << 20)
+}
+
 async fn node(redis_url: &str, name: &str) -> Node {
-    let server = Server::bind("127.0.0.1:0").await.expect("bind");
+    let server = Server::bind("127.0.0.1:0")
+        .await
+        .expect("bind")
+        .peer_config(bench_peers());
     let url = format!("ws://{}", server.local_addr().expect("addr"));
     let handle = server.handle();
     // Throughput is a burst of up to 100,000 publishes: a receiving node that falls
@@ -350,14 +375,59 @@ struct Figures {
     raw_p99: f64,
     ours_p50: f64,
     ours_p99: f64,
-    raw_rate: f64,
-    ours_rate: f64,
+    throughput: Throughput,
     single_ms: f64,
     cluster_ms: f64,
     history: history::HistoryFigures,
 }
 
-async fn run(opts: &Opts, redis_url: &str) -> Figures {
+/// Medians over the alternated rounds; the ratio is the median of each round's.
+struct Throughput {
+    raw: f64,
+    ours: f64,
+    ratio: f64,
+    ratio_min: f64,
+    ratio_max: f64,
+}
+
+/// The best redis-rs does on one connection: pipelines of 64 PUBLISH, all in flight at
+/// once, until the raw subscriber has every one. Messages per second.
+async fn raw_throughput(n: usize, publisher: &MultiplexedConnection, arrivals: &Arrivals) -> f64 {
+    arrivals.reset(n);
+    let start = Instant::now();
+    let seqs: Vec<usize> = (0..n).collect();
+    let pipelines = seqs.chunks(64).map(|chunk| {
+        let mut conn = publisher.clone();
+        let mut pipe = redis::pipe();
+        for seq in chunk {
+            pipe.cmd("PUBLISH").arg("raw").arg(seq.to_string()).ignore();
+        }
+        async move { pipe.exec_async(&mut conn).await.expect("raw pipeline") }
+    });
+    futures_util::future::join_all(pipelines).await;
+    arrivals.wait("raw throughput").await;
+    n as f64 / (arrivals.last().unwrap_or(start) - start).as_secs_f64()
+}
+
+/// Node A publishes as fast as its outbox takes them, until B's client has every one.
+async fn ours_throughput(n: usize, topics: &Topics, arrivals: &Arrivals) -> f64 {
+    arrivals.reset(n);
+    let start = Instant::now();
+    for seq in 0..n {
+        topics
+            .publish(TOPIC, &[seq])
+            .await
+            .expect("taken by the outbox");
+        if seq % 64 == 63 {
+            tokio::task::yield_now().await;
+        }
+    }
+    arrivals.wait("ours throughput").await;
+    n as f64 / (arrivals.last().unwrap_or(start) - start).as_secs_f64()
+}
+
+/// The figures, or `None` after `--only throughput` printed its line.
+async fn run(opts: &Opts, redis_url: &str) -> Option<Figures> {
     // Raw redis-rs: one publishing connection, one RESP3 subscriber.
     let raw_arrivals = Arrivals::new(opts.latency_msgs);
     let _sub = raw_subscriber(redis_url, "raw", raw_arrivals.clone()).await;
@@ -382,23 +452,6 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
     raw_arrivals.wait("raw latency").await;
     let mut raw_lat = raw_arrivals.latencies_ms(&sent);
 
-    raw_arrivals.reset(opts.throughput_msgs);
-    let start = Instant::now();
-    // The best redis-rs does on one connection: pipelines of 64, all in flight at once.
-    let seqs: Vec<usize> = (0..opts.throughput_msgs).collect();
-    let pipelines = seqs.chunks(64).map(|chunk| {
-        let mut conn = publisher.clone();
-        let mut pipe = redis::pipe();
-        for seq in chunk {
-            pipe.cmd("PUBLISH").arg("raw").arg(seq.to_string()).ignore();
-        }
-        async move { pipe.exec_async(&mut conn).await.expect("raw pipeline") }
-    });
-    futures_util::future::join_all(pipelines).await;
-    raw_arrivals.wait("raw throughput").await;
-    let raw_rate =
-        opts.throughput_msgs as f64 / (raw_arrivals.last().unwrap_or(start) - start).as_secs_f64();
-
     // Ours: node A publishes, a client of node B receives.
     let a = node(redis_url, "a").await;
     let b = node(redis_url, "b").await;
@@ -417,25 +470,48 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
     ours_arrivals.wait("ours latency").await;
     let mut ours_lat = ours_arrivals.latencies_ms(&sent);
 
-    ours_arrivals.reset(opts.throughput_msgs);
-    let start = Instant::now();
-    for seq in 0..opts.throughput_msgs {
-        topics
-            .publish(TOPIC, &[seq])
-            .await
-            .expect("taken by the outbox");
-        if seq % 64 == 63 {
-            tokio::task::yield_now().await;
+    // Throughput: raw and ours alternate round by round (who goes first alternates
+    // too), so a change in the machine's load falls on both.
+    let (mut raw_rates, mut ours_rates, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..opts.throughput_rounds {
+        let (mut raw_rate, mut ours_rate) = (0.0, 0.0);
+        for raw_turn in [round % 2 == 0, round % 2 == 1] {
+            if raw_turn {
+                raw_rate = raw_throughput(opts.throughput_msgs, &publisher, &raw_arrivals).await;
+            } else {
+                ours_rate = ours_throughput(opts.throughput_msgs, &topics, &ours_arrivals).await;
+            }
         }
+        raw_rates.push(raw_rate);
+        ours_rates.push(ours_rate);
+        ratios.push(ours_rate / raw_rate);
     }
-    ours_arrivals.wait("ours throughput").await;
-    let ours_rate =
-        opts.throughput_msgs as f64 / (ours_arrivals.last().unwrap_or(start) - start).as_secs_f64();
     let stats = a.cluster.stats();
     assert_eq!(
         stats.outbox_refused, 0,
         "the outbox refused publishes: {stats:?}"
     );
+    ratios.sort_by(|a, b| a.total_cmp(b));
+    let throughput = Throughput {
+        raw: median(raw_rates),
+        ours: median(ours_rates),
+        ratio: median(ratios.clone()),
+        ratio_min: ratios[0],
+        ratio_max: ratios[ratios.len() - 1],
+    };
+    if opts.only_throughput {
+        println!(
+            "throughput only, {} rounds of {} messages: raw {:.0} msg/s, ours {:.0} msg/s, ratio {:.2}x (median; {:.2}x to {:.2}x)",
+            opts.throughput_rounds,
+            opts.throughput_msgs,
+            throughput.raw,
+            throughput.ours,
+            throughput.ratio,
+            throughput.ratio_min,
+            throughput.ratio_max
+        );
+        return None;
+    }
     receiver.close().await;
 
     let c = node(redis_url, "c").await;
@@ -501,7 +577,7 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
         node.cluster.shutdown().await;
     }
 
-    Figures {
+    Some(Figures {
         churn_plain,
         churn_presence,
         join_p50: percentile(&mut joins, 0.5),
@@ -510,12 +586,11 @@ async fn run(opts: &Opts, redis_url: &str) -> Figures {
         raw_p99: percentile(&mut raw_lat, 0.99),
         ours_p50: percentile(&mut ours_lat, 0.5),
         ours_p99: percentile(&mut ours_lat, 0.99),
-        raw_rate,
-        ours_rate,
+        throughput,
         single_ms: median(single_ms),
         cluster_ms: median(cluster_ms),
         history,
-    }
+    })
 }
 
 /// Subscribe + unsubscribe pairs per second by clients of node `a` on one topic, plain
@@ -611,14 +686,20 @@ fn verdict(ok: bool) -> &'static str {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let opts = Opts::new(args.iter().any(|a| a == "--quick"));
+    let opts = Opts::new(
+        args.iter().any(|a| a == "--quick"),
+        args.windows(2)
+            .any(|w| w[0] == "--only" && w[1] == "throughput"),
+    );
     let redis = RedisServer::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let f = runtime.block_on(run(&opts, &redis.url()));
+    let Some(f) = runtime.block_on(run(&opts, &redis.url())) else {
+        return; // `--only throughput`; Redis stops as `redis` drops
+    };
     let shards = runtime.block_on(shards::compare(opts.shard_msgs, opts.shard_rounds));
     drop(runtime);
 
@@ -632,11 +713,11 @@ fn main() {
     println!("| measure | raw / single node | ours (cross-node) | ratio | target | |");
     println!("|---|---|---|---|---|---|");
     println!(
-        "| latency p50 | {:.3} ms | {:.3} ms | +{:.3} ms | <= raw + 0.3 ms | {} |",
+        "| latency p50 | {:.3} ms | {:.3} ms | +{:.3} ms | <= raw + 0.2 ms | {} |",
         f.raw_p50,
         f.ours_p50,
         f.ours_p50 - f.raw_p50,
-        verdict(f.ours_p50 <= f.raw_p50 + 0.3)
+        verdict(f.ours_p50 <= f.raw_p50 + 0.2)
     );
     println!(
         "| latency p99 | {:.3} ms | {:.3} ms | +{:.3} ms | | |",
@@ -644,12 +725,16 @@ fn main() {
         f.ours_p99,
         f.ours_p99 - f.raw_p99
     );
+    let t = &f.throughput;
     println!(
-        "| throughput | {:.0} msg/s | {:.0} msg/s | {:.2}x | >= 0.7x | {} |",
-        f.raw_rate,
-        f.ours_rate,
-        f.ours_rate / f.raw_rate,
-        verdict(f.ours_rate >= 0.7 * f.raw_rate)
+        "| throughput (median of {} alternated rounds) | {:.0} msg/s | {:.0} msg/s | {:.2}x ({:.2}x to {:.2}x) | >= 0.8x | {} |",
+        opts.throughput_rounds,
+        t.raw,
+        t.ours,
+        t.ratio,
+        t.ratio_min,
+        t.ratio_max,
+        verdict(t.ratio >= 0.8)
     );
     println!(
         "| broadcast, last client has it | 1 x {n}: {:.2} ms | 3 x {n}: {:.2} ms | +{:.2} ms | <= single + 2 ms | {} |",

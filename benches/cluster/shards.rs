@@ -141,7 +141,10 @@ impl Side {
         let options = || RedisOptions::default().event_capacity(128 * 1024);
         let mut nodes = Vec::new();
         for name in ["a", "b"] {
-            let server = Server::bind("127.0.0.1:0").await.expect("bind");
+            let server = Server::bind("127.0.0.1:0")
+                .await
+                .expect("bind")
+                .peer_config(super::bench_peers());
             let url = format!("ws://{}", server.local_addr().expect("addr"));
             let builder = match &redis {
                 Redis::One(r) => {
