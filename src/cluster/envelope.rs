@@ -4,11 +4,24 @@
 //! origin serialized it (compact JSON has no raw newline), so a receiving node hands
 //! the same bytes to every local peer: serialized once for the whole cluster. The
 //! receiver parses only the header.
+//!
+//! **Packs.** Envelopes waiting in the outbox for the same channel go out as one bus
+//! message, a *pack*: the byte `*`, then each envelope as its length (4 bytes,
+//! big-endian) and its bytes ([`pack`], [`unpack`]). One `PUBLISH` then carries up to
+//! [`PACK_BYTES`] of them, so Redis, both nodes' Redis clients and the receiving node's
+//! event stream handle one message where a burst had hundreds (which envelopes pack
+//! together, and what may pass what: `outbox::packed`). An envelope alone goes as it
+//! is, so a message at a low rate costs what it did. Every envelope keeps its own
+//! header and sequence number: duplicates, gaps and each channel's order are decided
+//! per envelope, as without packs. A node that predates packs ignores them (to it they
+//! are not envelopes): every node of a cluster runs the same version.
 
 use std::borrow::Cow;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
+
+mod header;
 
 use super::keys::{self, TopicKeys};
 use super::slot;
@@ -135,10 +148,8 @@ pub(crate) struct Closed {
 
 /// Writes an envelope: the header, `\n`, the body.
 pub(crate) fn write(header: &Header<'_>, body: &[u8]) -> Bytes {
-    let mut buf = BytesMut::with_capacity(96 + body.len()).writer();
-    // A header of plain integers and strings always serializes.
-    let _ = serde_json::to_writer(&mut buf, header);
-    let mut buf = buf.into_inner();
+    let mut buf = BytesMut::with_capacity(96 + body.len());
+    header::write(&mut buf, header);
     buf.put_u8(b'\n');
     buf.put_slice(body);
     buf.freeze()
@@ -147,11 +158,76 @@ pub(crate) fn write(header: &Header<'_>, body: &[u8]) -> Bytes {
 /// Splits an envelope into its header and body; `None` when it is not one of ours.
 pub(crate) fn read(payload: &Bytes) -> Option<(Header<'_>, Bytes)> {
     let newline = payload.iter().position(|&b| b == b'\n')?;
-    let header: Header<'_> = serde_json::from_slice(&payload[..newline]).ok()?;
+    let line = &payload[..newline];
+    let header = match header::read(line) {
+        Some(header) => header,
+        None => serde_json::from_slice(line).ok()?,
+    };
     if header.v != 1 {
         return None;
     }
     Some((header, payload.slice(newline + 1..)))
+}
+
+/// The first byte of a pack (an envelope's first byte is `{`).
+const PACK: u8 = b'*';
+
+/// The most bytes of envelopes one pack carries (an envelope larger than this goes
+/// alone).
+pub(crate) const PACK_BYTES: usize = 64 * 1024;
+
+/// Packs `envelopes` (each one whole, as [`write`] made it) into one bus message.
+pub(crate) fn pack<'e>(envelopes: impl IntoIterator<Item = &'e Bytes>) -> Bytes {
+    let envelopes: Vec<&Bytes> = envelopes.into_iter().collect();
+    let len = 1 + envelopes.iter().map(|e| 4 + e.len()).sum::<usize>();
+    let mut buf = BytesMut::with_capacity(len);
+    buf.put_u8(PACK);
+    for envelope in envelopes {
+        // Under PACK_BYTES, or alone: an envelope is never 4 GiB (the outbox's bound).
+        buf.put_u32(u32::try_from(envelope.len()).unwrap_or(u32::MAX));
+        buf.put_slice(envelope);
+    }
+    buf.freeze()
+}
+
+/// The envelopes in one bus message: a pack's, in order, or the message itself. A
+/// pack cut short yields the envelopes before the cut.
+pub(crate) fn unpack(message: Bytes) -> Unpack {
+    if message.first() == Some(&PACK) {
+        Unpack {
+            rest: message.slice(1..),
+            single: None,
+        }
+    } else {
+        Unpack {
+            rest: Bytes::new(),
+            single: Some(message),
+        }
+    }
+}
+
+/// The iterator [`unpack`] returns.
+pub(crate) struct Unpack {
+    rest: Bytes,
+    single: Option<Bytes>,
+}
+
+impl Iterator for Unpack {
+    type Item = Bytes;
+
+    fn next(&mut self) -> Option<Bytes> {
+        if let Some(single) = self.single.take() {
+            return Some(single);
+        }
+        let len = u32::from_be_bytes(self.rest.get(..4)?.try_into().ok()?) as usize;
+        if self.rest.len() < 4 + len {
+            self.rest = Bytes::new();
+            return None;
+        }
+        let envelope = self.rest.slice(4..4 + len);
+        self.rest = self.rest.slice(4 + len..);
+        Some(envelope)
+    }
 }
 
 /// This node as its envelopes name it, and the channels it uses.
@@ -303,6 +379,36 @@ mod tests {
         assert_eq!((header.ep.as_deref(), header.off), (Some("ep1"), Some(42)));
         assert_eq!((&*header.o, &*header.i), ("a", me.incarnation.as_str()));
         assert_eq!(&body[..], b"[1]");
+    }
+
+    #[test]
+    fn a_pack_gives_back_its_envelopes_in_order_and_a_lone_envelope_itself() {
+        let envelopes: Vec<Bytes> = (1..=3)
+            .map(|s| {
+                let mut h = Header::new(Kind::Topic, "a", "x1");
+                h.s = s;
+                write(&h, format!("[{s}]").as_bytes())
+            })
+            .collect();
+        let packed = pack(&envelopes);
+        let back: Vec<Bytes> = unpack(packed.clone()).collect();
+        assert_eq!(back, envelopes);
+        let seqs: Vec<u64> = back.iter().map(|e| read(e).unwrap().0.s).collect();
+        assert_eq!(seqs, [1, 2, 3]);
+        assert_eq!(
+            unpack(envelopes[0].clone()).collect::<Vec<_>>(),
+            [envelopes[0].clone()]
+        );
+        // Cut short: what came whole before the cut, then nothing (no panic).
+        for cut in 0..packed.len() {
+            let whole = unpack(packed.slice(..cut)).count();
+            assert!(whole <= 3, "{whole} envelopes from {cut} bytes");
+            assert!(whole < 3 || cut == packed.len(), "cut at {cut} yet whole");
+        }
+        assert_eq!(
+            unpack(Bytes::from_static(b"*\xff\xff\xff\xffab")).count(),
+            0
+        );
     }
 
     #[test]

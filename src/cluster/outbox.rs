@@ -34,8 +34,13 @@ use super::envelope::{self, Header, Kind};
 use super::status::ClusterState;
 use super::sync::lock;
 
-/// Envelopes sent at most per bus round trip.
+/// Envelopes sent at most per bus round trip (packed, `packed`), and their bytes (an
+/// envelope larger goes alone). Not more: the bus has no flow control, and a node
+/// that sent eight times as many per round trip (tried: 512) outran a receiving
+/// node's subscribers on a burst over 1,000 topics (which hardly packs), closing them
+/// as slow peers.
 const BATCH: usize = 64;
+const BATCH_BYTES: usize = envelope::PACK_BYTES;
 
 /// The handle every room pushes into; the task in [`run`] drains it.
 pub(super) struct Outbox {
@@ -74,6 +79,8 @@ struct Item {
     payload: Bytes,
     /// Calls, replies and heartbeats: never held after an outage.
     urgent: bool,
+    /// A topic message or presence change: it may pass other topics' in a pack.
+    passable: bool,
 }
 
 /// What [`Outbox::stats`] counts: envelopes waiting, their bytes, envelopes refused.
@@ -124,6 +131,7 @@ impl Outbox {
         }
         // Presence rides on topic channels: held with their messages, it keeps their
         // sequence numbers in order.
+        let header_kind = header.k;
         let urgent = !matches!(header.k, Kind::Broadcast | Kind::Topic | Kind::Presence);
         let bound = if urgent {
             self.limit.saturating_mul(2)
@@ -162,6 +170,7 @@ impl Outbox {
             channel: channel.to_owned(),
             payload,
             urgent,
+            passable: matches!(header_kind, Kind::Topic | Kind::Presence),
         });
         drop(queue);
         self.wake.notify_one();
@@ -236,7 +245,7 @@ impl Outbox {
     }
 
     /// The next batch (held envelopes left out) and, while a hold lasts, its end.
-    fn next_batch(&self) -> (Vec<(u64, String, Bytes)>, Option<Instant>) {
+    fn next_batch(&self) -> (Vec<Sending>, Option<Instant>) {
         let mut queue = lock(&self.queue);
         if queue
             .hold
@@ -246,12 +255,23 @@ impl Outbox {
             queue.hold = None;
         }
         let held = queue.hold.as_ref().map(|h| h.until);
+        let mut bytes = 0;
         let batch = queue
             .items
             .iter()
             .filter(|i| held.is_none() || i.urgent)
             .take(BATCH)
-            .map(|i| (i.id, i.channel.clone(), i.payload.clone()))
+            .take_while(|i| {
+                let first = bytes == 0;
+                bytes += i.payload.len();
+                first || bytes <= BATCH_BYTES
+            })
+            .map(|i| Sending {
+                id: i.id,
+                channel: i.channel.clone(),
+                payload: i.payload.clone(),
+                passable: i.passable,
+            })
             .collect();
         (batch, held)
     }
@@ -284,6 +304,80 @@ impl Outbox {
     }
 }
 
+/// One envelope of a batch being sent.
+struct Sending {
+    id: u64,
+    channel: String,
+    payload: Bytes,
+    /// See [`Item::passable`].
+    passable: bool,
+}
+
+/// A batch as bus messages, envelopes of one channel packed together
+/// (`envelope::pack`, up to `PACK_BYTES` a pack); an envelope alone goes as it is.
+///
+/// Only topic messages and presence changes pass one another, across topics (only
+/// each topic's order is promised, and on a Redis Cluster topics live on different
+/// shards anyway): a burst that goes round many topics still packs. Everything else
+/// is a fence that nothing passes either way: a broadcast after a publish goes after
+/// it (broadcasts in a row pack together), and so do calls, replies, notifies and
+/// heartbeats, so a goodbye still goes after what was sent before it.
+fn packed(batch: Vec<Sending>) -> Vec<(String, Bytes)> {
+    let mut messages = Vec::new();
+    // Since the last fence: each channel's envelopes, in the order channels first came.
+    let mut runs: Vec<Run> = Vec::new();
+    let mut by_channel: HashMap<String, usize> = HashMap::new();
+    for item in batch {
+        let joins = match by_channel.get(&item.channel) {
+            // A fence joins only the run it would follow anyway, the last one.
+            Some(&at) if item.passable || at + 1 == runs.len() => {
+                runs[at].bytes + item.payload.len() <= envelope::PACK_BYTES
+            }
+            _ => false,
+        };
+        if joins {
+            let run = &mut runs[by_channel[&item.channel]];
+            run.bytes += item.payload.len();
+            run.envelopes.push(item.payload);
+            continue;
+        }
+        if !item.passable {
+            flush(&mut runs, &mut by_channel, &mut messages);
+        }
+        // A channel's first run since the fence, or its next once one is full.
+        by_channel.insert(item.channel.clone(), runs.len());
+        runs.push(Run {
+            channel: item.channel,
+            bytes: item.payload.len(),
+            envelopes: vec![item.payload],
+        });
+    }
+    flush(&mut runs, &mut by_channel, &mut messages);
+    messages
+}
+
+/// One channel's envelopes to go as one message.
+struct Run {
+    channel: String,
+    envelopes: Vec<Bytes>,
+    bytes: usize,
+}
+
+fn flush(
+    runs: &mut Vec<Run>,
+    by_channel: &mut HashMap<String, usize>,
+    out: &mut Vec<(String, Bytes)>,
+) {
+    by_channel.clear();
+    for mut run in runs.drain(..) {
+        let message = match run.envelopes.len() {
+            1 => run.envelopes.swap_remove(0),
+            _ => envelope::pack(&run.envelopes),
+        };
+        out.push((run.channel, message));
+    }
+}
+
 /// The outbox's task: sends what it holds, in order, while the node runs.
 pub(super) async fn run(
     outbox: Arc<Outbox>,
@@ -294,7 +388,7 @@ pub(super) async fn run(
     let mut retry = Duration::from_millis(20);
     loop {
         let (batch, held) = outbox.next_batch();
-        let Some(&(last, _, _)) = batch.last() else {
+        let Some(last) = batch.last().map(|s| s.id) else {
             let until = held.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
@@ -303,7 +397,7 @@ pub(super) async fn run(
             }
         };
         let ids: HashSet<u64> = match held {
-            Some(_) => batch.iter().map(|(id, _, _)| *id).collect(),
+            Some(_) => batch.iter().map(|s| s.id).collect(),
             None => HashSet::new(),
         };
         if *state.borrow() != ClusterState::Up {
@@ -312,8 +406,7 @@ pub(super) async fn run(
                 _ = state.wait_for(|s| *s != ClusterState::Down) => continue,
             }
         }
-        let messages = batch.into_iter().map(|(_, c, p)| (c, p)).collect();
-        match bus.publish_many(messages).await {
+        match bus.publish_many(packed(batch)).await {
             Ok(()) => {
                 retry = Duration::from_millis(20);
                 outbox.sent(last, &ids);
@@ -328,5 +421,85 @@ pub(super) async fn run(
                 retry = (retry * 2).min(Duration::from_secs(1));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sending(id: u64, channel: &str, passable: bool) -> Sending {
+        Sending {
+            id,
+            channel: channel.to_owned(),
+            payload: Bytes::from(format!("{{\"envelope\":{id}}}")),
+            passable,
+        }
+    }
+
+    /// What each message carries: its channel and its envelopes' ids.
+    fn shape(messages: Vec<(String, Bytes)>) -> Vec<(String, Vec<u64>)> {
+        messages
+            .into_iter()
+            .map(|(channel, message)| {
+                let ids = envelope::unpack(message)
+                    .map(|e| {
+                        let v: serde_json::Value = serde_json::from_slice(&e).unwrap();
+                        v["envelope"].as_u64().unwrap()
+                    })
+                    .collect();
+                (channel, ids)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn channels_pack_apart_and_nothing_passes_a_fence() {
+        let batch = vec![
+            sending(1, "t:a", true),
+            sending(2, "t:b", true),
+            sending(3, "t:a", true),
+            sending(4, "ctl", false),
+            sending(5, "t:b", true),
+            sending(6, "t:a", true),
+            sending(7, "t:b", true),
+            sending(8, "all", false),
+            sending(9, "all", false),
+            sending(10, "t:a", true),
+            sending(11, "all", false),
+            sending(12, "t:a", true),
+        ];
+        let got = shape(packed(batch));
+        let want: Vec<(String, Vec<u64>)> = vec![
+            ("t:a".into(), vec![1, 3]),
+            ("t:b".into(), vec![2]),
+            ("ctl".into(), vec![4]),
+            ("t:b".into(), vec![5, 7]),
+            ("t:a".into(), vec![6]),
+            // Broadcasts in a row pack; a topic message after one stays after it, and
+            // the next broadcast after that.
+            ("all".into(), vec![8, 9]),
+            ("t:a".into(), vec![10]),
+            ("all".into(), vec![11]),
+            ("t:a".into(), vec![12]),
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_full_pack_is_followed_by_the_next_in_order() {
+        let big = envelope::PACK_BYTES / 3;
+        let batch: Vec<Sending> = (0..7)
+            .map(|id| Sending {
+                payload: Bytes::from(format!(
+                    "{{\"envelope\":{id},\"x\":\"{}\"}}",
+                    "x".repeat(big)
+                )),
+                ..sending(id, "t:a", true)
+            })
+            .collect();
+        let got = shape(packed(batch));
+        let ids: Vec<Vec<u64>> = got.into_iter().map(|(_, ids)| ids).collect();
+        assert_eq!(ids, [vec![0, 1], vec![2, 3], vec![4, 5], vec![6]]);
     }
 }

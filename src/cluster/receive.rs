@@ -75,7 +75,15 @@ impl Receive {
             };
             match event {
                 Some(BusEvent::Message { channel, payload }) => {
-                    self.on_message(&channel, payload).await;
+                    for envelope in envelope::unpack(payload) {
+                        self.on_message(&channel, envelope).await;
+                        // One unit of the task's budget per envelope, as when each came
+                        // alone: the runtime lets the peers' tasks drain their queues
+                        // every so many, whether they came packed or not (a pack of
+                        // hundreds delivered without a pause would overflow a
+                        // subscriber's outgoing queue).
+                        tokio::task::consume_budget().await;
+                    }
                 }
                 Some(BusEvent::Down) => self.on_down(),
                 Some(BusEvent::Up) => self.on_up().await,
