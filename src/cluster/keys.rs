@@ -58,7 +58,21 @@ pub(crate) fn untagged(name: &str) -> Option<&str> {
 
 /// `<prefix>:<kind>:` + [`tagged`]`(topic)`.
 pub(crate) fn key(prefix: &str, kind: char, topic: &str) -> String {
-    format!("{prefix}:{kind}:{}", tagged(topic))
+    // Written out rather than `format!`ed: a topic's channel is named on every publish.
+    let mut key = String::with_capacity(prefix.len() + topic.len() + 5);
+    key.push_str(prefix);
+    key.push(':');
+    key.push(kind);
+    key.push(':');
+    if has_hash_tag(topic) {
+        key.push(':');
+        key.push_str(topic);
+    } else {
+        key.push('{');
+        key.push_str(topic);
+        key.push('}');
+    }
+    key
 }
 
 /// The topic of a topic channel name (`<prefix>:t:...`), if it is one.

@@ -85,10 +85,11 @@ impl Relay for ClusterRelay {
                 return Ok(());
             };
             let channel = self.me.channels.topic(topic);
-            let deadline = tokio::time::Instant::now() + self.timeout;
+            // Set once the outbox was full: the end of the wait for room, and its
+            // "sent" ticks, taken before trying again so a batch sent in between
+            // still wakes us.
+            let mut waiting: Option<(tokio::time::Instant, watch::Receiver<()>)> = None;
             loop {
-                // Taken before trying, so a batch sent in between still wakes us.
-                let mut sent = outbox.sent_ticks();
                 let header = self.me.header(Kind::Topic);
                 let why = match outbox.push(&channel, header, frame.as_bytes(), true) {
                     Ok(()) => return Ok(()),
@@ -96,8 +97,13 @@ impl Relay for ClusterRelay {
                 };
                 // Full while the bus is up: it drains, so wait for room (bounded).
                 if why == Refused::Full && outbox.bus_up() {
-                    let room = outbox.room(&mut sent);
-                    if tokio::time::timeout_at(deadline, room).await.is_ok() {
+                    let Some((deadline, sent)) = &mut waiting else {
+                        let deadline = tokio::time::Instant::now() + self.timeout;
+                        waiting = Some((deadline, outbox.sent_ticks()));
+                        continue;
+                    };
+                    let room = outbox.room(sent);
+                    if tokio::time::timeout_at(*deadline, room).await.is_ok() {
                         continue;
                     }
                 }

@@ -373,7 +373,7 @@ impl Topics {
             .inner
             .topics
             .get(topic)
-            .map(|subscribers| subscribers.iter().map(|e| e.value().clone()).collect())
+            .map(|subscribers| subscribers.peers())
             .unwrap_or_default();
         for peer in peers {
             log.subscribe_live(&peer);
