@@ -251,6 +251,18 @@ impl Cluster {
         self.node.stats()
     }
 
+    /// Resolves once this node's outbox is empty, everything it took on the bus, or
+    /// after `limit`; whether it emptied.
+    ///
+    /// One node's publishes on different topics may pass one another (a burst goes out
+    /// packed, each topic's messages in one bus message; only each topic's order is
+    /// kept): a publisher that needs its message on one topic out before it publishes
+    /// on another awaits this in between. Broadcasts, calls and notifies need no such
+    /// wait: they pass nothing the node sent before them.
+    pub async fn flushed(&self, limit: std::time::Duration) -> bool {
+        self.node.outbox.drained(limit).await
+    }
+
     /// Sends what the outbox holds (for at most 2 s), says goodbye so the other nodes
     /// drop this one at once, and stops. Local delivery goes on without the cluster.
     pub async fn shutdown(&self) {

@@ -132,7 +132,7 @@ impl Outbox {
         }
         // Presence rides on topic channels: held with their messages, it keeps their
         // sequence numbers in order.
-        let header_kind = header.k;
+        let passable = matches!(header.k, Kind::Topic | Kind::Presence);
         let urgent = !matches!(header.k, Kind::Broadcast | Kind::Topic | Kind::Presence);
         let bound = if urgent {
             self.limit.saturating_mul(2)
@@ -171,7 +171,7 @@ impl Outbox {
             channel: channel.to_owned(),
             payload,
             urgent,
-            passable: matches!(header_kind, Kind::Topic | Kind::Presence),
+            passable,
         });
         drop(queue);
         self.wake.notify_one();
@@ -238,11 +238,12 @@ impl Outbox {
         }
     }
 
-    /// Waits until the outbox is empty, for at most `limit`.
-    pub async fn drained(&self, limit: Duration) {
+    /// Waits until the outbox is empty, for at most `limit`; whether it is.
+    pub async fn drained(&self, limit: Duration) -> bool {
         let mut sent = self.sent.subscribe();
         let empty = sent.wait_for(|_| lock(&self.queue).items.is_empty());
-        let _ = tokio::time::timeout(limit, empty).await;
+        let emptied = matches!(tokio::time::timeout(limit, empty).await, Ok(Ok(_)));
+        emptied
     }
 
     /// The next batch (held envelopes left out) and, while a hold lasts, its end.
