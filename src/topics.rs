@@ -19,9 +19,9 @@ mod store;
 pub use methods::TopicMethods;
 pub use presence::{PresenceEvents, PresenceJoin, PresenceLeave};
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
@@ -69,19 +69,15 @@ pub struct Topics {
 /// while it queues the frame for each (a `push` never waits); a subscribe or leave
 /// takes the write lock.
 #[derive(Default)]
-struct Subscribers(std::sync::RwLock<std::collections::HashMap<u64, Peer>>);
+struct Subscribers(RwLock<HashMap<u64, Peer>>);
 
 impl Subscribers {
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, std::collections::HashMap<u64, Peer>> {
-        self.0
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<u64, Peer>> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, std::collections::HashMap<u64, Peer>> {
-        self.0
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn write(&self) -> RwLockWriteGuard<'_, HashMap<u64, Peer>> {
+        self.0.write().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn insert(&self, id: u64, peer: Peer) {

@@ -181,20 +181,8 @@ pub(crate) fn finish_request(mut head: String, id: Option<u64>, progress: bool) 
 }
 
 /// Appends `n` in decimal, without `fmt` (see `write_request`).
-fn push_u64(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    if let Ok(text) = std::str::from_utf8(&digits[at..]) {
-        out.push_str(text);
-    }
+fn push_u64(out: &mut String, n: u64) {
+    out.push_str(itoa::Buffer::new().format(n));
 }
 
 /// The raw `params` and `id` of a frame [`request`] wrote (`has_id` says whether it

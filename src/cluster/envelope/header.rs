@@ -120,18 +120,8 @@ pub(super) fn write(buf: &mut BytesMut, header: &Header<'_>) {
     buf.put_u8(b'}');
 }
 
-fn put_u64(buf: &mut BytesMut, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    buf.put_slice(&digits[at..]);
+fn put_u64(buf: &mut BytesMut, n: u64) {
+    buf.put_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// A byte serde_json writes as an escape: `"`, `\` and the controls.
