@@ -6,7 +6,11 @@
 //! channel: a bounded `mpsc` allocates about 1.5 KB per connection up front (its first
 //! block of 32 slots and a cache-padded header), which was a quarter of what an idle
 //! connection cost. The deque allocates on its first frame and gives its room back
-//! after a burst. One lock per frame each way, and the connection's task is woken only
+//! after a burst: at the connection's next keepalive tick that finds it empty, or (a
+//! connection without keepalive) whenever it runs empty. Not at every emptying: a
+//! handler that floods a connection fills the queue and the writer empties it over
+//! and over, and growing the deque again from nothing each time cost about 200
+//! instructions a frame (callgrind, the rpc bench's (d)). One lock per frame each way, and the connection's task is woken only
 //! when the queue goes from empty to not empty (it drains it until empty or the sink
 //! is full, and the sink wakes it for the rest).
 //!
@@ -80,6 +84,9 @@ pub(crate) struct OutQueue {
     room: Notify,
     max_frames: usize,
     max_bytes: usize,
+    /// Whether the room goes back as soon as the queue runs empty (no keepalive tick
+    /// calls [`give_back_room`](Self::give_back_room)).
+    trim_when_empty: bool,
 }
 
 #[derive(Default)]
@@ -102,13 +109,26 @@ impl State {
 }
 
 impl OutQueue {
-    pub(crate) fn new(max_frames: usize, max_bytes: usize) -> Self {
+    /// A queue of at most `max_frames` frames and `max_bytes` bytes. With
+    /// `trim_when_empty`, it gives its room back whenever it runs empty; without, only
+    /// when [`give_back_room`](Self::give_back_room) finds it empty.
+    pub(crate) fn new(max_frames: usize, max_bytes: usize, trim_when_empty: bool) -> Self {
         OutQueue {
             state: Mutex::default(),
             reader: AtomicWaker::new(),
             room: Notify::new(),
             max_frames: max_frames.max(1),
             max_bytes: max_bytes.max(1),
+            trim_when_empty,
+        }
+    }
+
+    /// Gives the room of a past burst back if the queue is empty now (the connection's
+    /// keepalive tick).
+    pub(crate) fn give_back_room(&self) {
+        let mut state = self.state();
+        if state.frames.is_empty() && state.frames.capacity() > KEEP_CAPACITY {
+            state.frames = VecDeque::new();
         }
     }
 
@@ -181,7 +201,10 @@ impl OutQueue {
         let frame = state.frames.pop_front()?;
         state.bytes -= frame.len();
         crate::metrics::queue_bytes(-(frame.len() as i64));
-        if state.frames.is_empty() && state.frames.capacity() > KEEP_CAPACITY {
+        if self.trim_when_empty
+            && state.frames.is_empty()
+            && state.frames.capacity() > KEEP_CAPACITY
+        {
             state.frames = VecDeque::new();
         }
         // Waiters for room, and for the queue to be half empty (`wait_half_empty`):
@@ -251,5 +274,49 @@ impl Drop for OutQueue {
         if bytes > 0 {
             crate::metrics::queue_bytes(-(bytes as i64));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame() -> Outgoing {
+        Outgoing::Frame("{}".into())
+    }
+
+    /// Fills the queue past [`KEEP_CAPACITY`] and empties it.
+    fn burst(queue: &OutQueue) {
+        for _ in 0..KEEP_CAPACITY * 4 {
+            assert!(queue.try_send(frame()).is_ok());
+        }
+        while queue.try_next().is_some() {}
+    }
+
+    fn capacity(queue: &OutQueue) -> usize {
+        queue.state().frames.capacity()
+    }
+
+    #[test]
+    fn with_keepalive_a_burst_keeps_its_room_until_the_tick_finds_the_queue_empty() {
+        let queue = OutQueue::new(1024, 1 << 20, false);
+        burst(&queue);
+        let room = capacity(&queue);
+        assert!(room >= KEEP_CAPACITY * 4, "kept between fills");
+        burst(&queue);
+        assert_eq!(capacity(&queue), room, "the next fill grows nothing");
+        queue.try_send(frame()).ok().unwrap();
+        queue.give_back_room();
+        assert_eq!(capacity(&queue), room, "not while a frame waits");
+        queue.try_next().unwrap();
+        queue.give_back_room();
+        assert_eq!(capacity(&queue), 0);
+    }
+
+    #[test]
+    fn without_keepalive_the_room_goes_back_whenever_the_queue_runs_empty() {
+        let queue = OutQueue::new(1024, 1 << 20, true);
+        burst(&queue);
+        assert_eq!(capacity(&queue), 0);
     }
 }

@@ -61,7 +61,10 @@ impl<'a> Request<'a> {
     }
 
     fn write(method: &'a str, params: &impl Serialize, notification: bool) -> Result<Self> {
-        let (head, params) = message::request_head(method, params, TAIL)?;
+        // A notification's frame ends with `}` alone: made to its exact length, its
+        // `Bytes` on the wire needs no shrinking and no header of its own.
+        let tail = if notification { 1 } else { TAIL };
+        let (head, params) = message::request_head(method, params, tail)?;
         Ok(Request {
             method,
             head,
@@ -90,5 +93,29 @@ impl<'a> Request<'a> {
     /// was made with room for it.
     pub(crate) fn into_frame(self, id: Option<u64>, progress: bool) -> String {
         message::finish_request(self.head, id, progress)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_finished_in_place_and_a_notification_s_is_exactly_its_length() {
+        let note = Request::notification("tick", [7])
+            .unwrap()
+            .into_frame(None, false);
+        assert_eq!(note, r#"{"jsonrpc":"2.0","method":"tick","params":[7]}"#);
+        // Its `Bytes` on the wire then takes the buffer as it is, with no header.
+        assert_eq!(note.len(), note.capacity());
+        let call = Request::call("add", [1, 2]).unwrap();
+        let text = call.into_frame(Some(u64::MAX), true);
+        assert_eq!(
+            text,
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"add","params":[1,2],"id":{0},"progressToken":{0}}}"#,
+                u64::MAX
+            )
+        );
     }
 }

@@ -110,7 +110,11 @@ fn first_peer_id() -> u64 {
 impl Shared {
     pub(crate) fn new(config: &PeerConfig, info: ConnectionInfo) -> Self {
         Shared {
-            out: OutQueue::new(config.outgoing_queue, config.outgoing_queue_bytes),
+            out: OutQueue::new(
+                config.outgoing_queue,
+                config.outgoing_queue_bytes,
+                config.ping_interval.is_none(),
+            ),
             pending: Pending::new(),
             running: Running::default(),
             progress: Sinks::default(),
