@@ -3,6 +3,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -205,8 +206,16 @@ impl Server {
         // at most as long as `max_connections` has room (each waiting connection holds
         // a file descriptor); past that the listen queue holds the next ones.
         let mut waiting: VecDeque<(TcpStream, SocketAddr, Instant)> = VecDeque::new();
+        // The line's wait for a place, kept across passes while the line is not empty:
+        // made anew on every pass, it set a timer and joined the `Notify` for every
+        // connection accepted during a herd, the accept loop's busiest time.
+        let mut turn: Option<Pin<Box<dyn Future<Output = Ticket> + Send>>> = None;
         loop {
             let may_accept = waiting.is_empty() || waiting.len() < gate.slots.room();
+            if turn.is_none() && !waiting.is_empty() {
+                let handshakes = gate.handshakes.clone();
+                turn = Some(Box::pin(async move { handshakes.enter().await }));
+            }
             let event = tokio::select! {
                 biased;
                 _ = shutdown.wait_for(Option::is_some) => break,
@@ -215,7 +224,13 @@ impl Server {
                 accepted = self.listener.accept(), if may_accept => Event::Accepted(accepted),
                 // Taken here, not in the task: the bound holds however far the tasks
                 // lag behind the accept loop.
-                ticket = gate.handshakes.enter(), if !waiting.is_empty() => Event::Turn(ticket),
+                ticket = std::future::poll_fn(|cx| match turn.as_mut() {
+                    Some(turn) => turn.as_mut().poll(cx),
+                    None => std::task::Poll::Pending,
+                }), if turn.is_some() => {
+                    turn = None;
+                    Event::Turn(ticket)
+                }
             };
             match event {
                 Event::Turn(ticket) => {
