@@ -5,7 +5,7 @@
 //!
 //! | command | answer |
 //! |---|---|
-//! | `connect MS [INFLIGHT]` | `connected CONN CALLED SUBSCRIBED T_CONN T_CALL T_SUB RETRIES ERRORS` |
+//! | `connect MS [INFLIGHT]` | `connected CONN CALLED SUBSCRIBED T_CONN T_CALL T_SUB RETRIES ERRORS RECOVERED REPLAYED` |
 //! | `subscribe TOPIC MS` | `subscribed N T_LAST ERRORS` |
 //! | `await SEQ MS` | `got SEQ N T_LAST GAPS` |
 //! | `dropped MS` | `dropped N` |
@@ -15,7 +15,11 @@
 //! (`--call METHOD`, params `[]`) and, once a topic was given, subscribes (`subscribe
 //! [TOPIC]`) again. It answers when every client has done all that, or at its
 //! deadline, with how many did each step and when the last did (nanoseconds since the
-//! Unix epoch). A refused or failed attempt is retried after 10 to 50 ms (counted in
+//! Unix epoch). On a topic with history (its first `subscribe` answered a position,
+//! `{"epoch":E,"offset":K}`), a client resubscribes from that first position every
+//! time (`subscribe [TOPIC, {"epoch":E,"offset":K}]`), so whatever was published since
+//! is replayed to it before its answer: RECOVERED counts the answers with
+//! `"recovered":true`, REPLAYED the notifications with an offset, in this round. A refused or failed attempt is retried after 10 to 50 ms (counted in
 //! RETRIES), 50 times at most (then counted in ERRORS, as error answers are).
 //! `await` waits until every client has a notification whose params are `[SEQ]` (a
 //! broadcast or a topic message), and says how many `$/gap` notifications came since
@@ -111,6 +115,10 @@ struct State {
     subscribe_errors: u64,
     /// `$/gap` notifications since the last `await`.
     gaps: u64,
+    /// Resuming `subscribe` answers with `"recovered":true` in this round.
+    recovered: u64,
+    /// Notifications of a topic with history (params `{"offset":N,...}`) in this round.
+    replayed: u64,
     /// Per sequence number: how many clients have it, and when the last got it.
     arrivals: std::collections::HashMap<u64, Step>,
 }
@@ -226,6 +234,8 @@ async fn connect(fleet: &Fleet, deadline: Instant) -> String {
         state.dropped = 0;
         state.retries = 0;
         state.errors = 0;
+        state.recovered = 0;
+        state.replayed = 0;
     }
     fleet.round.send_modify(|r| *r += 1);
     let n = fleet.args.count;
@@ -237,7 +247,7 @@ async fn connect(fleet: &Fleet, deadline: Instant) -> String {
     .await;
     let s = fleet.state();
     format!(
-        "connected {} {} {} {} {} {} {} {}",
+        "connected {} {} {} {} {} {} {} {} {} {}",
         s.connected.count,
         s.called.count,
         s.subscribed.count,
@@ -245,7 +255,9 @@ async fn connect(fleet: &Fleet, deadline: Instant) -> String {
         s.called.last,
         s.subscribed.last,
         s.retries,
-        s.errors
+        s.errors,
+        s.recovered,
+        s.replayed
     )
 }
 
@@ -264,6 +276,8 @@ async fn client(i: usize, fleet: Arc<Fleet>) {
     let mut topics = fleet.topic.subscribe();
     let source = fleet.args.sources[i % fleet.args.sources.len()];
     let mut done_round = 0;
+    // The position the first `subscribe` answered, on a topic with history.
+    let mut position = None;
     loop {
         // Waits for a round this client has not dialed in.
         while *rounds.borrow_and_update() <= done_round {
@@ -278,7 +292,7 @@ async fn client(i: usize, fleet: Arc<Fleet>) {
         fleet.state().connected.hit();
         // A topic given before this connection is subscribed to after the call.
         topics.mark_changed();
-        session(ws, &fleet, &mut topics).await;
+        session(ws, &fleet, &mut topics, &mut position).await;
         fleet.state().dropped += 1;
     }
 }
@@ -332,15 +346,22 @@ struct Incoming<'a> {
     #[serde(default, borrow)]
     params: Option<&'a RawValue>,
     #[serde(default, borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(default, borrow)]
     error: Option<&'a RawValue>,
 }
 
 const CALL_ID: u64 = 1;
 const SUBSCRIBE_ID: u64 = 2;
 
-/// Makes the call, subscribes once a topic is given, counts notifications; returns
-/// when the connection ends.
-async fn session(mut ws: Ws, fleet: &Fleet, topics: &mut watch::Receiver<Option<String>>) {
+/// Makes the call, subscribes once a topic is given (from `position`, once a topic
+/// with history gave one), counts notifications; returns when the connection ends.
+async fn session(
+    mut ws: Ws,
+    fleet: &Fleet,
+    topics: &mut watch::Receiver<Option<String>>,
+    position: &mut Option<String>,
+) {
     let call = format!(
         r#"{{"jsonrpc":"2.0","method":"{}","params":[],"id":{CALL_ID}}}"#,
         fleet.args.call
@@ -359,8 +380,9 @@ async fn session(mut ws: Ws, fleet: &Fleet, topics: &mut watch::Receiver<Option<
                 let topic = topics.borrow_and_update().clone();
                 if let Some(topic) = topic {
                     subscribing = true;
+                    let from = position.as_deref().map(|p| format!(",{p}")).unwrap_or_default();
                     let subscribe = format!(
-                        r#"{{"jsonrpc":"2.0","method":"subscribe","params":["{topic}"],"id":{SUBSCRIBE_ID}}}"#
+                        r#"{{"jsonrpc":"2.0","method":"subscribe","params":["{topic}"{from}],"id":{SUBSCRIBE_ID}}}"#
                     );
                     if ws.send(Message::text(subscribe)).await.is_err() {
                         return;
@@ -398,9 +420,21 @@ async fn session(mut ws: Ws, fleet: &Fleet, topics: &mut watch::Receiver<Option<
                 called = true;
                 fleet.state().called.hit();
             }
-            (Some(SUBSCRIBE_ID), _, None) => fleet.state().subscribed.hit(),
+            (Some(SUBSCRIBE_ID), _, None) => {
+                let result = incoming.result.map_or("", |r| r.get());
+                if position.is_none() && result.starts_with(r#"{"epoch":"#) {
+                    *position = Some(result.to_owned());
+                }
+                let mut state = fleet.state();
+                if result.contains(r#""recovered":true"#) {
+                    state.recovered += 1;
+                }
+                state.subscribed.hit();
+            }
             (None, Some(params), _) => {
-                if let Ok([seq]) = serde_json::from_str::<[u64; 1]>(params.get()) {
+                if params.get().starts_with(r#"{"offset":"#) {
+                    fleet.state().replayed += 1;
+                } else if let Ok([seq]) = serde_json::from_str::<[u64; 1]>(params.get()) {
                     fleet.state().arrivals.entry(seq).or_default().hit();
                 }
             }

@@ -41,6 +41,10 @@ pub(crate) struct Connected {
     pub(crate) t_subscribed: u128,
     pub(crate) retries: u64,
     pub(crate) errors: u64,
+    /// Resuming subscribes answered `"recovered":true` (a topic with history).
+    pub(crate) recovered: u64,
+    /// Notifications with an offset the clients got (a topic with history).
+    pub(crate) replayed: u64,
 }
 
 /// Client processes, each with its clients on one server URL.
@@ -128,6 +132,8 @@ impl Fleets {
             sum.t_subscribed = sum.t_subscribed.max(w[5]);
             sum.retries += w[6] as u64;
             sum.errors += w[7] as u64;
+            sum.recovered += w[8] as u64;
+            sum.replayed += w[9] as u64;
         }
         sum
     }

@@ -53,9 +53,12 @@
 //! with tokio-tungstenite and answers every call frame `true`: what ours adds (HTTP
 //! parse, Origin and auth checks, the registry, the router, topics) is the difference.
 //! The ratio is the raw server's time over ours (target: an accept and handshake
-//! rate at least 0.9x raw's). `--history` would start our server with topics with history, so that
-//! clients resume where they were: not built yet, the server refuses it and the
-//! storm says so.
+//! rate at least 0.9x raw's). `--history` runs the storm with a topic that keeps its
+//! history: ours is then a cluster node (`examples/cluster_node.rs --history 1000`)
+//! over a Redis of the storm's own, where the history outlives the node, and every
+//! client resumes from the position its first subscribe answered, ten publications
+//! back, so that each of ours' storms replays them to every client before it answers
+//! (how many were recovered and replayed is in the notes).
 //!
 //! Options (after `--`): `--quick`; `--scenario one-node|cluster|storm|all`;
 //! `--one-node-sizes 1000,10000,19000`, `--cluster-sizes 1000,10000,100000`,
@@ -179,12 +182,7 @@ fn main() {
     if let Some(kind) = value("--serve") {
         let listen = value("--listen").unwrap_or_else(|| "127.0.0.1:0".to_owned());
         let backlog = value("--backlog").map(|b| b.parse().expect("--backlog N"));
-        server::run(
-            &kind,
-            &listen,
-            backlog,
-            args.iter().any(|a| a == "--history"),
-        );
+        server::run(&kind, &listen, backlog);
         return;
     }
     raise_nofile_limit();
@@ -194,7 +192,8 @@ fn main() {
     let load_before = load_average();
     let started = Instant::now();
 
-    let node_bin = opts.runs("cluster").then(cluster_node_binary);
+    let node_bin =
+        (opts.runs("cluster") || opts.runs("storm") && opts.history).then(cluster_node_binary);
     let mut sizes = Vec::new();
     let mut storm_rows = Vec::new();
     let mut storm_notes = Vec::new();
@@ -206,11 +205,12 @@ fn main() {
     if opts.runs("one-node") {
         size_notes.extend(scenarios::one_node(&opts, &mut sizes));
     }
-    if let Some(bin) = &node_bin {
+    if let (true, Some(bin)) = (opts.runs("cluster"), &node_bin) {
         size_notes.extend(scenarios::cluster(&opts, bin, &mut sizes));
     }
     if opts.runs("storm") {
-        storm_notes = scenarios::storm(&opts, &mut storm_rows);
+        let history_node = node_bin.as_deref().filter(|_| opts.history);
+        storm_notes = scenarios::storm(&opts, history_node, &mut storm_rows);
     }
 
     let mut out = String::from("# jsonrpc-peer at scale\n\n");

@@ -65,8 +65,7 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
     let mut grown = Vec::new();
     for &n in &opts.one_node_sizes {
         eprintln!("one node: {n} connections");
-        let (server, url) =
-            serve(opts, "ours", "127.0.0.1:0", false).unwrap_or_else(|e| panic!("{e}"));
+        let (server, url) = serve(opts, "ours", "127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
         let pid = server.pid();
         settle();
         let rss0 = rss_kib(pid);
@@ -450,16 +449,61 @@ struct StormRuns {
 }
 
 /// A one-process server (server.rs): ours or raw, on `listen`.
-fn serve(opts: &Opts, kind: &str, listen: &str, history: bool) -> Result<(Proc, String), String> {
+fn serve(opts: &Opts, kind: &str, listen: &str) -> Result<(Proc, String), String> {
     let backlog = opts.backlog.map(|b| b.to_string());
     let mut args = vec!["--serve", kind, "--listen", listen];
     if let Some(backlog) = &backlog {
         args.extend(["--backlog", backlog]);
     }
-    if history {
-        args.push("--history");
-    }
     start_server(&format!("server {kind}"), &mut Proc::own(&args))
+}
+
+/// Publications a storm with history replays to every client of ours.
+const REPLAYED: usize = 10;
+
+/// Where the storm's server with history keeps it: a Redis of its own, and the
+/// cluster node binary that serves over it.
+struct HistoryServer<'a> {
+    node_bin: &'a Path,
+    redis: RedisServer,
+    _registered: Registered,
+    /// Each start is a node of a new name: the killed one's membership lingers in
+    /// Redis until its heartbeats are missed.
+    starts: usize,
+}
+
+impl HistoryServer<'_> {
+    fn start(node_bin: &Path) -> HistoryServer<'_> {
+        let redis = RedisServer::start();
+        let pid = redis.pid().expect("redis runs");
+        let _registered = Registered::new(pid, redis.socket().parent().map(Path::to_path_buf));
+        HistoryServer {
+            node_bin,
+            redis,
+            _registered,
+            starts: 0,
+        }
+    }
+
+    /// `examples/cluster_node.rs --history 1000` on `listen`, over the Redis.
+    fn serve(&mut self, listen: &str) -> Result<(Proc, String), String> {
+        self.starts += 1;
+        let name = format!("s{}", self.starts);
+        let mut command = std::process::Command::new(self.node_bin);
+        command.args([
+            "--listen",
+            listen,
+            "--redis",
+            &self.redis.url(),
+            "--node",
+            &name,
+            "--max-connections",
+            "100000",
+            "--history",
+            "1000",
+        ]);
+        start_server(&format!("node {name} (history)"), &mut command)
+    }
 }
 
 /// `opts.storm_clients` clients connected and subscribed; the server is killed and a
@@ -467,11 +511,22 @@ fn serve(opts: &Opts, kind: &str, listen: &str, history: bool) -> Result<(Proc, 
 /// client reconnects, calls and subscribes again. Twice: paced (`opts.inflight` dials
 /// at once, which times the server's handshake path) and as a herd (every client at
 /// once, as after a real restart). Returns the notes for the table.
-pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
+///
+/// With `node_bin` (`--history`), ours is a cluster node over a Redis of the storm's
+/// own whose topic keeps a history there, which outlives the node: after the first
+/// subscribe [`REPLAYED`] messages are published, and every client resumes from the
+/// position its first subscribe answered, so each of ours' storms replays them to
+/// every client before its answer (the raw baseline answers the resuming subscribe
+/// `true`, as any other call).
+pub(crate) fn storm(opts: &Opts, node_bin: Option<&Path>, rows: &mut Vec<StormRow>) -> Vec<String> {
     let n = opts.storm_clients;
     eprintln!("storm: {n} clients");
-    let (mut server, url) =
-        serve(opts, "ours", "127.0.0.1:0", false).unwrap_or_else(|e| panic!("{e}"));
+    let mut history = node_bin.map(HistoryServer::start);
+    let mut serve_ours = |listen: &str| match &mut history {
+        Some(history) => history.serve(listen),
+        None => serve(opts, "ours", listen),
+    };
+    let (mut server, url) = serve_ours("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
     let listen = url.trim_start_matches("ws://").to_owned();
     let fleet_count = n.div_ceil(ONE_NODE_FLEET).max(2);
     let groups: Vec<(String, usize)> = split(n, fleet_count)
@@ -486,6 +541,12 @@ pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
         subscribed, n,
         "every client subscribed ({errors} error answers)"
     );
+    if node_bin.is_some() {
+        let control = Control::connect(&url);
+        for i in 0..REPLAYED {
+            control.call("publish", serde_json::json!([TOPIC, [i]]));
+        }
+    }
 
     let mut notes = Vec::new();
     let variants = [
@@ -495,24 +556,18 @@ pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
     for (variant, inflight) in variants {
         eprintln!("  {variant}");
         let (mut ours, mut raw) = (StormRuns::default(), StormRuns::default());
+        let (mut recovered, mut replayed) = (Vec::new(), Vec::new());
         // The first storm brings the raw server up, the next ours, and so on.
         for storm in 0..2 * opts.storm_rounds {
             let kind = if storm % 2 == 0 { "raw" } else { "ours" };
             server.kill();
             let dropped = fleets.dropped(Duration::from_secs(60));
             assert_eq!(dropped, n, "every client saw its connection end");
-            let history = opts.history && kind == "ours";
-            server = match serve(opts, kind, &listen, history) {
-                Ok((next, _)) => next,
-                Err(e) if history => {
-                    notes.push(format!(
-                        "--history: the server refused it (topics with history are not built \
-                         yet): {e}"
-                    ));
-                    return notes;
-                }
-                Err(e) => panic!("{e}"),
+            let started = match kind {
+                "ours" => serve_ours(&listen),
+                _ => serve(opts, kind, &listen),
             };
+            server = started.unwrap_or_else(|e| panic!("{e}")).0;
             let cpu0 = cpu_ns(server.pid());
             let overflows0 = listen_overflows();
             let go = unix_nanos();
@@ -520,6 +575,10 @@ pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
             let cpu = cpu_ns(server.pid()).saturating_sub(cpu0) as f64 / 1e3 / n as f64;
             let overflows = listen_overflows().saturating_sub(overflows0);
             let runs = if kind == "ours" { &mut ours } else { &mut raw };
+            if kind == "ours" {
+                recovered.push(c.recovered.to_string());
+                replayed.push(c.replayed.to_string());
+            }
             runs.retries += c.retries;
             runs.overflows += overflows;
             runs.errors += c.errors;
@@ -544,6 +603,15 @@ pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
             );
         }
         storm_rows(rows, &variant, n, &ours, &raw);
+        if node_bin.is_some() {
+            notes.push(format!(
+                "{variant}, with history: resuming subscribes answered `recovered: true`, \
+                 each of ours' storms: {} of {n}; notifications replayed: {} ({} expected)",
+                recovered.join(", "),
+                replayed.join(", "),
+                REPLAYED * n
+            ));
+        }
         notes.push(format!(
             "{variant}: retries (dials refused, dropped or failed, each retried after 10-50 ms): \
              ours {}, raw {}; clients that gave up: ours {}, raw {}",
@@ -557,13 +625,15 @@ pub(crate) fn storm(opts: &Opts, rows: &mut Vec<StormRow>) -> Vec<String> {
             .unwrap_or(jsonrpc_peer::Server::DEFAULT_BACKLOG),
         opts.storm_rounds,
     ));
-    if !opts.history {
-        notes.push(
-            "resume with history: not measured (`--history` passes it to the server, which \
-             refuses until topics with history exist)"
-                .to_owned(),
-        );
-    }
+    notes.push(match node_bin {
+        Some(_) => format!(
+            "with history (`--history`): ours is `examples/cluster_node.rs --history 1000` \
+             over a Redis of its own (the history outlives the node), and every client \
+             resumes from the position of its first subscribe, {REPLAYED} publications \
+             back: each of ours' storms replays them to every client before its answer"
+        ),
+        None => "without history (`--history` runs the storm with it)".to_owned(),
+    });
     notes
 }
 

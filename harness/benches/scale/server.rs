@@ -1,4 +1,4 @@
-//! `--serve ours|raw --listen ADDR [--backlog N] [--history]`: the one-process servers.
+//! `--serve ours|raw --listen ADDR [--backlog N]`: the one-process servers.
 //! Each prints
 //! `listening on ws://HOST:PORT` first (as examples/cluster_node.rs does) and exits
 //! when its stdin closes. Both listen as `Server::bind` does (SO_REUSEADDR, a backlog
@@ -17,9 +17,9 @@
 //!   `PeerConfig::default()`), and every text frame with an `id` answered
 //!   `{"jsonrpc":"2.0","result":true,"id":ID}` (parsed with serde_json). No registry,
 //!   no policy, no topics.
-//! - `--history` asks for topics with history, so that reconnecting clients resume
-//!   where they were: not built yet (issue 26, item 4), so the server says so and exits
-//!   with status 2; the storm scenario passes it on with `--history`.
+//!
+//! The storm with history (`--history`) serves with `examples/cluster_node.rs` instead,
+//! whose history lives in Redis and so outlives a restart (scenarios.rs).
 
 use std::io::Write as _;
 
@@ -32,17 +32,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
-/// Exit status of `--history` until topics with history exist.
-pub(crate) const NO_HISTORY: i32 = 2;
-
-pub(crate) fn run(kind: &str, listen: &str, backlog: Option<u32>, history: bool) {
-    if history {
-        eprintln!(
-            "--history: topics with history (resume after a reconnect) are not built yet \
-             (issue 26, item 4); the storm with history cannot run"
-        );
-        std::process::exit(NO_HISTORY);
-    }
+pub(crate) fn run(kind: &str, listen: &str, backlog: Option<u32>) {
     // The bench closes our stdin to stop us, or dies: either way we go.
     std::thread::spawn(|| {
         for line in std::io::stdin().lines() {
