@@ -26,12 +26,12 @@ pub(crate) mod targets {
 
     /// (a) p50 latency, ours / baseline.
     pub(crate) const A_P50: Target = Target::AtMost(1.05);
-    /// (b) rate, ours / baseline.
-    pub(crate) const B_RATE: Target = Target::AtLeast(0.9);
+    /// (b) rate, ours / baseline (issue 26 raised (b) to (d) from 0.9x and 0.85x).
+    pub(crate) const B_RATE: Target = Target::AtLeast(0.95);
     /// (c) rate, ours / baseline.
-    pub(crate) const C_RATE: Target = Target::AtLeast(0.9);
+    pub(crate) const C_RATE: Target = Target::AtLeast(0.95);
     /// (d) notifications per second, ours / baseline.
-    pub(crate) const D_RATE: Target = Target::AtLeast(0.85);
+    pub(crate) const D_RATE: Target = Target::AtLeast(0.95);
     /// (e) ms until the last of 1,000 connections has the broadcast (larger
     /// audiences are reported only).
     pub(crate) const E_LAST_1000: Target = Target::OursAtMost(50.0);
