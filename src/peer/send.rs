@@ -24,33 +24,43 @@ impl Caller for Peer {
     /// connection's sweep, or by a timer of its own past the connection's timeout or
     /// with a grace), goes into the outgoing queue, and waits for its answer; given
     /// up, it removes its entry and (once queued) tells the other side.
-    async fn send_request(
+    ///
+    /// An `async` block, not an `async fn`: an `async fn` keeps its arguments twice in
+    /// its state (as captured, and as the locals they are moved into), and this is
+    /// every call's future.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn keeps its arguments twice"
+    )]
+    fn send_request(
         &self,
         request: Request<'_>,
         options: CallOptions,
-    ) -> Result<Option<Reply>> {
-        let shared = &*self.shared;
-        let method = request.method();
-        if request.is_notification() {
-            self.send_notification(request).await?;
-            return Ok(None);
+    ) -> impl std::future::Future<Output = Result<Option<Reply>>> + Send {
+        async move {
+            let shared = &*self.shared;
+            let method = request.method();
+            if request.is_notification() {
+                self.send_notification(request).await?;
+                return Ok(None);
+            }
+            let id = shared.next_id();
+            let _sink = options
+                .progress
+                .clone()
+                .map(|tx| shared.progress().register(id, tx));
+            let frame = request.into_frame(Some(id), _sink.is_some());
+            // The call layers (layer.rs) see it, and may answer it instead. Boxed, as
+            // every path that most calls do not take: the future of every call is as
+            // large as its largest path, and it is moved and set up once per call.
+            if shared.layers().is_some() {
+                let send = |frame| self.send_call(frame, id, method, &options);
+                return Box::pin(crate::layer::made_call(self, method, frame, send))
+                    .await
+                    .map(Some);
+            }
+            self.send_call(frame, id, method, &options).await.map(Some)
         }
-        let id = shared.next_id();
-        let _sink = options
-            .progress
-            .clone()
-            .map(|tx| shared.progress().register(id, tx));
-        let frame = request.into_frame(Some(id), _sink.is_some());
-        // The call layers (layer.rs) see it, and may answer it instead. Boxed, as
-        // every path that most calls do not take: the future of every call is as large
-        // as its largest path, and it is moved and set up once per call.
-        if shared.layers().is_some() {
-            let send = |frame| self.send_call(frame, id, method, &options);
-            return Box::pin(crate::layer::made_call(self, method, frame, send))
-                .await
-                .map(Some);
-        }
-        self.send_call(frame, id, method, &options).await.map(Some)
     }
 
     /// A notification goes straight to the queue: its future holds no call's state.
@@ -79,66 +89,73 @@ impl Peer {
     }
 
     /// Registers our call `id`, queues its `frame` and waits for its answer, as
-    /// `options` say.
-    async fn send_call(
-        &self,
-        frame: impl Into<Text>,
+    /// `options` say. An `async` block for the reason `send_request` gives.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn keeps its arguments twice"
+    )]
+    fn send_call<'a>(
+        &'a self,
+        frame: impl Into<Text> + Send + 'a,
         id: u64,
-        method: &str,
-        options: &CallOptions,
-    ) -> Result<Reply> {
-        let shared = &*self.shared;
-        let timeout = options.timeout.unwrap_or_else(|| shared.call_timeout());
-        // A grace needs the entry to outlive the timeout: the call keeps its own timer.
-        let due = match options.cancel_grace {
-            Some(_) => Due::Own,
-            None => shared.due(timeout),
-        };
-        let mut call = Waiting::register(shared, id, due)?;
-        let swept = call.swept();
-        let waiting = async {
-            // With the sweep keeping the deadline, only waiting for room in the queue
-            // needs a timer; it gives up at the same deadline.
-            shared
-                .send_by(frame, swept)
-                .await
-                .ok_or_else(|| Error::timeout(Some(method), timeout))??;
-            call.queued();
-            Ok::<_, Error>(call.answer(shared).await)
-        };
-        // One span per outgoing call: what happens while it waits says which call.
-        let span = tracing::debug_span!("call", method, id, peer = shared.id());
-        let mut cancelled = false;
-        let answer = match swept {
-            // The connection's sweep ends the call at its deadline.
-            Some(_) => waiting.instrument(span).await?,
-            // A timer of its own (a timeout past the connection's, or a grace): boxed,
-            // as the rare path.
-            None => {
-                let first = Box::pin(tokio::time::timeout(timeout, waiting.instrument(span))).await;
-                match (first, options.cancel_grace) {
-                    (Ok(answer), _) => answer?,
-                    (Err(_), Some(grace)) => {
-                        cancelled = true;
-                        Box::pin(call.cancel_and_wait(shared, grace)).await
+        method: &'a str,
+        options: &'a CallOptions,
+    ) -> impl std::future::Future<Output = Result<Reply>> + Send + 'a {
+        async move {
+            let shared = &*self.shared;
+            let timeout = options.timeout.unwrap_or_else(|| shared.call_timeout());
+            // A grace needs the entry to outlive the timeout: the call keeps its own timer.
+            let due = match options.cancel_grace {
+                Some(_) => Due::Own,
+                None => shared.due(timeout),
+            };
+            let mut call = Waiting::register(shared, id, due)?;
+            let swept = call.swept();
+            let waiting = async {
+                // With the sweep keeping the deadline, only waiting for room in the queue
+                // needs a timer; it gives up at the same deadline.
+                shared
+                    .send_by(frame, swept)
+                    .await
+                    .ok_or_else(|| Error::timeout(Some(method), timeout))??;
+                call.queued();
+                Ok::<_, Error>(call.answer(shared).await)
+            };
+            // One span per outgoing call: what happens while it waits says which call.
+            let span = tracing::debug_span!("call", method, id, peer = shared.id());
+            let mut cancelled = false;
+            let answer = match swept {
+                // The connection's sweep ends the call at its deadline.
+                Some(_) => waiting.instrument(span).await?,
+                // A timer of its own (a timeout past the connection's, or a grace): boxed,
+                // as the rare path.
+                None => {
+                    let first =
+                        Box::pin(tokio::time::timeout(timeout, waiting.instrument(span))).await;
+                    match (first, options.cancel_grace) {
+                        (Ok(answer), _) => answer?,
+                        (Err(_), Some(grace)) => {
+                            cancelled = true;
+                            Box::pin(call.cancel_and_wait(shared, grace)).await
+                        }
+                        (Err(_), None) => None,
                     }
-                    (Err(_), None) => None,
                 }
+            };
+            let Some(answer) = answer else {
+                return Err(Error::timeout(Some(method), timeout));
+            };
+            match answer?.into_result(method) {
+                // Stopped by our cancel, not a partial result: it timed out.
+                Err(e)
+                    if cancelled
+                        && e.rpc()
+                            .is_some_and(|e| e.code == ErrorCode::REQUEST_CANCELLED) =>
+                {
+                    Err(Error::timeout(Some(method), timeout))
+                }
+                outcome => outcome,
             }
-        };
-        let Some(answer) = answer else {
-            return Err(Error::timeout(Some(method), timeout));
-        };
-        match answer?.into_result(method) {
-            // Stopped by our cancel, not a partial result: it timed out.
-            Err(e)
-                if cancelled
-                    && e.rpc()
-                        .is_some_and(|e| e.code == ErrorCode::REQUEST_CANCELLED) =>
-            {
-                Err(Error::timeout(Some(method), timeout))
-            }
-            outcome => outcome,
         }
     }
 }
