@@ -41,6 +41,22 @@ async fn next_message(events: &mut mpsc::Receiver<BusEvent>) -> (String, Bytes) 
     }
 }
 
+/// The envelopes of one bus message: a pack's (`*`, then each after its length, four
+/// bytes big-endian), or the message itself.
+fn unpacked(message: &[u8]) -> Vec<Vec<u8>> {
+    let Some(mut rest) = message.strip_prefix(b"*") else {
+        return vec![message.to_vec()];
+    };
+    let mut envelopes = Vec::new();
+    while let Some((len, after)) = rest.split_first_chunk::<4>() {
+        let len = u32::from_be_bytes(*len) as usize;
+        assert!(after.len() >= len, "a pack cut short");
+        envelopes.push(after[..len].to_vec());
+        rest = &after[len..];
+    }
+    envelopes
+}
+
 /// Waits for `want` (Down or Up); messages seen on the way are returned.
 async fn wait_for(events: &mut mpsc::Receiver<BusEvent>, want: BusEvent) -> Vec<(String, Bytes)> {
     let mut seen = Vec::new();
@@ -441,12 +457,25 @@ async fn appends_made_at_once_are_committed_together_each_at_its_own_offset() {
     let mut offsets: Vec<u64> = by_offset.keys().copied().collect();
     offsets.sort_unstable();
     assert_eq!(offsets, (1..=500).collect::<Vec<_>>());
-    for offset in 1..=500u64 {
+    // Published packed (`*`, then each envelope after its 4-byte big-endian length):
+    // fewer messages than appends, every envelope in offset order.
+    let mut envelopes = Vec::new();
+    let mut messages = 0;
+    while envelopes.len() < 500 && messages < 500 {
         let (_, payload) = next_message(&mut b_events).await;
+        messages += 1;
+        envelopes.extend(unpacked(&payload));
+    }
+    assert!(
+        messages < 250,
+        "{messages} bus messages for 500 appends made at once"
+    );
+    assert_eq!(envelopes.len(), 500);
+    for (offset, envelope) in (1..=500u64).zip(&envelopes) {
         let want = format!("\"off\":{offset}}}\n{}", by_offset[&offset]);
         assert!(
-            String::from_utf8_lossy(&payload).ends_with(&want),
-            "{payload:?} for {want}"
+            String::from_utf8_lossy(envelope).ends_with(&want),
+            "{envelope:?} for {want}"
         );
     }
     let calls: u64 = redis

@@ -43,8 +43,10 @@ use crate::history::{HistoryConfig, Position};
 /// `position`), `max_len`, `max_bytes`, `max_age` in ms, then per operation: append:
 /// the new epoch, the message head, the publish command (`PUBLISH`, or `SPUBLISH` on a
 /// sharded Redis Cluster), the channel, then one or more data, recorded in that order at
-/// consecutive offsets (the answer is the epoch and the last one's offset); read: after,
-/// max; position: the new epoch.
+/// consecutive offsets (the answer is the epoch and the last one's offset) and published
+/// as one envelope each, several packed into one bus message as the outbox packs them
+/// (up to `envelope::PACK_BYTES` of envelopes a pack);
+/// read: after, max; position: the new epoch.
 ///
 /// The channel is an argument, not a key, though it shares the keys' slot: it never
 /// exists as a key, and on a Redis Cluster a call naming a key that does not exist is
@@ -137,10 +139,25 @@ if op == 'append' then
   if first_one then redis.call('PERSIST', meta) end
   redis.call('PEXPIRE', stream, max_age)
   local prefix = head .. '"ep":"' .. epoch .. '","off":'
-  for i = 9, #ARGV do
-    local offset = last - n + i - 8
-    redis.call(publish, channel, prefix .. string.format('%d', offset) .. '}\n' .. ARGV[i])
+  if n == 1 then
+    redis.call(publish, channel, prefix .. string.format('%d', last) .. '}\n' .. ARGV[9])
+    return {epoch, last}
   end
+  -- Several go out packed as the outbox packs them (envelope.rs): '*', then each
+  -- envelope after its length (4 bytes, big-endian), at most 65536 bytes of them a
+  -- pack (one larger goes alone in its pack).
+  local parts, size = {'*'}, 0
+  for i = 9, #ARGV do
+    local envelope = prefix .. string.format('%d', last - n + i - 8) .. '}\n' .. ARGV[i]
+    if size > 0 and size + 4 + #envelope > 65536 then
+      redis.call(publish, channel, table.concat(parts))
+      parts, size = {'*'}, 0
+    end
+    parts[#parts + 1] = struct.pack('>I4', #envelope)
+    parts[#parts + 1] = envelope
+    size = size + 4 + #envelope
+  end
+  redis.call(publish, channel, table.concat(parts))
   return {epoch, last}
 end
 
@@ -313,4 +330,15 @@ fn entry(value: &Value) -> Result<HistoryEntry, BackplaneError> {
         age: std::time::Duration::from_millis(age),
         data,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SCRIPT;
+    use crate::cluster::envelope::PACK_BYTES;
+
+    #[test]
+    fn the_script_packs_at_most_what_the_outbox_does() {
+        assert!(SCRIPT.contains(&format!("> {PACK_BYTES} then")));
+    }
 }
