@@ -139,8 +139,11 @@ if op == 'append' then
   if first_one then redis.call('PERSIST', meta) end
   redis.call('PEXPIRE', stream, max_age)
   local prefix = head .. '"ep":"' .. epoch .. '","off":'
+  local function envelope(i)
+    return prefix .. string.format('%d', last - n + i - 8) .. '}\n' .. ARGV[i]
+  end
   if n == 1 then
-    redis.call(publish, channel, prefix .. string.format('%d', last) .. '}\n' .. ARGV[9])
+    redis.call(publish, channel, envelope(9))
     return {epoch, last}
   end
   -- Several go out packed as the outbox packs them (envelope.rs): '*', then each
@@ -148,14 +151,14 @@ if op == 'append' then
   -- pack (one larger goes alone in its pack).
   local parts, size = {'*'}, 0
   for i = 9, #ARGV do
-    local envelope = prefix .. string.format('%d', last - n + i - 8) .. '}\n' .. ARGV[i]
-    if size > 0 and size + 4 + #envelope > 65536 then
+    local one = envelope(i)
+    if size > 0 and size + 4 + #one > 65536 then
       redis.call(publish, channel, table.concat(parts))
       parts, size = {'*'}, 0
     end
-    parts[#parts + 1] = struct.pack('>I4', #envelope)
-    parts[#parts + 1] = envelope
-    size = size + 4 + #envelope
+    parts[#parts + 1] = struct.pack('>I4', #one)
+    parts[#parts + 1] = one
+    size = size + 4 + #one
   end
   redis.call(publish, channel, table.concat(parts))
   return {epoch, last}
