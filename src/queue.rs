@@ -12,7 +12,12 @@
 //! and over, and growing the deque again from nothing each time cost about 200
 //! instructions a frame (callgrind, the rpc bench's (d)). One lock per frame each way, and the connection's task is woken only
 //! when the queue goes from empty to not empty (it drains it until empty or the sink
-//! is full, and the sink wakes it for the rest).
+//! is full, and the sink wakes it for the rest). The connection's task looks at an
+//! empty queue without the lock: the number of frames is mirrored in an atomic that
+//! only the lock's holder writes. It looks often (before every answer it writes, so
+//! that queued frames keep their place, and twice before it sleeps), and a lock taken
+//! and released is two atomic read-modify-writes, some 5 ns each on these machines
+//! where a plain load costs nothing; callgrind counts them as two instructions.
 //!
 //! A frame goes in while the queue holds fewer frames than the frame bound and fewer
 //! bytes than the byte bound, so one frame larger than the byte bound still goes when
@@ -30,6 +35,7 @@
 //! [`PeerConfig::outgoing_queue_bytes`]: crate::PeerConfig::outgoing_queue_bytes
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
@@ -78,6 +84,12 @@ const KEEP_CAPACITY: usize = 64;
 /// A connection's outgoing queue, shared by its handles and its task.
 pub(crate) struct OutQueue {
     state: Mutex<State>,
+    /// How many frames `state` holds, written by the lock's holder (saturating: only
+    /// zero is read), so that the connection's task sees an empty queue without the
+    /// lock.
+    queued: AtomicU32,
+    /// `state.closed`, likewise.
+    closed: AtomicBool,
     /// The connection's task, when it found the queue empty.
     reader: AtomicWaker,
     /// Senders waiting for room.
@@ -115,6 +127,8 @@ impl OutQueue {
     pub(crate) fn new(max_frames: usize, max_bytes: usize, trim_when_empty: bool) -> Self {
         OutQueue {
             state: Mutex::default(),
+            queued: AtomicU32::new(0),
+            closed: AtomicBool::new(false),
             reader: AtomicWaker::new(),
             room: Notify::new(),
             max_frames: max_frames.max(1),
@@ -136,6 +150,13 @@ impl OutQueue {
         lock(&self.state)
     }
 
+    /// Mirrors the number of frames `state` holds; called by the lock's holder after
+    /// every change.
+    fn count(&self, state: &State) {
+        let frames = u32::try_from(state.frames.len()).unwrap_or(u32::MAX);
+        self.queued.store(frames, Ordering::Release);
+    }
+
     /// Queues `frame` if the queue has room for it now, in frames and in bytes.
     pub(crate) fn try_send(&self, frame: Outgoing) -> Result<(), TrySendError> {
         let mut state = self.state();
@@ -148,6 +169,7 @@ impl OutQueue {
         state.bytes += frame.len();
         crate::metrics::queue_bytes(frame.len() as i64);
         state.frames.push_back(frame);
+        self.count(&state);
         let first = state.frames.len() == 1;
         drop(state);
         if first {
@@ -188,17 +210,23 @@ impl OutQueue {
         // Looked at again: a frame queued before the registration woke nobody.
         match self.try_next() {
             Some(frame) => Poll::Ready(Some(frame)),
-            None if self.state().closed => Poll::Ready(None),
+            None if self.closed.load(Ordering::Acquire) => Poll::Ready(None),
             None => Poll::Pending,
         }
     }
 
     /// For the connection's task: the next frame, if any.
     pub(crate) fn try_next(&self) -> Option<Outgoing> {
+        // Only this task takes frames out, so zero here stays zero until a sender
+        // queues one (and wakes this task if it registered).
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return None;
+        }
         let mut state = self.state();
         let was_full = state.full(self.max_frames, self.max_bytes);
         let was_over_half = state.over_half(self.max_frames, self.max_bytes);
         let frame = state.frames.pop_front()?;
+        self.count(&state);
         state.bytes -= frame.len();
         crate::metrics::queue_bytes(-(frame.len() as i64));
         if self.trim_when_empty
@@ -222,6 +250,7 @@ impl OutQueue {
     /// taken out. Waiting senders give up.
     pub(crate) fn close(&self) {
         self.state().closed = true;
+        self.closed.store(true, Ordering::Release);
         self.room.notify_waiters();
     }
 
@@ -229,6 +258,7 @@ impl OutQueue {
     pub(crate) fn discard(&self) {
         let mut state = self.state();
         let frames = std::mem::take(&mut state.frames);
+        self.count(&state);
         crate::metrics::queue_bytes(-(state.bytes as i64));
         state.bytes = 0;
         drop(state);
@@ -311,6 +341,60 @@ mod tests {
         queue.try_next().unwrap();
         queue.give_back_room();
         assert_eq!(capacity(&queue), 0);
+    }
+
+    #[test]
+    fn the_look_without_the_lock_follows_every_change_of_the_queue() {
+        let queue = OutQueue::new(4, 1 << 20, false);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(queue.poll_next(&mut cx).is_pending());
+        queue.try_send(frame()).ok().unwrap();
+        assert!(matches!(queue.poll_next(&mut cx), Poll::Ready(Some(_))));
+        assert!(queue.try_next().is_none());
+        for _ in 0..3 {
+            queue.try_send(frame()).ok().unwrap();
+        }
+        queue.discard();
+        assert!(queue.try_next().is_none(), "discarded");
+        queue.try_send(frame()).ok().unwrap();
+        queue.close();
+        assert!(matches!(queue.poll_next(&mut cx), Poll::Ready(Some(_))));
+        assert!(matches!(queue.poll_next(&mut cx), Poll::Ready(None)));
+    }
+
+    /// A sender on another thread and the connection's task racing on an empty queue:
+    /// every frame arrives, and the task is never left asleep with a frame queued (it
+    /// would hang here until the timeout).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_frame_queued_while_the_task_goes_to_sleep_wakes_it() {
+        const FRAMES: usize = 20_000;
+        let queue = std::sync::Arc::new(OutQueue::new(8, 1 << 20, false));
+        let sender = queue.clone();
+        let sending = std::thread::spawn(move || {
+            for _ in 0..FRAMES {
+                let mut next = frame();
+                loop {
+                    match sender.try_send(next) {
+                        Ok(()) => break,
+                        Err(TrySendError::Full(back)) => {
+                            next = back;
+                            std::thread::yield_now();
+                        }
+                        Err(TrySendError::Closed(_)) => panic!("closed"),
+                    }
+                }
+            }
+        });
+        let taking = async {
+            for _ in 0..FRAMES {
+                let next = std::future::poll_fn(|cx| queue.poll_next(cx)).await;
+                assert!(next.is_some());
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(20), taking)
+            .await
+            .expect("every frame taken, no wake-up lost");
+        sending.join().unwrap();
     }
 
     #[test]

@@ -114,6 +114,14 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     pub(super) fn on_text(&mut self, frame: Text) -> Option<String> {
         match message::classify(&frame, self.max_batch) {
             Incoming::Reject(error) => Some(message::error_response(None, &error)),
+            // An answer alone in its frame takes the frame with it, rather than a
+            // clone: a clone and its drop are two atomic read-modify-writes.
+            Incoming::Single(Item::Response { id, outcome }) => {
+                let id = ours(id)?;
+                let outcome = outcome.map(|raw| span(&frame, raw.get()));
+                self.on_response(id, Ok(outcome.map(|range| Reply::new(frame, range))));
+                None
+            }
             Incoming::Single(item) => self.on_item(&frame, item, None),
             Incoming::Batch(items) => {
                 if let Some(layers) = self.peer.shared.layers() {
@@ -159,14 +167,13 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             }
             Item::Response { id, outcome } => {
                 let outcome = outcome.map(|raw| Reply::new(frame.clone(), span(frame, raw.get())));
-                self.on_response(id, Ok(outcome));
+                self.on_response(ours(id)?, Ok(outcome));
                 None
             }
             Item::BadResponse { id, reason } => {
                 tracing::debug!(reason, "invalid response");
-                if let Some(id) = id {
-                    self.on_response(id, Err(Error::InvalidResponse(reason.to_owned())));
-                }
+                let answer = Err(Error::InvalidResponse(reason.to_owned()));
+                self.on_response(ours(id?)?, answer);
                 None
             }
             Item::Invalid { id, error } => Some(message::error_response(id.map(Raw::get), &error)),
@@ -312,19 +319,24 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     }
 
     /// An answer to one of our calls, handed to the call that waits for it.
-    fn on_response(&self, id: Raw<'_>, answer: Answer) {
-        // We only ever send numeric ids, so any other id answers nothing of ours.
-        let delivered = id
-            .get()
-            .parse::<u64>()
-            .is_ok_and(|id| self.peer.shared.pending().complete(id, answer));
-        if !delivered {
+    fn on_response(&self, id: u64, answer: Answer) {
+        if !self.peer.shared.pending().complete(id, answer) {
             tracing::debug!(
-                id = id.get(),
+                id,
                 "answer to no waiting call (late, or never sent); ignored"
             );
         }
     }
+}
+
+/// An answer's id as one of ours. We only ever send numeric ids, so any other id
+/// answers nothing of ours: `None`, logged.
+fn ours(id: Raw<'_>) -> Option<u64> {
+    let parsed = id.get().parse::<u64>().ok();
+    if parsed.is_none() {
+        tracing::debug!(id = id.get(), "answer with an id we never send; ignored");
+    }
+    parsed
 }
 
 /// When a call starts: now, or after those before it in its lane.
