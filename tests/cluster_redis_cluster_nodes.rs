@@ -110,7 +110,12 @@ async fn collect(client: &mut Client, topics: &[&str], last: u64) -> HashMap<Str
             start.elapsed() < Duration::from_secs(60),
             "not everything in 60 s: {got:?}"
         );
-        let (method, params) = client.next_note().await;
+        // What arrived so far goes with a step that times out: which topic stopped,
+        // and where.
+        let Ok(note) = tokio::time::timeout(common::STEP, client.notes.recv()).await else {
+            panic!("no note for 10 s while waiting for {last} on every topic: {got:?}");
+        };
+        let (method, params) = note.expect("the client is alive");
         if method == "$/gap" {
             let topic = params["topic"].as_str().expect("a gap names its topic");
             let g = got.get_mut(topic).expect("a gap for a subscribed topic");
