@@ -32,7 +32,7 @@ use crate::layer::Direction;
 use crate::message::{self, span, Incoming, Item, Raw};
 use crate::peer::{CloseRequest, Peer, Reply};
 use crate::pending::Answer;
-use crate::router::{Call, Router};
+use crate::router::{Call, Context, Router, Scope};
 use crate::transport::Text;
 
 use super::cancel;
@@ -42,8 +42,8 @@ use super::ordered::Ordered;
 
 /// The connection's dispatcher: what each message starts, and what runs.
 pub(super) struct Dispatch<S> {
-    router: Arc<Router<S>>,
-    peer: Peer,
+    /// The connection and its router, shared with every handler's context.
+    scope: Arc<Scope<S>>,
     /// Calls (and batches) running on tasks of their own; the drain state.
     in_flight: InFlight,
     /// Notifications and ordered calls, one after another.
@@ -56,8 +56,7 @@ pub(super) struct Dispatch<S> {
 impl<S: Send + Sync + 'static> Dispatch<S> {
     pub(super) fn new(router: Arc<Router<S>>, peer: Peer, config: &PeerConfig) -> Self {
         Dispatch {
-            router,
-            peer,
+            scope: Scope::new(peer, router),
             in_flight: InFlight::new(config.max_in_flight),
             ordered: Ordered::new(config.notification_queue.max(1)),
             keyed: None,
@@ -99,7 +98,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     /// Stops everything this connection started: calls, the notification task.
     pub(super) fn stop(&mut self) {
         self.in_flight.stop();
-        self.peer.shared.running().clear();
+        self.scope.peer.shared.running().clear();
         self.ordered.stop();
     }
 
@@ -124,7 +123,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             }
             Incoming::Single(item) => self.on_item(&frame, item, None),
             Incoming::Batch(items) => {
-                if let Some(layers) = self.peer.shared.layers() {
+                if let Some(layers) = self.scope.peer.shared.layers() {
                     // A batch of calls; an array of answers to a batch of ours is not.
                     let calls = items.iter().filter(|item| !item.is_answer()).count();
                     if calls > 0 {
@@ -141,7 +140,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 if calls.is_empty() {
                     return (!answers.is_empty()).then(|| join_batch(&answers));
                 }
-                self.in_flight.spawn_batch(&self.peer, answers, calls);
+                self.in_flight.spawn_batch(&self.scope.peer, answers, calls);
                 None
             }
         }
@@ -196,14 +195,14 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 RpcError::new(ErrorCode::CLOSING, "Closing").with_data("the connection is closing");
             return Some(message::error_response(Some(id), &closing));
         }
-        let (route, unrouted) = match self.router.route(method) {
+        let (route, unrouted) = match self.scope.router.route(method) {
             Some(route) => (route, false),
-            None => match self.router.fallback_route() {
+            None => match self.scope.router.fallback_route() {
                 Some(route) => (route, true),
                 None => return Some(self.not_found(frame, Some(id), method, params.map(Raw::get))),
             },
         };
-        let mut cx = self.router.context(&self.peer);
+        let mut cx = Context::new(&self.scope);
         if route.cooperative() {
             cx.cancel = Some(Default::default());
         }
@@ -223,7 +222,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             });
             return None;
         }
-        let (handler, peer) = (&**route.handler(), &self.peer);
+        let (handler, peer) = (&**route.handler(), &self.scope.peer);
         let turn = match route.lane() {
             Lane::Concurrent => Turn::Now,
             Lane::Ordered => Turn::Ordered,
@@ -243,7 +242,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             let keyed = self.keyed.get_or_insert_with(Default::default);
             self.in_flight.spawn(keyed.queue(key, job));
         } else {
-            self.ordered.push_call(Box::pin(job), peer, &self.router);
+            self.ordered.push_call(Box::pin(job), &self.scope);
         }
         None
     }
@@ -259,24 +258,25 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     ) -> Option<String> {
         // A cancel must reach its call even while ordered work runs.
         if let Some(style) = CancelStyle::of_method(method) {
-            return cancel::on_cancel(&self.peer, style, params);
+            return cancel::on_cancel(&self.scope.peer, style, params);
         }
         // Progress of our own calls goes to their callers.
-        if method == crate::progress::METHOD && self.peer.shared.progress().deliver(frame, params) {
+        if method == crate::progress::METHOD
+            && self.scope.peer.shared.progress().deliver(frame, params)
+        {
             return None;
         }
-        if let Some(handler) = self.router.notification_handler(method) {
+        if let Some(handler) = self.scope.router.notification_handler(method) {
             let params = params.map(|p| span(frame, p));
-            self.ordered
-                .push(handler, frame, params, &self.peer, &self.router);
+            self.ordered.push(handler, frame, params, &self.scope);
             return None;
         }
         // A notification is a request without an id: a method of that name runs, as a
         // call whose answer (and failure) is dropped.
-        if let Some(route) = self.router.route(method) {
-            let cx = self.router.context(&self.peer);
+        if let Some(route) = self.scope.router.route(method) {
+            let cx = Context::new(&self.scope);
             let call = Call::new(frame, None, params);
-            let peer = &self.peer;
+            let peer = &self.scope.peer;
             let _ = self
                 .in_flight
                 .start(peer, &**route.handler(), cx, call, method, None);
@@ -284,14 +284,14 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         }
         // The fallback gets it in order, as notification handlers do: a bridge
         // forwards them in the order they were sent.
-        if let Some(route) = self.router.fallback_route() {
+        if let Some(route) = self.scope.router.fallback_route() {
             let mut call = Call::new(frame, None, params);
             call.unrouted = Some(method.into());
-            let run = route.handler()(self.router.context(&self.peer), call);
+            let run = route.handler()(Context::new(&self.scope), call);
             let job = Box::pin(async move {
                 run.await;
             });
-            self.ordered.push_call(job, &self.peer, &self.router);
+            self.ordered.push_call(job, &self.scope);
             return None;
         }
         tracing::warn!(%method, "notification without a handler; dropped");
@@ -308,19 +308,19 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         method: &str,
         params: Option<&str>,
     ) -> String {
-        if self.peer.shared.layers().is_none() {
+        if self.scope.peer.shared.layers().is_none() {
             return match id {
                 Some(id) => message::error_response(Some(id), &RpcError::method_not_found()),
                 None => String::new(),
             };
         }
         let call = Call::new(frame, id, params);
-        crate::layer::not_found(&self.peer, &call, method)
+        crate::layer::not_found(&self.scope.peer, &call, method)
     }
 
     /// An answer to one of our calls, handed to the call that waits for it.
     fn on_response(&self, id: u64, answer: Answer) {
-        if !self.peer.shared.pending().complete(id, answer) {
+        if !self.scope.peer.shared.pending().complete(id, answer) {
             tracing::debug!(
                 id,
                 "answer to no waiting call (late, or never sent); ignored"

@@ -19,8 +19,7 @@ use futures_util::FutureExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::peer::Peer;
-use crate::router::{Context, HandlerFuture, NotificationFn, Router};
+use crate::router::{Context, HandlerFuture, NotificationFn, Scope};
 use crate::transport::Text;
 
 use super::run::{poll_once, FirstPoll};
@@ -113,8 +112,7 @@ impl<S: Send + Sync + 'static> Ordered<S> {
         handler: &Arc<NotificationFn<S>>,
         frame: &Text,
         params: Option<Range<usize>>,
-        peer: &Peer,
-        router: &Router<S>,
+        scope: &Arc<Scope<S>>,
     ) {
         if !self.backlog.is_empty() {
             self.backlog.push_back(NotificationJob::Start {
@@ -130,7 +128,7 @@ impl<S: Send + Sync + 'static> Ordered<S> {
             .is_none_or(|n| n.busy.load(Ordering::Acquire) == 0);
         let job = if idle {
             // Nothing before it is queued or running: it may start here, in order.
-            let cx = router.context(peer);
+            let cx = Context::new(scope);
             match poll_once(|| handler(cx, frame, params)) {
                 FirstPoll::Done(()) => return,
                 FirstPoll::Waiting(fut) => NotificationJob::Resume(fut),
@@ -146,29 +144,29 @@ impl<S: Send + Sync + 'static> Ordered<S> {
                 params,
             }
         };
-        self.enqueue(job, peer, router);
+        self.enqueue(job, scope);
     }
 
     /// Runs an ordered call after every notification and ordered call before it. `job`
     /// runs the call to its answer and sends it; it is never polled here, so the
     /// answer always goes out from the notification task.
-    pub(super) fn push_call(&mut self, job: HandlerFuture<()>, peer: &Peer, router: &Router<S>) {
+    pub(super) fn push_call(&mut self, job: HandlerFuture<()>, scope: &Arc<Scope<S>>) {
         let job = NotificationJob::Resume(job);
         if !self.backlog.is_empty() {
             self.backlog.push_back(job);
             return;
         }
-        self.enqueue(job, peer, router);
+        self.enqueue(job, scope);
     }
 
     /// Sends `job` to the notification task (made if needed), or to the backlog when
     /// its queue is full.
-    fn enqueue(&mut self, job: NotificationJob<S>, peer: &Peer, router: &Router<S>) {
+    fn enqueue(&mut self, job: NotificationJob<S>, scope: &Arc<Scope<S>>) {
         let queue = self.queue;
         let n = self.task.get_or_insert_with(|| {
             let (tx, rx) = mpsc::channel(queue);
             let busy = Arc::new(AtomicUsize::new(0));
-            let cx = router.context(peer);
+            let cx = Context::new(scope);
             Task {
                 tx,
                 busy: busy.clone(),
