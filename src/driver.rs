@@ -186,7 +186,7 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                         continue;
                     };
                     // A burst's room in the outgoing queue goes back once it is over.
-                    self.shared.queue().give_back_room();
+                    self.writer.give_back_room();
                     match keepalive.tick(now, reading) {
                         Tick::Wait => {}
                         // A full queue means the link is busy: the silence is timed anyway.

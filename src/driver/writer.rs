@@ -1,8 +1,9 @@
 //! The connection's writing: the one place where frames enter the sink.
 //!
 //! The writer owns what writing needs and nothing else: the transport (one stream and
-//! sink, never split, so the connection reads through it too), how many frames were fed
-//! since the last flush, the first write that failed, and the answers that wait for
+//! sink, never split, so the connection reads through it too), the batch of queued
+//! frames it took out under one lock (`queue.rs`), how many frames were fed since the
+//! last flush, the first write that failed, and the answers that wait for
 //! room. Those are answers made on the connection's task that found the outgoing queue
 //! full: they wait here, oldest first, and move into the queue as writing makes room,
 //! so reading never waits on writing. They count as running calls, and in bytes
@@ -15,7 +16,7 @@ use std::task::{ready, Context as TaskContext, Poll};
 
 use crate::config::PeerConfig;
 use crate::peer::Shared;
-use crate::queue::{OutQueue, Outgoing, TrySendError};
+use crate::queue::{Batch, OutQueue, Outgoing, TrySendError};
 use crate::transport::{Frame, Transport, TransportError};
 
 /// Longest run of frames fed before one flush, so the other side gets a steady stream
@@ -26,6 +27,8 @@ pub(super) struct Writer<T> {
     transport: T,
     /// Whose outgoing queue this writer empties: other tasks fill it.
     shared: Arc<Shared>,
+    /// Frames taken out of the queue under one lock, fed one by one.
+    batch: Batch,
     /// Frames fed to the sink since it was last flushed.
     unflushed: usize,
     /// The first write that failed; the connection ends with it as the cause.
@@ -43,6 +46,7 @@ impl<T: Transport> Writer<T> {
         Writer {
             transport,
             shared,
+            batch: Batch::default(),
             unflushed: 0,
             error: None,
             waiting: VecDeque::new(),
@@ -66,6 +70,50 @@ impl<T: Transport> Writer<T> {
         cx: &mut TaskContext<'_>,
     ) -> Poll<Option<Result<Frame, TransportError>>> {
         Pin::new(&mut self.transport).poll_next(cx)
+    }
+
+    /// The next frame of the queue: from the batch, or from a new batch.
+    fn next_queued(&mut self) -> Option<Outgoing> {
+        if let Some(frame) = self.batch.pop() {
+            return Some(frame);
+        }
+        self.shared.queue().take(&mut self.batch);
+        self.batch.pop()
+    }
+
+    /// As [`next_queued`](Self::next_queued), or `Pending` (and a wake-up when a frame
+    /// is queued); `Ready(None)` once the queue is closed and empty.
+    fn poll_queued(&mut self, cx: &mut TaskContext<'_>) -> Poll<Option<Outgoing>> {
+        if let Some(frame) = self.batch.pop() {
+            return Poll::Ready(Some(frame));
+        }
+        match self.shared.queue().poll_take(cx, &mut self.batch) {
+            Poll::Ready(true) => Poll::Ready(self.batch.pop()),
+            Poll::Ready(false) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Gives the room of a past burst back, in the queue and in the batch, if both are
+    /// empty (the connection's keepalive tick).
+    pub(super) fn give_back_room(&mut self) {
+        self.queue().give_back_room();
+        self.batch.give_back_room();
+    }
+
+    /// The sink takes nothing more for now: what it took of the batch leaves the
+    /// queue's count, so senders get that room while the task waits.
+    fn sink_busy(&mut self) {
+        self.shared.queue().release(&mut self.batch);
+    }
+
+    /// The sink's `poll_ready`, releasing a fed batch when it is not ready.
+    fn poll_sink_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), TransportError>> {
+        let ready = self.sink().poll_ready(cx);
+        if ready.is_pending() {
+            self.sink_busy();
+        }
+        ready
     }
 
     fn feed(&mut self, frame: Frame) -> Result<(), TransportError> {
@@ -113,15 +161,17 @@ impl<T: Transport> Writer<T> {
         loop {
             if self.unflushed >= MAX_COALESCE {
                 if self.sink().poll_flush(cx)?.is_pending() {
+                    self.sink_busy();
                     return Ok(());
                 }
                 self.unflushed = 0;
             }
             // Ready first, so nothing is taken from the queue that the sink cannot take.
             if self.sink().poll_ready(cx)?.is_pending() {
+                self.sink_busy();
                 return Ok(());
             }
-            match self.queue().poll_next(cx) {
+            match self.poll_queued(cx) {
                 Poll::Ready(Some(next)) => self.feed(next.into_frame())?,
                 // `None` cannot come while the connection's handles live, and they live
                 // as long as this task. Empty: the answers waiting for room go next.
@@ -156,12 +206,15 @@ impl<T: Transport> Writer<T> {
     fn write_now(&mut self, cx: &mut TaskContext<'_>, frame: Outgoing) -> Option<Outgoing> {
         let result = loop {
             match self.sink().poll_ready(cx) {
-                Poll::Pending => return Some(frame),
+                Poll::Pending => {
+                    self.sink_busy();
+                    return Some(frame);
+                }
                 Poll::Ready(Err(e)) => break Err(e),
                 Poll::Ready(Ok(())) => {}
             }
             // What was queued before this frame goes first.
-            match self.queue().try_next() {
+            match self.next_queued() {
                 Some(queued) => {
                     if let Err(e) = self.feed(queued.into_frame()) {
                         break Err(e);
@@ -220,7 +273,7 @@ impl<T: Transport> Writer<T> {
     pub(super) fn close_queue(&mut self, discard: bool) {
         self.queue().close();
         if discard {
-            self.queue().discard();
+            self.shared.queue().discard(&mut self.batch);
             self.waiting.clear();
             self.waiting_bytes = 0;
         }
@@ -233,8 +286,8 @@ impl<T: Transport> Writer<T> {
         cx: &mut TaskContext<'_>,
     ) -> Poll<Result<(), TransportError>> {
         loop {
-            ready!(self.sink().poll_ready(cx))?;
-            let next = match self.queue().try_next() {
+            ready!(self.poll_sink_ready(cx))?;
+            let next = match self.next_queued() {
                 Some(next) => next,
                 None => match self.waiting.pop_front() {
                     Some(next) => {
@@ -255,7 +308,7 @@ impl<T: Transport> Writer<T> {
         slot: &mut Option<Frame>,
     ) -> Poll<Result<(), TransportError>> {
         if slot.is_some() {
-            ready!(self.sink().poll_ready(cx))?;
+            ready!(self.poll_sink_ready(cx))?;
             if let Some(frame) = slot.take() {
                 self.feed(frame)?;
             }
