@@ -157,7 +157,7 @@ enum Event {
 impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
     fn new(transport: T, router: Arc<Router<S>>, peer: &Peer, config: &PeerConfig) -> Self {
         Connection {
-            writer: Writer::new(transport, peer.shared.clone(), config),
+            writer: Writer::new(transport, peer.shared.clone()),
             dispatch: Dispatch::new(router, peer.clone(), config),
             shared: peer.shared.clone(),
             ahead: None,

@@ -14,7 +14,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context as TaskContext, Poll};
 
-use crate::config::PeerConfig;
 use crate::peer::Shared;
 use crate::queue::{Batch, OutQueue, Outgoing, TrySendError};
 use crate::transport::{Frame, Transport, TransportError};
@@ -37,12 +36,10 @@ pub(super) struct Writer<T> {
     /// first. Empty (and unallocated) unless the other side reads slower than it calls.
     waiting: VecDeque<Outgoing>,
     waiting_bytes: usize,
-    /// Past this many bytes of waiting answers, reading pauses: the queue's byte bound.
-    max_waiting_bytes: usize,
 }
 
 impl<T: Transport> Writer<T> {
-    pub(super) fn new(transport: T, shared: Arc<Shared>, config: &PeerConfig) -> Self {
+    pub(super) fn new(transport: T, shared: Arc<Shared>) -> Self {
         Writer {
             transport,
             shared,
@@ -51,7 +48,6 @@ impl<T: Transport> Writer<T> {
             error: None,
             waiting: VecDeque::new(),
             waiting_bytes: 0,
-            max_waiting_bytes: config.outgoing_queue_bytes.max(1),
         }
     }
 
@@ -138,7 +134,8 @@ impl<T: Transport> Writer<T> {
 
     /// Whether the answers waiting for room hold the byte bound.
     pub(super) fn waiting_full(&self) -> bool {
-        self.waiting_bytes >= self.max_waiting_bytes
+        // Past the queue's byte bound, reading pauses.
+        self.waiting_bytes >= self.queue().max_bytes()
     }
 
     /// Queues a keepalive ping, unless the queue is full (then the link is busy, and the
