@@ -164,8 +164,7 @@ impl<T: Transport> Writer<T> {
                 self.unflushed = 0;
             }
             // Ready first, so nothing is taken from the queue that the sink cannot take.
-            if self.sink().poll_ready(cx)?.is_pending() {
-                self.sink_busy();
+            if self.poll_sink_ready(cx)?.is_pending() {
                 return Ok(());
             }
             match self.poll_queued(cx) {
@@ -202,11 +201,8 @@ impl<T: Transport> Writer<T> {
     #[inline]
     fn write_now(&mut self, cx: &mut TaskContext<'_>, frame: Outgoing) -> Option<Outgoing> {
         let result = loop {
-            match self.sink().poll_ready(cx) {
-                Poll::Pending => {
-                    self.sink_busy();
-                    return Some(frame);
-                }
+            match self.poll_sink_ready(cx) {
+                Poll::Pending => return Some(frame),
                 Poll::Ready(Err(e)) => break Err(e),
                 Poll::Ready(Ok(())) => {}
             }
