@@ -94,14 +94,50 @@ struct Got {
     gaps: Vec<usize>,
 }
 
-/// Reads `client`'s notes until every topic has had `last` (at most 60 s).
-async fn collect(client: &mut Client, topics: &[&str], last: u64) -> HashMap<String, Got> {
+/// Reads `client`'s notes until every topic has had `last` (at most 60 s), here or
+/// in what was read `before`.
+async fn collect(
+    client: &mut Client,
+    topics: &[&str],
+    last: u64,
+    before: &[&HashMap<String, Got>],
+) -> HashMap<String, Got> {
+    let waiting = format!("{last} on every topic");
+    let had = |got: &HashMap<String, Got>, topic: &str| {
+        std::iter::once(got)
+            .chain(before.iter().copied())
+            .any(|part| part[topic].numbers.last() >= Some(&last))
+    };
+    collect_until(client, topics, &waiting, |got| {
+        topics.iter().all(|topic| had(got, topic))
+    })
+    .await
+}
+
+/// Reads `client`'s notes until `topic` has had a number after a `$/gap` note: its
+/// subscriber is back on the channel's new master (at most 60 s).
+async fn collect_back(client: &mut Client, topics: &[&str], topic: &str) -> HashMap<String, Got> {
+    let waiting = format!("{topic} to go on after its gap");
+    collect_until(client, topics, &waiting, |got| {
+        let g = &got[topic];
+        g.gaps.last().is_some_and(|&at| g.numbers.len() > at)
+    })
+    .await
+}
+
+/// Reads `client`'s notes on `topics` until `done` says so (at most 60 s, and at most
+/// 10 s between two notes); `waiting` names what for, in the message of a failure.
+async fn collect_until(
+    client: &mut Client,
+    topics: &[&str],
+    waiting: &str,
+    done: impl Fn(&HashMap<String, Got>) -> bool,
+) -> HashMap<String, Got> {
     let start = std::time::Instant::now();
     let mut got: HashMap<String, Got> = topics
         .iter()
         .map(|t| (t.to_string(), Got::default()))
         .collect();
-    let done = |got: &HashMap<String, Got>| got.values().all(|g| g.numbers.last() >= Some(&last));
     for _ in 0..100_000 {
         if done(&got) {
             return got;
@@ -113,7 +149,7 @@ async fn collect(client: &mut Client, topics: &[&str], last: u64) -> HashMap<Str
         // What arrived so far goes with a step that times out: which topic stopped,
         // and where.
         let Ok(note) = tokio::time::timeout(common::STEP, client.notes.recv()).await else {
-            panic!("no note for 10 s while waiting for {last} on every topic: {got:?}");
+            panic!("no note for 10 s while waiting for {waiting}: {got:?}");
         };
         let (method, params) = note.expect("the client is alive");
         if method == "$/gap" {
@@ -132,22 +168,15 @@ async fn collect(client: &mut Client, topics: &[&str], last: u64) -> HashMap<Str
 /// Nothing twice, nothing out of order, and a hole only right after a gap note.
 /// What `topic` got over a stream collected in two halves, its gaps at their places in
 /// the whole.
-fn joined(before: &HashMap<String, Got>, after: &HashMap<String, Got>, topic: &str) -> Got {
-    let (first, second) = (&before[topic], &after[topic]);
-    Got {
-        numbers: first
-            .numbers
-            .iter()
-            .chain(&second.numbers)
-            .copied()
-            .collect(),
-        gaps: first
-            .gaps
-            .iter()
-            .copied()
-            .chain(second.gaps.iter().map(|&at| at + first.numbers.len()))
-            .collect(),
+fn joined(parts: &[&HashMap<String, Got>], topic: &str) -> Got {
+    let mut whole = Got::default();
+    for part in parts {
+        let got = &part[topic];
+        let at = whole.numbers.len();
+        whole.gaps.extend(got.gaps.iter().map(|&gap| gap + at));
+        whole.numbers.extend(&got.numbers);
     }
+    whole
 }
 
 fn check_once_in_order_gaps_explained(topic: &str, got: &Got) {
@@ -197,20 +226,22 @@ async fn a_master_killed_mid_stream_costs_its_topic_one_gap_and_nothing_twice() 
     let (stop, stopped) = watch::channel(false);
     let publisher = stream(&ca, vec![news.to_owned(), other.to_owned()], stopped);
     // Some of the stream flows before the kill.
-    let before = collect(&mut cb, &[news, other], 20).await;
+    let before = collect(&mut cb, &[news, other], 20, &[]).await;
     tokio::task::block_in_place(|| {
         let slot = bus.keyslot(&topic_channel(&bus, news).0);
         bus.kill(victim);
         bus.wait_failover(slot, victim);
     });
-    // The stream goes on a while on the promoted replica, then stops.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The stream goes on on the promoted replica until b's subscriber is back on it
+    // (on a loaded machine, finding the failover can take longer than any fixed
+    // wait), then stops.
+    let during = collect_back(&mut cb, &[news, other], news).await;
     stop.send_replace(true);
     let rounds = within(publisher).await.expect("the publisher");
-    let after = collect(&mut cb, &[news, other], rounds - 1).await;
+    let after = collect(&mut cb, &[news, other], rounds - 1, &[&during]).await;
 
     for (topic, gaps) in [(news, 1), (other, 0)] {
-        let got = joined(&before, &after, topic);
+        let got = joined(&[&before, &during, &after], topic);
         check_once_in_order_gaps_explained(topic, &got);
         assert_eq!(got.gaps.len(), gaps, "{topic}: {got:?}");
         assert_eq!(
@@ -220,7 +251,7 @@ async fn a_master_killed_mid_stream_costs_its_topic_one_gap_and_nothing_twice() 
         );
     }
     // The other master's topic lost nothing: its shard never went away.
-    let other_numbers = joined(&before, &after, other).numbers;
+    let other_numbers = joined(&[&before, &during, &after], other).numbers;
     assert_eq!(
         other_numbers,
         (0..rounds).collect::<Vec<_>>(),
@@ -247,15 +278,16 @@ async fn a_slot_moved_mid_stream_costs_its_topic_one_gap_and_nothing_twice() {
 
     let (stop, stopped) = watch::channel(false);
     let publisher = stream(&ca, vec![news.to_owned(), other.to_owned()], stopped);
-    let before = collect(&mut cb, &[news, other], 20).await;
+    let before = collect(&mut cb, &[news, other], 20, &[]).await;
     // Migrating for a while (the source still serves the channel), then moved.
     tokio::task::block_in_place(|| assert_eq!(bus.begin_move(slot, to), from));
     tokio::time::sleep(Duration::from_millis(300)).await;
     tokio::task::block_in_place(|| bus.finish_move(slot, from, to));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Then on until b's subscriber is back on the new master.
+    let during = collect_back(&mut cb, &[news, other], news).await;
     stop.send_replace(true);
     let rounds = within(publisher).await.expect("the publisher");
-    let after = collect(&mut cb, &[news, other], rounds - 1).await;
+    let after = collect(&mut cb, &[news, other], rounds - 1, &[&during]).await;
     assert_eq!(
         topic_channel(&bus, news).1,
         to,
@@ -263,11 +295,11 @@ async fn a_slot_moved_mid_stream_costs_its_topic_one_gap_and_nothing_twice() {
     );
 
     for (topic, gaps) in [(news, 1), (other, 0)] {
-        let got = joined(&before, &after, topic);
+        let got = joined(&[&before, &during, &after], topic);
         check_once_in_order_gaps_explained(topic, &got);
         assert_eq!(got.gaps.len(), gaps, "{topic}: {got:?}");
     }
-    let other_numbers = joined(&before, &after, other).numbers;
+    let other_numbers = joined(&[&before, &during, &after], other).numbers;
     assert_eq!(
         other_numbers,
         (0..rounds).collect::<Vec<_>>(),
