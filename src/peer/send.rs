@@ -63,14 +63,29 @@ impl Caller for Peer {
         }
     }
 
-    /// A notification goes straight to the queue: its future holds no call's state.
+    /// A notification goes straight to the queue: its future holds no call's state,
+    /// and one that finds room (most do) runs no future but its own. A handler that
+    /// pushes a stream makes one of these per notification: nested `async` functions
+    /// would each set up their state for every one, though they never wait.
     fn notify(
         &self,
         method: &str,
         params: impl serde::Serialize,
     ) -> impl std::future::Future<Output = Result<()>> + Send {
         let request = Request::notification(method, params);
-        async move { self.send_notification(request?).await }
+        async move {
+            let request = request?;
+            let shared = &*self.shared;
+            if shared.layers().is_some() {
+                return Box::pin(self.send_notification(request)).await;
+            }
+            match shared.try_send(request.into_frame(None, false).into())? {
+                None => Ok(()),
+                Some(frame) => Box::pin(shared.send_when_room(frame, None))
+                    .await
+                    .unwrap_or_else(|| Err(Error::Closed(shared.close_reason()))),
+            }
+        }
     }
 }
 
@@ -113,11 +128,13 @@ impl Peer {
             let swept = call.swept();
             let waiting = async {
                 // With the sweep keeping the deadline, only waiting for room in the queue
-                // needs a timer; it gives up at the same deadline.
-                shared
-                    .send_by(frame, swept)
-                    .await
-                    .ok_or_else(|| Error::timeout(Some(method), timeout))??;
+                // needs a timer; it gives up at the same deadline. Most calls find room
+                // and run no future of the queue's.
+                if let Some(frame) = shared.try_send(frame.into())? {
+                    Box::pin(shared.send_when_room(frame, swept))
+                        .await
+                        .ok_or_else(|| Error::timeout(Some(method), timeout))??;
+                }
                 call.queued();
                 Ok::<_, Error>(call.answer(shared).await)
             };

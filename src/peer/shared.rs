@@ -374,21 +374,39 @@ impl Shared {
         frame: impl Into<Text>,
         deadline: Option<tokio::time::Instant>,
     ) -> Option<Result<()>> {
-        let frame = match self.out.try_send(Outgoing::Frame(frame.into())) {
-            Ok(()) => return Some(Ok(())),
-            Err(TrySendError::Full(frame)) => frame,
-            Err(TrySendError::Closed(_)) => return Some(Err(Error::Closed(self.close_reason()))),
+        match self.try_send(frame.into()) {
+            Ok(None) => Some(Ok(())),
+            // Boxed, as the rare path: the future of every send (and of every call,
+            // which holds one) does not carry its timer.
+            Ok(Some(frame)) => Box::pin(self.send_when_room(frame, deadline)).await,
+            Err(closed) => Some(Err(closed)),
+        }
+    }
+
+    /// Queues `frame` if the queue has room now: `Ok(None)` when it is queued, the frame
+    /// back when the queue is full, [`Error::Closed`] when the connection has ended.
+    /// What every send tries first, with no future of its own: a sender that finds room
+    /// (most do) goes no further.
+    pub(crate) fn try_send(&self, frame: Text) -> Result<Option<Outgoing>> {
+        match self.out.try_send(Outgoing::Frame(frame)) {
+            Ok(()) => Ok(None),
+            Err(TrySendError::Full(frame)) => Ok(Some(frame)),
+            Err(TrySendError::Closed(_)) => Err(Error::Closed(self.close_reason())),
+        }
+    }
+
+    /// Queues `frame` (which found the queue full) once there is room, until
+    /// `deadline` (if any): `None` once it passes. The rare path: its callers box it.
+    pub(crate) async fn send_when_room(
+        &self,
+        frame: Outgoing,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Option<Result<()>> {
+        let send = self.out.send(frame);
+        let sent = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, send).await.ok()?,
+            None => send.await,
         };
-        // Waiting for room is the rare path: boxed, so the future of every send (and of
-        // every call, which holds one) does not carry its timer.
-        let sent = Box::pin(async move {
-            let send = self.out.send(frame);
-            match deadline {
-                Some(deadline) => tokio::time::timeout_at(deadline, send).await.ok(),
-                None => Some(send.await),
-            }
-        })
-        .await?;
         Some(sent.map_err(|_| Error::Closed(self.close_reason())))
     }
 }
