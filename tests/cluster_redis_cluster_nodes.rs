@@ -165,9 +165,8 @@ async fn collect_until(
     panic!("never got everything: {got:?}");
 }
 
-/// Nothing twice, nothing out of order, and a hole only right after a gap note.
-/// What `topic` got over a stream collected in two halves, its gaps at their places in
-/// the whole.
+/// What `topic` got over a stream collected in parts (in the order given), its gaps at
+/// their places in the whole.
 fn joined(parts: &[&HashMap<String, Got>], topic: &str) -> Got {
     let mut whole = Got::default();
     for part in parts {
@@ -179,6 +178,7 @@ fn joined(parts: &[&HashMap<String, Got>], topic: &str) -> Got {
     whole
 }
 
+/// Nothing twice, nothing out of order, and a hole only right after a gap note.
 fn check_once_in_order_gaps_explained(topic: &str, got: &Got) {
     for (k, pair) in got.numbers.windows(2).enumerate() {
         assert!(
