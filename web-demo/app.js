@@ -517,11 +517,15 @@ $('chat-form').addEventListener('submit', async (e) => {
   if (!text || !peer) return;
   const status = $('chat-status');
   status.classList.remove('error');
+  // The box is emptied as the line leaves, not when its answer comes: the line itself
+  // often arrives first, and what is typed after it is the next line, never to be lost.
+  const box = $('chat-text');
+  box.value = '';
   try {
     const { delivered } = await peer.call('chat.send', { name, text });
-    $('chat-text').value = '';
     status.textContent = `delivered to ${delivered} page${delivered === 1 ? '' : 's'}`;
   } catch (err) {
+    if (!box.value) box.value = text; // not sent: back in the box, to send again
     status.classList.add('error');
     status.textContent = describeError(err);
   }

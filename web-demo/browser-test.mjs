@@ -69,10 +69,12 @@ test('the demo page, as a person would check it', { timeout: 120000 }, async (t)
   browser = await launchChromium();
 
   const consoleErrors = [];
-  async function openPage(options, label) {
+  /** Opens the demo in a new context; `setUp(page)` runs before the page loads. */
+  async function openPage(options, label, setUp = async () => {}) {
     const context = await browser.newContext(options);
     const page = await context.newPage();
     page.setDefaultTimeout(WAIT_MS);
+    await setUp(page);
     page.on('console', (m) => {
       if (m.type() === 'error') consoleErrors.push(`[${label}] console: ${m.text()}`);
     });
@@ -165,6 +167,50 @@ test('the demo page, as a person would check it', { timeout: 120000 }, async (t)
     await other.getByTestId('chat-text').press('Enter');
     await page.locator('[data-testid="chat-message"]', { hasText: 'got it' }).waitFor({ timeout: WAIT_MS });
     await other.context().close();
+  });
+
+  await t.test('chat: what is typed while the last line waits for its answer stays in the box', async () => {
+    // The answer to the page's first chat.send is held (the page's socket goes through
+    // Playwright's route) until the next line is typed: the line itself arrives first,
+    // and the answer, when it comes, must not empty the box of the next one.
+    let release;
+    const held = new Promise((r) => (release = r));
+    let sendId;
+    const parse = (m) => {
+      try {
+        return JSON.parse(String(m));
+      } catch {
+        return null;
+      }
+    };
+    const slow = await openPage(LAPTOP, 'held answer', (p) =>
+      p.routeWebSocket(/\/rpc$/, (ws) => {
+        const server = ws.connectToServer();
+        ws.onMessage((m) => {
+          const msg = parse(m);
+          if (sendId === undefined && msg?.method === 'chat.send') sendId = msg.id;
+          server.send(m);
+        });
+        server.onMessage(async (m) => {
+          const msg = parse(m);
+          if (sendId !== undefined && msg?.id === sendId && !msg.method) await held;
+          ws.send(m);
+        });
+      }));
+    await slow.locator('[data-testid="chat-sync"][data-state="live"]').waitFor();
+    await slow.getByTestId('chat-name').fill('carol');
+    await slow.getByTestId('chat-text').fill('first of two');
+    await slow.getByTestId('chat-text').press('Enter');
+    await slow.locator('[data-testid="chat-message"]', { hasText: 'first of two' }).waitFor();
+    assert.ok(sendId !== undefined, 'the page sent chat.send through the route');
+    await slow.getByTestId('chat-text').fill('second of two');
+    release();
+    await waitText(slow, 'chat-status', /delivered to \d+ pages?/);
+    assert.equal(await slow.getByTestId('chat-text').inputValue(), 'second of two');
+    await slow.getByTestId('chat-text').press('Enter');
+    await slow.locator('[data-testid="chat-message"]', { hasText: 'second of two' }).waitFor();
+    assert.equal(await slow.getByTestId('chat-text').inputValue(), '');
+    await slow.context().close();
   });
 
   /** `demo.tasks_running`, asked over a connection of its own from the page. */
