@@ -246,13 +246,29 @@ impl Server {
                     self.start(stream, addr, deadline, ticket, &router, &gate);
                 }
                 Event::Accepted(Ok((stream, addr))) => {
-                    let now = Instant::now();
-                    match waiting.is_empty().then(|| gate.handshakes.try_enter()) {
-                        Some(Ok(ticket)) => {
-                            let deadline = now + gate.policy.handshake_timeout;
-                            self.start(stream, addr, deadline, ticket, &router, &gate);
+                    self.admit(stream, addr, &mut waiting, &router, &gate);
+                    // What else the listen queue holds now, taken in the same turn
+                    // and outside the runtime's budget (which would end the turn
+                    // after 128 accepts): a yielded accept loop waits behind every
+                    // task its worker has queued, the handshakes it just started
+                    // among them, and in a herd the kernel meanwhile drops the SYNs
+                    // of a full queue, whose clients dial again a second later.
+                    for _ in 1..ACCEPT_BURST {
+                        if !(waiting.is_empty() || waiting.len() < gate.slots.room()) {
+                            break;
                         }
-                        _ => waiting.push_back((stream, addr, now)),
+                        let next = tokio::task::coop::unconstrained(std::future::poll_fn(|cx| {
+                            std::task::Poll::Ready(self.listener.poll_accept(cx))
+                        }))
+                        .await;
+                        match next {
+                            std::task::Poll::Ready(Ok((stream, addr))) => {
+                                self.admit(stream, addr, &mut waiting, &router, &gate);
+                            }
+                            // Nothing more now; an error comes back to the loop's
+                            // own accept.
+                            _ => break,
+                        }
                     }
                 }
                 Event::Accepted(Err(e)) => {
@@ -290,7 +306,30 @@ enum Event {
     Accepted(std::io::Result<(TcpStream, SocketAddr)>),
 }
 
+/// How many connections the accept loop takes from the listen queue in one turn.
+const ACCEPT_BURST: usize = 1024;
+
 impl Server {
+    /// Starts an accepted connection's handshake if there is room (and no older one
+    /// waits), else puts it in the line.
+    fn admit<S: Send + Sync + 'static>(
+        &self,
+        stream: TcpStream,
+        addr: SocketAddr,
+        waiting: &mut VecDeque<(TcpStream, SocketAddr, Instant)>,
+        router: &Arc<Router<S>>,
+        gate: &Arc<Gate>,
+    ) {
+        let now = Instant::now();
+        match waiting.is_empty().then(|| gate.handshakes.try_enter()) {
+            Some(Ok(ticket)) => {
+                let deadline = now + gate.policy.handshake_timeout;
+                self.start(stream, addr, deadline, ticket, router, gate);
+            }
+            _ => waiting.push_back((stream, addr, now)),
+        }
+    }
+
     /// Runs one accepted connection's handshake, and then its peer, on a task of its own.
     fn start<S: Send + Sync + 'static>(
         &self,
