@@ -363,6 +363,26 @@ impl Ticket {
     }
 }
 
+impl Ticket {
+    /// This place, for a handshake that starts now: it stays taken (no newcomer slips
+    /// in between) and its age starts again. `None` if it was evicted meanwhile (a
+    /// newer handshake has it).
+    pub(crate) fn pass(mut self) -> Option<Ticket> {
+        let owner = self.owner.clone();
+        let mut table = owner.lock();
+        // Dropped (below, or on return) with its place already taken out: no notice.
+        table.live.remove(&self.id)?;
+        let (tx, rx) = oneshot::channel();
+        let id = table.next;
+        table.next += 1;
+        table.live.insert(id, (Instant::now(), tx));
+        self.id = id;
+        self.evicted = rx;
+        drop(table);
+        Some(self)
+    }
+}
+
 impl Drop for Ticket {
     fn drop(&mut self) {
         let ended = self.owner.lock().live.remove(&self.id).is_some();
@@ -436,5 +456,26 @@ mod tests {
         )
         .await;
         assert!(still_running.is_err(), "the first was not evicted");
+    }
+
+    /// A place passed to the next handshake stays taken, with no room for a newcomer
+    /// in between, and its age starts again; an evicted ticket has no place to pass.
+    #[tokio::test(start_paused = true)]
+    async fn a_passed_place_stays_taken_and_starts_young() {
+        let grace = Duration::from_secs(2);
+        let handshakes = Handshakes::new(1, grace);
+        let first = handshakes.enter().await;
+        tokio::time::advance(grace).await;
+        let passed = first.pass().expect("not evicted");
+        assert_eq!(handshakes.len(), 1);
+        assert!(
+            handshakes.try_enter().is_err(),
+            "no newcomer takes a passed place that is not grace old"
+        );
+        // Past the grace, a newcomer evicts it after all: it has nothing to pass.
+        tokio::time::advance(grace).await;
+        let _newcomer = handshakes.try_enter().expect("the passed place made room");
+        assert!(passed.pass().is_none());
+        assert_eq!(handshakes.len(), 1);
     }
 }

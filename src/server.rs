@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
@@ -196,23 +196,27 @@ impl Server {
             tls: self.tls.clone(),
             #[cfg(feature = "fuzzing")]
             echo: self.echo,
+            line: Mutex::new(VecDeque::new()),
         });
         let mut shutdown = self.registry.shutdown_signal();
-        // Connections accepted while `max_handshakes` are under way wait here, oldest
-        // first, not read from, for a handshake to end. The accept loop goes on taking
-        // them from the listen queue meanwhile: held there, a herd (every client of a
-        // restarted server at once) overflows the queue, and the kernel drops the SYNs
-        // of the rest, who send them again only after a second or three. The line is
-        // at most as long as `max_connections` has room (each waiting connection holds
-        // a file descriptor); past that the listen queue holds the next ones.
-        let mut waiting: VecDeque<(TcpStream, SocketAddr, Instant)> = VecDeque::new();
+        // Connections accepted while `max_handshakes` are under way wait in the gate's
+        // line, oldest first, not read from, for a place. The accept loop goes on
+        // taking them from the listen queue meanwhile: held there, a herd (every client
+        // of a restarted server at once) overflows the queue, and the kernel drops the
+        // SYNs of the rest, who send them again only after a second or three. The line
+        // is at most as long as `max_connections` has room (each waiting connection
+        // holds a file descriptor); past that the listen queue holds the next ones. A
+        // handshake that ends passes its place to the line's first (`start`); the loop
+        // serves the line when a place is given back instead (by a handshake that
+        // ended as the line was empty, or was evicted).
         // The line's wait for a place, kept across passes while the line is not empty:
         // made anew on every pass, it set a timer and joined the `Notify` for every
         // connection accepted during a herd, the accept loop's busiest time.
         let mut turn: Option<Pin<Box<dyn Future<Output = Ticket> + Send>>> = None;
         loop {
-            let may_accept = waiting.is_empty() || waiting.len() < gate.slots.room();
-            if turn.is_none() && !waiting.is_empty() {
+            let waiting = gate.waiting();
+            let may_accept = waiting == 0 || waiting < gate.slots.room();
+            if turn.is_none() && waiting > 0 {
                 let handshakes = gate.handshakes.clone();
                 turn = Some(Box::pin(async move { handshakes.enter().await }));
             }
@@ -234,19 +238,13 @@ impl Server {
             };
             match event {
                 Event::Turn(ticket) => {
-                    let Some((stream, addr, accepted)) = waiting.pop_front() else {
-                        continue;
-                    };
-                    let deadline = accepted + gate.policy.handshake_timeout;
-                    if deadline <= Instant::now() {
-                        crate::metrics::handshake("timeout", None);
-                        tracing::debug!(%addr, "handshake timed out waiting for its turn");
-                        continue;
+                    // None: a handshake that ended took the line's first itself.
+                    if let Some((stream, addr, deadline)) = gate.next_in_line() {
+                        self.start(stream, addr, deadline, ticket, &router, &gate);
                     }
-                    self.start(stream, addr, deadline, ticket, &router, &gate);
                 }
                 Event::Accepted(Ok((stream, addr))) => {
-                    self.admit(stream, addr, &mut waiting, &router, &gate);
+                    self.admit(stream, addr, &router, &gate);
                     // What else the listen queue holds now, taken in the same turn
                     // and outside the runtime's budget (which would end the turn
                     // after 128 accepts): a yielded accept loop waits behind every
@@ -254,7 +252,8 @@ impl Server {
                     // among them, and in a herd the kernel meanwhile drops the SYNs
                     // of a full queue, whose clients dial again a second later.
                     for _ in 1..ACCEPT_BURST {
-                        if !(waiting.is_empty() || waiting.len() < gate.slots.room()) {
+                        let waiting = gate.waiting();
+                        if !(waiting == 0 || waiting < gate.slots.room()) {
                             break;
                         }
                         let next = tokio::task::coop::unconstrained(std::future::poll_fn(|cx| {
@@ -263,7 +262,7 @@ impl Server {
                         .await;
                         match next {
                             std::task::Poll::Ready(Ok((stream, addr))) => {
-                                self.admit(stream, addr, &mut waiting, &router, &gate);
+                                self.admit(stream, addr, &router, &gate);
                             }
                             // Nothing more now; an error comes back to the loop's
                             // own accept.
@@ -278,7 +277,7 @@ impl Server {
                 }
             }
         }
-        drop(waiting);
+        drop(std::mem::take(&mut *crate::sync::lock(&gate.line)));
         drop(self.listener);
         drop(listening);
         // Whoever called shutdown is closing the connections, within its grace period;
@@ -316,21 +315,25 @@ impl Server {
         &self,
         stream: TcpStream,
         addr: SocketAddr,
-        waiting: &mut VecDeque<(TcpStream, SocketAddr, Instant)>,
         router: &Arc<Router<S>>,
         gate: &Arc<Gate>,
     ) {
         let now = Instant::now();
-        match waiting.is_empty().then(|| gate.handshakes.try_enter()) {
+        match (gate.waiting() == 0).then(|| gate.handshakes.try_enter()) {
             Some(Ok(ticket)) => {
                 let deadline = now + gate.policy.handshake_timeout;
                 self.start(stream, addr, deadline, ticket, router, gate);
             }
-            _ => waiting.push_back((stream, addr, now)),
+            _ => {
+                let deadline = now + gate.policy.handshake_timeout;
+                crate::sync::lock(&gate.line).push_back((stream, addr, deadline));
+            }
         }
     }
 
-    /// Runs one accepted connection's handshake, and then its peer, on a task of its own.
+    /// Runs one accepted connection's handshake, and then its peer, on a task of its
+    /// own; then, with the same place among the handshakes, those of the connections
+    /// waiting in line, if any.
     fn start<S: Send + Sync + 'static>(
         &self,
         stream: TcpStream,
@@ -340,10 +343,7 @@ impl Server {
         router: &Arc<Router<S>>,
         gate: &Arc<Gate>,
     ) {
-        let conn = Conn {
-            addr,
-            deadline,
-            ticket,
+        let shaker = Shaker {
             router: router.clone(),
             config: self.config.clone(),
             registry: self.registry.clone(),
@@ -357,31 +357,27 @@ impl Server {
         // of RSS unboxed, 4.9 boxed, with the same live heap, 4.6 KB, by DHAT). As a
         // plain box beside a small task cell, the next handshakes reuse its room.
         tokio::spawn(Box::pin(async move {
-            // Frames are coalesced by the connection's task; Nagle's delay would
-            // only add latency.
-            let _ = stream.set_nodelay(true);
-            #[cfg(feature = "rustls")]
-            if let Some(tls) = conn.gate.tls.clone() {
-                let mut conn = conn;
-                let accepted = conn.ticket.run(timeout_at(deadline, tls.accept(stream)));
-                match accepted.await {
-                    Some(Ok(Ok(stream))) => conn.handshake(stream).await,
-                    Some(Ok(Err(e))) => {
-                        crate::metrics::handshake("gone", None);
-                        tracing::debug!(%addr, error = %e, "TLS handshake failed");
-                    }
-                    Some(Err(_)) => {
-                        crate::metrics::handshake("timeout", None);
-                        tracing::debug!(%addr, "TLS handshake timed out");
-                    }
+            let (mut stream, mut addr, mut deadline, mut ticket) = (stream, addr, deadline, ticket);
+            loop {
+                shaker.one(stream, addr, deadline, &mut ticket).await;
+                // The line's first gets this place and this task: in a herd (every
+                // client of a restarted server at once) its request is most often
+                // in already, and its handshake runs now rather than after a wake-up
+                // of the accept loop and a task of its own, queued behind the calls
+                // of the clients already back.
+                let Some(next) = shaker.gate.next_in_line() else {
+                    return;
+                };
+                match ticket.pass() {
+                    Some(passed) => ticket = passed,
                     None => {
-                        crate::metrics::handshake("evicted", None);
-                        tracing::debug!(%addr, "handshake evicted");
+                        // Evicted meanwhile: the place is someone else's.
+                        crate::sync::lock(&shaker.gate.line).push_front(next);
+                        return;
                     }
                 }
-                return;
+                (stream, addr, deadline) = next;
             }
-            conn.handshake(stream).await;
         }));
     }
 }
@@ -409,34 +405,94 @@ struct Gate {
     tls: Option<tokio_rustls::TlsAcceptor>,
     #[cfg(feature = "fuzzing")]
     echo: bool,
+    /// Connections accepted while `max_handshakes` are under way, oldest first, not
+    /// read from, each with the deadline of its handshake (`handshake_timeout` from
+    /// its accept), waiting for a place.
+    line: Mutex<VecDeque<Waiting>>,
 }
 
-/// One accepted connection on its way to becoming a peer.
-struct Conn<S> {
-    addr: SocketAddr,
-    /// One deadline for the whole handshake, TLS included.
-    deadline: Instant,
-    ticket: Ticket,
+/// A connection waiting in line, with its handshake's deadline.
+type Waiting = (TcpStream, SocketAddr, Instant);
+
+impl Gate {
+    /// How many connections wait in line.
+    fn waiting(&self) -> usize {
+        crate::sync::lock(&self.line).len()
+    }
+
+    /// The line's first whose deadline has not passed; those whose has are dropped.
+    fn next_in_line(&self) -> Option<Waiting> {
+        let now = Instant::now();
+        loop {
+            let (stream, addr, deadline) = crate::sync::lock(&self.line).pop_front()?;
+            if deadline > now {
+                return Some((stream, addr, deadline));
+            }
+            crate::metrics::handshake("timeout", None);
+            tracing::debug!(%addr, "handshake timed out waiting for its turn");
+        }
+    }
+}
+
+/// What a handshake task needs for every connection it serves.
+struct Shaker<S> {
     router: Arc<Router<S>>,
     config: PeerConfig,
     registry: ServerHandle,
     gate: Arc<Gate>,
 }
 
-impl<S: Send + Sync + 'static> Conn<S> {
+impl<S: Send + Sync + 'static> Shaker<S> {
+    /// One connection's handshake (TLS first, if configured) with `ticket`'s place,
+    /// all by `deadline`; on success the connection runs as a peer on a task of its own.
+    async fn one(
+        &self,
+        stream: TcpStream,
+        addr: SocketAddr,
+        deadline: Instant,
+        ticket: &mut Ticket,
+    ) {
+        // Frames are coalesced by the connection's task; Nagle's delay would only add
+        // latency.
+        let _ = stream.set_nodelay(true);
+        #[cfg(feature = "rustls")]
+        if let Some(tls) = self.gate.tls.clone() {
+            let accepted = ticket.run(timeout_at(deadline, tls.accept(stream)));
+            match accepted.await {
+                Some(Ok(Ok(stream))) => self.handshake(stream, addr, deadline, ticket).await,
+                Some(Ok(Err(e))) => {
+                    crate::metrics::handshake("gone", None);
+                    tracing::debug!(%addr, error = %e, "TLS handshake failed");
+                }
+                Some(Err(_)) => {
+                    crate::metrics::handshake("timeout", None);
+                    tracing::debug!(%addr, "TLS handshake timed out");
+                }
+                None => {
+                    crate::metrics::handshake("evicted", None);
+                    tracing::debug!(%addr, "handshake evicted");
+                }
+            }
+            return;
+        }
+        self.handshake(stream, addr, deadline, ticket).await;
+    }
+
     /// The WebSocket handshake; on success the connection runs as a peer.
-    async fn handshake<IO>(mut self, mut io: IO)
-    where
+    async fn handshake<IO>(
+        &self,
+        mut io: IO,
+        addr: SocketAddr,
+        deadline: Instant,
+        ticket: &mut Ticket,
+    ) where
         IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let addr = self.addr;
-        let deadline = self.deadline;
-        let gate = self.gate.clone();
-        let decided = self
-            .ticket
+        let gate = &self.gate;
+        let decided = ticket
             .run(timeout_at(
                 deadline,
-                decide(&mut io, addr, &gate, &self.registry),
+                decide(&mut io, addr, gate, &self.registry),
             ))
             .await;
         let (request, tail, slot, auth, accept) = match decided {
@@ -473,8 +529,8 @@ impl<S: Send + Sync + 'static> Conn<S> {
                 return;
             }
         }
-        // No longer in handshake: the connection now counts in its slot.
-        drop(self.ticket);
+        // From here the connection counts in its slot; the ticket's place goes to the
+        // next in line, or is given back, once the peer is started.
         let ws = WebSocketStream::from_partially_read(
             io,
             tail,
@@ -499,7 +555,7 @@ impl<S: Send + Sync + 'static> Conn<S> {
         };
         self.registry.start(
             WebSocket::new(ws),
-            self.router,
+            self.router.clone(),
             &self.config,
             info,
             Some(slot),

@@ -361,6 +361,36 @@ async fn a_herd_of_dials_waits_in_the_listen_queue() {
     }
 }
 
+/// A herd far larger than `max_handshakes` waits in the server's line and is served
+/// in turn, each place passed from a handshake that ends to the next in line: every
+/// client gets its `101`, and its calls are answered.
+#[tokio::test]
+async fn a_herd_larger_than_the_handshake_bound_is_served_in_turn() {
+    const HERD: usize = 200;
+    let (addr, _) = server_with(HandshakePolicy::default().max_handshakes(4)).await;
+    let mut herd = Vec::with_capacity(HERD);
+    for _ in 0..HERD {
+        herd.push(within(TcpStream::connect(&addr)).await.unwrap());
+    }
+    let request = upgrade(
+        "GET",
+        "HTTP/1.1",
+        &format!("Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n"),
+    );
+    for tcp in &mut herd {
+        within(tcp.write_all(request.as_bytes())).await.unwrap();
+    }
+    for tcp in &mut herd {
+        assert_eq!(read_answer(tcp).await.status, 101);
+    }
+    // And a client that comes after the herd still gets in and is answered.
+    let late = within(connect(&format!("ws://{addr}"), Router::new()))
+        .await
+        .unwrap();
+    let diff: i64 = within(late.call("subtract", [42, 23])).await.unwrap();
+    assert_eq!(diff, 19);
+}
+
 /// The backlog is a setting: a server bound with a small one still serves.
 #[tokio::test]
 async fn a_server_bound_with_its_own_backlog_serves() {
