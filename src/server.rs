@@ -209,6 +209,7 @@ impl Server {
         // handshake that ends passes its place to the line's first (`start`); the loop
         // serves the line when a place is given back instead (by a handshake that
         // ended as the line was empty, or was evicted).
+        //
         // The line's wait for a place, kept across passes while the line is not empty:
         // made anew on every pass, it set a timer and joined the `Notify` for every
         // connection accepted during a herd, the accept loop's busiest time.
@@ -264,8 +265,9 @@ impl Server {
                             std::task::Poll::Ready(Ok((stream, addr))) => {
                                 self.admit(stream, addr, &router, &gate);
                             }
-                            // Nothing more now; an error comes back to the loop's
-                            // own accept.
+                            // Nothing more now. An error (out of file descriptors,
+                            // most often) ends the burst: if it lasts, the loop's own
+                            // accept meets it next, and waits.
                             _ => break,
                         }
                     }
