@@ -199,6 +199,10 @@ impl Server {
             line: Mutex::new(VecDeque::new()),
         });
         let mut shutdown = self.registry.shutdown_signal();
+        // However the loop ends (shutdown, or this future dropped), the connections
+        // still waiting in line are closed: the handshakes under way, on tasks of their
+        // own, do not go on to serve them.
+        let line = CloseLine(gate.clone());
         // Connections accepted while `max_handshakes` are under way wait in the gate's
         // line, oldest first, not read from, for a place. The accept loop goes on
         // taking them from the listen queue meanwhile: held there, a herd (every client
@@ -279,7 +283,7 @@ impl Server {
                 }
             }
         }
-        drop(std::mem::take(&mut *crate::sync::lock(&gate.line)));
+        drop(line);
         drop(self.listener);
         drop(listening);
         // Whoever called shutdown is closing the connections, within its grace period;
@@ -415,6 +419,17 @@ struct Gate {
 
 /// A connection waiting in line, with its handshake's deadline.
 type Waiting = (TcpStream, SocketAddr, Instant);
+
+/// Empties the gate's line when dropped.
+struct CloseLine(Arc<Gate>);
+
+impl Drop for CloseLine {
+    fn drop(&mut self) {
+        let line = std::mem::take(&mut *crate::sync::lock(&self.0.line));
+        // Closed outside the lock.
+        drop(line);
+    }
+}
 
 impl Gate {
     /// How many connections wait in line.

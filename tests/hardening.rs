@@ -391,6 +391,43 @@ async fn a_herd_larger_than_the_handshake_bound_is_served_in_turn() {
     assert_eq!(diff, 19);
 }
 
+/// A server whose `serve` future is dropped closes the connections still waiting in
+/// line for a handshake place; the handshake under way is not held up by it.
+#[tokio::test]
+async fn dropping_serve_closes_the_connections_waiting_in_line() {
+    let server = Server::bind("127.0.0.1:0").await.unwrap().handshake_policy(
+        HandshakePolicy::default()
+            .max_handshakes(1)
+            .handshake_grace(Duration::from_secs(60))
+            .handshake_timeout(Duration::from_secs(60)),
+    );
+    let addr = server.local_addr().unwrap().to_string();
+    let serving = tokio::spawn(server.serve(common::spec_methods::spec_router()));
+    // The one place: a connection that sends nothing (yet).
+    let mut first = within(TcpStream::connect(&addr)).await.unwrap();
+    let request = upgrade(
+        "GET",
+        "HTTP/1.1",
+        &format!("Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n"),
+    );
+    // In line behind it, with its request sent.
+    let mut waiting = within(TcpStream::connect(&addr)).await.unwrap();
+    within(waiting.write_all(request.as_bytes())).await.unwrap();
+    assert!(
+        !closed_by_server(&mut waiting, Duration::from_millis(200)).await,
+        "it waits for the place, open"
+    );
+    serving.abort();
+    let _ = serving.await;
+    assert!(
+        closed_by_server(&mut waiting, Duration::from_secs(5)).await,
+        "the connection in line is closed with the accept loop"
+    );
+    // The handshake under way goes on, and is answered.
+    within(first.write_all(request.as_bytes())).await.unwrap();
+    assert_eq!(read_answer(&mut first).await.status, 101);
+}
+
 /// The backlog is a setting: a server bound with a small one still serves.
 #[tokio::test]
 async fn a_server_bound_with_its_own_backlog_serves() {
