@@ -30,6 +30,9 @@ struct Node {
 
 struct Setup {
     heartbeat: Duration,
+    /// Silent intervals before a node is dropped; with `heartbeat`, also how long the
+    /// flush after an outage waits for the nodes live before it.
+    missed: u32,
     outbox_limit: usize,
     /// Each server's peers' settings.
     peers: PeerConfig,
@@ -39,6 +42,7 @@ impl Default for Setup {
     fn default() -> Self {
         Setup {
             heartbeat: Duration::from_millis(100),
+            missed: 3,
             outbox_limit: 8 << 20,
             peers: PeerConfig::default(),
         }
@@ -57,6 +61,7 @@ async fn node(hub: &MemoryHub, name: &str, setup: &Setup) -> Node {
         Cluster::builder(bus.clone(), server.handle())
             .node_id(name)
             .heartbeat_interval(setup.heartbeat)
+            .missed_heartbeats(setup.missed)
             .outbox_limit(setup.outbox_limit)
             .gap_notification("$/gap")
             .on_gap({
@@ -812,8 +817,13 @@ async fn two_nodes_with_one_name_are_noticed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_an_outage_the_flush_waits_for_the_nodes_that_come_back_later() {
     let hub = MemoryHub::new();
+    // The flush waits for b and c at most one heartbeat window: 10 s here, so that it
+    // cannot run out on a loaded machine before a's hello is out (with 200 ms x 3 it
+    // did once in CI, and the news went out first). b's and c's hellos end it as soon
+    // as they are back, so the test takes no longer for it.
     let setup = Setup {
         heartbeat: Duration::from_millis(200),
+        missed: 50,
         ..Setup::default()
     };
     let [a, b, c] = three(&hub, &setup).await;
