@@ -111,6 +111,33 @@ fn upgrade(method: &str, version: &str, extra: &str) -> String {
     )
 }
 
+/// A valid WebSocket upgrade request.
+fn valid_upgrade() -> String {
+    upgrade(
+        "GET",
+        "HTTP/1.1",
+        &format!("Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n"),
+    )
+}
+
+/// Sends each of `herd` a valid upgrade request, then checks each is answered `101`.
+async fn all_switched(herd: &mut [TcpStream]) {
+    let request = valid_upgrade();
+    for tcp in herd.iter_mut() {
+        within(tcp.write_all(request.as_bytes())).await.unwrap();
+    }
+    for tcp in herd.iter_mut() {
+        assert_eq!(read_answer(tcp).await.status, 101);
+    }
+}
+
+/// A new client of `url` gets in and its call is answered.
+async fn serves(url: &str) {
+    let peer = within(connect(url, Router::new())).await.unwrap();
+    let diff: i64 = within(peer.call("subtract", [42, 23])).await.unwrap();
+    assert_eq!(diff, 19);
+}
+
 #[tokio::test]
 async fn malformed_handshakes_get_an_http_answer() {
     let (server, _) = server_with(HandshakePolicy::default()).await;
@@ -223,11 +250,7 @@ async fn malformed_handshakes_get_an_http_answer() {
         );
     }
     // The server still serves.
-    let peer = within(connect(&format!("ws://{server}"), Router::new()))
-        .await
-        .unwrap();
-    let diff: i64 = within(peer.call("subtract", [42, 23])).await.unwrap();
-    assert_eq!(diff, 19);
+    serves(&format!("ws://{server}")).await;
 }
 
 #[tokio::test]
@@ -348,17 +371,7 @@ async fn a_herd_of_dials_waits_in_the_listen_queue() {
         herd.push(within(TcpStream::connect(&addr)).await.unwrap());
     }
     tokio::spawn(server.serve(common::spec_methods::spec_router()));
-    let request = upgrade(
-        "GET",
-        "HTTP/1.1",
-        &format!("Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n"),
-    );
-    for tcp in &mut herd {
-        within(tcp.write_all(request.as_bytes())).await.unwrap();
-    }
-    for tcp in &mut herd {
-        assert_eq!(read_answer(tcp).await.status, 101);
-    }
+    all_switched(&mut herd).await;
 }
 
 /// A herd far larger than `max_handshakes` waits in the server's line and is served
@@ -372,23 +385,9 @@ async fn a_herd_larger_than_the_handshake_bound_is_served_in_turn() {
     for _ in 0..HERD {
         herd.push(within(TcpStream::connect(&addr)).await.unwrap());
     }
-    let request = upgrade(
-        "GET",
-        "HTTP/1.1",
-        &format!("Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n"),
-    );
-    for tcp in &mut herd {
-        within(tcp.write_all(request.as_bytes())).await.unwrap();
-    }
-    for tcp in &mut herd {
-        assert_eq!(read_answer(tcp).await.status, 101);
-    }
+    all_switched(&mut herd).await;
     // And a client that comes after the herd still gets in and is answered.
-    let late = within(connect(&format!("ws://{addr}"), Router::new()))
-        .await
-        .unwrap();
-    let diff: i64 = within(late.call("subtract", [42, 23])).await.unwrap();
-    assert_eq!(diff, 19);
+    serves(&format!("ws://{addr}")).await;
 }
 
 /// A server whose `serve` future is dropped closes the connections still waiting in
@@ -405,11 +404,7 @@ async fn dropping_serve_closes_the_connections_waiting_in_line() {
     let serving = tokio::spawn(server.serve(common::spec_methods::spec_router()));
     // The one place: a connection that sends nothing (yet).
     let mut first = within(TcpStream::connect(&addr)).await.unwrap();
-    let request = upgrade(
-        "GET",
-        "HTTP/1.1",
-        &format!("Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n"),
-    );
+    let request = valid_upgrade();
     // In line behind it, with its request sent.
     let mut waiting = within(TcpStream::connect(&addr)).await.unwrap();
     within(waiting.write_all(request.as_bytes())).await.unwrap();
@@ -434,9 +429,7 @@ async fn a_server_bound_with_its_own_backlog_serves() {
     let server = Server::bind_with_backlog("127.0.0.1:0", 8).await.unwrap();
     let url = format!("ws://{}", server.local_addr().unwrap());
     tokio::spawn(server.serve(common::spec_methods::spec_router()));
-    let peer = within(connect(&url, Router::new())).await.unwrap();
-    let diff: i64 = within(peer.call("subtract", [42, 23])).await.unwrap();
-    assert_eq!(diff, 19);
+    serves(&url).await;
 }
 
 #[tokio::test]
