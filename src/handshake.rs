@@ -278,6 +278,17 @@ struct Table {
     live: BTreeMap<u64, (Instant, oneshot::Sender<()>)>,
 }
 
+impl Table {
+    /// A new handshake, begun at `now`: its id and its end of the eviction channel.
+    fn insert(&mut self, now: Instant) -> (u64, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        let id = self.next;
+        self.next += 1;
+        self.live.insert(id, (now, tx));
+        (id, rx)
+    }
+}
+
 impl Handshakes {
     pub(crate) fn new(max: usize, grace: Duration) -> Arc<Self> {
         Arc::new(Handshakes {
@@ -327,13 +338,10 @@ impl Handshakes {
                 None => break,
             }
         }
-        let (tx, rx) = oneshot::channel();
-        let id = table.next;
-        table.next += 1;
-        table.live.insert(id, (now, tx));
+        let (id, evicted) = table.insert(now);
         Ok(Ticket {
             id,
-            evicted: rx,
+            evicted,
             owner: self.clone(),
         })
     }
@@ -361,9 +369,7 @@ impl Ticket {
             _ = &mut self.evicted => None,
         }
     }
-}
 
-impl Ticket {
     /// This place, for a handshake that starts now: it stays taken (no newcomer slips
     /// in between) and its age starts again. `None` if it was evicted meanwhile (a
     /// newer handshake has it).
@@ -372,12 +378,7 @@ impl Ticket {
         let mut table = owner.lock();
         // Dropped (below, or on return) with its place already taken out: no notice.
         table.live.remove(&self.id)?;
-        let (tx, rx) = oneshot::channel();
-        let id = table.next;
-        table.next += 1;
-        table.live.insert(id, (Instant::now(), tx));
-        self.id = id;
-        self.evicted = rx;
+        (self.id, self.evicted) = table.insert(Instant::now());
         drop(table);
         Some(self)
     }
