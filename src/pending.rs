@@ -23,17 +23,26 @@
 //! deadlines are issued in one order); any other call (longer than the connection's
 //! timeout, or one that would break the order) keeps a tokio timer, as before.
 //!
-//! Calls that end otherwise leave the map at once but the deque lazily: its front is
-//! popped while it names no live call, and the whole deque is compacted once it holds
-//! more than twice the live calls (plus [`SLACK`]), so one call that never ends cannot
-//! make it grow with the call rate.
+//! Calls that end otherwise leave the deque lazily: its front is popped while it names
+//! no waiting call, and the whole deque is compacted once it holds more than twice the
+//! waiting calls (plus [`SLACK`]), so one call that never ends cannot make it grow with
+//! the call rate.
+//!
+//! **The answer's slot.** A call's answer is left in its own entry of the map, and the
+//! call's waker beside it: the reader writes it where it has just looked the id up, and
+//! the woken call takes it out under the same lock. It used to travel through a tokio
+//! `oneshot` channel made for every call: an allocation, some 140 bytes on three cache
+//! lines written by the reader long after the call made them (with 64 calls in flight,
+//! cold by then), and the channel's own atomics. An entry so leaves the map when its
+//! call takes the answer or gives up (the guard's drop), not when the answer comes; the
+//! entries answered and not yet taken are counted apart, and are not "waiting".
 
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::call::Reply;
@@ -45,10 +54,29 @@ use crate::sync::lock;
 /// not a valid response ([`Error::InvalidResponse`]).
 pub(crate) type Answer = Result<Outcome<Reply>, Error>;
 
-/// A waiting call's end of its channel: `Some` answer, or `None` once its deadline
-/// passed (the connection's sweep, below).
-type Slot = oneshot::Sender<Option<Answer>>;
-type Waiting = oneshot::Receiver<Option<Answer>>;
+/// A call's entry in the map.
+enum Slot {
+    /// No answer yet; the waker of the call's last poll, once it has been polled.
+    Waiting(Option<Waker>),
+    /// `Some` answer, or `None` once its deadline passed (the connection's sweep, below),
+    /// until the call takes it.
+    Done(Option<Answer>),
+}
+
+impl Slot {
+    /// Hands `answer` over if the call still waits for one; returns the waker to wake
+    /// once the lock is released. `Err` when the call was answered already.
+    fn fill(&mut self, answer: Option<Answer>) -> Result<Option<Waker>, Option<Answer>> {
+        match self {
+            Slot::Waiting(waker) => {
+                let waker = waker.take();
+                *self = Slot::Done(answer);
+                Ok(waker)
+            }
+            Slot::Done(_) => Err(answer),
+        }
+    }
+}
 
 /// Past this many entries above twice the live calls, the deque is compacted.
 const SLACK: usize = 32;
@@ -70,8 +98,8 @@ pub(crate) enum Due {
 
 /// A registered call.
 pub(crate) struct Registered<'a> {
+    /// The call's entry: its answer is taken, or the entry removed, through it.
     pub(crate) guard: Guard<'a>,
-    pub(crate) rx: Waiting,
     /// `Some` when the connection's sweep keeps the deadline: the channel then
     /// carries `None` once it passes. `None`: the caller keeps its own timer.
     pub(crate) deadline: Option<Instant>,
@@ -91,6 +119,8 @@ pub(crate) struct Pending {
 #[derive(Default)]
 struct State {
     map: FxHashMap<u64, Slot>,
+    /// Entries of the map that hold an answer not yet taken: the rest wait.
+    answered: usize,
     /// `(deadline, id)` of the calls the connection times out, in deadline order;
     /// entries of calls that ended otherwise are removed lazily.
     deadlines: VecDeque<(Instant, u64)>,
@@ -100,10 +130,41 @@ struct State {
 }
 
 impl State {
-    /// Removes `id` from the map; if the deque's front named it, pops the front while
-    /// it names no live call.
+    /// Whether call `id` still waits for its answer.
+    fn waits(&self, id: u64) -> bool {
+        matches!(self.map.get(&id), Some(Slot::Waiting(_)))
+    }
+
+    /// The calls that wait for their answer.
+    fn waiting(&self) -> usize {
+        self.map.len() - self.answered
+    }
+
+    /// Gives `answer` to call `id` if it waits; returns its waker (to wake once the
+    /// lock is released), or `Err` when no call waits for it.
+    fn fill(&mut self, id: u64, answer: Option<Answer>) -> Result<Option<Waker>, Option<Answer>> {
+        let Some(slot) = self.map.get_mut(&id) else {
+            return Err(answer);
+        };
+        let waker = slot.fill(answer)?;
+        self.answered += 1;
+        self.unfront(id);
+        Ok(waker)
+    }
+
+    /// Removes `id` from the map; then, as [`unfront`](Self::unfront).
     fn forget(&mut self, id: u64) -> Option<Slot> {
         let slot = self.map.remove(&id);
+        if let Some(Slot::Done(_)) = slot {
+            self.answered -= 1;
+        }
+        self.unfront(id);
+        slot
+    }
+
+    /// If the deque's front names `id`, which no longer waits, pops the front while it
+    /// names no waiting call.
+    fn unfront(&mut self, id: u64) {
         if self
             .deadlines
             .front()
@@ -112,13 +173,12 @@ impl State {
             self.deadlines.pop_front();
             self.pop_dead();
         }
-        slot
     }
 
-    /// Pops the front while it names a call that has ended.
+    /// Pops the front while it names a call that no longer waits.
     fn pop_dead(&mut self) {
         while let Some(&(_, id)) = self.deadlines.front() {
-            if self.map.contains_key(&id) {
+            if self.waits(id) {
                 return;
             }
             self.deadlines.pop_front();
@@ -136,7 +196,7 @@ impl State {
             if back <= deadline {
                 break;
             }
-            if self.map.contains_key(&back_id) {
+            if self.waits(back_id) {
                 return (false, false);
             }
             self.deadlines.pop_back();
@@ -148,9 +208,10 @@ impl State {
         if rearm {
             self.timer = Some(deadline);
         }
-        if self.deadlines.len() > 2 * self.map.len() + SLACK {
+        if self.deadlines.len() > 2 * self.waiting() + SLACK {
             let map = &self.map;
-            self.deadlines.retain(|(_, id)| map.contains_key(id));
+            self.deadlines
+                .retain(|(_, id)| matches!(map.get(id), Some(Slot::Waiting(_))));
         }
         (true, rearm)
     }
@@ -173,9 +234,8 @@ impl Pending {
         due: Due,
         closed_reason: impl FnOnce() -> CloseReason,
     ) -> Result<Registered<'_>, Error> {
-        let (tx, rx) = oneshot::channel();
         let mut state = self.state();
-        state.map.insert(id, tx);
+        state.map.insert(id, Slot::Waiting(None));
         let deadline = match due {
             Due::After(timeout) => Instant::now().checked_add(timeout),
             Due::At(deadline) => Some(deadline),
@@ -201,7 +261,6 @@ impl Pending {
                 id,
                 armed: true,
             },
-            rx,
             deadline,
             wake,
         })
@@ -210,32 +269,40 @@ impl Pending {
     /// Hands an answer to the call waiting for `id`. False when none waits (a late
     /// answer to a call that timed out, or an id we never sent).
     pub(crate) fn complete(&self, id: u64, answer: Answer) -> bool {
-        // The lock is released before the send, which may wake the caller.
-        let slot = self.state().forget(id);
-        match slot {
-            // The caller may have just given up: a failed send is then fine.
-            Some(tx) => {
-                let _ = tx.send(Some(answer));
+        // The lock is released before the wake-up.
+        let filled = self.state().fill(id, Some(answer));
+        match filled {
+            Ok(waker) => {
+                if let Some(waker) = waker {
+                    waker.wake();
+                }
                 true
             }
-            None => false,
+            Err(_) => false,
         }
     }
 
     /// Ends every waiting call with `Error::Closed`; later registrations fail at once.
     pub(crate) fn fail_all(&self, reason: &CloseReason) {
         self.closed.store(true, Ordering::SeqCst);
+        let mut wakers = Vec::new();
         let mut state = self.state();
-        let slots = std::mem::take(&mut state.map);
+        for slot in state.map.values_mut() {
+            if let Ok(waker) = slot.fill(Some(Err(Error::Closed(reason.clone())))) {
+                wakers.extend(waker);
+            }
+        }
+        state.answered = state.map.len();
         state.deadlines = VecDeque::new();
         drop(state);
-        for tx in slots.into_values() {
-            let _ = tx.send(Some(Err(Error::Closed(reason.clone()))));
+        for waker in wakers {
+            waker.wake();
         }
     }
 
+    /// The calls that wait for their answer.
     pub(crate) fn len(&self) -> usize {
-        self.state().map.len()
+        self.state().waiting()
     }
 
     /// For the connection's task, on every pass: whether a call asked it to set its
@@ -264,17 +331,22 @@ impl Pending {
             if deadline > now {
                 break;
             }
-            state.deadlines.pop_front();
-            expired.extend(state.map.remove(&id));
+            // Filling it pops it (and what follows it that no longer waits).
+            match state.fill(id, None) {
+                Ok(waker) => expired.extend(waker),
+                Err(_) => {
+                    state.deadlines.pop_front();
+                }
+            }
         }
         state.pop_dead();
         self.rearm.store(false, Ordering::Relaxed);
         state.timer = state.deadlines.front().map(|&(deadline, _)| deadline);
         let next = state.timer;
-        // The lock is released before the sends, which wake the callers.
+        // The lock is released before the wake-ups.
         drop(state);
-        for tx in expired {
-            let _ = tx.send(None);
+        for waker in expired {
+            waker.wake();
         }
         next
     }
@@ -284,9 +356,16 @@ impl Pending {
     pub(crate) fn deadlines_len(&self) -> usize {
         self.state().deadlines.len()
     }
+
+    /// Entries in the map, answered or waiting.
+    #[cfg(test)]
+    pub(crate) fn entries(&self) -> usize {
+        self.state().map.len()
+    }
 }
 
-/// Removes a call's entry when the call ends without its answer.
+/// A registered call's entry: the call's answer is taken through it, and it removes
+/// the entry if the call ends without taking one.
 pub(crate) struct Guard<'a> {
     pending: &'a Pending,
     id: u64,
@@ -294,9 +373,26 @@ pub(crate) struct Guard<'a> {
 }
 
 impl Guard<'_> {
-    /// The answer arrived (or the deadline passed), so the entry was already removed.
-    pub(crate) fn disarm(&mut self) {
+    /// The call's answer, once it is there: `Some` answer, or `None` once its deadline
+    /// passed (the connection's sweep). The entry leaves the map with it. `Ready(None)`
+    /// (outer) if there is no entry: it was taken already.
+    pub(crate) fn poll_answer(&mut self, cx: &mut Context<'_>) -> Poll<Option<Option<Answer>>> {
+        if !self.armed {
+            return Poll::Ready(None);
+        }
+        let mut state = self.pending.state();
+        if let Some(Slot::Waiting(waker)) = state.map.get_mut(&self.id) {
+            match waker {
+                Some(waker) if waker.will_wake(cx.waker()) => {}
+                _ => *waker = Some(cx.waker().clone()),
+            }
+            return Poll::Pending;
+        }
         self.armed = false;
+        match state.forget(self.id) {
+            Some(Slot::Done(answer)) => Poll::Ready(Some(answer)),
+            _ => Poll::Ready(None),
+        }
     }
 }
 
@@ -320,6 +416,65 @@ mod tests {
 
     fn answer() -> Answer {
         Err(Error::InvalidResponse("test".into()))
+    }
+
+    /// The call's answer if it is there, polled with a waker that does nothing.
+    fn taken(call: &mut Registered<'_>) -> Poll<Option<Option<Answer>>> {
+        call.guard
+            .poll_answer(&mut Context::from_waker(Waker::noop()))
+    }
+
+    /// Counts its wake-ups.
+    #[derive(Default)]
+    struct Woken(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Woken {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_wakes_its_call_and_leaves_the_map_when_taken() {
+        let pending = Pending::new();
+        let mut call = register(&pending, 7, Due::After(T));
+        let woken = std::sync::Arc::new(Woken::default());
+        let waker = Waker::from(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(call.guard.poll_answer(&mut cx).is_pending());
+        assert!(call.guard.poll_answer(&mut cx).is_pending(), "polled again");
+        assert_eq!(pending.len(), 1);
+        assert!(pending.complete(7, answer()));
+        assert_eq!(woken.0.load(Ordering::SeqCst), 1);
+        // Answered, not taken: no longer waiting, and a second answer finds no one.
+        assert_eq!(pending.len(), 0);
+        assert!(!pending.complete(7, answer()));
+        assert_eq!(pending.deadlines_len(), 0, "the deque's front was the call");
+        assert!(matches!(
+            call.guard.poll_answer(&mut cx),
+            Poll::Ready(Some(Some(Err(Error::InvalidResponse(_)))))
+        ));
+        assert_eq!(pending.entries(), 0);
+        // Taken once: a poll after it finds nothing, and the drop removes nothing.
+        assert!(matches!(call.guard.poll_answer(&mut cx), Poll::Ready(None)));
+        drop(call);
+        assert_eq!(woken.0.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_not_taken_goes_with_the_call_that_gives_up() {
+        let pending = Pending::new();
+        let call = register(&pending, 1, Due::After(T));
+        let _other = register(&pending, 2, Due::After(T));
+        assert!(pending.complete(1, answer()));
+        assert_eq!((pending.len(), pending.entries()), (1, 2));
+        drop(call);
+        assert_eq!((pending.len(), pending.entries()), (1, 1));
+        // The sweep passes a call answered and dropped without a word.
+        let _three = register(&pending, 3, Due::After(T));
+        assert!(pending.complete(3, answer()));
+        assert_eq!(pending.expire(Instant::now() + T), None);
+        assert_eq!((pending.len(), pending.entries()), (0, 2));
     }
 
     #[tokio::test(start_paused = true)]
@@ -356,7 +511,10 @@ mod tests {
             pending.expire(start + T),
             Some(start + T + Duration::from_secs(2))
         );
-        assert!(one.rx.try_recv().unwrap().is_none(), "expired");
+        assert!(
+            matches!(taken(&mut one), Poll::Ready(Some(None))),
+            "expired"
+        );
         assert_eq!(pending.len(), 2);
         // Answered: the map at once, the deque as its front passes.
         assert!(pending.complete(3, answer()));
@@ -414,7 +572,10 @@ mod tests {
         let mut one = register(&pending, 1, Due::After(T));
         let _two = register(&pending, 2, Due::Own);
         pending.fail_all(&CloseReason::Eof);
-        assert!(matches!(one.rx.try_recv(), Ok(Some(Err(Error::Closed(_))))));
+        assert!(matches!(
+            taken(&mut one),
+            Poll::Ready(Some(Some(Err(Error::Closed(_)))))
+        ));
         assert_eq!((pending.len(), pending.deadlines_len()), (0, 0));
         assert!(pending
             .register(3, Due::After(T), || CloseReason::Eof)

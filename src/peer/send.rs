@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -183,11 +182,10 @@ impl Peer {
 /// it tells the other side that the call was given up (see `cancel.rs`).
 pub(crate) struct Waiting<'a> {
     // Declared before the guard, so dropped before it: the cancel is queued while the
-    // entry is still there (unless the sweep removed it), and a late answer still
+    // entry is still there (answered or not, it waits to be taken), and a late answer
     // finds no one waiting.
     cancel: CancelOnDrop<'a>,
     guard: Guard<'a>,
-    rx: oneshot::Receiver<Option<Answer>>,
     swept: Option<Instant>,
 }
 
@@ -195,15 +193,11 @@ impl<'a> Waiting<'a> {
     /// Registers call `id`, due as `due` says.
     pub(crate) fn register(shared: &'a Shared, id: u64, due: Due) -> Result<Self> {
         let Registered {
-            guard,
-            rx,
-            deadline,
-            ..
+            guard, deadline, ..
         } = shared.register(id, due)?;
         Ok(Waiting {
             cancel: CancelOnDrop::new(shared, id),
             guard,
-            rx,
             swept: deadline,
         })
     }
@@ -221,12 +215,11 @@ impl<'a> Waiting<'a> {
 
     /// Waits for the answer: `None` once the sweep has passed the call's deadline.
     pub(crate) async fn answer(&mut self, shared: &Shared) -> Option<Answer> {
-        let answer = (&mut self.rx)
+        // The entry leaves the map with its answer; none there means it is gone with
+        // the connection.
+        let answer = std::future::poll_fn(|cx| self.guard.poll_answer(cx))
             .await
-            .unwrap_or_else(|_| Some(Err(Error::Closed(shared.close_reason()))));
-        // The reader, the sweep or the connection's end removed the entry when it
-        // handed this over.
-        self.guard.disarm();
+            .unwrap_or_else(|| Some(Err(Error::Closed(shared.close_reason()))));
         // Past its deadline (`None`), the call was given up: the cancel goes out, as
         // when a timer of its own drops the call.
         if answer.is_some() {
