@@ -16,7 +16,7 @@
 //! a tenth of the whole call. Instead the deadlines wait beside the map, under the same
 //! lock, in a deque in deadline order, and the connection's task keeps one timer for
 //! the front (`driver/deadlines.rs`); when it fires, the calls past their deadline
-//! leave the map with `None` on their channel, which their callers turn into the same
+//! get `None` as their answer, which their callers turn into the same
 //! `Error::Timeout` a timer of their own would have given. A call costs a push and a
 //! clock reading. The deque takes a call whose deadline is not before its back (read
 //! under the lock, so calls with the connection's own timeout always are: ids and
@@ -100,8 +100,8 @@ pub(crate) enum Due {
 pub(crate) struct Registered<'a> {
     /// The call's entry: its answer is taken, or the entry removed, through it.
     pub(crate) guard: Guard<'a>,
-    /// `Some` when the connection's sweep keeps the deadline: the channel then
-    /// carries `None` once it passes. `None`: the caller keeps its own timer.
+    /// `Some` when the connection's sweep keeps the deadline: the call's entry then
+    /// gets `None` as its answer once it passes. `None`: the caller keeps its own timer.
     pub(crate) deadline: Option<Instant>,
     /// The connection's timer does not cover this deadline yet: wake its task.
     pub(crate) wake: bool,
@@ -322,7 +322,7 @@ impl Pending {
     }
 
     /// For the connection's task, when its timer fired at `now`: ends the calls whose
-    /// deadline has passed (`None` on their channel). Returns when the timer should fire
+    /// deadline has passed (`None` as their answer). Returns when the timer should fire
     /// next (`None`: no deadlines are left).
     pub(crate) fn expire(&self, now: Instant) -> Option<Instant> {
         let mut expired = Vec::new();
