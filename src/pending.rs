@@ -470,7 +470,7 @@ mod tests {
         assert_eq!((pending.len(), pending.entries()), (1, 2));
         drop(call);
         assert_eq!((pending.len(), pending.entries()), (1, 1));
-        // The sweep passes a call answered and dropped without a word.
+        // The sweep passes over an answer not yet taken: it ends only calls that wait.
         let _three = register(&pending, 3, Due::After(T));
         assert!(pending.complete(3, answer()));
         assert_eq!(pending.expire(Instant::now() + T), None);
@@ -516,7 +516,7 @@ mod tests {
             "expired"
         );
         assert_eq!(pending.len(), 2);
-        // Answered: the map at once, the deque as its front passes.
+        // Answered: no longer waiting at once; the deque lets it go as its front passes.
         assert!(pending.complete(3, answer()));
         assert_eq!(pending.deadlines_len(), 2);
         drop(two);
