@@ -701,6 +701,8 @@ async fn a_full_outbox_refuses_the_new_publish_with_an_error_and_a_lossy_bus_is_
         .await
         .unwrap();
     all_live(&b, 3).await;
+    // What the outbox held is flushed first (until then a broadcast may find it full).
+    flushed(&a.cluster).await;
     a.cluster.handle().broadcast("done", &()).unwrap();
     let got = until_done(&mut rx, &[0, 1]).await;
     for who in [0, 1] {
