@@ -5,6 +5,8 @@
 //! cargo bench --bench cluster --features redis-cluster              # full run, about two minutes
 //! cargo bench --bench cluster --features redis-cluster -- --quick   # a few seconds (CI)
 //! cargo bench --bench cluster --features redis-cluster -- --only throughput  # raw and ours alternated, then exit
+//! cargo bench --bench cluster --features redis-cluster -- --only history     # the history throughputs, then exit
+//! cargo bench --bench cluster --features redis-cluster -- --only history-alone  # ours with history alone (profiling)
 //! ```
 //!
 //! Needs `redis-server` and `redis-cli` on the PATH (`.ci/install`); the bench starts its
@@ -68,6 +70,11 @@ struct Opts {
     throughput_rounds: usize,
     /// `--only throughput`: those rounds alone, one line, then exit (for profiling).
     only_throughput: bool,
+    /// `--only history`: the history throughputs alone, `throughput_rounds` times, then
+    /// exit (for profiling).
+    only_history: bool,
+    /// `--only history-alone`: the same, ours with history alone.
+    only_history_alone: bool,
     broadcast_clients: usize,
     broadcast_rounds: usize,
     resume_rounds: usize,
@@ -79,7 +86,10 @@ struct Opts {
 }
 
 impl Opts {
-    fn new(quick: bool, only_throughput: bool) -> Opts {
+    fn new(quick: bool, only: Option<&str>) -> Opts {
+        let only_throughput = only == Some("throughput");
+        let only_history_alone = only == Some("history-alone");
+        let only_history = only == Some("history") || only_history_alone;
         if quick {
             Opts {
                 quick,
@@ -89,6 +99,8 @@ impl Opts {
                 throughput_msgs: 5_000,
                 throughput_rounds: 1,
                 only_throughput,
+                only_history,
+                only_history_alone,
                 broadcast_clients: 100,
                 broadcast_rounds: 3,
                 resume_rounds: 3,
@@ -105,6 +117,8 @@ impl Opts {
                 throughput_msgs: 100_000,
                 throughput_rounds: 5,
                 only_throughput,
+                only_history,
+                only_history_alone,
                 broadcast_clients: 1_000,
                 broadcast_rounds: 7,
                 resume_rounds: 20,
@@ -455,6 +469,10 @@ async fn run(opts: &Opts, redis_url: &str) -> Option<Figures> {
     // Ours: node A publishes, a client of node B receives.
     let a = node(redis_url, "a").await;
     let b = node(redis_url, "b").await;
+    if opts.only_history {
+        history::only(opts, redis_url, &a, &b).await;
+        return None;
+    }
     let ours_arrivals = Arrivals::new(opts.latency_msgs);
     let receiver = client(&b.url, ours_arrivals.clone()).await;
     let subscribed: bool = receiver.call("subscribe", ()).await.expect("subscribe");
@@ -689,7 +707,8 @@ fn main() {
     let opts = Opts::new(
         args.iter().any(|a| a == "--quick"),
         args.windows(2)
-            .any(|w| w[0] == "--only" && w[1] == "throughput"),
+            .find(|w| w[0] == "--only")
+            .map(|w| w[1].as_str()),
     );
     let redis = RedisServer::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()

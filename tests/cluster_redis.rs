@@ -41,20 +41,31 @@ async fn next_message(events: &mut mpsc::Receiver<BusEvent>) -> (String, Bytes) 
     }
 }
 
-/// The envelopes of one bus message: a pack's (`*`, then each after its length, four
-/// bytes big-endian), or the message itself.
-fn unpacked(message: &[u8]) -> Vec<Vec<u8>> {
-    let Some(mut rest) = message.strip_prefix(b"*") else {
-        return vec![message.to_vec()];
+/// The publications in one recorded message, with their offsets: an envelope alone
+/// (`"off":N`, newline, the data), or a run (`"n":N,...,"off":FIRST`, newline, then each
+/// one's data after its 4-byte big-endian length), as `Backplane::append` documents.
+fn recorded(message: &[u8]) -> Vec<(u64, Vec<u8>)> {
+    let newline = message
+        .iter()
+        .position(|&b| b == b'\n')
+        .expect("a header line");
+    let header: serde_json::Value = serde_json::from_slice(&message[..newline]).expect("JSON");
+    let (off, body) = (
+        header["off"].as_u64().expect("off"),
+        &message[newline + 1..],
+    );
+    let Some(n) = header["n"].as_u64() else {
+        return vec![(off, body.to_vec())];
     };
-    let mut envelopes = Vec::new();
+    let (mut rest, mut items) = (body, Vec::new());
     while let Some((len, after)) = rest.split_first_chunk::<4>() {
         let len = u32::from_be_bytes(*len) as usize;
-        assert!(after.len() >= len, "a pack cut short");
-        envelopes.push(after[..len].to_vec());
+        assert!(after.len() >= len, "a run cut short");
+        items.push((off + items.len() as u64, after[..len].to_vec()));
         rest = &after[len..];
     }
-    envelopes
+    assert_eq!(items.len() as u64, n, "a run holds what its header says");
+    items
 }
 
 /// Waits for `want` (Down or Up); messages seen on the way are returned.
@@ -428,6 +439,60 @@ async fn the_history_script_numbers_trims_publishes_and_starts_an_epoch_when_red
     assert!(ttl > 0 && ttl <= 300_000, "{ttl}");
 }
 
+fn command_calls(redis: &RedisServer, command: &str) -> u64 {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// At the count bound, each append trims with one read of one entry (the bound gives
+/// the new oldest at once), not a read of as many entries as go; and a history kept by
+/// an older version (entries one per publication, no `f` in its meta) is taken as lost:
+/// a new epoch from offset 1, as after Redis came back empty.
+#[tokio::test]
+async fn trimming_at_the_count_bound_reads_one_entry_and_an_older_layout_starts_a_new_epoch() {
+    let redis = RedisServer::start();
+    let (a, _a_events) = backplane(&redis).await;
+    let keys = jsonrpc_peer::cluster::TopicKeys::new("jp", "steady");
+    let ten = jsonrpc_peer::HistoryConfig::default().max_len(10);
+    let head = br#"{"v":1,"k":"x","o":"a","i":"i","s":0,"#;
+    for n in 1..=10u64 {
+        let data = format!("[{n}]");
+        let append = jsonrpc_peer::cluster::Append::new(&keys, &ten, "e", head, data.as_bytes());
+        within(a.append(append)).await.expect("append");
+    }
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    for n in 11..=40u64 {
+        let data = format!("[{n}]");
+        let append = jsonrpc_peer::cluster::Append::new(&keys, &ten, "e", head, data.as_bytes());
+        within(a.append(append)).await.expect("append");
+    }
+    assert_eq!(command_calls(&redis, "xrange"), 30, "one read per append");
+    assert_eq!(command_calls(&redis, "xtrim"), 30);
+    let read = within(a.read_history(&keys, &ten, 30, 100))
+        .await
+        .expect("read");
+    assert_eq!((read.first, read.last, read.entries.len()), (31, 40, 10));
+    assert_eq!(read.entries[0].data.as_ref(), b"[31]");
+
+    let old = jsonrpc_peer::cluster::TopicKeys::new("jp", "old");
+    redis.cli(&["HSET", &old.meta, "e", "before", "o", "2", "b", "6"]);
+    redis.cli(&["XADD", &old.stream, "1-0", "t", "1", "d", "[1]"]);
+    redis.cli(&["XADD", &old.stream, "2-0", "t", "1", "d", "[2]"]);
+    let append = jsonrpc_peer::cluster::Append::new(&old, &ten, "e-new", head, b"[3]");
+    let at = within(a.append(append)).await.expect("append");
+    assert_eq!((at.epoch.as_str(), at.offset), ("e-new", 1));
+    let read = within(a.read_history(&old, &ten, 0, 100))
+        .await
+        .expect("read");
+    assert_eq!((read.first, read.last, read.entries.len()), (1, 1, 1));
+    assert_eq!(read.entries[0].data.as_ref(), b"[3]");
+}
+
 /// Appends made at once go out together (one script call per topic for what waits),
 /// and each still gets its own offset, its message published with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -457,27 +522,35 @@ async fn appends_made_at_once_are_committed_together_each_at_its_own_offset() {
     let mut offsets: Vec<u64> = by_offset.keys().copied().collect();
     offsets.sort_unstable();
     assert_eq!(offsets, (1..=500).collect::<Vec<_>>());
-    // Published packed (`*`, then each envelope after its 4-byte big-endian length):
-    // fewer messages than appends, every envelope in offset order.
-    let mut envelopes = Vec::new();
+    // Published in runs (several recorded at once, one message): fewer messages than
+    // appends, every publication in offset order, with its own data.
+    let mut published = Vec::new();
     let mut messages = 0;
-    while envelopes.len() < 500 && messages < 500 {
+    while published.len() < 500 && messages < 500 {
         let (_, payload) = next_message(&mut b_events).await;
         messages += 1;
-        envelopes.extend(unpacked(&payload));
+        published.extend(recorded(&payload));
     }
     assert!(
         messages < 250,
         "{messages} bus messages for 500 appends made at once"
     );
-    assert_eq!(envelopes.len(), 500);
-    for (offset, envelope) in (1..=500u64).zip(&envelopes) {
-        let want = format!("\"off\":{offset}}}\n{}", by_offset[&offset]);
-        assert!(
-            String::from_utf8_lossy(envelope).ends_with(&want),
-            "{envelope:?} for {want}"
-        );
+    assert_eq!(published.len(), 500);
+    for (offset, (at, data)) in (1..=500u64).zip(&published) {
+        assert_eq!(*at, offset, "in offset order");
+        assert_eq!(String::from_utf8_lossy(data), by_offset[&offset]);
     }
+    // The history has each at its own offset too.
+    let read = within(a.read_history(&keys, &bounds, 0, 1000))
+        .await
+        .expect("read");
+    let kept: Vec<(u64, String)> = read
+        .entries
+        .iter()
+        .map(|e| (e.offset, String::from_utf8_lossy(&e.data).into_owned()))
+        .collect();
+    let want: Vec<(u64, String)> = (1..=500u64).map(|o| (o, by_offset[&o].clone())).collect();
+    assert_eq!(kept, want);
     let calls: u64 = redis
         .cli(&["INFO", "commandstats"])
         .lines()

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use futures_util::StreamExt;
 use jsonrpc_peer::{connect, Caller, Context, HistoryConfig, Peer, Position, Router, Topics};
+use redis::aio::MultiplexedConnection;
 use serde_json::Value;
 
 use super::{percentile, raw_subscriber, resp3_client, steady, Arrivals, Node, Opts};
@@ -86,22 +87,6 @@ pub async fn run(opts: &Opts, redis_url: &str, a: &Node, b: &Node, c: &Node) -> 
         .get_multiplexed_async_connection()
         .await
         .expect("publisher connection");
-    let raw_pipe = |seq: usize| {
-        let mut pipe = redis::pipe();
-        pipe.cmd("XADD")
-            .arg("rawh:stream")
-            .arg("MAXLEN")
-            .arg(200_000)
-            .arg("*")
-            .arg("d")
-            .arg(seq.to_string())
-            .ignore()
-            .cmd("PUBLISH")
-            .arg("rawh")
-            .arg(seq.to_string())
-            .ignore();
-        pipe
-    };
     let sent = steady(opts.latency_msgs, |seq| {
         let (mut conn, pipe) = (conn.clone(), raw_pipe(seq));
         async move { pipe.exec_async(&mut conn).await.expect("raw pipeline") }
@@ -109,18 +94,7 @@ pub async fn run(opts: &Opts, redis_url: &str, a: &Node, b: &Node, c: &Node) -> 
     .await;
     raw_arrivals.wait("raw history latency").await;
     let raw_p50 = percentile(&mut raw_arrivals.latencies_ms(&sent), 0.5);
-    raw_arrivals.reset(opts.throughput_msgs);
-    let start = Instant::now();
-    futures_util::stream::iter(0..opts.throughput_msgs)
-        .map(|seq| {
-            let (mut conn, pipe) = (conn.clone(), raw_pipe(seq));
-            async move { pipe.exec_async(&mut conn).await.expect("raw pipeline") }
-        })
-        .buffer_unordered(WINDOW)
-        .for_each(|_| async {})
-        .await;
-    raw_arrivals.wait("raw history throughput").await;
-    let raw_rate = rate(opts.throughput_msgs, &raw_arrivals, start);
+    let raw_rate = raw_throughput(opts.throughput_msgs, &conn, &raw_arrivals).await;
 
     // Ours, without history and with it: node A publishes, B's client receives.
     let topics = a.cluster.topics();
@@ -146,11 +120,7 @@ pub async fn run(opts: &Opts, redis_url: &str, a: &Node, b: &Node, c: &Node) -> 
         .await;
         arrivals.wait("latency").await;
         p50.push(percentile(&mut arrivals.latencies_ms(&sent), 0.5));
-        arrivals.reset(opts.throughput_msgs);
-        let start = Instant::now();
-        burst(&topics, topic, opts.throughput_msgs).await;
-        arrivals.wait("throughput").await;
-        rates.push(rate(opts.throughput_msgs, &arrivals, start));
+        rates.push(ours_throughput(opts.throughput_msgs, &topics, topic, &arrivals).await);
         receiver.close().await;
     }
 
@@ -164,6 +134,86 @@ pub async fn run(opts: &Opts, redis_url: &str, a: &Node, b: &Node, c: &Node) -> 
         hist_rate: rates[1],
         resume_redis_ms,
         resume_cache_ms,
+    }
+}
+
+/// XADD (exact MAXLEN, as the script trims) and PUBLISH of `seq` in one pipeline.
+fn raw_pipe(seq: usize) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("XADD")
+        .arg("rawh:stream")
+        .arg("MAXLEN")
+        .arg(200_000)
+        .arg("*")
+        .arg("d")
+        .arg(seq.to_string())
+        .ignore()
+        .cmd("PUBLISH")
+        .arg("rawh")
+        .arg(seq.to_string())
+        .ignore();
+    pipe
+}
+
+/// `n` raw pipelines, `WINDOW` in flight, until the raw subscriber has them all.
+async fn raw_throughput(n: usize, conn: &MultiplexedConnection, arrivals: &Arrivals) -> f64 {
+    arrivals.reset(n);
+    let start = Instant::now();
+    futures_util::stream::iter(0..n)
+        .map(|seq| {
+            let (mut conn, pipe) = (conn.clone(), raw_pipe(seq));
+            async move { pipe.exec_async(&mut conn).await.expect("raw pipeline") }
+        })
+        .buffer_unordered(WINDOW)
+        .for_each(|_| async {})
+        .await;
+    arrivals.wait("raw history throughput").await;
+    rate(n, arrivals, start)
+}
+
+/// `n` publishes on `topic`, `WINDOW` in flight, until the subscriber has them all.
+async fn ours_throughput(n: usize, topics: &Topics, topic: &str, arrivals: &Arrivals) -> f64 {
+    arrivals.reset(n);
+    let start = Instant::now();
+    burst(topics, topic, n).await;
+    arrivals.wait("throughput").await;
+    rate(n, arrivals, start)
+}
+
+/// `--only history`: ours with history, raw and ours without, `throughput_rounds`
+/// rounds in that order, a line each round; `--only history-alone`: ours with history
+/// alone (for profiling).
+pub async fn only(opts: &Opts, redis_url: &str, a: &Node, b: &Node) {
+    for node in [a, b] {
+        node.cluster.topics().keep_history(HISTORY_TOPIC, config());
+    }
+    let raw_arrivals = Arrivals::new(opts.throughput_msgs);
+    let _sub = raw_subscriber(redis_url, "rawh", raw_arrivals.clone()).await;
+    let conn = resp3_client(redis_url)
+        .get_multiplexed_async_connection()
+        .await
+        .expect("publisher connection");
+    let plain = Arrivals::new(opts.throughput_msgs);
+    let plain_peer = super::client(&b.url, plain.clone()).await;
+    let _: bool = plain_peer.call("subscribe", ()).await.expect("subscribe");
+    let hist = Arrivals::new(opts.throughput_msgs);
+    let hist_peer = history_client(&b.url, HISTORY_TOPIC, hist.clone()).await;
+    subscribe_from(&hist_peer, HISTORY_TOPIC, None).await;
+    let topics = a.cluster.topics();
+    for round in 0..opts.throughput_rounds {
+        let with = ours_throughput(opts.throughput_msgs, &topics, HISTORY_TOPIC, &hist).await;
+        if opts.only_history_alone {
+            println!("history alone, round {round}: with history {with:.0} msg/s");
+            continue;
+        }
+        let raw = raw_throughput(opts.throughput_msgs, &conn, &raw_arrivals).await;
+        let ours = ours_throughput(opts.throughput_msgs, &topics, super::TOPIC, &plain).await;
+        println!(
+            "history only, round {round}, {} messages: raw XADD+PUBLISH {raw:.0} msg/s, ours without history {ours:.0}, with {with:.0} ({:.2}x without, {:.2}x raw)",
+            opts.throughput_msgs,
+            with / ours,
+            with / raw
+        );
     }
 }
 

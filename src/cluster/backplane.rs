@@ -266,6 +266,12 @@ pub trait Backplane: Send + Sync + 'static {
     /// the bus, one starts with [`Append::new_epoch`]. Resolves with the position once
     /// recorded; an error means it may or may not have been.
     ///
+    /// A bus may record several appends of one topic at once and publish them as one
+    /// *run*: `head`, then `"n":N,"ep":"EPOCH","off":FIRST}` and a newline, then each
+    /// one's data after its length (4 bytes, big-endian), at offsets `FIRST` to
+    /// `FIRST + N - 1` (the Redis backplane does, for what its publishers hand in
+    /// together). Receiving nodes take either form.
+    ///
     /// The default fails with [`BackplaneError::Unsupported`]: a bus without history.
     fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Position, BackplaneError>> {
         let _ = append;

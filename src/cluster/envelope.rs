@@ -85,7 +85,8 @@ pub(crate) struct Header<'a> {
     /// A reply's outcome: absent for a result, else one of [`Outcome`]'s names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub e: Option<Outcome>,
-    /// A heartbeat's connection count.
+    /// A heartbeat's connection count; on a recorded publication, that the body is a
+    /// run of this many, recorded at once at `off` and the offsets after it ([`run`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub n: Option<u64>,
     /// A heartbeat that asks every other node to announce itself at once.
@@ -206,7 +207,18 @@ pub(crate) fn unpack(message: Bytes) -> Unpack {
     }
 }
 
-/// The iterator [`unpack`] returns.
+/// The publications of a recorded run (a `Recorded` envelope whose header has `n`: the
+/// bus recorded `n` publications at once, at `off` and the offsets after it): each
+/// after its length (4 bytes, big-endian), as a pack carries envelopes. A body cut
+/// short yields the publications before the cut.
+pub(crate) fn run(body: Bytes) -> Unpack {
+    Unpack {
+        rest: body,
+        single: None,
+    }
+}
+
+/// The iterator [`unpack`] and [`run`] return.
 pub(crate) struct Unpack {
     rest: Bytes,
     single: Option<Bytes>,

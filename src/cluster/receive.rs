@@ -108,22 +108,15 @@ impl Receive {
             // delivered here, anything else goes to the history room.
             let topic = self.me.channels.topic_of(channel);
             if let (Some(topic), Some(epoch), Some(offset)) = (topic, &header.ep, header.off) {
-                let Some((frame, bytes)) = history::frame_of(topic, offset, &body) else {
-                    tracing::debug!(topic, offset, "a recorded publication that is not JSON");
-                    return;
-                };
-                match self.topics.apply(topic, epoch, offset, &frame, bytes) {
-                    Applied::Delivered(_) | Applied::Duplicate => {}
-                    _ => {
-                        let recorded = Inbound::Recorded {
-                            topic: topic.to_owned(),
-                            epoch: epoch.to_string(),
-                            offset,
-                            frame,
-                            bytes,
-                        };
-                        self.history.tell(recorded).await;
+                match header.n {
+                    // A run: several recorded at once, at `offset` and after.
+                    Some(_) => {
+                        for (offset, data) in (offset..).zip(envelope::run(body)) {
+                            self.on_recorded(topic, epoch, offset, &data).await;
+                            tokio::task::consume_budget().await;
+                        }
                     }
+                    None => self.on_recorded(topic, epoch, offset, &body).await,
                 }
             }
             return;
@@ -170,6 +163,27 @@ impl Receive {
             Kind::Recorded => return,
         };
         let _ = self.nodes.send(heard).await;
+    }
+
+    /// A publication the bus recorded at `offset` of `epoch`.
+    async fn on_recorded(&mut self, topic: &str, epoch: &str, offset: u64, data: &Bytes) {
+        let Some((frame, bytes)) = history::frame_of(topic, offset, data) else {
+            tracing::debug!(topic, offset, "a recorded publication that is not JSON");
+            return;
+        };
+        match self.topics.apply(topic, epoch, offset, &frame, bytes) {
+            Applied::Delivered(_) | Applied::Duplicate => {}
+            _ => {
+                let recorded = Inbound::Recorded {
+                    topic: topic.to_owned(),
+                    epoch: epoch.to_owned(),
+                    offset,
+                    frame,
+                    bytes,
+                };
+                self.history.tell(recorded).await;
+            }
+        }
     }
 
     /// Whether an envelope is one to act on: not this node's own, not one seen before.

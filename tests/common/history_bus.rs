@@ -110,6 +110,51 @@ pub async fn history_semantics(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
+    // Made at once (a bus may record them together, as one entry): each its own offset,
+    // the bounds exact per publication, a read from inside what was recorded together.
+    let keys = TopicKeys::new("jp", "burst");
+    let seven = HistoryConfig::default().max_len(7);
+    let data: Vec<String> = (1..=20).map(|n| format!("[{n}]")).collect();
+    let appends = data
+        .iter()
+        .map(|d| a.append(Append::new(&keys, &seven, "e-six", head, d.as_bytes())));
+    let mut by_offset = std::collections::BTreeMap::new();
+    for (d, at) in data
+        .iter()
+        .zip(within(futures_util::future::join_all(appends)).await)
+    {
+        by_offset.insert(at.expect("append").offset, d.clone());
+    }
+    assert_eq!(
+        by_offset.keys().copied().collect::<Vec<_>>(),
+        (1..=20).collect::<Vec<_>>()
+    );
+    let read = within(a.read_history(&keys, &seven, 0, 100)).await.unwrap();
+    assert_eq!((read.first, read.last), (14, 20));
+    let read = within(a.read_history(&keys, &seven, 15, 2)).await.unwrap();
+    let got: Vec<(u64, String)> = read
+        .entries
+        .iter()
+        .map(|e| (e.offset, String::from_utf8_lossy(&e.data).into_owned()))
+        .collect();
+    assert_eq!(
+        got,
+        [(16, by_offset[&16].clone()), (17, by_offset[&17].clone())]
+    );
+    let keys = TopicKeys::new("jp", "burst-bytes");
+    let appends =
+        (0..20).map(|_| a.append(Append::new(&keys, &small, "e-seven", head, b"0123456789")));
+    for at in within(futures_util::future::join_all(appends)).await {
+        at.expect("append");
+    }
+    let read = within(a.read_history(&keys, &small, 18, 100))
+        .await
+        .unwrap();
+    assert_eq!(
+        (read.first, read.last, offsets(&read)),
+        (19, 20, vec![19, 20])
+    );
+
     // A topic never published on: a position starts its epoch, at offset 0.
     let keys = TopicKeys::new("jp", "{room}:new");
     let position = within(a.history_position(&keys, &three, "e-four"))

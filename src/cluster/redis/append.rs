@@ -1,6 +1,8 @@
 //! The appends of a [`RedisBackplane`](super::RedisBackplane), committed in groups: one
 //! task takes every append waiting (up to `batch_max`), and sends one script call per
-//! topic with all of that topic's data, in the order they came. At most
+//! topic with all of that topic's data, in the order they came, as one pack (up to
+//! [`PACK_BYTES`] of data a call; one larger goes alone): the history stores it as one
+//! entry and publishes it as one recorded run (history.rs). At most
 //! [`IN_FLIGHT`] groups of calls are on their way at once; what comes meanwhile waits
 //! and goes out together next, so the more is published at once, the fewer calls carry
 //! it (one publisher awaiting each publish still gets a call of its own).
@@ -14,6 +16,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::history;
 use crate::cluster::backplane::BackplaneError;
+use crate::cluster::envelope::PACK_BYTES;
 use crate::cluster::keys::TopicKeys;
 use crate::history::{HistoryConfig, Position};
 
@@ -58,13 +61,7 @@ pub(super) async fn run<C>(
         if queue.recv_many(&mut batch, batch_max).await == 0 {
             return;
         }
-        let mut groups: Vec<Vec<Record>> = Vec::new();
-        for record in batch.drain(..) {
-            match groups.iter_mut().find(|g| g[0].goes_with(&record)) {
-                Some(group) => group.push(record),
-                None => groups.push(vec![record]),
-            }
-        }
+        let groups = groups(batch.drain(..));
         let (conn, script) = (conn.clone(), script.clone());
         tokio::spawn(async move {
             let calls = groups
@@ -74,6 +71,28 @@ pub(super) async fn run<C>(
             drop(permit);
         });
     }
+}
+
+/// `records` in groups of one topic each, in the order they came, each group's data at
+/// most [`PACK_BYTES`] (a record larger goes alone).
+fn groups(records: impl Iterator<Item = Record>) -> Vec<Vec<Record>> {
+    let mut groups: Vec<(usize, Vec<Record>)> = Vec::new();
+    for record in records {
+        let bytes = 4 + record.data.len();
+        let open = groups
+            .iter_mut()
+            .rev()
+            .find(|(_, g)| g[0].goes_with(&record))
+            .filter(|(size, _)| size + bytes <= PACK_BYTES);
+        match open {
+            Some((size, group)) => {
+                *size += bytes;
+                group.push(record);
+            }
+            None => groups.push((bytes, vec![record])),
+        }
+    }
+    groups.into_iter().map(|(_, group)| group).collect()
 }
 
 /// One script call for `group` (one topic); each record gets its own offset.
@@ -91,7 +110,7 @@ async fn commit<C: ConnectionLike + Send>(
         &first.new_epoch,
         &first.head,
         publish,
-        group.iter().map(|r| r.data.as_ref()),
+        &history::pack(group.iter().map(|r| r.data.as_ref())),
     );
     let answer = match invocation.invoke_async(&mut conn).await {
         Ok(value) => history::appended(value),

@@ -73,7 +73,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Scripts<C> {
         max: usize,
     ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
         let invocation = history::read(&self.script, keys, bounds, after, max);
-        self.history(invocation)
+        self.history(invocation, after, max)
     }
 
     /// [`Backplane::history_position`](crate::cluster::Backplane::history_position).
@@ -84,12 +84,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Scripts<C> {
         new_epoch: &'a str,
     ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
         let invocation = history::position(&self.script, keys, bounds, new_epoch);
-        self.history(invocation)
+        self.history(invocation, u64::MAX, 0)
     }
 
     fn history<'a>(
         &'a self,
         invocation: redis::ScriptInvocation<'a>,
+        after: u64,
+        max: usize,
     ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
         let mut conn = self.conn.clone();
         Box::pin(async move {
@@ -97,7 +99,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Scripts<C> {
                 .invoke_async(&mut conn)
                 .await
                 .map_err(unavailable)?;
-            history::history(value)
+            history::history(value, after, max)
         })
     }
 }
