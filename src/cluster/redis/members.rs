@@ -3,7 +3,6 @@
 //! its expiry land together, and a read sees one moment. Written against any async
 //! connection, so a Redis Cluster backplane can run the same scripts.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -143,13 +142,14 @@ pub(crate) async fn write<C: ConnectionLike + Send>(
 /// As [`write`], but one pipeline per topic, the topics' pipelines at once: what a
 /// Redis Cluster needs (a pipeline runs on one slot; each topic's keys are one slot).
 /// One topic's writes keep their order; the answers come in the order of `writes`.
+#[cfg(feature = "redis-cluster")]
 pub(crate) async fn write_per_topic<C: ConnectionLike + Clone + Send>(
     conn: &C,
     writes: Vec<PartWrite>,
 ) -> RedisResult<Vec<String>> {
     let total = writes.len();
     let mut groups: Vec<(Vec<usize>, Vec<PartWrite>)> = Vec::new();
-    let mut by_topic: HashMap<String, usize> = HashMap::new();
+    let mut by_topic: std::collections::HashMap<String, usize> = Default::default();
     for (at, w) in writes.into_iter().enumerate() {
         let group = *by_topic.entry(w.key.index.clone()).or_insert_with(|| {
             groups.push((Vec::new(), Vec::new()));
@@ -220,6 +220,7 @@ pub(crate) async fn refresh<C: ConnectionLike + Send>(
 
 /// As [`refresh`], one pipeline per topic, at once (a Redis Cluster's need, as
 /// [`write_per_topic`]); the answers in the order of `keys`.
+#[cfg(feature = "redis-cluster")]
 pub(crate) async fn refresh_per_topic<C: ConnectionLike + Clone + Send>(
     conn: &C,
     keys: &[PresenceKey],
