@@ -93,21 +93,22 @@ pub(crate) fn valid_prefix(prefix: &str) -> bool {
 pub struct TopicKeys {
     /// The topic's pub/sub channel: `<prefix>:t:` + tagged.
     pub channel: String,
-    /// Its history, a Stream with entry ids `<offset>-0`: `<prefix>:h:` + tagged.
+    /// Its history, a Stream whose entries are publications recorded together (an
+    /// entry's id is the last one's offset, `<offset>-0`): `<prefix>:h:` + tagged.
     pub stream: String,
-    /// Its history's meta, a hash of the epoch (`e`), the newest offset (`o`) and the
-    /// bytes kept (`b`): `<prefix>:m:` + tagged.
+    /// Its history's meta, a hash of the epoch (`e`), the newest and oldest offsets kept
+    /// (`o`, `f`), and the bytes recorded and kept: `<prefix>:m:` + tagged.
     pub meta: String,
 }
 
 impl TopicKeys {
     /// The names of `topic` under `prefix`.
     pub fn new(prefix: &str, topic: &str) -> Self {
-        let tagged = tagged(topic);
+        // Named on every publish with history: written out, not `format!`ed.
         TopicKeys {
-            channel: format!("{prefix}:t:{tagged}"),
-            stream: format!("{prefix}:h:{tagged}"),
-            meta: format!("{prefix}:m:{tagged}"),
+            channel: key(prefix, 't', topic),
+            stream: key(prefix, 'h', topic),
+            meta: key(prefix, 'm', topic),
         }
     }
 }
