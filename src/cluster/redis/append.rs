@@ -23,12 +23,20 @@ use crate::history::{HistoryConfig, Position};
 /// Groups of script calls on their way at once.
 const IN_FLIGHT: usize = 4;
 
-/// One publication waiting to be recorded.
-pub(super) struct Record {
+/// What the appends to one topic share: its names, its bounds and the message head.
+#[derive(PartialEq, Eq)]
+pub(super) struct Topic {
     pub keys: TopicKeys,
     pub bounds: HistoryConfig,
-    pub new_epoch: String,
     pub head: Bytes,
+}
+
+/// One publication waiting to be recorded.
+pub(super) struct Record {
+    /// Shared with the other appends to the topic while they come one after another
+    /// (`Scripts::append` keeps the last one's).
+    pub topic: Arc<Topic>,
+    pub new_epoch: String,
     pub data: Bytes,
     pub done: oneshot::Sender<Result<Position, BackplaneError>>,
 }
@@ -36,7 +44,7 @@ pub(super) struct Record {
 impl Record {
     /// Whether `other` can go in the same script call.
     fn goes_with(&self, other: &Record) -> bool {
-        self.keys == other.keys && self.bounds == other.bounds && self.head == other.head
+        Arc::ptr_eq(&self.topic, &other.topic) || self.topic == other.topic
     }
 }
 
@@ -105,10 +113,10 @@ async fn commit<C: ConnectionLike + Send>(
     let first = &group[0];
     let invocation = history::append(
         script,
-        &first.keys,
-        &first.bounds,
+        &first.topic.keys,
+        &first.topic.bounds,
         &first.new_epoch,
-        &first.head,
+        &first.topic.head,
         publish,
         &history::pack(group.iter().map(|r| r.data.as_ref())),
     );

@@ -276,8 +276,14 @@ pub(crate) struct Pack {
 }
 
 /// `data` as one [`Pack`].
-pub(crate) fn pack<'d>(data: impl IntoIterator<Item = &'d [u8]>) -> Pack {
-    let (mut count, mut pack) = (0, BytesMut::new());
+pub(crate) fn pack<'d, I>(data: I) -> Pack
+where
+    I: IntoIterator<Item = &'d [u8]>,
+    I::IntoIter: Clone,
+{
+    let data = data.into_iter();
+    let size = data.clone().map(|d| 4 + d.len()).sum();
+    let (mut count, mut pack) = (0, BytesMut::with_capacity(size));
     for data in data {
         // A publication is never 4 GiB: `max_bytes` refuses it long before.
         pack.put_u32(u32::try_from(data.len()).unwrap_or(u32::MAX));

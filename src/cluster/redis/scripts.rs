@@ -4,6 +4,8 @@
 //! `ASK` and `TRYAGAIN` while a slot moves. Appends go through append.rs (grouped per
 //! topic); reads and positions are one script call each.
 
+use std::sync::{Arc, Mutex};
+
 use bytes::Bytes;
 use redis::aio::ConnectionLike;
 use redis::Script;
@@ -19,6 +21,9 @@ pub(super) struct Scripts<C> {
     conn: C,
     script: Script,
     appends: mpsc::Sender<append::Record>,
+    /// The topic of the last append, shared with the next when it is the same: a
+    /// burst on one topic copies its names and head once, not once a publication.
+    last: Mutex<Option<Arc<append::Topic>>>,
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Scripts<C> {
@@ -37,6 +42,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Scripts<C> {
             conn,
             script,
             appends,
+            last: Mutex::new(None),
         }
     }
 
@@ -47,10 +53,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Scripts<C> {
     ) -> BoxFuture<'a, Result<Position, BackplaneError>> {
         let (done, answer) = oneshot::channel();
         let record = append::Record {
-            keys: append.keys.clone(),
-            bounds: append.bounds.clone(),
+            topic: self.topic(&append),
             new_epoch: append.new_epoch.to_owned(),
-            head: Bytes::copy_from_slice(append.head),
             data: Bytes::copy_from_slice(append.data),
             done,
         };
@@ -62,6 +66,29 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Scripts<C> {
                 .map_err(|_| BackplaneError::Closed)?;
             answer.await.map_err(|_| BackplaneError::Closed)?
         })
+    }
+
+    /// The shared topic of `append`: the last one's when the same.
+    fn topic(&self, append: &Append<'_>) -> Arc<append::Topic> {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        match &*last {
+            Some(topic)
+                if topic.keys == *append.keys
+                    && topic.bounds == *append.bounds
+                    && topic.head == append.head =>
+            {
+                topic.clone()
+            }
+            _ => {
+                let topic = Arc::new(append::Topic {
+                    keys: append.keys.clone(),
+                    bounds: append.bounds.clone(),
+                    head: Bytes::copy_from_slice(append.head),
+                });
+                *last = Some(topic.clone());
+                topic
+            }
+        }
     }
 
     /// [`Backplane::read_history`](crate::cluster::Backplane::read_history).
