@@ -41,6 +41,7 @@ use tokio::sync::{mpsc, oneshot, watch, OnceCell};
 use super::backplane::{Backplane, BackplaneError, HistoryRead};
 use super::envelope::Me;
 use super::gaps::Gaps;
+use super::keys::TopicKeys;
 use super::status::{ClusterState, Gap};
 use super::sync::lock;
 use crate::addr::ClusterError;
@@ -100,6 +101,8 @@ pub(super) struct History {
     recording: AtomicUsize,
     max_recording: usize,
     state: watch::Receiver<ClusterState>,
+    /// The last topic recorded and its bus names: a burst on one topic names it once.
+    last_keys: Mutex<Option<(String, Arc<TopicKeys>)>>,
 }
 
 /// A new epoch's name, for a bus that has none for a topic.
@@ -145,6 +148,7 @@ impl History {
             recording: AtomicUsize::new(0),
             max_recording,
             state,
+            last_keys: Mutex::new(None),
         };
         (history, rx)
     }
@@ -194,7 +198,7 @@ impl History {
                 "{waiting} publications wait to be recorded already"
             ))));
         }
-        let keys = self.me.channels.keys(topic);
+        let keys = self.keys(topic);
         let epoch = new_epoch();
         let append = super::backplane::Append::new(
             &keys,
@@ -204,6 +208,19 @@ impl History {
             data.get().as_bytes(),
         );
         self.bus.append(append).await.map_err(bus_error)
+    }
+
+    /// `topic`'s bus names: the last topic's again when it is the same.
+    fn keys(&self, topic: &str) -> Arc<TopicKeys> {
+        let mut last = lock(&self.last_keys);
+        match &*last {
+            Some((named, keys)) if named == topic => keys.clone(),
+            _ => {
+                let keys = Arc::new(self.me.channels.keys(topic));
+                *last = Some((topic.to_owned(), keys.clone()));
+                keys
+            }
+        }
     }
 
     /// `topic`'s position on the bus now (an epoch started if it has none).
