@@ -37,7 +37,8 @@
 //! the offsets finds it (a read of one pack each step, about 17 at most). Packs wholly
 //! before it go (`XTRIM MINID`); one it falls inside stays, and reads pass over the
 //! publications before `f`. Within every bound nothing is read: a read of packs is one
-//! `XRANGE` per 16 packs, a position none. After an append the stream expires `max_age`
+//! `XRANGE` (two when the last publication asked for falls inside a pack), a position
+//! none. After an append the stream expires `max_age`
 //! later (every entry would be trimmed by then), so an idle topic keeps only its meta; a
 //! meta made by `position` alone (a topic subscribed to, never published on) expires a
 //! day after the last subscription anywhere looked, and the first append keeps it for
@@ -195,21 +196,22 @@ local entries = {}
 if op == 'read' then
   local after, max = tonumber(ARGV[5]), tonumber(ARGV[6])
   if max > 0 and after + 1 >= first and after < last then
-    -- Packs from the one holding after + 1 until they hold max after it.
-    local start, count = id(after + 1), 0
-    while count < max do
-      local found = redis.call('XRANGE', stream, start, '+', 'COUNT', 16)
-      for _, e in ipairs(found) do
-        local f = e[2]
-        local age = now - tonumber(f[2])
-        if age < 0 then age = 0 end
-        local pack_last = tonumber(string.match(e[1], '^%d+'))
-        entries[#entries + 1] = {e[1], age, f[4], f[8]}
-        count = count + pack_last - math.max(after, pack_last - tonumber(f[4]))
-        if count >= max then break end
+    -- The packs ending up to after + max, then the one holding after + max when it
+    -- ends later: max publications and at most one pack more, in one or two reads.
+    local upto = math.min(after + max, last)
+    local covered = after
+    local function add(e)
+      local f = e[2]
+      local age = now - tonumber(f[2])
+      if age < 0 then age = 0 end
+      entries[#entries + 1] = {e[1], age, f[4], f[8]}
+      covered = tonumber(string.match(e[1], '^%d+'))
+    end
+    for _, e in ipairs(redis.call('XRANGE', stream, id(after + 1), id(upto))) do add(e) end
+    if covered < upto then
+      for _, e in ipairs(redis.call('XRANGE', stream, '(' .. id(covered), '+', 'COUNT', 1)) do
+        add(e)
       end
-      if #found < 16 then break end
-      start = '(' .. found[#found][1]
     end
   end
 elseif last == 0 then
