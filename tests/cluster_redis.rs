@@ -452,9 +452,10 @@ fn command_calls(redis: &RedisServer, command: &str) -> u64 {
 /// At the count bound, each append trims with one read of one entry (the bound gives
 /// the new oldest at once), not a read of as many entries as go; and a history kept by
 /// an older version (entries one per publication, no `f` in its meta) is taken as lost:
-/// a new epoch from offset 1, as after Redis came back empty.
+/// a new epoch from offset 1, as after Redis came back empty. An expired stream (its meta
+/// left) goes on from its offsets with only what came since.
 #[tokio::test]
-async fn trimming_at_the_count_bound_reads_one_entry_and_an_older_layout_starts_a_new_epoch() {
+async fn trimming_reads_one_entry_at_the_count_bound_and_expired_or_older_histories_are_gone() {
     let redis = RedisServer::start();
     let (a, _a_events) = backplane(&redis).await;
     let keys = jsonrpc_peer::cluster::TopicKeys::new("jp", "steady");
@@ -478,6 +479,36 @@ async fn trimming_at_the_count_bound_reads_one_entry_and_an_older_layout_starts_
         .expect("read");
     assert_eq!((read.first, read.last, read.entries.len()), (31, 40, 10));
     assert_eq!(read.entries[0].data.as_ref(), b"[31]");
+
+    // An idle topic's stream expires max_age after its last append, its meta stays: the
+    // next append finds the expired offsets gone and keeps only itself.
+    let idle = jsonrpc_peer::cluster::TopicKeys::new("jp", "idle");
+    let short = jsonrpc_peer::HistoryConfig::default().max_age(Duration::from_millis(100));
+    for data in ["[1]", "[2]", "[3]"] {
+        let append = jsonrpc_peer::cluster::Append::new(&idle, &short, "e", head, data.as_bytes());
+        within(a.append(append)).await.expect("append");
+    }
+    let started = std::time::Instant::now();
+    while redis.cli(&["EXISTS", &idle.stream]).trim() != "0" {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the stream never expired"
+        );
+        // Expiry is Redis's clock: only time passing can show it.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let append = jsonrpc_peer::cluster::Append::new(&idle, &short, "e", head, b"[4]");
+    let at = within(a.append(append)).await.expect("append");
+    assert_eq!(
+        (at.epoch.as_str(), at.offset),
+        ("e", 4),
+        "the same epoch goes on"
+    );
+    let read = within(a.read_history(&idle, &short, 3, 100))
+        .await
+        .expect("read");
+    assert_eq!((read.first, read.last, read.entries.len()), (4, 4, 1));
+    assert_eq!(read.entries[0].data.as_ref(), b"[4]");
 
     let old = jsonrpc_peer::cluster::TopicKeys::new("jp", "old");
     redis.cli(&["HSET", &old.meta, "e", "before", "o", "2", "b", "6"]);
