@@ -20,8 +20,11 @@ use crate::cluster::envelope::PACK_BYTES;
 use crate::cluster::keys::TopicKeys;
 use crate::history::{HistoryConfig, Position};
 
-/// Groups of script calls on their way at once.
-const IN_FLIGHT: usize = 4;
+/// Groups of script calls on their way at once. Two: one group fills while the other is
+/// on its way, and what comes meanwhile goes in one call. With four, calls carried half
+/// as much and cost Redis and the nodes more per publication (`--only history-alone`
+/// of the cluster bench, alternated builds: 1, 2, 4 and 8 tried; 2 and 1 best).
+const IN_FLIGHT: usize = 2;
 
 /// What the appends to one topic share: its names, its bounds and the message head.
 #[derive(PartialEq, Eq)]
