@@ -44,6 +44,9 @@
 //! day after the last subscription anywhere looked, and the first append keeps it for
 //! good.
 //!
+//! Every node of a cluster runs the same version: a node from before packs reads
+//! neither the packs nor the runs, and its script would write the older layout.
+//!
 //! The script is sent by its SHA (`EVALSHA`) and loaded again when Redis answers
 //! `NOSCRIPT` (after a restart), by redis-rs's `Script`.
 
