@@ -456,21 +456,30 @@ fn command_calls(redis: &RedisServer, command: &str) -> u64 {
 /// left) goes on from its offsets with only what came since.
 #[tokio::test]
 async fn trimming_reads_one_entry_at_the_count_bound_and_expired_or_older_histories_are_gone() {
+    use futures_util::StreamExt;
+    use jsonrpc_peer::cluster::{Append, TopicKeys};
+    use jsonrpc_peer::{HistoryConfig, Position};
+
     let redis = RedisServer::start();
     let (a, _a_events) = backplane(&redis).await;
-    let keys = jsonrpc_peer::cluster::TopicKeys::new("jp", "steady");
-    let ten = jsonrpc_peer::HistoryConfig::default().max_len(10);
-    let head = br#"{"v":1,"k":"x","o":"a","i":"i","s":0,"#;
-    for n in 1..=10u64 {
-        let data = format!("[{n}]");
-        let append = jsonrpc_peer::cluster::Append::new(&keys, &ten, "e", head, data.as_bytes());
-        within(a.append(append)).await.expect("append");
+    async fn append(
+        a: &RedisBackplane,
+        keys: &TopicKeys,
+        bounds: &HistoryConfig,
+        epoch: &str,
+        data: &str,
+    ) -> Position {
+        let head = br#"{"v":1,"k":"x","o":"a","i":"i","s":0,"#;
+        let append = Append::new(keys, bounds, epoch, head, data.as_bytes());
+        within(a.append(append)).await.expect("append")
     }
-    redis.cli(&["CONFIG", "RESETSTAT"]);
-    for n in 11..=40u64 {
-        let data = format!("[{n}]");
-        let append = jsonrpc_peer::cluster::Append::new(&keys, &ten, "e", head, data.as_bytes());
-        within(a.append(append)).await.expect("append");
+    let keys = TopicKeys::new("jp", "steady");
+    let ten = HistoryConfig::default().max_len(10);
+    for n in 1..=40u64 {
+        if n == 11 {
+            redis.cli(&["CONFIG", "RESETSTAT"]);
+        }
+        append(&a, &keys, &ten, "e", &format!("[{n}]")).await;
     }
     assert_eq!(command_calls(&redis, "xrange"), 30, "one read per append");
     assert_eq!(command_calls(&redis, "xtrim"), 30);
@@ -481,24 +490,30 @@ async fn trimming_reads_one_entry_at_the_count_bound_and_expired_or_older_histor
     assert_eq!(read.entries[0].data.as_ref(), b"[31]");
 
     // An idle topic's stream expires max_age after its last append, its meta stays: the
-    // next append finds the expired offsets gone and keeps only itself.
-    let idle = jsonrpc_peer::cluster::TopicKeys::new("jp", "idle");
-    let short = jsonrpc_peer::HistoryConfig::default().max_age(Duration::from_millis(100));
+    // next append finds the expired offsets gone and keeps only itself. Redis says when
+    // it expired the stream (a keyspace event): waited for, not polled.
+    redis.cli(&["CONFIG", "SET", "notify-keyspace-events", "Ex"]);
+    let client = redis::Client::open(redis.url()).expect("the url");
+    let mut events = client.get_async_pubsub().await.expect("a pub/sub link");
+    within(events.subscribe("__keyevent@0__:expired"))
+        .await
+        .expect("subscribe");
+    let idle = TopicKeys::new("jp", "idle");
+    let short = HistoryConfig::default().max_age(Duration::from_millis(100));
     for data in ["[1]", "[2]", "[3]"] {
-        let append = jsonrpc_peer::cluster::Append::new(&idle, &short, "e", head, data.as_bytes());
-        within(a.append(append)).await.expect("append");
+        append(&a, &idle, &short, "e", data).await;
     }
-    let started = std::time::Instant::now();
-    while redis.cli(&["EXISTS", &idle.stream]).trim() != "0" {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "the stream never expired"
-        );
-        // Expiry is Redis's clock: only time passing can show it.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut expired = events.on_message();
+    let mut gone = false;
+    for _ in 0..10 {
+        let event = within(expired.next()).await.expect("an expiry");
+        if event.get_payload::<String>().ok() == Some(idle.stream.clone()) {
+            gone = true;
+            break;
+        }
     }
-    let append = jsonrpc_peer::cluster::Append::new(&idle, &short, "e", head, b"[4]");
-    let at = within(a.append(append)).await.expect("append");
+    assert!(gone, "the stream expired");
+    let at = append(&a, &idle, &short, "e", "[4]").await;
     assert_eq!(
         (at.epoch.as_str(), at.offset),
         ("e", 4),
@@ -510,12 +525,11 @@ async fn trimming_reads_one_entry_at_the_count_bound_and_expired_or_older_histor
     assert_eq!((read.first, read.last, read.entries.len()), (4, 4, 1));
     assert_eq!(read.entries[0].data.as_ref(), b"[4]");
 
-    let old = jsonrpc_peer::cluster::TopicKeys::new("jp", "old");
+    let old = TopicKeys::new("jp", "old");
     redis.cli(&["HSET", &old.meta, "e", "before", "o", "2", "b", "6"]);
     redis.cli(&["XADD", &old.stream, "1-0", "t", "1", "d", "[1]"]);
     redis.cli(&["XADD", &old.stream, "2-0", "t", "1", "d", "[2]"]);
-    let append = jsonrpc_peer::cluster::Append::new(&old, &ten, "e-new", head, b"[3]");
-    let at = within(a.append(append)).await.expect("append");
+    let at = append(&a, &old, &ten, "e-new", "[3]").await;
     assert_eq!((at.epoch.as_str(), at.offset), ("e-new", 1));
     let read = within(a.read_history(&old, &ten, 0, 100))
         .await
