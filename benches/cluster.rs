@@ -27,7 +27,8 @@
 //! client parsed the notification); p50 and p99 by sorting the samples. Broadcast time
 //! is until the last client of all has it, median of the rounds. Targets (from the
 //! design): cross-node throughput >= 0.8x raw, p50 <= raw + 0.2 ms, 3 x N broadcast <=
-//! single node + 2 ms; history throughput >= 0.7x the same path without history; a
+//! single node + 2 ms; history throughput >= 0.7x the same path without history (the
+//! median of alternated rounds' ratios, as for the cross-node throughput); a
 //! resume of 1,000 missed messages within 50 ms. The machine is shared and noisy:
 //! compare within one run.
 
@@ -796,13 +797,20 @@ fn main() {
         h.hist_p50,
         h.hist_p50 - h.plain_p50
     );
+    let of = |f: fn(&history::Round) -> f64| median(h.rounds.iter().map(f).collect());
+    let mut ratios: Vec<f64> = h.rounds.iter().map(|r| r.hist / r.plain).collect();
+    ratios.sort_by(f64::total_cmp);
+    let ratio = median(ratios.clone());
     println!(
-        "| throughput | {:.0} msg/s | {:.0} msg/s | {:.0} msg/s | {:.2}x | >= 0.7x | {} |",
-        h.raw_rate,
-        h.plain_rate,
-        h.hist_rate,
-        h.hist_rate / h.plain_rate,
-        verdict(h.hist_rate >= 0.7 * h.plain_rate)
+        "| throughput (median of {} alternated rounds) | {:.0} msg/s | {:.0} msg/s | {:.0} msg/s | {:.2}x ({:.2}x to {:.2}x) | >= 0.7x | {} |",
+        h.rounds.len(),
+        of(|r| r.raw),
+        of(|r| r.plain),
+        of(|r| r.hist),
+        ratio,
+        ratios[0],
+        ratios[ratios.len() - 1],
+        verdict(ratio >= 0.7)
     );
     let (mut redis_ms, mut cache_ms) = (h.resume_redis_ms.clone(), h.resume_cache_ms.clone());
     println!(

@@ -34,9 +34,8 @@ pub struct HistoryFigures {
     pub raw_p50: f64,
     pub plain_p50: f64,
     pub hist_p50: f64,
-    pub raw_rate: f64,
-    pub plain_rate: f64,
-    pub hist_rate: f64,
+    /// The throughputs, alternated rounds.
+    pub rounds: Vec<Round>,
     /// Resume of 1,000 missed messages on a node that reads them from Redis.
     pub resume_redis_ms: Vec<f64>,
     /// The same on a node whose cache has them.
@@ -101,23 +100,13 @@ pub async fn run(opts: &Opts, redis_url: &str, a: &Node, b: &Node, c: &Node) -> 
     .await;
     raw_arrivals.wait("raw history latency").await;
     let raw_p50 = percentile(&mut raw_arrivals.latencies_ms(&sent), 0.5);
-    let raw_rate = raw_throughput(opts.throughput_msgs, &conn, &raw_arrivals).await;
 
     // Ours, without history and with it: node A publishes, B's client receives.
     let topics = a.cluster.topics();
+    let (plain, plain_peer) = plain_receiver(b, opts.latency_msgs).await;
+    let (hist, hist_peer) = history_receiver(b, opts.latency_msgs).await;
     let mut p50 = Vec::new();
-    let mut rates = Vec::new();
-    for topic in [super::TOPIC, HISTORY_TOPIC] {
-        let arrivals = Arrivals::new(opts.latency_msgs);
-        let receiver = if topic == HISTORY_TOPIC {
-            let peer = history_client(&b.url, topic, arrivals.clone()).await;
-            subscribe_from(&peer, topic, None).await;
-            peer
-        } else {
-            let peer = super::client(&b.url, arrivals.clone()).await;
-            let _: bool = peer.call("subscribe", ()).await.expect("subscribe");
-            peer
-        };
+    for (topic, arrivals) in [(super::TOPIC, &plain), (HISTORY_TOPIC, &hist)] {
         let sent = steady(opts.latency_msgs, |seq| {
             let topics = topics.clone();
             async move {
@@ -127,20 +116,85 @@ pub async fn run(opts: &Opts, redis_url: &str, a: &Node, b: &Node, c: &Node) -> 
         .await;
         arrivals.wait("latency").await;
         p50.push(percentile(&mut arrivals.latencies_ms(&sent), 0.5));
-        rates.push(ours_throughput(opts.throughput_msgs, &topics, topic, &arrivals).await);
-        receiver.close().await;
     }
+    let rounds = Throughputs {
+        opts,
+        conn: &conn,
+        topics: &topics,
+        raw: &raw_arrivals,
+        plain: &plain,
+        hist: &hist,
+    }
+    .alternated(false)
+    .await;
+    plain_peer.close().await;
+    hist_peer.close().await;
 
     let (resume_redis_ms, resume_cache_ms) = resumes(opts, a, b, c).await;
     HistoryFigures {
         raw_p50,
         plain_p50: p50[0],
         hist_p50: p50[1],
-        raw_rate,
-        plain_rate: rates[0],
-        hist_rate: rates[1],
+        rounds,
         resume_redis_ms,
         resume_cache_ms,
+    }
+}
+
+/// A client of node `b` subscribed to the plain topic (no history).
+async fn plain_receiver(b: &Node, n: usize) -> (Arc<Arrivals>, Peer) {
+    let arrivals = Arrivals::new(n);
+    let peer = super::client(&b.url, arrivals.clone()).await;
+    let _: bool = peer.call("subscribe", ()).await.expect("subscribe");
+    (arrivals, peer)
+}
+
+/// A client of node `b` subscribed to the topic with history, live.
+async fn history_receiver(b: &Node, n: usize) -> (Arc<Arrivals>, Peer) {
+    let arrivals = Arrivals::new(n);
+    let peer = history_client(&b.url, HISTORY_TOPIC, arrivals.clone()).await;
+    subscribe_from(&peer, HISTORY_TOPIC, None).await;
+    (arrivals, peer)
+}
+
+/// One round of the three throughputs, msg/s.
+pub struct Round {
+    pub raw: f64,
+    pub plain: f64,
+    pub hist: f64,
+}
+
+/// What the throughput rounds publish on and count with.
+struct Throughputs<'a> {
+    opts: &'a Opts,
+    conn: &'a MultiplexedConnection,
+    topics: &'a Topics,
+    raw: &'a Arc<Arrivals>,
+    plain: &'a Arc<Arrivals>,
+    hist: &'a Arc<Arrivals>,
+}
+
+impl Throughputs<'_> {
+    /// `throughput_rounds` rounds of ours with history, raw and ours without, in that
+    /// order (alternated, so that a slow spell of the machine falls on all three), a
+    /// line each when `print`.
+    async fn alternated(&self, print: bool) -> Vec<Round> {
+        let n = self.opts.throughput_msgs;
+        let mut rounds = Vec::new();
+        for round in 0..self.opts.throughput_rounds {
+            let hist = ours_throughput(n, self.topics, HISTORY_TOPIC, self.hist).await;
+            let raw = raw_throughput(n, self.conn, self.raw).await;
+            let plain = ours_throughput(n, self.topics, super::TOPIC, self.plain).await;
+            if print {
+                println!(
+                    "history only, round {round}, {n} messages: raw XADD+PUBLISH {raw:.0} msg/s, ours without history {plain:.0}, with {hist:.0} ({:.2}x without, {:.2}x raw)",
+                    hist / plain,
+                    hist / raw
+                );
+            }
+            rounds.push(Round { raw, plain, hist });
+        }
+        rounds
     }
 }
 
@@ -200,28 +254,26 @@ pub async fn only(opts: &Opts, redis_url: &str, a: &Node, b: &Node) {
         .get_multiplexed_async_connection()
         .await
         .expect("publisher connection");
-    let plain = Arrivals::new(opts.throughput_msgs);
-    let plain_peer = super::client(&b.url, plain.clone()).await;
-    let _: bool = plain_peer.call("subscribe", ()).await.expect("subscribe");
-    let hist = Arrivals::new(opts.throughput_msgs);
-    let hist_peer = history_client(&b.url, HISTORY_TOPIC, hist.clone()).await;
-    subscribe_from(&hist_peer, HISTORY_TOPIC, None).await;
+    let (plain, _plain_peer) = plain_receiver(b, opts.throughput_msgs).await;
+    let (hist, _hist_peer) = history_receiver(b, opts.throughput_msgs).await;
     let topics = a.cluster.topics();
-    for round in 0..opts.throughput_rounds {
-        let with = ours_throughput(opts.throughput_msgs, &topics, HISTORY_TOPIC, &hist).await;
-        if opts.only_history_alone {
+    if opts.only_history_alone {
+        for round in 0..opts.throughput_rounds {
+            let with = ours_throughput(opts.throughput_msgs, &topics, HISTORY_TOPIC, &hist).await;
             println!("history alone, round {round}: with history {with:.0} msg/s");
-            continue;
         }
-        let raw = raw_throughput(opts.throughput_msgs, &conn, &raw_arrivals).await;
-        let ours = ours_throughput(opts.throughput_msgs, &topics, super::TOPIC, &plain).await;
-        println!(
-            "history only, round {round}, {} messages: raw XADD+PUBLISH {raw:.0} msg/s, ours without history {ours:.0}, with {with:.0} ({:.2}x without, {:.2}x raw)",
-            opts.throughput_msgs,
-            with / ours,
-            with / raw
-        );
+        return;
     }
+    Throughputs {
+        opts,
+        conn: &conn,
+        topics: &topics,
+        raw: &raw_arrivals,
+        plain: &plain,
+        hist: &hist,
+    }
+    .alternated(true)
+    .await;
 }
 
 fn rate(n: usize, arrivals: &Arrivals, start: Instant) -> f64 {
