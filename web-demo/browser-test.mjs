@@ -123,15 +123,18 @@ test('the demo page, as a person would check it', { timeout: 120000 }, async (t)
     );
     assert.match(await text(page, 'server-clock'), /\d\d:\d\d:\d\d/);
     assert.ok(Number(await text(page, 'connections')) >= 1);
-    // The accent-coloured line must be on the canvas, not just an empty grid.
-    const inked = await page.evaluate(() => {
+    // The accent-coloured line must be on the canvas, not just an empty grid. The chart is
+    // drawn in an animation frame after a push, not with it: waited for, not read once.
+    const opaquePixels = () => {
       const c = document.querySelector('[data-testid="chart"]');
       const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
       let n = 0;
       for (let i = 3; i < d.length; i += 4) if (d[i] > 200) n++;
       return n;
+    };
+    await page.waitForFunction(`(${opaquePixels})() > 500`, null, { timeout: WAIT_MS }).catch(async (e) => {
+      throw new Error(`chart looks empty (${await page.evaluate(opaquePixels)} opaque pixels): ${e.message}`);
     });
-    assert.ok(inked > 500, `chart looks empty (${inked} opaque pixels)`);
   });
 
   await t.test('the server calls the browser and answers with what the browser said', async () => {
@@ -258,7 +261,7 @@ test('the demo page, as a person would check it', { timeout: 120000 }, async (t)
   });
 
   await t.test('AbortSignal: abort rejects with its reason, the server answers -32800 and stops', async () => {
-    const outcome = await page.evaluate(async () => {
+    const outcome = await page.evaluate(async (waitMs) => {
       const { connect, ErrorCode } = await import('jsonrpc-peer');
       let sawCancelled;
       const cancelledAnswer = new Promise((r) => (sawCancelled = r));
@@ -282,15 +285,16 @@ test('the demo page, as a person would check it', { timeout: 120000 }, async (t)
         message = e.message;
       }
       const pending = own.pendingCount;
-      const answer = await Promise.race([cancelledAnswer, new Promise((r) => setTimeout(() => r(null), 5000))]);
+      // Bounded, not a pause: it ends as soon as the -32800 answer is in.
+      const answer = await Promise.race([cancelledAnswer, new Promise((r) => setTimeout(() => r(null), waitMs))]);
       own.close();
       return { message, values, pending, answer };
-    });
+    }, WAIT_MS);
     assert.equal(outcome.message, 'enough');
     assert.equal(outcome.values.length, 3);
     assert.ok(outcome.values[0] <= outcome.values[1] && outcome.values[1] <= outcome.values[2], `${outcome.values}`);
     assert.equal(outcome.pending, 0);
-    assert.ok(outcome.answer, 'no -32800 answer within 5 s');
+    assert.ok(outcome.answer, `no -32800 answer within ${WAIT_MS} ms`);
     assert.deepEqual(JSON.parse(outcome.answer).error, { code: -32800, message: 'Request cancelled' });
     await noTasksRunning(page);
   });
@@ -312,7 +316,15 @@ test('the demo page, as a person would check it', { timeout: 120000 }, async (t)
     }
     await page.screenshot({ path: path.join(SHOTS, 'laptop.png'), fullPage: true });
     await page.emulateMedia({ colorScheme: 'dark' });
-    await page.waitForTimeout(600); // one more push redraws the chart in dark colours
+    // One more push redraws the chart in dark colours: waited for (the push, then the
+    // animation frame it draws in), not slept on.
+    const pushes = Number(await text(page, 'push-count'));
+    await page.waitForFunction(
+      (n) => Number(document.querySelector('[data-testid="push-count"]').textContent) > n,
+      pushes,
+      { timeout: WAIT_MS },
+    );
+    await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
     await page.screenshot({ path: path.join(SHOTS, 'laptop-dark.png'), fullPage: true });
     await page.emulateMedia({ colorScheme: 'light' });
   });
@@ -453,7 +465,7 @@ async function dropTypeRecover(away, here, proxy, missed, { whileDown = () => {}
   assert.deepEqual(await chatLines(away), ['before the drop'], 'nothing arrives while the link is down');
   proxy.down = false;
 
-  // The page dials again by itself (its backoff is at most 3 s) and resumes.
+  // The page dials again by itself (its backoff, app.js's, is at most 8 s) and resumes.
   await away.locator('[data-testid="status"][data-state="open"]').waitFor({ timeout: WAIT_MS + 8000 });
   await away.locator('[data-testid="chat-sync"][data-state="recovered"]').waitFor();
   assert.equal(

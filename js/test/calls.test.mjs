@@ -118,11 +118,16 @@ describe('call', () => {
     assert.equal(peer.pendingCount, 0);
   });
 
-  test('a response with the id as a string does not match a numeric id', async () => {
+  test('a response with the id as a string does not match a numeric id', async (t) => {
+    // The call's timer runs on a clock the test moves: on a real one, a stall of a busy
+    // machine could fire it (and its cancel) inside expectSilence's window.
+    t.mock.timers.enable({ apis: ['setTimeout'] });
     const { socket, peer } = client();
     const p = peer.call('x', [], { timeoutMs: 50 });
     const { id } = await socket.frame(0);
     await socket.expectSilence(JSON.stringify({ jsonrpc: '2.0', result: 1, id: String(id) }));
+    assert.equal(peer.pendingCount, 1, 'the string id answered nothing');
+    t.mock.timers.tick(50);
     await assert.rejects(within(p), TimeoutError);
   });
 });
