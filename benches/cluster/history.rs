@@ -82,17 +82,28 @@ async fn burst(topics: &Topics, topic: &str, n: usize) {
         .await;
 }
 
-pub async fn run(opts: &Opts, redis_url: &str, a: &Node, b: &Node, c: &Node) -> HistoryFigures {
-    for node in [a, b, c] {
+/// Every node of `nodes` keeps history for the history topic; the raw side's subscriber
+/// (kept while its connection is) and publishing connection, its arrivals sized `n`.
+async fn set_up(
+    redis_url: &str,
+    nodes: &[&Node],
+    n: usize,
+) -> (Arc<Arrivals>, MultiplexedConnection, MultiplexedConnection) {
+    for node in nodes {
         node.cluster.topics().keep_history(HISTORY_TOPIC, config());
     }
     // Raw: XADD (exact MAXLEN, as the script trims) and PUBLISH in one pipeline.
-    let raw_arrivals = Arrivals::new(opts.latency_msgs);
-    let _sub = raw_subscriber(redis_url, "rawh", raw_arrivals.clone()).await;
+    let raw_arrivals = Arrivals::new(n);
+    let sub = raw_subscriber(redis_url, "rawh", raw_arrivals.clone()).await;
     let conn = resp3_client(redis_url)
         .get_multiplexed_async_connection()
         .await
         .expect("publisher connection");
+    (raw_arrivals, sub, conn)
+}
+
+pub async fn run(opts: &Opts, redis_url: &str, a: &Node, b: &Node, c: &Node) -> HistoryFigures {
+    let (raw_arrivals, _sub, conn) = set_up(redis_url, &[a, b, c], opts.latency_msgs).await;
     let sent = steady(opts.latency_msgs, |seq| {
         let (mut conn, pipe) = (conn.clone(), raw_pipe(seq));
         async move { pipe.exec_async(&mut conn).await.expect("raw pipeline") }
@@ -245,15 +256,7 @@ async fn ours_throughput(n: usize, topics: &Topics, topic: &str, arrivals: &Arri
 /// rounds in that order, a line each round; `--only history-alone`: ours with history
 /// alone (for profiling).
 pub async fn only(opts: &Opts, redis_url: &str, a: &Node, b: &Node) {
-    for node in [a, b] {
-        node.cluster.topics().keep_history(HISTORY_TOPIC, config());
-    }
-    let raw_arrivals = Arrivals::new(opts.throughput_msgs);
-    let _sub = raw_subscriber(redis_url, "rawh", raw_arrivals.clone()).await;
-    let conn = resp3_client(redis_url)
-        .get_multiplexed_async_connection()
-        .await
-        .expect("publisher connection");
+    let (raw_arrivals, _sub, conn) = set_up(redis_url, &[a, b], opts.throughput_msgs).await;
     let (plain, _plain_peer) = plain_receiver(b, opts.throughput_msgs).await;
     let (hist, _hist_peer) = history_receiver(b, opts.throughput_msgs).await;
     let topics = a.cluster.topics();
