@@ -362,6 +362,8 @@ async fn after_one_nodes_outage_views_converge_with_what_happened_meanwhile_once
     let blink = client(&b).await;
     blink.sub("room", json!("blink"), false).await;
     blink.unsub("room").await;
+    // How long b stays cut off. b's presence task is told when the bus is back whether
+    // or not it saw it go (the state's `watch` keeps only the latest value).
     tokio::time::sleep(Duration::from_millis(100)).await;
     b.bus.restore();
 

@@ -94,6 +94,11 @@ pub(super) struct Members {
 
 enum Control {
     Follow(Box<str>, oneshot::Sender<()>),
+    /// The bus is back after an outage of this node's (the receive loop, once per
+    /// outage). Told, not only seen on the state's `watch`: that keeps only the latest
+    /// value, and an outage shorter than the task's turn (down and up before it looked)
+    /// would leave the views missing what was said meanwhile until the next check.
+    BusBack,
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -173,6 +178,13 @@ impl Members {
             };
             self.queue(topic, incoming);
         }
+    }
+
+    /// The bus is back after this node's outage (the receive loop, once per outage):
+    /// the task writes this node's parts again and reads every view again.
+    pub fn bus_back(&self) {
+        // Unbounded: one per outage. Gone only when the task is, and then nobody reads.
+        let _ = self.control.send(Control::BusBack);
     }
 
     /// `topic`'s channel lost messages while the bus as a whole stayed up (one server

@@ -290,6 +290,7 @@ impl Receive {
             });
         }
         self.history.tell(Inbound::BusUp).await;
+        self.members.bus_back();
         self.subscriptions.all_changed(self.topics.topic_names());
         let _ = self.nodes.send(Heard::BusBack).await;
     }

@@ -88,7 +88,7 @@ impl Task {
                     self.read_overflowed().await;
                 }
                 Some(incoming) = inbox.incoming.recv() => self.on_incoming(incoming).await,
-                Ok(()) = state.changed() => self.on_state().await,
+                Ok(()) = state.changed() => self.on_state(),
                 Ok(()) = live.changed() => self.on_roster(),
                 _ = tick.tick() => {
                     ticks = ticks.wrapping_add(1);
@@ -141,6 +141,7 @@ impl Task {
                 }
                 let _ = done.send(());
             }
+            Control::BusBack => self.on_bus_back().await,
             Control::Shutdown(done) => {
                 self.write_own().await;
                 let topics: Vec<Box<str>> = self.own.keys().cloned().collect();
@@ -279,28 +280,36 @@ impl Task {
         }
     }
 
-    async fn on_state(&mut self) {
-        let state = *self.members.state.borrow();
-        match state {
-            ClusterState::Up if !self.was_up => {
-                self.was_up = true;
-                // Departures seen just before the outage was noticed may have been this
-                // node's own silence: the settle decides, as for every node it has not
-                // heard again (`drop_departed` at its end).
-                self.departed.clear();
-                self.settle_until = Some(Instant::now() + self.interval * self.missed);
-                self.write_own().await;
-                let topics: Vec<Box<str>> = self.own.keys().cloned().collect();
-                self.rewrite.extend(topics);
-                self.write_anew().await;
-                let followed: Vec<Box<str>> =
-                    self.members.views.iter().map(|v| v.key().clone()).collect();
-                for topic in followed {
-                    self.load(&topic).await;
-                }
-            }
-            ClusterState::Up => {}
-            _ => self.was_up = false,
+    /// While the bus is down (or the node stopped) departures from the roster do not
+    /// count; the way back is [`on_bus_back`](Self::on_bus_back), told by the receive
+    /// loop (this `watch` may skip an outage shorter than the task's turn).
+    fn on_state(&mut self) {
+        if *self.members.state.borrow() != ClusterState::Up {
+            self.was_up = false;
+        }
+    }
+
+    /// The bus is back after an outage: this node's parts are written again and every
+    /// followed view is read again.
+    async fn on_bus_back(&mut self) {
+        if !self.members.is_up() {
+            // Down again already: the next time it is back, the receive loop tells again.
+            self.was_up = false;
+            return;
+        }
+        self.was_up = true;
+        // Departures seen just before the outage was noticed may have been this node's
+        // own silence: the settle decides, as for every node it has not heard again
+        // (`drop_departed` at its end).
+        self.departed.clear();
+        self.settle_until = Some(Instant::now() + self.interval * self.missed);
+        self.write_own().await;
+        let topics: Vec<Box<str>> = self.own.keys().cloned().collect();
+        self.rewrite.extend(topics);
+        self.write_anew().await;
+        let followed: Vec<Box<str>> = self.members.views.iter().map(|v| v.key().clone()).collect();
+        for topic in followed {
+            self.load(&topic).await;
         }
     }
 
