@@ -360,22 +360,18 @@ async fn a_topic_with_history_loses_nothing_when_its_master_dies_and_resumes_any
         bus.kill(victim);
         bus.wait_failover(slot, victim);
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Twenty more recorded and delivered after the failover before the publisher stops:
+    // the appends went on on the replica that took over.
+    let before = *got.last().expect("some before the failover");
+    read_until(&mut cb, &mut got, before + 20).await;
     stop.send_replace(true);
     let recorded = within(publisher).await.expect("the publisher");
-    let last = *recorded.last().expect("recorded after the failover");
+    let last = *recorded.last().expect("recorded");
     // The history was on the killed master: its replica took it over (as far as it had
     // replicated), so the offsets go on from there. What the subscriber got is one
     // order, every offset once, no gap notice: the history room filled what pub/sub
     // missed while the shard was away.
-    while got.last() < Some(&last) {
-        let (method, params) = cb.next_note().await;
-        assert_eq!(
-            method, "news",
-            "no $/gap for a topic with history: {params}"
-        );
-        got.push(params["offset"].as_u64().expect("an offset"));
-    }
+    read_until(&mut cb, &mut got, last).await;
     assert_eq!(
         got,
         (1..=last).collect::<Vec<_>>(),
@@ -440,7 +436,9 @@ async fn a_topic_with_history_loses_nothing_while_its_slot_moves() {
     tokio::task::block_in_place(|| assert_eq!(bus.begin_move(slot, to), from));
     tokio::time::sleep(Duration::from_millis(300)).await;
     tokio::task::block_in_place(|| bus.finish_move(slot, from, to));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Twenty more recorded and delivered after the move before the publisher stops.
+    let before = *got.last().expect("some before the move");
+    read_until(&mut cb, &mut got, before + 20).await;
     stop.send_replace(true);
     let recorded = within(publisher).await.expect("the publisher");
     let last = *recorded.last().expect("recorded");
@@ -450,14 +448,7 @@ async fn a_topic_with_history_loses_nothing_while_its_slot_moves() {
         "appends follow the slot: one order, none twice"
     );
     // What pub/sub lost while the channel moved came from the history: no $/gap.
-    while got.last() < Some(&last) {
-        let (method, params) = cb.next_note().await;
-        assert_eq!(
-            method, "news",
-            "no $/gap for a topic with history: {params}"
-        );
-        got.push(params["offset"].as_u64().expect("an offset"));
-    }
+    read_until(&mut cb, &mut got, last).await;
     assert_eq!(
         got,
         (1..=last).collect::<Vec<_>>(),
@@ -468,4 +459,17 @@ async fn a_topic_with_history_loses_nothing_while_its_slot_moves() {
         to,
         "b listens on the new master"
     );
+}
+
+/// Reads `cb`'s notifications of `news` into `got` until it has `offset` (each within
+/// the client's wait): none of them a `$/gap`, which a topic with history never needs.
+async fn read_until(cb: &mut Client, got: &mut Vec<u64>, offset: u64) {
+    while got.last() < Some(&offset) {
+        let (method, params) = cb.next_note().await;
+        assert_eq!(
+            method, "news",
+            "no $/gap for a topic with history: {params}"
+        );
+        got.push(params["offset"].as_u64().expect("an offset"));
+    }
 }
