@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::within;
-use jsonrpc_peer::cluster::{Cluster, MemoryBackplane, MemoryHub};
+use jsonrpc_peer::cluster::{Cluster, ClusterState, MemoryBackplane, MemoryHub};
 use jsonrpc_peer::{connect, Caller, Context, Peer, PresenceJoin, PresenceLeave, Router, RpcError};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -420,7 +420,15 @@ async fn after_the_bus_lost_everything_views_converge_once() {
     let late = client(&c).await;
     late.sub("room", json!("late"), false).await;
     keeps[1].unsub("room").await;
-    tokio::time::sleep(heartbeat * 6).await;
+    // Until each node is down and has taken the others for dead (its roster itself
+    // alone), not a guess at how long that takes.
+    for node in [&a, &b, &c] {
+        all_live(node, 1).await;
+        let mut state = node.cluster.watch_state();
+        within(state.wait_for(|s| *s == ClusterState::Down))
+            .await
+            .unwrap();
+    }
     hub.forget_stored();
     hub.restore_all();
 
