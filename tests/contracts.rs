@@ -597,19 +597,26 @@ async fn a_contract_publishes_on_its_topic_or_on_one_of_another_name_and_broadca
 
 #[tokio::test]
 async fn a_typed_handler_with_options_is_told_of_the_cancel_and_its_partial_result_is_returned() {
-    let router = Router::new().handle_with(
-        Count,
-        MethodOptions::new().cooperative(),
-        |cx, ()| async move {
-            let mut ticks = 0;
-            loop {
-                tokio::select! {
-                    _ = cx.cancelled() => return Ok(ticks),
-                    _ = tokio::time::sleep(Duration::from_millis(5)) => ticks += 1,
+    // What the handler had counted when it was told of the cancel: the answer must be
+    // that, however many ticks a slow machine let it count before the timeout.
+    let told = Arc::new(AtomicU64::new(u64::MAX));
+    let seen = told.clone();
+    let router =
+        Router::new().handle_with(Count, MethodOptions::new().cooperative(), move |cx, ()| {
+            let told = told.clone();
+            async move {
+                let mut ticks = 0;
+                loop {
+                    tokio::select! {
+                        _ = cx.cancelled() => {
+                            told.store(ticks, Ordering::SeqCst);
+                            return Ok(ticks);
+                        }
+                        _ = tokio::time::sleep(Duration::from_millis(5)) => ticks += 1,
+                    }
                 }
             }
-        },
-    );
+        });
     let (url, _server) = serve(router).await;
     let peer = within(connect(&url, Router::new())).await.unwrap();
     let partial = within(
@@ -619,6 +626,10 @@ async fn a_typed_handler_with_options_is_told_of_the_cancel_and_its_partial_resu
     )
     .await
     .unwrap();
-    assert!(partial >= 1, "{partial}");
+    assert_eq!(
+        partial,
+        seen.load(Ordering::SeqCst),
+        "the answer is what the handler counted when it was told"
+    );
     peer.close().await;
 }
