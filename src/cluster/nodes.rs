@@ -4,8 +4,8 @@
 //!
 //! One task owns the table of live nodes. The receive loop hands it what it heard
 //! ([`Heard`]); it publishes what the others read ([`Roster`]) and tells the rooms that
-//! care when a node goes: the calls waiting on it fail, the outbox stops waiting for it,
-//! and, long after, the receive loop forgets its sequence numbers.
+//! care when a node goes: the calls waiting on it fail, and, long after, the receive
+//! loop forgets its sequence numbers.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,7 +89,8 @@ pub(super) struct Nodes {
     pub table: Table,
     /// What the other rooms read of the table.
     pub roster: Arc<Roster>,
-    /// Told who was heard from: its flush after an outage waits for them.
+    /// Where this node's heartbeats go. (Who was heard from, which the outbox's flush
+    /// after an outage waits for, the receive loop tells it, in the bus's order.)
     pub outbox: Arc<Outbox>,
     /// Told when a node goes: the calls waiting on it fail.
     pub calls: Arc<Calls>,
@@ -164,7 +165,6 @@ impl Nodes {
     }
 
     fn on_heartbeat(&mut self, node: String, incarnation: String, connections: u64, hello: bool) {
-        self.outbox.heard_from(&node);
         let now = Instant::now();
         let restarted = match self.table.live.get_mut(&node) {
             Some(r) if r.incarnation == incarnation => {

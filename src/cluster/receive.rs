@@ -162,6 +162,12 @@ impl Receive {
             Kind::Goodbye => Heard::Goodbye(header.o.to_string()),
             Kind::Recorded => return,
         };
+        // The outbox's hold after an outage ends once every node it waits for is heard
+        // from again. Told here, in the bus's order, not by the nodes task: a
+        // heartbeat heard before the outage and handed on when the bus was back would
+        // end the hold for a node still cut off, and the held broadcasts would miss it.
+        // (A goodbye ends the wait for its node too: it is not coming back.)
+        self.outbox.heard_from(&header.o);
         let _ = self.nodes.send(heard).await;
     }
 
