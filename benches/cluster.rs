@@ -786,7 +786,7 @@ fn main() {
     println!();
     println!(
         "topic history ({} publishes in flight for the throughputs; raw = XADD + PUBLISH in one pipeline)",
-        256
+        history::WINDOW
     );
     println!("| measure | raw XADD+PUBLISH | ours, no history | ours, history | history / no history | target | |");
     println!("|---|---|---|---|---|---|---|");
