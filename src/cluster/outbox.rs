@@ -216,7 +216,9 @@ impl Outbox {
         self.wake.notify_one();
     }
 
-    /// `node` announced itself: it listens again.
+    /// `node` was heard from, told by the receive loop in the bus's order: a heartbeat
+    /// (it listens again) or a goodbye (it is not coming back). The hold stops waiting
+    /// for it.
     pub fn heard_from(&self, node: &str) {
         let mut queue = lock(&self.queue);
         if let Some(hold) = &mut queue.hold {
