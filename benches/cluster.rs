@@ -17,7 +17,7 @@
 //! |---|---|---|
 //! | latency at a steady rate (1 k msg/s) | redis-rs PUBLISH -> a RESP3 subscriber connection | `Topics::publish` on node A -> a WebSocket client of node B |
 //! | throughput | redis-rs pipelines of 64 PUBLISH -> the subscriber has them all | node A publishes as fast as it can -> B's client has them all |
-//! | broadcast | one node (no cluster): `broadcast` to N clients | node A `broadcast` with 3 nodes x N clients |
+//! | broadcast | one node (no cluster): `broadcast` to N clients, and to 3 x N | node A `broadcast` with 3 nodes x N clients |
 //! | history: latency, throughput | `XADD` + `PUBLISH` in one redis-rs pipeline | `Topics::publish` on a topic with history, and on one without, A -> B's client |
 //! | history: resume | | a client resuming 1,000 missed messages on a node that reads them from Redis, and on one that has them cached |
 //! | presence: subscribe + unsubscribe | clients of node A subscribe and unsubscribe one topic | the same, each subscription a member with info |
@@ -25,7 +25,9 @@
 //!
 //! Latency is from just before the publish call to the receiver having the message (the
 //! client parsed the notification); p50 and p99 by sorting the samples. Broadcast time
-//! is until the last client of all has it, median of the rounds. Targets (from the
+//! is until the last client of all has it, median of the rounds; one node broadcasting
+//! to the same 3 x N clients alone says what of it is the machine's (three nodes share
+//! its cores, where the design's target has a machine each). Targets (from the
 //! design): cross-node throughput >= 0.8x raw, p50 <= raw + 0.2 ms, 3 x N broadcast <=
 //! single node + 2 ms; history throughput >= 0.7x the same path without history (the
 //! median of alternated rounds' ratios, as for the cross-node throughput); a
@@ -393,6 +395,8 @@ struct Figures {
     throughput: Throughput,
     single_ms: f64,
     cluster_ms: f64,
+    /// One node without a cluster broadcasting to the 3 x N clients alone.
+    single_all_ms: f64,
     history: history::HistoryFigures,
 }
 
@@ -536,14 +540,21 @@ async fn run(opts: &Opts, redis_url: &str) -> Option<Figures> {
     let c = node(redis_url, "c").await;
     let history = history::run(opts, redis_url, &a, &b, &c).await;
 
-    // Broadcast: one node without a cluster and N clients, against 3 nodes x N clients.
+    // Broadcast: one node without a cluster and N clients, against 3 nodes x N clients;
+    // and one node without a cluster and 3 x N clients, the same recipients on one
+    // process: on one machine the three nodes share its cores, so this says what of the
+    // cross-node time is the cluster's.
     let n = opts.broadcast_clients;
-    let single = Server::bind("127.0.0.1:0").await.expect("bind");
-    let single_url = format!("ws://{}", single.local_addr().expect("addr"));
-    let single_handle = single.handle();
-    tokio::spawn(single.serve(Router::new()));
-    let single_arrivals = Arrivals::new(n);
-    let single_peers = clients(&single_url, n, &single_arrivals).await;
+    let mut singles = Vec::new();
+    for clients_of_it in [n, 3 * n] {
+        let server = Server::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("ws://{}", server.local_addr().expect("addr"));
+        let handle = server.handle();
+        tokio::spawn(server.serve(Router::new()));
+        let arrivals = Arrivals::new(clients_of_it);
+        let peers = clients(&url, clients_of_it, &arrivals).await;
+        singles.push((handle, arrivals, peers, clients_of_it));
+    }
 
     let cluster_arrivals = Arrivals::new(3 * n);
     let mut cluster_peers = Vec::new();
@@ -555,19 +566,24 @@ async fn run(opts: &Opts, redis_url: &str) -> Option<Figures> {
         .iter()
         .any(|node| node.handle.connection_count() < n)
         || a.cluster.connection_count() < 3 * n
+        || singles
+            .iter()
+            .any(|(handle, _, _, count)| handle.connection_count() < *count)
     {
         assert!(Instant::now() < deadline, "clients never all registered");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    let (mut single_ms, mut cluster_ms) = (Vec::new(), Vec::new());
-    // Round 0 warms up and is not counted; the two alternate who goes first.
+    // One node with N, the cluster with 3 x N, one node with 3 x N.
+    let mut broadcast_ms: [Vec<f64>; 3] = Default::default();
+    // Round 0 warms up and is not counted; each round starts with another of the three.
     for round in 0..=opts.broadcast_rounds {
-        for first_single in [round % 2 == 0, round % 2 == 1] {
-            let (arrivals, handle, expect) = if first_single {
-                (&single_arrivals, &single_handle, n)
-            } else {
-                (&cluster_arrivals, &a.handle, 3 * n)
+        for turn in 0..3 {
+            let which = (round + turn) % 3;
+            let (arrivals, handle, expect) = match which {
+                0 => (&singles[0].1, &singles[0].0, n),
+                1 => (&cluster_arrivals, &a.handle, 3 * n),
+                _ => (&singles[1].1, &singles[1].0, 3 * n),
             };
             // Every client gets `tick [0]`: arrivals are counted, not indexed.
             arrivals.reset(expect);
@@ -576,18 +592,18 @@ async fn run(opts: &Opts, redis_url: &str) -> Option<Figures> {
             arrivals.wait("broadcast").await;
             let ms = (arrivals.last().unwrap_or(start) - start).as_secs_f64() * 1e3;
             if round > 0 {
-                if first_single {
-                    &mut single_ms
-                } else {
-                    &mut cluster_ms
-                }
-                .push(ms);
+                broadcast_ms[which].push(ms);
             }
         }
     }
-    for peer in single_peers.iter().chain(cluster_peers.iter()) {
+    for peer in singles
+        .iter()
+        .flat_map(|(_, _, peers, _)| peers)
+        .chain(cluster_peers.iter())
+    {
         peer.close().await;
     }
+    let [single_ms, cluster_ms, single_all_ms] = broadcast_ms.map(median);
 
     let (churn_plain, churn_presence) = churn(opts, &a).await;
     let mut joins = join_seen(opts, &a, &b).await;
@@ -606,8 +622,9 @@ async fn run(opts: &Opts, redis_url: &str) -> Option<Figures> {
         ours_p50: percentile(&mut ours_lat, 0.5),
         ours_p99: percentile(&mut ours_lat, 0.99),
         throughput,
-        single_ms: median(single_ms),
-        cluster_ms: median(cluster_ms),
+        single_ms,
+        cluster_ms,
+        single_all_ms,
         history,
     })
 }
@@ -733,14 +750,14 @@ fn main() {
     println!("| measure | raw / single node | ours (cross-node) | ratio | target | |");
     println!("|---|---|---|---|---|---|");
     println!(
-        "| latency p50 | {:.3} ms | {:.3} ms | +{:.3} ms | <= raw + 0.2 ms | {} |",
+        "| latency p50 | {:.3} ms | {:.3} ms | {:+.3} ms | <= raw + 0.2 ms | {} |",
         f.raw_p50,
         f.ours_p50,
         f.ours_p50 - f.raw_p50,
         verdict(f.ours_p50 <= f.raw_p50 + 0.2)
     );
     println!(
-        "| latency p99 | {:.3} ms | {:.3} ms | +{:.3} ms | | |",
+        "| latency p99 | {:.3} ms | {:.3} ms | {:+.3} ms | | |",
         f.raw_p99,
         f.ours_p99,
         f.ours_p99 - f.raw_p99
@@ -757,11 +774,18 @@ fn main() {
         verdict(t.ratio >= 0.8)
     );
     println!(
-        "| broadcast, last client has it | 1 x {n}: {:.2} ms | 3 x {n}: {:.2} ms | +{:.2} ms | <= single + 2 ms | {} |",
+        "| broadcast, last client has it | 1 x {n}: {:.2} ms | 3 x {n}: {:.2} ms | {:+.2} ms | <= single + 2 ms | {} |",
         f.single_ms,
         f.cluster_ms,
         f.cluster_ms - f.single_ms,
         verdict(f.cluster_ms <= f.single_ms + 2.0)
+    );
+    println!(
+        "| broadcast, the same 3 x {n} clients on one node (the machine's share) | 1 x {}: {:.2} ms | 3 x {n}: {:.2} ms | {:+.2} ms | | |",
+        3 * n,
+        f.single_all_ms,
+        f.cluster_ms,
+        f.cluster_ms - f.single_all_ms,
     );
     println!(
         "| presence: subscribe + unsubscribe ({} clients of A) | {:.0} pairs/s plain | {:.0} pairs/s as members | {:.2}x | | |",
@@ -791,7 +815,7 @@ fn main() {
     println!("| measure | raw XADD+PUBLISH | ours, no history | ours, history | history / no history | target | |");
     println!("|---|---|---|---|---|---|---|");
     println!(
-        "| latency p50 at 1 k msg/s | {:.3} ms | {:.3} ms | {:.3} ms | +{:.3} ms | | |",
+        "| latency p50 at 1 k msg/s | {:.3} ms | {:.3} ms | {:.3} ms | {:+.3} ms | | |",
         h.raw_p50,
         h.plain_p50,
         h.hist_p50,
