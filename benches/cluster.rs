@@ -545,16 +545,8 @@ async fn run(opts: &Opts, redis_url: &str) -> Option<Figures> {
     // process: on one machine the three nodes share its cores, so this says what of the
     // cross-node time is the cluster's.
     let n = opts.broadcast_clients;
-    let mut singles = Vec::new();
-    for clients_of_it in [n, 3 * n] {
-        let server = Server::bind("127.0.0.1:0").await.expect("bind");
-        let url = format!("ws://{}", server.local_addr().expect("addr"));
-        let handle = server.handle();
-        tokio::spawn(server.serve(Router::new()));
-        let arrivals = Arrivals::new(clients_of_it);
-        let peers = clients(&url, clients_of_it, &arrivals).await;
-        singles.push((handle, arrivals, peers, clients_of_it));
-    }
+    let single = SingleNode::start(n).await;
+    let single_all = SingleNode::start(3 * n).await;
 
     let cluster_arrivals = Arrivals::new(3 * n);
     let mut cluster_peers = Vec::new();
@@ -566,9 +558,9 @@ async fn run(opts: &Opts, redis_url: &str) -> Option<Figures> {
         .iter()
         .any(|node| node.handle.connection_count() < n)
         || a.cluster.connection_count() < 3 * n
-        || singles
+        || [&single, &single_all]
             .iter()
-            .any(|(handle, _, _, count)| handle.connection_count() < *count)
+            .any(|s| s.handle.connection_count() < s.clients)
     {
         assert!(Instant::now() < deadline, "clients never all registered");
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -581,9 +573,9 @@ async fn run(opts: &Opts, redis_url: &str) -> Option<Figures> {
         for turn in 0..3 {
             let which = (round + turn) % 3;
             let (arrivals, handle, expect) = match which {
-                0 => (&singles[0].1, &singles[0].0, n),
+                0 => (&single.arrivals, &single.handle, n),
                 1 => (&cluster_arrivals, &a.handle, 3 * n),
-                _ => (&singles[1].1, &singles[1].0, 3 * n),
+                _ => (&single_all.arrivals, &single_all.handle, 3 * n),
             };
             // Every client gets `tick [0]`: arrivals are counted, not indexed.
             arrivals.reset(expect);
@@ -596,10 +588,11 @@ async fn run(opts: &Opts, redis_url: &str) -> Option<Figures> {
             }
         }
     }
-    for peer in singles
+    for peer in single
+        .peers
         .iter()
-        .flat_map(|(_, _, peers, _)| peers)
-        .chain(cluster_peers.iter())
+        .chain(&single_all.peers)
+        .chain(&cluster_peers)
     {
         peer.close().await;
     }
@@ -627,6 +620,31 @@ async fn run(opts: &Opts, redis_url: &str) -> Option<Figures> {
         single_all_ms,
         history,
     })
+}
+
+/// A server without a cluster and its clients, for the broadcast rows.
+struct SingleNode {
+    handle: ServerHandle,
+    arrivals: Arc<Arrivals>,
+    peers: Vec<Peer>,
+    clients: usize,
+}
+
+impl SingleNode {
+    async fn start(clients_of_it: usize) -> SingleNode {
+        let server = Server::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("ws://{}", server.local_addr().expect("addr"));
+        let handle = server.handle();
+        tokio::spawn(server.serve(Router::new()));
+        let arrivals = Arrivals::new(clients_of_it);
+        let peers = clients(&url, clients_of_it, &arrivals).await;
+        SingleNode {
+            handle,
+            arrivals,
+            peers,
+            clients: clients_of_it,
+        }
+    }
 }
 
 /// Subscribe + unsubscribe pairs per second by clients of node `a` on one topic, plain
