@@ -18,6 +18,18 @@
 //!   except what `jsonrpsee.rs` names (`max_connections`, the client's subscription
 //!   buffer). It cannot push a plain notification: (d) and (e) use subscriptions.
 //!
+//! **The reference rows** of (b), (c) and (d) hold ours against a fourth run: the
+//! baseline **shaped as ours**, the same raw tokio-tungstenite and serde_json code
+//! given the structure our API has. (b) and (c): the raw server, and a client whose
+//! calls are each awaited by the task that made it (`depth` tasks per connection, as
+//! ours), answers routed to them by id through a map of pending calls and a oneshot
+//! each, by one reader task (`raw::RawShaped`). (d): the raw server sends the
+//! notifications from a task of its own (`flood_task`), apart from the connection's,
+//! through the connection's bounded queue of 1,024 frames, as our handler does. The
+//! targets stay against the baseline; these rows say how much of ours / baseline is
+//! that structure's (what any library with a `call(...).await` and handlers on tasks
+//! of their own pays) and how much is ours. Its figure is in the baseline's column.
+//!
 //! Each scenario runs every contender on the same setup, rotating which goes first
 //! round by round, and reports the median over rounds. The table has each contender's
 //! figure, ours / baseline (what the targets are about) and ours / jsonrpsee.
@@ -80,7 +92,9 @@
 //! so) if that is not enough.
 //!
 //! Options (after `--`): `--quick`; `--only abd` runs only those scenarios;
-//! `--contender ours|raw|jsonrpsee` runs one side only; `--rounds N`, `--round-ms N`
+//! `--contender ours|raw|jsonrpsee|shaped` runs one side only (`shaped`: the
+//! reference alone, in (b) to (d)); `--shaped-to-ours` points the reference's client
+//! of (b) and (c) at our server (the two rows then differ in the client alone); `--rounds N`, `--round-ms N`
 //! change the length of (a) to (c) (`--rounds` also of (d) and (e)); `--metrics` gives
 //! ours the `Metrics` call layer, with metrics-exporter-prometheus's recorder
 //! installed (what README's "Metrics" section measures: run it and the same command
@@ -135,6 +149,8 @@ use crate::servers::Servers;
 
 pub(crate) const ADD: &str = "add";
 pub(crate) const FLOOD: &str = "flood";
+/// The baseline's `flood` from a task of its own (the reference rows).
+pub(crate) const FLOOD_TASK: &str = "flood_task";
 pub(crate) const TICK: &str = "tick";
 /// Set in the re-executed, pinned process.
 pub(crate) const PINNED_ENV: &str = "RPC_BENCH_PINNED";
@@ -214,6 +230,19 @@ pub(crate) struct Opts {
     pub(crate) contenders: Vec<Contender>,
     /// `--metrics`: ours with the `Metrics` call layer and a Prometheus recorder.
     pub(crate) metrics: bool,
+    /// Whether the reference rows' contender (the baseline shaped as ours) runs: with
+    /// every contender, or alone (`--contender shaped`).
+    pub(crate) reference: bool,
+    /// `--shaped-to-ours`: the reference's client of (b) and (c) calls our server, not
+    /// the baseline's (so ours and it differ in the client alone).
+    pub(crate) shaped_to_ours: bool,
+}
+
+/// One turn in a round: a contender, or the reference (the baseline shaped as ours).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Turn {
+    Contender(Contender),
+    Reference,
 }
 
 impl Opts {
@@ -225,13 +254,17 @@ impl Opts {
         let number = |flag: &str| value(flag).map(|v| v.parse::<u64>().expect("a number"));
         let mut opts = Opts::new(args.iter().any(|a| a == "--quick"));
         opts.metrics = args.iter().any(|a| a == "--metrics");
+        opts.shaped_to_ours = args.iter().any(|a| a == "--shaped-to-ours");
         if let Some(only) = value("--only") {
             opts.only = only.to_owned();
         }
         if let Some(name) = value("--contender") {
-            let one = Contender::parse(name)
-                .unwrap_or_else(|| panic!("--contender ours|raw|jsonrpsee, not {name}"));
-            opts.contenders = vec![one];
+            opts.reference = name == "shaped";
+            opts.contenders = match Contender::parse(name) {
+                Some(one) => vec![one],
+                None if opts.reference => Vec::new(),
+                None => panic!("--contender ours|raw|jsonrpsee|shaped, not {name}"),
+            };
         }
         if let Some(rounds) = number("--rounds") {
             opts.rounds = rounds.max(1) as usize;
@@ -266,6 +299,8 @@ impl Opts {
             only: "abcdef".to_owned(),
             contenders: Contender::ALL.to_vec(),
             metrics: false,
+            reference: true,
+            shaped_to_ours: false,
         }
     }
 
@@ -283,6 +318,22 @@ impl Opts {
         let mut order = Contender::ALL;
         order.rotate_left(round % Contender::ALL.len());
         order.into_iter().filter(|&c| self.has(c)).collect()
+    }
+
+    /// The turns of one round of a scenario with a reference row: the contenders and,
+    /// when it runs, the reference, the four rotating round by round.
+    pub(crate) fn turns(&self, round: usize) -> Vec<Turn> {
+        let mut turns = Contender::ALL.map(Turn::Contender).to_vec();
+        turns.push(Turn::Reference);
+        let first = round % turns.len();
+        turns.rotate_left(first);
+        turns
+            .into_iter()
+            .filter(|&t| match t {
+                Turn::Contender(c) => self.has(c),
+                Turn::Reference => self.reference,
+            })
+            .collect()
     }
 }
 
@@ -321,6 +372,29 @@ pub(crate) fn main() {
     }
 }
 
+/// The reference rows of (b), (c) or (d), when the reference ran: ours against the
+/// baseline shaped as ours (its figure in the baseline's column), rate and CPU.
+fn reference_rows(
+    letter: char,
+    s: &Each<Vec<Sample>>,
+    shaped: &[Sample],
+    metric: &'static str,
+) -> Vec<Row> {
+    if shaped.is_empty() {
+        return Vec::new();
+    }
+    let against =
+        |f: &dyn Fn(&[Sample]) -> f64| Each([f(&s[Contender::Ours]), f(shaped), f64::NAN]);
+    vec![
+        Row::info(
+            &format!("({letter}) reference: the baseline shaped as ours"),
+            metric,
+            against(&rate),
+        ),
+        Row::info("", "CPU per message (µs)", against(&cpu)),
+    ]
+}
+
 /// Runs every scenario; returns the table's rows.
 pub(crate) async fn run(opts: &Opts, server_rt: Handle) -> Vec<Row> {
     let servers = server_rt.spawn(Servers::start()).await.expect("servers");
@@ -329,7 +403,7 @@ pub(crate) async fn run(opts: &Opts, server_rt: Handle) -> Vec<Row> {
 
     if opts.runs('a') {
         eprintln!("(a) one call at a time");
-        let s = calls_scenario(opts, &servers, 1, 1).await;
+        let (s, _) = calls_scenario(opts, &servers, 1, 1, false).await;
         rows.push(Row::info(
             "(a) 1 in flight",
             "rate (calls/s)",
@@ -354,15 +428,16 @@ pub(crate) async fn run(opts: &Opts, server_rt: Handle) -> Vec<Row> {
         }
         let label = format!("({letter}) {connections} x {depth} in flight");
         eprintln!("{label}");
-        let s = calls_scenario(opts, &servers, connections, depth).await;
+        let (s, shaped) = calls_scenario(opts, &servers, connections, depth, true).await;
         rows.push(Row::new(&label, "rate (calls/s)", fig(&s, &rate), target));
         rows.push(Row::info("", "p50 latency (µs)", fig(&s, &|s| p(s, 0.5))));
         rows.push(Row::info("", "CPU per call (µs)", fig(&s, &cpu)));
+        rows.extend(reference_rows(letter, &s, &shaped, "rate (calls/s)"));
     }
 
     if opts.runs('d') {
         eprintln!("(d) server-to-client notifications on one connection");
-        let s = flood_scenario(opts, &servers).await;
+        let (s, shaped) = flood_scenario(opts, &servers).await;
         rows.push(Row::new(
             "(d) server pushes",
             "notifications/s",
@@ -370,6 +445,7 @@ pub(crate) async fn run(opts: &Opts, server_rt: Handle) -> Vec<Row> {
             targets::D_RATE,
         ));
         rows.push(Row::info("", "CPU per notification (µs)", fig(&s, &cpu)));
+        rows.extend(reference_rows('d', &s, &shaped, "notifications/s"));
     }
 
     if opts.runs('e') {

@@ -5,17 +5,18 @@ use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
-use crate::{ClientWs, ADD, FLOOD, QUEUE, TICK};
+use crate::{ClientWs, ADD, FLOOD, FLOOD_TASK, QUEUE, TICK};
 
 /// The same limits as `PeerConfig::default()` gives tungstenite.
 pub(crate) fn ws_config() -> WebSocketConfig {
@@ -125,6 +126,8 @@ impl RawServer {
             return;
         };
         let (tx, mut pushes) = mpsc::channel(QUEUE);
+        // For `flood_task`, whose task queues its frames as broadcasts are queued.
+        let own = tx.clone();
         self.queues.lock().expect("not poisoned").push(tx);
         self.live.fetch_add(1, Ordering::SeqCst);
         let _live = LiveGuard(self.live.clone());
@@ -139,7 +142,9 @@ impl RawServer {
                 }
             };
             let written = match event {
-                RawEvent::Frame(Some(Ok(Message::Text(text)))) => raw_answer(&mut ws, &text).await,
+                RawEvent::Frame(Some(Ok(Message::Text(text)))) => {
+                    raw_answer(&mut ws, &own, &text).await
+                }
                 RawEvent::Frame(Some(Ok(Message::Close(_)) | Err(_)) | None) => return,
                 RawEvent::Frame(Some(Ok(_))) => Ok(()),
                 RawEvent::Push(frame) => ws.feed(Message::Text(frame)).await,
@@ -181,9 +186,11 @@ pub(crate) fn next_event<'a>(
 }
 
 /// Parses one request with serde_json and feeds its answer (and, for `flood`, the
-/// notifications before it).
+/// notifications before it). `flood_task` is answered by a task of its own, through
+/// `own`, the connection's queue.
 pub(crate) async fn raw_answer(
     ws: &mut WebSocketStream<TcpStream>,
+    own: &mpsc::Sender<Utf8Bytes>,
     text: &str,
 ) -> Result<(), tokio_tungstenite::tungstenite::Error> {
     let Ok(request) = serde_json::from_str::<RawRequest>(text) else {
@@ -216,9 +223,39 @@ pub(crate) async fn raw_answer(
                 id: request.id,
             })
         }
+        FLOOD_TASK => {
+            let [n]: [u64; 1] = serde_json::from_str(request.params.get()).expect("params");
+            tokio::spawn(flood_task(own.clone(), n, request.id.get().to_owned()));
+            return Ok(());
+        }
         _ => return Ok(()),
     };
     ws.feed(Message::text(answer.expect("serializes"))).await
+}
+
+/// `flood` shaped as jsonrpc-peer runs it: on a task of its own, apart from the
+/// connection's, each frame handed over through the connection's bounded queue (of
+/// `QUEUE` frames, as ours), awaiting room when it is full; then the answer.
+async fn flood_task(own: mpsc::Sender<Utf8Bytes>, n: u64, id: String) {
+    for i in 0..n {
+        let note = RawNotification {
+            jsonrpc: "2.0",
+            method: TICK,
+            params: [i],
+        };
+        let frame = serde_json::to_string(&note).expect("serializes");
+        if own.send(Utf8Bytes::from(frame)).await.is_err() {
+            return;
+        }
+    }
+    let id = RawValue::from_string(id).expect("an id as received");
+    let answer = serde_json::to_string(&RawResponse {
+        jsonrpc: "2.0",
+        result: n,
+        id: &id,
+    })
+    .expect("serializes");
+    let _ = own.send(Utf8Bytes::from(answer)).await;
 }
 
 /// A baseline client connection: a writer task that feeds what is queued and flushes
@@ -263,5 +300,62 @@ pub(crate) async fn raw_writer(
         if sink.flush().await.is_err() {
             return;
         }
+    }
+}
+
+/// A baseline client shaped as jsonrpc-peer's (the reference rows): each call is
+/// awaited by the task that made it, its answer routed to it by id through a map of
+/// pending calls (a oneshot each) by one reader task; the frames go out through the
+/// writer task. The work a `call(...).await` API needs, written by hand.
+pub(crate) struct RawShaped {
+    tx: mpsc::Sender<Message>,
+    pending: Arc<Mutex<HashMap<u64, oneshot::Sender<i64>>>>,
+    next_id: AtomicU64,
+}
+
+impl RawShaped {
+    pub(crate) async fn connect(url: &str) -> Arc<RawShaped> {
+        let (sink, mut stream) = raw_connect(url).await.split();
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(raw_writer(sink, rx));
+        let pending: Arc<Mutex<HashMap<u64, oneshot::Sender<i64>>>> = Arc::default();
+        let routes = pending.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(frame)) = stream.next().await {
+                let Message::Text(text) = frame else { continue };
+                let reply: RawReply = serde_json::from_str(&text).expect("a response");
+                let caller = routes.lock().expect("not poisoned").remove(&reply.id);
+                if let Some(caller) = caller {
+                    let _ = caller.send(reply.result);
+                }
+            }
+        });
+        Arc::new(RawShaped {
+            tx,
+            pending,
+            next_id: AtomicU64::new(0),
+        })
+    }
+
+    /// `add(i, 1)`, awaited.
+    pub(crate) async fn add(&self, i: i64) -> i64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = serde_json::to_string(&RawCall {
+            jsonrpc: "2.0",
+            method: ADD,
+            params: [i, 1],
+            id,
+        })
+        .expect("serializes");
+        let (answer, answered) = oneshot::channel();
+        self.pending
+            .lock()
+            .expect("not poisoned")
+            .insert(id, answer);
+        self.tx
+            .send(Message::text(frame))
+            .await
+            .expect("raw writer");
+        answered.await.expect("answered")
     }
 }

@@ -15,20 +15,38 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::jsonrpsee::{jsonrpsee_add, jsonrpsee_connect, jsonrpsee_flood, jsonrpsee_listener};
 use crate::measure::{report_totals, Latencies, Meter, Sample, Tracker};
 use crate::process::{nofile_limit, process_cpu_ns, unix_nanos, ChildServer};
-use crate::raw::{raw_connect, RawCall, RawConn, RawIncoming, RawNotification, RawReply};
+use crate::raw::{
+    raw_connect, RawCall, RawConn, RawIncoming, RawNotification, RawReply, RawShaped,
+};
 use crate::servers::{connect_ours, Servers};
-use crate::{ClientWs, Contender, Each, Opts, ADD, FLOOD, TICK};
+use crate::{ClientWs, Contender, Each, Opts, Turn, ADD, FLOOD, FLOOD_TASK, TICK};
 
-/// (a), (b), (c): `conns` connections, each with `depth` calls in flight.
+/// (a), (b), (c): `conns` connections, each with `depth` calls in flight; with
+/// `reference`, the baseline's client shaped as ours beside them (its samples second,
+/// empty without).
 pub(crate) async fn calls_scenario(
     opts: &Opts,
     servers: &Servers,
     conns: usize,
     depth: usize,
-) -> Each<Vec<Sample>> {
+    reference: bool,
+) -> (Each<Vec<Sample>>, Vec<Sample>) {
     let tracker = Arc::new(Tracker::default());
     let ours_peers = join_all((0..conns).map(|_| connect_ours(&servers.ours_url, &tracker))).await;
     let mut raw_conns = join_all((0..conns).map(|_| RawConn::connect(&servers.raw_url))).await;
+    let reference = reference && opts.reference;
+    let shaped = match reference {
+        true => {
+            join_all((0..conns).map(|_| {
+                RawShaped::connect(match opts.shaped_to_ours {
+                    true => &servers.ours_url,
+                    false => &servers.raw_url,
+                })
+            }))
+            .await
+        }
+        false => Vec::new(),
+    };
     let jsonrpsee_clients: Vec<Arc<WsClient>> =
         join_all((0..conns).map(|_| jsonrpsee_connect(&servers.jsonrpsee_url)))
             .await
@@ -37,6 +55,7 @@ pub(crate) async fn calls_scenario(
             .collect();
 
     let mut samples = Each::<Vec<Sample>>::default();
+    let mut shaped_samples = Vec::new();
     // Round 0 warms up and is not counted.
     for round in 0..=opts.rounds {
         let time = if round == 0 {
@@ -44,7 +63,15 @@ pub(crate) async fn calls_scenario(
         } else {
             opts.round_time
         };
-        for c in opts.order(round) {
+        for turn in opts.turns(round) {
+            let c = match turn {
+                Turn::Contender(c) => c,
+                Turn::Reference if reference => {
+                    shaped_samples.push(shaped_calls(&shaped, depth, time).await);
+                    continue;
+                }
+                Turn::Reference => continue,
+            };
             let sample = match c {
                 Contender::Ours => ours_calls(&ours_peers, depth, time).await,
                 Contender::Raw => raw_calls(&mut raw_conns, depth, time).await,
@@ -54,8 +81,19 @@ pub(crate) async fn calls_scenario(
         }
     }
     finish_rounds(&mut samples);
+    finish_reference(&mut shaped_samples);
     join_all(ours_peers.iter().map(Peer::close)).await;
-    samples
+    (samples, shaped_samples)
+}
+
+/// Prints the reference's totals, then drops its warm-up round.
+fn finish_reference(samples: &mut Vec<Sample>) {
+    if samples.is_empty() {
+        return;
+    }
+    let total: u64 = samples.iter().map(|s| s.count).sum();
+    eprintln!("    messages: {total} through the baseline shaped as ours (warm-up included)");
+    samples.remove(0);
 }
 
 /// Prints the totals (warm-up included), then drops each contender's warm-up round.
@@ -86,6 +124,16 @@ pub(crate) async fn ours_calls(peers: &[Peer], depth: usize, time: Duration) -> 
     calls_round(peers, depth, time, |peer, i| async move {
         let sum = peer.call::<i64>(ADD, [i, 1]).await.expect("call");
         (peer, sum)
+    })
+    .await
+}
+
+/// One round of calls through the baseline's client shaped as ours: `depth` tasks per
+/// connection, each calling in a loop until the round's time is up.
+async fn shaped_calls(clients: &[Arc<RawShaped>], depth: usize, time: Duration) -> Sample {
+    calls_round(clients, depth, time, |client, i| async move {
+        let sum = client.add(i).await;
+        (client, sum)
     })
     .await
 }
@@ -197,12 +245,18 @@ pub(crate) async fn raw_call_loop(
 
 /// (d): the client asks for `flood` notifications (jsonrpsee: subscribes for them);
 /// the time until the last one has been read (and its params parsed) by the client.
-pub(crate) async fn flood_scenario(opts: &Opts, servers: &Servers) -> Each<Vec<Sample>> {
+/// The baseline's samples shaped as ours (`flood_task`: from a task of its own, through
+/// the connection's queue) come second, empty when it does not run.
+pub(crate) async fn flood_scenario(
+    opts: &Opts,
+    servers: &Servers,
+) -> (Each<Vec<Sample>>, Vec<Sample>) {
     let tracker = Arc::new(Tracker::default());
     let peer = connect_ours(&servers.ours_url, &tracker).await;
     let mut conn = RawConn::connect(&servers.raw_url).await;
     let client = jsonrpsee_connect(&servers.jsonrpsee_url).await;
     let mut samples = Each::<Vec<Sample>>::default();
+    let mut shaped = Vec::new();
     // Round 0 warms up and is not counted.
     for round in 0..=opts.rounds {
         let n = if round == 0 {
@@ -210,18 +264,26 @@ pub(crate) async fn flood_scenario(opts: &Opts, servers: &Servers) -> Each<Vec<S
         } else {
             opts.flood
         };
-        for c in opts.order(round) {
+        for turn in opts.turns(round) {
+            let c = match turn {
+                Turn::Contender(c) => c,
+                Turn::Reference => {
+                    shaped.push(raw_flood(&mut conn, FLOOD_TASK, n).await);
+                    continue;
+                }
+            };
             let sample = match c {
                 Contender::Ours => ours_flood(&peer, &tracker, n).await,
-                Contender::Raw => raw_flood(&mut conn, n).await,
+                Contender::Raw => raw_flood(&mut conn, FLOOD, n).await,
                 Contender::Jsonrpsee => jsonrpsee_flood(&client, n).await,
             };
             samples[c].push(sample);
         }
     }
     finish_rounds(&mut samples);
+    finish_reference(&mut shaped);
     peer.close().await;
-    samples
+    (samples, shaped)
 }
 
 /// How long our `flood` call may take.
@@ -242,12 +304,13 @@ pub(crate) async fn ours_flood(peer: &Peer, tracker: &Tracker, n: u64) -> Sample
     meter.finish_count(n, last)
 }
 
-pub(crate) async fn raw_flood(conn: &mut RawConn, n: u64) -> Sample {
+/// `method`: `flood`, or `flood_task` for the reference.
+pub(crate) async fn raw_flood(conn: &mut RawConn, method: &'static str, n: u64) -> Sample {
     let stream = conn.stream.as_mut().expect("stream");
     let meter = Meter::start();
     let request = serde_json::to_string(&RawCall {
         jsonrpc: "2.0",
-        method: FLOOD,
+        method,
         params: [n],
         id: 0,
     })
