@@ -104,12 +104,7 @@ impl RawServer {
 
     /// Serializes once and queues the same bytes for every live connection.
     pub(crate) fn broadcast(&self, seq: u64) -> usize {
-        let note = RawNotification {
-            jsonrpc: "2.0",
-            method: TICK,
-            params: [seq],
-        };
-        let frame = Utf8Bytes::from(serde_json::to_string(&note).expect("serializes"));
+        let frame = Utf8Bytes::from(tick(seq));
         let mut queues = self.queues.lock().expect("not poisoned");
         queues.retain(|q| !q.is_closed());
         queues
@@ -209,13 +204,7 @@ pub(crate) async fn raw_answer(
         FLOOD => {
             let [n]: [u64; 1] = serde_json::from_str(request.params.get()).expect("params");
             for i in 0..n {
-                let note = RawNotification {
-                    jsonrpc: "2.0",
-                    method: TICK,
-                    params: [i],
-                };
-                let frame = serde_json::to_string(&note).expect("serializes");
-                ws.feed(Message::text(frame)).await?;
+                ws.feed(Message::text(tick(i))).await?;
             }
             serde_json::to_string(&RawResponse {
                 jsonrpc: "2.0",
@@ -233,18 +222,22 @@ pub(crate) async fn raw_answer(
     ws.feed(Message::text(answer.expect("serializes"))).await
 }
 
+/// The notification `tick [i]`, serialized.
+fn tick(i: u64) -> String {
+    let note = RawNotification {
+        jsonrpc: "2.0",
+        method: TICK,
+        params: [i],
+    };
+    serde_json::to_string(&note).expect("serializes")
+}
+
 /// `flood` shaped as jsonrpc-peer runs it: on a task of its own, apart from the
 /// connection's, each frame handed over through the connection's bounded queue (of
 /// `QUEUE` frames, as ours), awaiting room when it is full; then the answer.
 async fn flood_task(own: mpsc::Sender<Utf8Bytes>, n: u64, id: String) {
     for i in 0..n {
-        let note = RawNotification {
-            jsonrpc: "2.0",
-            method: TICK,
-            params: [i],
-        };
-        let frame = serde_json::to_string(&note).expect("serializes");
-        if own.send(Utf8Bytes::from(frame)).await.is_err() {
+        if own.send(Utf8Bytes::from(tick(i))).await.is_err() {
             return;
         }
     }
