@@ -5,7 +5,7 @@
 //!
 //! | command | answer |
 //! |---|---|
-//! | `connect MS [INFLIGHT]` | `connected CONN CALLED SUBSCRIBED T_CONN T_CALL T_SUB RETRIES ERRORS RECOVERED REPLAYED` |
+//! | `connect MS [INFLIGHT [quiet]]` | `connected CONN CALLED SUBSCRIBED T_CONN T_CALL T_SUB RETRIES ERRORS RECOVERED REPLAYED` |
 //! | `subscribe TOPIC MS` | `subscribed N T_LAST ERRORS` |
 //! | `await SEQ MS` | `got SEQ N T_LAST GAPS` |
 //! | `dropped MS` | `dropped N` |
@@ -13,7 +13,8 @@
 //! `connect` (re)connects every client that is not connected, at most INFLIGHT (or
 //! `--inflight`) of them in their TCP connect and handshake at once; each then makes its one call
 //! (`--call METHOD`, params `[]`) and, once a topic was given, subscribes (`subscribe
-//! [TOPIC]`) again. It answers when every client has done all that, or at its
+//! [TOPIC]`) again; with `quiet`, they only connect (no call, no subscribe: the
+//! server's handshake path alone). It answers when every client has done all that, or at its
 //! deadline, with how many did each step and when the last did (nanoseconds since the
 //! Unix epoch). On a topic with history (its first `subscribe` answered a position,
 //! `{"epoch":E,"offset":K}`), a client resubscribes from that first position every
@@ -119,6 +120,8 @@ struct State {
     recovered: u64,
     /// Notifications of a topic with history (params `{"offset":N,...}`) in this round.
     replayed: u64,
+    /// This round's clients only connect (`connect ... quiet`).
+    quiet: bool,
     /// Per sequence number: how many clients have it, and when the last got it.
     arrivals: std::collections::HashMap<u64, Step>,
 }
@@ -178,7 +181,7 @@ pub(crate) fn run(args: FleetArgs) {
                     let inflight = inflight.unwrap_or(fleet.args.inflight).max(1);
                     *fleet.dialing.lock().expect("not poisoned") =
                         Arc::new(Semaphore::new(inflight));
-                    connect(&fleet, ms(1)).await
+                    connect(&fleet, ms(1), words.get(3) == Some(&"quiet")).await
                 }
                 Some("subscribe") => {
                     let topic = words.get(1).copied().unwrap_or("scale").to_owned();
@@ -223,8 +226,9 @@ pub(crate) fn run(args: FleetArgs) {
 }
 
 /// `connect`: a new round; waits until every client has connected, called and (with a
-/// topic) subscribed, or `deadline`.
-async fn connect(fleet: &Fleet, deadline: Instant) -> String {
+/// topic) subscribed, or `deadline`. `quiet`: until every client has connected (and
+/// they do nothing more).
+async fn connect(fleet: &Fleet, deadline: Instant, quiet: bool) -> String {
     {
         let mut state = fleet.state();
         let (connected, called, subscribed) = (Step::default(), Step::default(), Step::default());
@@ -236,13 +240,17 @@ async fn connect(fleet: &Fleet, deadline: Instant) -> String {
         state.errors = 0;
         state.recovered = 0;
         state.replayed = 0;
+        state.quiet = quiet;
     }
     fleet.round.send_modify(|r| *r += 1);
     let n = fleet.args.count;
     let subscribing = fleet.topic.borrow().is_some();
     wait(deadline, || {
         let s = fleet.state();
-        s.called.count >= n && (!subscribing || s.subscribed.count >= n)
+        match quiet {
+            true => s.connected.count >= n,
+            false => s.called.count >= n && (!subscribing || s.subscribed.count >= n),
+        }
     })
     .await;
     let s = fleet.state();
@@ -289,10 +297,14 @@ async fn client(i: usize, fleet: Arc<Fleet>) {
         let Some(ws) = dial_retrying(&fleet, source).await else {
             continue;
         };
-        fleet.state().connected.hit();
+        let quiet = {
+            let mut state = fleet.state();
+            state.connected.hit();
+            state.quiet
+        };
         // A topic given before this connection is subscribed to after the call.
         topics.mark_changed();
-        session(ws, &fleet, &mut topics, &mut position).await;
+        session(ws, &fleet, &mut topics, &mut position, quiet).await;
         fleet.state().dropped += 1;
     }
 }
@@ -356,17 +368,19 @@ const SUBSCRIBE_ID: u64 = 2;
 
 /// Makes the call, subscribes once a topic is given (from `position`, once a topic
 /// with history gave one), counts notifications; returns when the connection ends.
+/// `quiet`: makes no call, so does not subscribe either.
 async fn session(
     mut ws: Ws,
     fleet: &Fleet,
     topics: &mut watch::Receiver<Option<String>>,
     position: &mut Option<String>,
+    quiet: bool,
 ) {
     let call = format!(
         r#"{{"jsonrpc":"2.0","method":"{}","params":[],"id":{CALL_ID}}}"#,
         fleet.args.call
     );
-    if ws.send(Message::text(call)).await.is_err() {
+    if !quiet && ws.send(Message::text(call)).await.is_err() {
         return;
     }
     let (mut called, mut subscribing) = (false, false);

@@ -118,9 +118,24 @@ impl Fleets {
     /// once across the fleets (as started when `None`); each calls, and subscribes
     /// again once `subscribe` was used.
     pub(crate) fn connect(&mut self, timeout: Duration, inflight: Option<usize>) -> Connected {
-        let per_fleet = inflight.map_or(String::new(), |n| {
-            format!(" {}", (n / self.procs.len().max(1)).max(1))
-        });
+        let per_fleet = inflight.map_or(String::new(), |n| format!(" {}", self.per_fleet(n)));
+        self.connect_with(timeout, &per_fleet)
+    }
+
+    /// As [`connect`](Self::connect), but the clients only connect, `inflight` dials at
+    /// once: no call and no subscribe (the server's handshake path alone).
+    pub(crate) fn connect_quiet(&mut self, timeout: Duration, inflight: usize) -> Connected {
+        let options = format!(" {} quiet", self.per_fleet(inflight));
+        self.connect_with(timeout, &options)
+    }
+
+    /// `n` dials at once across the fleets: each fleet's share.
+    fn per_fleet(&self, n: usize) -> usize {
+        (n / self.procs.len().max(1)).max(1)
+    }
+
+    /// The `connect` command with `per_fleet` (its optional words), summed over the fleets.
+    fn connect_with(&mut self, timeout: Duration, per_fleet: &str) -> Connected {
         let command = format!("connect {}{per_fleet}", timeout.as_millis());
         let mut sum = Connected::default();
         for w in self.ask_all(&command, "connected", timeout) {

@@ -21,7 +21,7 @@
 //! |---|---|
 //! | `one-node` | one jsonrpc-peer `Server` process (`--serve ours`, default configuration but `max_connections`) with 1,000, 10,000 and 19,000 clients that each made one call (`whoami`) and sit idle: the server's RSS per connection (VmRSS of `/proc/PID/status` after, minus before the clients); `ServerHandle::broadcast` to all of them: the time until the last client has it and the server's CPU per recipient; then every client subscribes to one topic (`Topics::subscribe`): RSS per connection again, and `Topics::publish` like the broadcast |
 //! | `cluster` | six `cluster_node` processes over one Redis with 1,000, 10,000 and 100,000 clients in all (one fleet per node): RSS per connection over the nodes; a broadcast (`broadcast [[SEQ]]` called on node 0) and a topic publish (`publish ["scale", [SEQ]]` on node 0, every client subscribed on its node): time until the last client of all has it, the nodes' CPU (all six, all threads) per recipient, Redis's CPU per message |
-//! | `storm` | 10,000 clients connected and subscribed; the server is killed (SIGKILL) and another started on the same port, in turn the raw baseline and ours; once it listens every client reconnects, makes its call and subscribes again: time until all are connected, have called, have resubscribed, and the server's CPU per client over that span. Paced (at most `--inflight`, 100, dials at once: the server's handshake path) and as a herd (all 10,000 at once, as after a real restart). Three storms each, medians |
+//! | `storm` | 10,000 clients connected and subscribed; the server is killed (SIGKILL) and another started on the same port, in turn the raw baseline and ours; once it listens every client reconnects, makes its call and subscribes again: time until all are connected, have called, have resubscribed, and the server's CPU per client over that span. Paced (at most `--inflight`, 100, dials at once: the server's handshake path) and as a herd (all 10,000 at once, as after a real restart); then a herd whose clients only connect (no call, no subscribe: the handshake path alone, at a herd's pace). Three storms each, medians |
 //!
 //! **Times** are from the bench's clock just before the trigger (the control client's
 //! call `broadcast` / `publish`, or the `connect` command to the fleets) to the last
@@ -47,7 +47,8 @@
 //! `TcpListener::bind` asks for 128 (mio copies std's), and more dials at once than
 //! that overflow the accept queue, the kernel drops their SYNs, and they come back
 //! after a second. Paced, the figures time the servers; the herd times what a restart
-//! meets.
+//! meets, where the calls and subscribes of the clients already back share the CPU
+//! with the handshakes still under way; the herd of handshakes only takes those away.
 //!
 //! **The storm's baseline** (`--serve raw`, server.rs) accepts with tokio, shakes hands
 //! with tokio-tungstenite and answers every call frame `true`: what ours adds (HTTP

@@ -549,11 +549,17 @@ pub(crate) fn storm(opts: &Opts, node_bin: Option<&Path>, rows: &mut Vec<StormRo
     }
 
     let mut notes = Vec::new();
+    // (name, dials at once, whether the clients only connect)
     let variants = [
-        (format!("paced ({} at once)", opts.inflight), opts.inflight),
-        ("herd (all at once)".to_owned(), n),
+        (
+            format!("paced ({} at once)", opts.inflight),
+            opts.inflight,
+            false,
+        ),
+        ("herd (all at once)".to_owned(), n, false),
+        ("herd, handshakes only".to_owned(), n, true),
     ];
-    for (variant, inflight) in variants {
+    for (variant, inflight, quiet) in variants {
         eprintln!("  {variant}");
         let (mut ours, mut raw) = (StormRuns::default(), StormRuns::default());
         let (mut recovered, mut replayed) = (Vec::new(), Vec::new());
@@ -571,7 +577,10 @@ pub(crate) fn storm(opts: &Opts, node_bin: Option<&Path>, rows: &mut Vec<StormRo
             let cpu0 = cpu_ns(server.pid());
             let overflows0 = listen_overflows();
             let go = unix_nanos();
-            let c = fleets.connect(CONNECT, Some(inflight));
+            let c = match quiet {
+                true => fleets.connect_quiet(CONNECT, inflight),
+                false => fleets.connect(CONNECT, Some(inflight)),
+            };
             let cpu = cpu_ns(server.pid()).saturating_sub(cpu0) as f64 / 1e3 / n as f64;
             let overflows = listen_overflows().saturating_sub(overflows0);
             let runs = if kind == "ours" { &mut ours } else { &mut raw };
@@ -582,7 +591,12 @@ pub(crate) fn storm(opts: &Opts, node_bin: Option<&Path>, rows: &mut Vec<StormRo
             runs.retries += c.retries;
             runs.overflows += overflows;
             runs.errors += c.errors;
-            if c.subscribed < n {
+            if quiet && c.connected < n {
+                notes.push(format!(
+                    "{variant}, storm {storm} ({kind}): only {} of {n} back",
+                    c.connected
+                ));
+            } else if !quiet && c.subscribed < n {
                 notes.push(format!(
                     "{variant}, storm {storm} ({kind}): only {} of {n} back and subscribed \
                      ({} connected, {} called)",
@@ -593,17 +607,23 @@ pub(crate) fn storm(opts: &Opts, node_bin: Option<&Path>, rows: &mut Vec<StormRo
             runs.called_ms.push(ms_since(go, c.t_called));
             runs.subscribed_ms.push(ms_since(go, c.t_subscribed));
             runs.cpu_us.push(cpu);
+            let after_call = match quiet {
+                true => String::new(),
+                false => format!(
+                    ", called {:.0} ms, subscribed {:.0} ms",
+                    ms_since(go, c.t_called),
+                    ms_since(go, c.t_subscribed)
+                ),
+            };
             eprintln!(
-                "    {kind}: all connected {:.0} ms, called {:.0} ms, subscribed {:.0} ms, \
-                 server CPU {cpu:.1} µs per client, {} retries, {overflows} listen overflows",
+                "    {kind}: all connected {:.0} ms{after_call}, server CPU {cpu:.1} µs per \
+                 client, {} retries, {overflows} listen overflows",
                 ms_since(go, c.t_connected),
-                ms_since(go, c.t_called),
-                ms_since(go, c.t_subscribed),
                 c.retries
             );
         }
-        storm_rows(rows, &variant, n, &ours, &raw);
-        if node_bin.is_some() {
+        storm_rows(rows, &variant, n, &ours, &raw, quiet);
+        if node_bin.is_some() && !quiet {
             notes.push(format!(
                 "{variant}, with history: resuming subscribes answered `recovered: true`, \
                  each of ours' storms: {} of {n}; notifications replayed: {} ({} expected)",
@@ -640,13 +660,15 @@ pub(crate) fn storm(opts: &Opts, node_bin: Option<&Path>, rows: &mut Vec<StormRo
 /// One figure of the storm's, as the runs hold it.
 type Figure = fn(&StormRuns) -> &Vec<f64>;
 
-/// The table's rows of one storm variant.
+/// The table's rows of one storm variant (`quiet`: the clients only connected, so
+/// without the call's and the subscribe's rows).
 fn storm_rows(
     rows: &mut Vec<StormRow>,
     variant: &str,
     n: usize,
     ours: &StormRuns,
     raw: &StormRuns,
+    quiet: bool,
 ) {
     let pair = |f: Figure| (median(f(ours).clone()), median(f(raw).clone()));
     let times: [(&'static str, Figure); 4] = [
@@ -655,7 +677,10 @@ fn storm_rows(
         ("all resubscribed (ms)", |s| &s.subscribed_ms),
         ("server CPU per reconnect (µs)", |s| &s.cpu_us),
     ];
-    for (metric, figure) in times {
+    let shown = |metric: &str| {
+        !quiet || !metric.starts_with("all made") && !metric.starts_with("all resub")
+    };
+    for (metric, figure) in times.into_iter().filter(|(metric, _)| shown(metric)) {
         let (o, r) = pair(figure);
         rows.push(StormRow {
             variant: variant.to_owned(),
