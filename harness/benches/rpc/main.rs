@@ -94,11 +94,11 @@
 //! Options (after `--`): `--quick`; `--only abd` runs only those scenarios;
 //! `--contender ours|raw|jsonrpsee|shaped` runs one side only (`shaped`: the
 //! reference alone, in (b) to (d)); `--shaped-to-ours` points the reference's client
-//! of (b) and (c) at our server (the two rows then differ in the client alone); `--rounds N`, `--round-ms N`
-//! change the length of (a) to (c) (`--rounds` also of (d) and (e)); `--metrics` gives
-//! ours the `Metrics` call layer, with metrics-exporter-prometheus's recorder
-//! installed (what README's "Metrics" section measures: run it and the same command
-//! without the flag in turn). To count
+//! of (b) and (c) at our server (the two rows then differ in the client alone);
+//! `--rounds N`, `--round-ms N` change the length of (a) to (c) (`--rounds` also of
+//! (d) and (e)); `--metrics` gives ours the `Metrics` call layer, with
+//! metrics-exporter-prometheus's recorder installed (what README's "Metrics" section
+//! measures: run it and the same command without the flag in turn). To count
 //! instructions per call, run one side of one scenario unpinned under callgrind
 //! (valgrind does not follow the `taskset` re-execution):
 //!

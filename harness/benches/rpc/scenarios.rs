@@ -64,13 +64,11 @@ pub(crate) async fn calls_scenario(
             opts.round_time
         };
         for turn in opts.turns(round) {
-            let c = match turn {
-                Turn::Contender(c) => c,
-                Turn::Reference if reference => {
+            let Turn::Contender(c) = turn else {
+                if reference {
                     shaped_samples.push(shaped_calls(&shaped, depth, time).await);
-                    continue;
                 }
-                Turn::Reference => continue,
+                continue;
             };
             let sample = match c {
                 Contender::Ours => ours_calls(&ours_peers, depth, time).await,
