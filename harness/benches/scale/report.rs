@@ -58,7 +58,7 @@ impl Row {
         self
     }
 
-    fn per_peer(&self) -> f64 {
+    pub(crate) fn per_peer(&self) -> f64 {
         match self.growth {
             Growth::PerPeer => self.value,
             Growth::Total => self.value / self.peers as f64,

@@ -65,7 +65,69 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
     let mut grown = Vec::new();
     for &n in &opts.one_node_sizes {
         eprintln!("one node: {n} connections");
-        let (server, url) = serve(opts, "ours", "127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        let mut held = Held::start(opts, "ours", S, n, rows);
+        let (pids, fleet_pids) = ([held.pid], held.fleets.pids());
+        let groups: [&[u32]; 2] = [&pids, &fleet_pids];
+        let (subscribed, _, errors) = held.fleets.subscribe(TOPIC, CONNECT);
+        assert_eq!(
+            subscribed, n,
+            "every client subscribed ({errors} error answers)"
+        );
+        settle();
+        let rss2 = rss_kib(held.pid);
+        grown.push((
+            n,
+            held.rss1.saturating_sub(held.rss0),
+            rss2.saturating_sub(held.rss0),
+        ));
+        rows.push(Row::new(
+            S,
+            n,
+            "server RSS per subscribed conn (KiB)",
+            rss2.saturating_sub(held.rss0) as f64 / n as f64,
+            Growth::PerPeer,
+        ));
+        let t = deliver(
+            &held.control,
+            &mut held.fleets,
+            Trigger::Publish(TOPIC),
+            &groups,
+            &held.idle,
+            opts.rounds,
+        );
+        delivery_rows(rows, S, n, "topic publish", &t);
+        drop(held);
+        // The same clients and broadcast on the baseline, right after ours.
+        eprintln!("one node, baseline: {n} connections");
+        drop(Held::start(opts, "raw-push", BASELINE, n, rows));
+    }
+    let mut notes = slopes("one node: server", &grown);
+    notes.extend(growth_beside_baseline(rows));
+    notes
+}
+
+/// The one-node scenario's rows of the baseline (`--serve raw-push`).
+const BASELINE: &str = "one node, baseline";
+
+/// A one-process server of `kind` holding `n` clients that each made one call, after
+/// the rows every kind has: the time until all are connected and called, RSS per idle
+/// connection, idle CPU, and a broadcast to all of them.
+struct Held {
+    fleets: Fleets,
+    control: Control,
+    pid: u32,
+    /// RSS before the clients came, and with all of them idle.
+    rss0: u64,
+    rss1: u64,
+    /// What the server and the fleets spend idle (as `idle_rates`).
+    idle: Vec<f64>,
+    // Dropped last: the fleets and the control client go before their server.
+    _server: Proc,
+}
+
+impl Held {
+    fn start(opts: &Opts, kind: &str, s: &'static str, n: usize, rows: &mut Vec<Row>) -> Held {
+        let (server, url) = serve(opts, kind, "127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
         let pid = server.pid();
         settle();
         let rss0 = rss_kib(pid);
@@ -77,10 +139,10 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
         let mut fleets = Fleets::start(&groups, "whoami", opts.inflight);
         let start = unix_nanos();
         let c = fleets.connect(CONNECT, None);
-        check_connected(S, &fleets, &c);
+        check_connected(s, &fleets, &c);
         rows.push(
             Row::new(
-                S,
+                s,
                 n,
                 "all connected and called (ms)",
                 ms_since(start, c.t_called),
@@ -92,13 +154,17 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
         let rss1 = rss_kib(pid);
         rows.push(
             Row::new(
-                S,
+                s,
                 n,
                 "server RSS per idle conn (KiB)",
                 rss1.saturating_sub(rss0) as f64 / n as f64,
                 Growth::PerPeer,
             )
-            .target(Target::AtMost(RSS_KIB)),
+            .target(if kind == "ours" {
+                Target::AtMost(RSS_KIB)
+            } else {
+                Target::None
+            }),
         );
         let control = Control::connect(&url);
         let (pids, fleet_pids) = ([pid], fleets.pids());
@@ -107,13 +173,17 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
         let idle = idle_rates(&groups, opts.idle);
         rows.push(
             Row::new(
-                S,
+                s,
                 n,
                 "idle: server CPU per conn (µs per s)",
                 idle[0] / 1e3 / n as f64,
                 Growth::PerPeer,
             )
-            .note("keepalive pings (every 30 s)"),
+            .note(if kind == "ours" {
+                "keepalive pings (every 30 s)"
+            } else {
+                "no keepalive"
+            }),
         );
         let b = deliver(
             &control,
@@ -123,63 +193,92 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
             &idle,
             opts.rounds,
         );
-        let (subscribed, _, errors) = fleets.subscribe(TOPIC, CONNECT);
-        assert_eq!(
-            subscribed, n,
-            "every client subscribed ({errors} error answers)"
-        );
-        settle();
-        let rss2 = rss_kib(pid);
-        grown.push((n, rss1.saturating_sub(rss0), rss2.saturating_sub(rss0)));
-        rows.push(Row::new(
-            S,
-            n,
-            "server RSS per subscribed conn (KiB)",
-            rss2.saturating_sub(rss0) as f64 / n as f64,
-            Growth::PerPeer,
-        ));
-        let t = deliver(
-            &control,
-            &mut fleets,
-            Trigger::Publish(TOPIC),
-            &groups,
-            &idle,
-            opts.rounds,
-        );
-        for (what, d) in [("broadcast", &b), ("topic publish", &t)] {
-            rows.push(
-                Row::new(
-                    S,
-                    n,
-                    format!("{what}: last has it (ms)"),
-                    d.ms,
-                    Growth::Total,
-                )
-                .note(loss_note(d, n)),
-            );
-            rows.push(Row::new(
-                S,
-                n,
-                format!("{what}: server CPU per recipient (µs)"),
-                d.cpu_us[0],
-                Growth::PerPeer,
-            ));
-            rows.push(
-                Row::new(
-                    S,
-                    n,
-                    format!("{what}: clients' CPU per recipient (µs)"),
-                    d.cpu_us[1],
-                    Growth::PerPeer,
-                )
-                .note("the fleets: reading and parsing, for scale"),
-            );
+        delivery_rows(rows, s, n, "broadcast", &b);
+        Held {
+            fleets,
+            control,
+            pid,
+            rss0,
+            rss1,
+            idle,
+            _server: server,
         }
-        drop(control);
-        drop(fleets);
-        drop(server);
     }
-    slopes("one node: server", &grown)
+}
+
+/// A delivery's rows: the time until the last has it, the server's and the clients'
+/// CPU per recipient.
+fn delivery_rows(rows: &mut Vec<Row>, s: &'static str, n: usize, what: &str, d: &Delivered) {
+    rows.push(
+        Row::new(
+            s,
+            n,
+            format!("{what}: last has it (ms)"),
+            d.ms,
+            Growth::Total,
+        )
+        .note(loss_note(d, n)),
+    );
+    rows.push(Row::new(
+        s,
+        n,
+        format!("{what}: server CPU per recipient (µs)"),
+        d.cpu_us[0],
+        Growth::PerPeer,
+    ));
+    rows.push(
+        Row::new(
+            s,
+            n,
+            format!("{what}: clients' CPU per recipient (µs)"),
+            d.cpu_us[1],
+            Growth::PerPeer,
+        )
+        .note("the fleets: reading and parsing, for scale"),
+    );
+}
+
+/// Notes putting the growth of ours' broadcast beside the baseline's: how much of
+/// what is not linear the baseline has too (the machine's: caches, the kernel), and
+/// how much is ours.
+fn growth_beside_baseline(rows: &[Row]) -> Vec<String> {
+    let find = |s: &str, metric: &str| -> Vec<(usize, f64)> {
+        rows.iter()
+            .filter(|r| r.scenario == s && r.metric == metric)
+            .map(|r| (r.peers, r.per_peer()))
+            .collect()
+    };
+    let mut notes = Vec::new();
+    for metric in [
+        "broadcast: server CPU per recipient (µs)",
+        "broadcast: last has it (ms)",
+    ] {
+        let (ours, base) = (find("one node", metric), find(BASELINE, metric));
+        let (Some(&(n0, o0)), Some(&(_, b0))) = (ours.first(), base.first()) else {
+            continue;
+        };
+        let each: Vec<String> = ours
+            .iter()
+            .zip(&base)
+            .skip(1)
+            .map(|(&(n, o), &(_, b))| {
+                format!(
+                    "{n}: ours {:.2}x, baseline {:.2}x (ours / baseline {:.2}x at {n}, {:.2}x at {n0})",
+                    o / o0,
+                    b / b0,
+                    o / b,
+                    o0 / b0
+                )
+            })
+            .collect();
+        if !each.is_empty() {
+            notes.push(format!(
+                "one node, {metric}, per peer against {n0}: {}",
+                each.join("; ")
+            ));
+        }
+    }
+    notes
 }
 
 /// The RSS per connection between one size and the next (the slope, without the
