@@ -59,6 +59,18 @@ impl Fleets {
     /// One fleet per `(url, clients)`, fleet `i` on its own source addresses; at most
     /// `inflight` dials at once across them all.
     pub(crate) fn start(groups: &[(String, usize)], call: &str, inflight: usize) -> Fleets {
+        Fleets::start_at(groups, call, inflight, 0)
+    }
+
+    /// As [`start`](Self::start), fleet `i` on the source addresses of fleet `first +
+    /// i`: fleets that follow others within a minute get addresses of their own, away
+    /// from the ports the others' closed connections hold in TIME_WAIT.
+    pub(crate) fn start_at(
+        groups: &[(String, usize)],
+        call: &str,
+        inflight: usize,
+        first: usize,
+    ) -> Fleets {
         let per_fleet = (inflight / groups.len().max(1)).max(1).to_string();
         let procs = groups
             .iter()
@@ -68,7 +80,7 @@ impl Fleets {
                     *count <= MAX_PER_FLEET,
                     "{count} clients do not fit in one process"
                 );
-                let (count, sources) = (count.to_string(), sources(i));
+                let (count, sources) = (count.to_string(), sources(first + i));
                 let mut command = Proc::own(&[
                     "--fleet",
                     "--url",

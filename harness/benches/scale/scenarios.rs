@@ -65,7 +65,7 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
     let mut grown = Vec::new();
     for &n in &opts.one_node_sizes {
         eprintln!("one node: {n} connections");
-        let mut held = Held::start(opts, "ours", S, n, rows);
+        let mut held = Held::start(opts, "ours", S, n, 0, rows);
         let (pids, fleet_pids) = ([held.pid], held.fleets.pids());
         let groups: [&[u32]; 2] = [&pids, &fleet_pids];
         let (subscribed, _, errors) = held.fleets.subscribe(TOPIC, CONNECT);
@@ -97,9 +97,17 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
         );
         delivery_rows(rows, S, n, "topic publish", &t);
         drop(held);
-        // The same clients and broadcast on the baseline, right after ours.
+        // The same clients and broadcast on the baseline, right after ours, from
+        // source addresses of its own (ours' closed connections hold their ports).
         eprintln!("one node, baseline: {n} connections");
-        drop(Held::start(opts, "raw-push", BASELINE, n, rows));
+        drop(Held::start(
+            opts,
+            "raw-push",
+            BASELINE,
+            n,
+            BASELINE_FLEETS,
+            rows,
+        ));
     }
     let mut notes = slopes("one node: server", &grown);
     notes.extend(growth_beside_baseline(rows));
@@ -108,6 +116,9 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
 
 /// The one-node scenario's rows of the baseline (`--serve raw-push`).
 const BASELINE: &str = "one node, baseline";
+/// The baseline's fleets take the source addresses of fleets 50 and up
+/// (127.0.0.110 and up), away from ours'.
+const BASELINE_FLEETS: usize = 50;
 
 /// A one-process server of `kind` holding `n` clients that each made one call, after
 /// the rows every kind has: the time until all are connected and called, RSS per idle
@@ -126,7 +137,15 @@ struct Held {
 }
 
 impl Held {
-    fn start(opts: &Opts, kind: &str, s: &'static str, n: usize, rows: &mut Vec<Row>) -> Held {
+    /// Its fleets on the source addresses of fleets `first_fleet` and up.
+    fn start(
+        opts: &Opts,
+        kind: &str,
+        s: &'static str,
+        n: usize,
+        first_fleet: usize,
+        rows: &mut Vec<Row>,
+    ) -> Held {
         let (server, url) = serve(opts, kind, "127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
         let pid = server.pid();
         settle();
@@ -136,7 +155,7 @@ impl Held {
             .into_iter()
             .map(|k| (url.clone(), k))
             .collect();
-        let mut fleets = Fleets::start(&groups, "whoami", opts.inflight);
+        let mut fleets = Fleets::start_at(&groups, "whoami", opts.inflight, first_fleet);
         let start = unix_nanos();
         let c = fleets.connect(CONNECT, None);
         check_connected(s, &fleets, &c);
@@ -148,7 +167,10 @@ impl Held {
                 ms_since(start, c.t_called),
                 Growth::Total,
             )
-            .note(format!("{} dials in flight", opts.inflight)),
+            .note(format!(
+                "{} dials in flight, {} retried",
+                opts.inflight, c.retries
+            )),
         );
         settle();
         let rss1 = rss_kib(pid);
