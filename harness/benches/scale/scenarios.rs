@@ -260,9 +260,9 @@ fn delivery_rows(rows: &mut Vec<Row>, s: &'static str, n: usize, what: &str, d: 
     );
 }
 
-/// Notes putting the growth of ours' broadcast beside the baseline's: how much of
-/// what is not linear the baseline has too (the machine's: caches, the kernel), and
-/// how much is ours.
+/// Notes putting the growth of ours' broadcast beside the baseline's, from each size
+/// to the next: how much of what is not linear the baseline has too (the machine's:
+/// the kernel's loopback path, caches) and how much is ours.
 fn growth_beside_baseline(rows: &[Row]) -> Vec<String> {
     let find = |s: &str, metric: &str| -> Vec<(usize, f64)> {
         rows.iter()
@@ -276,27 +276,26 @@ fn growth_beside_baseline(rows: &[Row]) -> Vec<String> {
         "broadcast: last has it (ms)",
     ] {
         let (ours, base) = (find("one node", metric), find(BASELINE, metric));
-        let (Some(&(n0, o0)), Some(&(_, b0))) = (ours.first(), base.first()) else {
-            continue;
-        };
-        let each: Vec<String> = ours
-            .iter()
-            .zip(&base)
-            .skip(1)
-            .map(|(&(n, o), &(_, b))| {
+        let steps: Vec<String> = ours
+            .windows(2)
+            .zip(base.windows(2))
+            .map(|(o, b)| {
+                let ((n0, o0), (n1, o1)) = (o[0], o[1]);
+                let (b0, b1) = (b[0].1, b[1].1);
                 format!(
-                    "{n}: ours {:.2}x, baseline {:.2}x (ours / baseline {:.2}x at {n}, {:.2}x at {n0})",
-                    o / o0,
-                    b / b0,
-                    o / b,
-                    o0 / b0
+                    "{n0} to {n1}: ours {:.2}x, baseline {:.2}x (ours / baseline {:.2}x at \
+                     {n0}, {:.2}x at {n1})",
+                    o1 / o0,
+                    b1 / b0,
+                    o0 / b0,
+                    o1 / b1
                 )
             })
             .collect();
-        if !each.is_empty() {
+        if !steps.is_empty() {
             notes.push(format!(
-                "one node, {metric}, per peer against {n0}: {}",
-                each.join("; ")
+                "one node, {metric}, per peer from each size to the next: {}",
+                steps.join("; ")
             ));
         }
     }
