@@ -233,7 +233,11 @@ enum Event {
     Push(Utf8Bytes),
 }
 
-/// The next incoming frame or queued push, whichever is ready first.
+/// The next incoming frame or queued push, whichever is ready first. This and the
+/// loop in `raw_push_connection` are the rpc bench's baseline's (`benches/rpc/raw.rs`),
+/// copied rather than shared: moved into a module of both benches, that baseline ran
+/// 4-6% slower in (b) and (d) (four alternated pairs), and its figures must stay what
+/// they were.
 fn next_event<'a>(
     ws: &'a mut WebSocketStream<TcpStream>,
     pushes: &'a mut mpsc::Receiver<Utf8Bytes>,
