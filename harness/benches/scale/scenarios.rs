@@ -60,7 +60,7 @@ fn loss_note(d: &Delivered, of: usize) -> String {
 /// One server process with `n` idle connections (each made one call): RSS per
 /// connection, a broadcast to all, a topic all of them subscribed to.
 pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
-    const S: &str = "one node";
+    const S: &str = ONE_NODE;
     // Per size: (connections, KiB grown idle, KiB grown subscribed).
     let mut grown = Vec::new();
     for &n in &opts.one_node_sizes {
@@ -114,7 +114,8 @@ pub(crate) fn one_node(opts: &Opts, rows: &mut Vec<Row>) -> Vec<String> {
     notes
 }
 
-/// The one-node scenario's rows of the baseline (`--serve raw-push`).
+/// The one-node scenario's rows of ours, and of the baseline (`--serve raw-push`).
+const ONE_NODE: &str = "one node";
 const BASELINE: &str = "one node, baseline";
 /// The baseline's fleets take the source addresses of fleets 50 and up
 /// (127.0.0.110 and up), away from ours'.
@@ -275,7 +276,7 @@ fn growth_beside_baseline(rows: &[Row]) -> Vec<String> {
         "broadcast: server CPU per recipient (µs)",
         "broadcast: last has it (ms)",
     ] {
-        let (ours, base) = (find("one node", metric), find(BASELINE, metric));
+        let (ours, base) = (find(ONE_NODE, metric), find(BASELINE, metric));
         let steps: Vec<String> = ours
             .windows(2)
             .zip(base.windows(2))

@@ -30,7 +30,6 @@
 //! whose history lives in Redis and so outlives a restart (scenarios.rs).
 
 use std::io::Write as _;
-
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
