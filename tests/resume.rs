@@ -267,6 +267,52 @@ async fn a_server_that_sends_more_than_max_held_before_its_answer_costs_the_posi
 }
 
 #[tokio::test]
+async fn a_gap_report_past_max_held_costs_the_position_and_is_not_lost() {
+    use jsonrpc_peer::{Context, RpcError, TopicOptions};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    // A server of our own making: its first `subscribe` sends one publication and then
+    // a gap report (its history lost, the new epoch "e2") before answering. With room
+    // for one held, the gap report finds the client full: dropped, the client would
+    // keep its "e1" position and take the new epoch's offsets for old ones.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let router = Router::with_state(calls.clone()).method(
+        "subscribe",
+        |cx: Context<Arc<AtomicUsize>>, _params: Value| async move {
+            if cx.state().fetch_add(1, Ordering::SeqCst) > 0 {
+                return Ok::<_, RpcError>(json!({"epoch": "e2", "offset": 0}));
+            }
+            let _ = cx.peer().notify("t", json!({"offset": 1, "data": 1})).await;
+            let gap = json!({"topic": "t", "epoch": "e2", "offset": 0});
+            let _ = cx.peer().notify("$/gap", gap).await;
+            Ok::<_, RpcError>(json!({"epoch": "e1", "offset": 0}))
+        },
+    );
+    let (url, handle) = common::serve(router).await;
+    let (builder, mut events) = Reconnecting::builder(url, Router::new())
+        .backoff(Backoff::default().initial(Duration::from_millis(5)))
+        .topic_with::<u64>("t", TopicOptions::default().max_held(1));
+    let client = builder.start();
+    match next(&mut events).await {
+        TopicEvent::Missed { epoch, offset } => assert_eq!((epoch.as_str(), offset), ("e2", 0)),
+        other => panic!("the first link's backlog was not given up: {other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let peer = within(client.connected(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    for server_side in handle.peers() {
+        let _ = server_side
+            .notify("t", json!({"offset": 1, "data": 100}))
+            .await;
+    }
+    assert!(matches!(next(&mut events).await, TopicEvent::Data(100)));
+    drop(peer);
+    within(client.close()).await;
+}
+
+#[tokio::test]
 async fn a_refused_subscription_is_reported_once_and_not_retried_in_a_loop() {
     let topics = Topics::new();
     let (url, _handle) = common::serve_with(

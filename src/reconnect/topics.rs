@@ -46,8 +46,8 @@ pub struct TopicOptions {
     /// stops reading the connection until there is room, so the server's slow-peer
     /// policy applies to a client that does not keep up.
     pub capacity: usize,
-    /// Notifications held while the answer to a `subscribe` is awaited (default
-    /// 65,536). Past it the client gives the position up, reconnects, and reports
+    /// Notifications and gap reports held while the answer to a `subscribe` is awaited
+    /// (default 65,536). Past it the client gives the position up, reconnects, and reports
     /// [`TopicEvent::Missed`]: the server sent more than it was willing to hold.
     pub max_held: usize,
     params: Option<Params>,
@@ -395,7 +395,10 @@ impl<T: DeserializeOwned + Send + 'static> OnGap for Follow<T> {
                 return; // an older connection's, or one whose subscribe failed
             }
             match state.mode {
-                Mode::Waiting if state.held.len() >= self.options.max_held => {}
+                // Dropping it would lose the change of epoch: give the position up.
+                Mode::Waiting if state.held.len() >= self.options.max_held => {
+                    self.give_up(&mut state, peer);
+                }
                 Mode::Waiting => state.held.push(Held::Gap(gap)),
                 Mode::History | Mode::Plain => self.gap(&mut state, gap).await,
             }
@@ -416,19 +419,25 @@ impl<T: DeserializeOwned + Send + 'static> Follow<T> {
         }
         match state.mode {
             Mode::Waiting if state.held.len() >= self.options.max_held => {
-                tracing::warn!(topic = %self.topic, "more notifications before the subscribe answer than max_held; giving the position up and reconnecting");
-                state.held = Vec::new();
-                state.lost = true;
-                state.link = 0;
-                let peer = peer.clone();
-                tokio::spawn(async move {
-                    peer.close_with(1008, "resume backlog over the limit").await;
-                });
+                self.give_up(&mut state, peer);
             }
             Mode::Waiting => state.held.push(Held::Item(params)),
             Mode::History => self.deliver(&mut state, &params).await,
             Mode::Plain => self.deliver_plain(&state, &params).await,
         }
+    }
+
+    /// More arrived before the subscribe answer than `max_held`: gives the position up
+    /// and reconnects (the next subscribe is answered `recovered: false`).
+    fn give_up(&self, state: &mut State, peer: &Peer) {
+        tracing::warn!(topic = %self.topic, "more notifications before the subscribe answer than max_held; giving the position up and reconnecting");
+        state.held = Vec::new();
+        state.lost = true;
+        state.link = 0;
+        let peer = peer.clone();
+        tokio::spawn(async move {
+            peer.close_with(1008, "resume backlog over the limit").await;
+        });
     }
 
     /// Delivers a `{"offset":N,"data":...}` notification that follows `state.position`.
