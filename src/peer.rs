@@ -121,6 +121,12 @@ impl Peer {
         self.closed().await;
     }
 
+    /// Asks the connection to close with `code` and `reason`, without waiting; what
+    /// was queued before goes out first.
+    pub(crate) fn ask_close(&self, code: u16, reason: &str) {
+        self.shared.ask_close(CloseRequest::new(code, reason));
+    }
+
     /// Resolves when the connection has ended, with the cause.
     pub async fn closed(&self) -> CloseReason {
         self.shared.closed().await

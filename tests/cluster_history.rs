@@ -425,6 +425,68 @@ async fn a_bus_that_lost_its_history_gives_one_gap_per_topic_and_node() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_lost_during_a_replay_closes_the_resumer_instead_of_saying_not_recovered() {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let hub = MemoryHub::new();
+    let history = HistoryConfig::default().max_len(10_000).max_bytes(64 << 20);
+    let a = node(&hub, "a", history).await;
+    let topics = a.cluster.topics();
+    // 24 MB of history: more than the outgoing queue (1 MiB) and loopback's socket
+    // buffers hold, so a replay to a client that stops reading cannot finish.
+    // A live subscriber, to hear when the node learns the history is gone.
+    let (watcher, mut notes) = client(&a.url, &["feed"]).await;
+    let epoch = position(&subscribe(&watcher, "feed", None).await).epoch;
+    let pad = "y".repeat(8 * 1024);
+    for i in 1..=3_000u64 {
+        let published = topics.publish("feed", &json!([i, pad])).await.unwrap();
+        assert_eq!(published.offset, Some(i));
+    }
+    take(&mut notes, "feed", 3_000).await;
+
+    let mut b = common::RawClient::connect(&a.url).await;
+    let resume = json!({"jsonrpc": "2.0", "method": "subscribe", "id": 1,
+        "params": ["feed", {"epoch": epoch, "offset": 0}]});
+    b.send(&resume.to_string()).await;
+    // The replay has begun; b reads nothing more for now.
+    let first: Value = serde_json::from_str(&b.recv_text().await.unwrap()).unwrap();
+    assert_eq!(first["params"]["offset"], 1, "{first}");
+
+    // The bus restarts empty while the replay waits for room.
+    hub.cut_all();
+    hub.clear_history();
+    hub.restore_all();
+    let (method, _) = within(notes.recv()).await.unwrap();
+    assert_eq!(method, "$/gap");
+
+    // What b gets now: the rest of what was queued of the old epoch, in order, and
+    // then the close, never an answer that says nothing was replayed.
+    let mut next_offset = 2;
+    let code = loop {
+        match within(b.ws.next()).await {
+            Some(Ok(Message::Text(text))) => {
+                let frame: Value = serde_json::from_str(&text).unwrap();
+                if frame.get("id").is_some() {
+                    assert!(frame.get("result").is_none(), "answered {frame}");
+                    continue;
+                }
+                assert_eq!(frame["params"]["offset"], next_offset);
+                next_offset += 1;
+            }
+            Some(Ok(Message::Close(close))) => break close.map(|c| u16::from(c.code)),
+            Some(Ok(_)) => continue,
+            other => panic!("ended without a close frame: {other:?}"),
+        }
+    };
+    assert_eq!(code, Some(1013), "after offsets 1..{next_offset}");
+    assert!(
+        next_offset <= 3_000,
+        "the whole history went out before the loss"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_resumes_read_the_history_once_per_position() {
     let hub = MemoryHub::new();
     let [a, b, _c] = three(&hub, HistoryConfig::default()).await;

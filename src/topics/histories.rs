@@ -137,13 +137,16 @@ impl Topics {
     /// subscriber that reads slower than publications come falls out of the history
     /// (its oldest unread one is trimmed) and gets its [`SlowPeer`](crate::SlowPeer)
     /// policy: closed with 1008 by default, its client then resumes from its last
-    /// offset.
+    /// offset. In a cluster, a history lost (Redis back empty) after part of the replay
+    /// was queued closes `peer` with 1013 once that part has gone out: an answer of
+    /// `recovered: false` would say nothing was replayed. Its client resumes from the
+    /// last it got, and hears `recovered: false` then.
     ///
     /// # Errors
     ///
     /// [`HistoryError::NotKept`] (as [`Error::History`]) if `topic` keeps no history;
-    /// [`Error::Closed`] if the connection ends (or is closed for falling behind) during
-    /// the replay.
+    /// [`Error::Closed`] if the connection ends (or is closed for falling behind, or for
+    /// the history's loss) during the replay.
     pub async fn subscribe_from(
         &self,
         peer: &Peer,

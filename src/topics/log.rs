@@ -426,6 +426,13 @@ impl TopicLog {
                     });
                 }
                 if state.store.epoch() != epoch {
+                    if replayed {
+                        // Part of the lost epoch is queued already, and `recovered:
+                        // false` says nothing was: close, and the client resumes from
+                        // what it has.
+                        state.catching.remove(&id);
+                        return Err(history_lost(peer));
+                    }
                     // The history itself was lost meanwhile (a store kept elsewhere came
                     // back empty): live from its newest, and the answer says so.
                     return Ok(Self::go_live(&mut state, peer, Some(false)));
@@ -496,6 +503,11 @@ impl TopicLog {
                             after = before.saturating_sub(1);
                             continue;
                         }
+                        // The history was lost after part of it was queued: as above.
+                        Replay::Epoch if replayed => {
+                            self.end_catch_up(id, subscription);
+                            return Err(history_lost(peer));
+                        }
                         // Not on the bus any more, or its history was lost: nothing is
                         // replayed, and the subscription goes live.
                         Replay::Kept(_) | Replay::Gone | Replay::Epoch => {
@@ -521,6 +533,10 @@ impl TopicLog {
                         // one to wait for.
                         let config = self.config();
                         let at = bus.relay.history_position(bus.topic, &config).await?;
+                        if at.epoch != epoch && replayed {
+                            self.end_catch_up(id, subscription);
+                            return Err(history_lost(peer));
+                        }
                         if at.epoch != epoch || at.offset < after {
                             return Ok(self.live_now(peer, subscription, Some(false)));
                         }
@@ -598,6 +614,20 @@ impl TopicLog {
             offset: state.store.last(),
         }
     }
+}
+
+/// Why a subscriber is closed when the history is lost during its replay.
+const HISTORY_LOST: &str = "the topic's history was lost during the replay";
+
+/// Closes a subscriber whose replay the loss of the history cut short, with 1013 (try
+/// again later) once what was queued has gone out: reconnected, it resumes from the
+/// last publication it got, and its subscribe is answered `recovered: false`.
+fn history_lost(peer: &Peer) -> Error {
+    peer.ask_close(1013, HISTORY_LOST);
+    Error::Closed(crate::CloseReason::Local {
+        code: 1013,
+        reason: HISTORY_LOST.into(),
+    })
 }
 
 /// The error of a subscriber closed for falling behind the history.
