@@ -347,6 +347,14 @@ impl Topics {
         self.inner.topics.get(topic).map_or(0, |s| s.len())
     }
 
+    /// How many topics `peer` is subscribed to, and whether `topic` is one of them.
+    pub(crate) fn subscribed(&self, peer: &Peer, topic: &str) -> (usize, bool) {
+        self.inner
+            .by_peer
+            .get(&peer.id())
+            .map_or((0, false), |t| (t.len(), t.contains(topic)))
+    }
+
     /// The topics `peer` is subscribed to.
     pub fn topics_of(&self, peer: &Peer) -> Vec<String> {
         self.inner

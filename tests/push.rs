@@ -300,6 +300,56 @@ async fn a_disconnect_leaves_the_registry_and_every_topic() {
     assert_eq!(topics.publish("a", &(8,)).await.unwrap().delivered, 0);
 }
 
+/// `TopicMethods` bounds what one client can make the server keep: topics per
+/// connection and the length of a name, each with a clear error.
+#[tokio::test]
+async fn topic_methods_bound_the_topics_of_a_connection_and_their_names() {
+    use jsonrpc_peer::{ErrorCode, TopicMethods};
+
+    let topics = Topics::new();
+    let methods = TopicMethods::new(&topics)
+        .max_topics_per_peer(3)
+        .max_topic_bytes(8);
+    let (url, _handle) = common::serve(Router::new().topics(methods)).await;
+    let client = within(connect(&url, Router::new())).await.unwrap();
+    let other = within(connect(&url, Router::new())).await.unwrap();
+    for topic in ["a", "b", "c"] {
+        assert!(within(client.call::<bool>("subscribe", (topic,)))
+            .await
+            .unwrap());
+    }
+    let error = within(client.call::<bool>("subscribe", ("d",)))
+        .await
+        .unwrap_err();
+    let rpc = error.rpc().expect("an error answer");
+    assert_eq!(rpc.code.get(), -32000, "{error}");
+    assert!(error.to_string().contains("at most 3 topics"), "{error}");
+    let counts = ["a", "b", "c", "d"].map(|topic| topics.subscriber_count(topic));
+    assert_eq!(counts, [1, 1, 1, 0]);
+    // Subscribing again to one it has is not one more; another connection has its own.
+    assert!(!within(client.call::<bool>("subscribe", ("a",)))
+        .await
+        .unwrap());
+    assert!(within(other.call::<bool>("subscribe", ("d",)))
+        .await
+        .unwrap());
+    // Room again once it leaves one.
+    assert!(within(client.call::<bool>("unsubscribe", ("c",)))
+        .await
+        .unwrap());
+    assert!(within(client.call::<bool>("subscribe", ("d",)))
+        .await
+        .unwrap());
+
+    let error = within(other.call::<bool>("subscribe", ("123456789",)))
+        .await
+        .unwrap_err();
+    let rpc = error.rpc().expect("an error answer");
+    assert_eq!(rpc.code, ErrorCode::INVALID_PARAMS, "{error}");
+    assert!(error.to_string().contains("at most 8 bytes, not 9"), "{error}");
+    assert_eq!(topics.subscriber_count("123456789"), 0);
+}
+
 #[tokio::test]
 async fn hooks_see_the_handshake() {
     let server = Server::bind("127.0.0.1:0").await.unwrap();

@@ -29,6 +29,13 @@ type Allow = Arc<dyn Fn(&str) -> Result<(), RpcError> + Send + Sync>;
 /// says the topic has none). A topic refused by [`allow`](Self::allow) is answered with
 /// the error the hook returns.
 ///
+/// What one connection may take is bounded: a topic's name at most
+/// [`max_topic_bytes`](Self::max_topic_bytes) (default 256; a longer one is answered
+/// `-32602`), and at most [`max_topics_per_peer`](Self::max_topics_per_peer) topics
+/// (default 1,000; one more is answered `-32000` with the limit in the message,
+/// subscribing again to one it has is not refused). These bound what a client can make
+/// the server keep; the application's own [`Topics::subscribe`] has no such bound.
+///
 /// With [`presence`](Self::presence), subscribers may join the topic's presence (see
 /// [`Topics::join_presence`]) and ask about it, the wire forms of the `cluster_node`
 /// example:
@@ -58,6 +65,8 @@ pub struct TopicMethods {
     unsubscribe: String,
     allow: Option<Allow>,
     presence: bool,
+    max_topics_per_peer: usize,
+    max_topic_bytes: usize,
 }
 
 impl std::fmt::Debug for TopicMethods {
@@ -67,6 +76,8 @@ impl std::fmt::Debug for TopicMethods {
             .field("unsubscribe", &self.unsubscribe)
             .field("allow", &self.allow.is_some())
             .field("presence", &self.presence)
+            .field("max_topics_per_peer", &self.max_topics_per_peer)
+            .field("max_topic_bytes", &self.max_topic_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -99,7 +110,24 @@ impl TopicMethods {
             unsubscribe: "unsubscribe".to_owned(),
             allow: None,
             presence: false,
+            max_topics_per_peer: 1_000,
+            max_topic_bytes: 256,
         }
+    }
+
+    /// Topics one connection may be subscribed to through these methods (default
+    /// 1,000). Checked when a `subscribe` starts: subscribes of one connection running
+    /// at once (on topics with history in a cluster, each waits for the bus) may pass
+    /// it by as many as run.
+    pub fn max_topics_per_peer(mut self, value: usize) -> Self {
+        self.max_topics_per_peer = value;
+        self
+    }
+
+    /// The longest topic name these methods take, in bytes (default 256).
+    pub fn max_topic_bytes(mut self, value: usize) -> Self {
+        self.max_topic_bytes = value;
+        self
     }
 
     /// Other method names than `subscribe` and `unsubscribe`.
@@ -162,14 +190,18 @@ impl<S: Send + Sync + 'static> Router<S> {
             unsubscribe,
             allow,
             presence,
+            max_topics_per_peer,
+            max_topic_bytes,
         } = methods;
+        let bounds = (max_topics_per_peer, max_topic_bytes);
         let leave = topics.clone();
         let (list, count) = (topics.clone(), topics.clone());
         let (allow_list, allow_count) = (allow.clone(), allow.clone());
         let router = self
             .method(&subscribe, move |cx: Context<S>, p: SubscribeParams| {
                 let topics = topics.clone();
-                let allowed = allow.as_ref().map_or(Ok(()), |allow| allow(&p.topic));
+                let allowed = within_bounds(&topics, cx.peer(), &p.topic, bounds)
+                    .and_then(|()| allow.as_ref().map_or(Ok(()), |allow| allow(&p.topic)));
                 async move {
                     allowed?;
                     let join = match p.info.filter(|info| !info.is_null()) {
@@ -227,6 +259,29 @@ impl<S: Send + Sync + 'static> Router<S> {
                     }
                 },
             )
+    }
+}
+
+/// Whether `peer` may subscribe to `topic` within `(max_topics_per_peer,
+/// max_topic_bytes)`.
+fn within_bounds(
+    topics: &Topics,
+    peer: &Peer,
+    topic: &str,
+    (max_topics, max_bytes): (usize, usize),
+) -> Result<(), RpcError> {
+    if topic.len() > max_bytes {
+        return Err(RpcError::invalid_params(format!(
+            "a topic's name may have at most {max_bytes} bytes, not {}",
+            topic.len()
+        )));
+    }
+    match topics.subscribed(peer, topic) {
+        (count, false) if count >= max_topics => Err(RpcError::new(
+            -32000,
+            format!("a connection may be subscribed to at most {max_topics} topics"),
+        )),
+        _ => Ok(()),
     }
 }
 
