@@ -346,7 +346,10 @@ async fn topic_methods_bound_the_topics_of_a_connection_and_their_names() {
         .unwrap_err();
     let rpc = error.rpc().expect("an error answer");
     assert_eq!(rpc.code, ErrorCode::INVALID_PARAMS, "{error}");
-    assert!(error.to_string().contains("at most 8 bytes, not 9"), "{error}");
+    assert!(
+        error.to_string().contains("at most 8 bytes, not 9"),
+        "{error}"
+    );
     assert_eq!(topics.subscriber_count("123456789"), 0);
 }
 
