@@ -44,10 +44,12 @@ mod ordered;
 mod run;
 mod writer;
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::time::Instant;
 
 use crate::config::PeerConfig;
@@ -102,7 +104,13 @@ fn task<T: Transport, S: Send + Sync + 'static>(
         // The loop borrows the connection. Moved into the loop's own future, it would
         // also keep its room here (what an `async` block captures keeps its room for
         // the block's whole life).
-        let peer = connection.run().await;
+        // The application's code runs on this task (a handler's first poll, the call
+        // layers, a lane's key): each such place answers its panic with -32603. Should
+        // one still get through, the connection ends here as any other does (its
+        // registries forget it, its waiting calls end, `on_end` runs), rather than
+        // leave a peer that nothing will ever close.
+        let run = AssertUnwindSafe(connection.run()).catch_unwind().await;
+        let peer = run.unwrap_or_else(|_| connection.panicked());
         crate::metrics::connection_closed();
         if let Some(on_end) = on_end {
             on_end(&peer);
@@ -199,6 +207,20 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         // Boxed: the closing handshake's state is large and needed once, at the end; in
         // place, every idle connection's task would carry room for it.
         Box::pin(self.end(reason, discard_queued)).await;
+        Peer::handle(self.shared.clone())
+    }
+
+    /// After a panic got out of [`run`](Self::run): ends the connection where it
+    /// stands. Its transport, handler tasks and queue go with the task.
+    fn panicked(&mut self) -> Peer {
+        tracing::error!("the connection's task panicked; the connection ends (1011)");
+        self.call_timer.stop();
+        self.shared.run_on_close();
+        self.shared.mark_closed(CloseReason::Local {
+            code: 1011,
+            reason: "the connection's task panicked".into(),
+        });
+        self.dispatch.stop();
         Peer::handle(self.shared.clone())
     }
 

@@ -98,7 +98,7 @@ impl ServerHandle {
             Box::new(move |peer: &Peer| {
                 registry.inner.peers.insert(peer.id(), peer.clone());
                 for hook in hooks(&registry.inner.on_connect).iter() {
-                    hook(peer, &info);
+                    run_hook("on_connect", hook, peer, &info);
                 }
             })
         };
@@ -110,7 +110,7 @@ impl ServerHandle {
             registry.inner.gone.send_replace(());
             if let Some((_, peer)) = removed {
                 for hook in hooks(&registry.inner.on_disconnect).iter() {
-                    hook(&peer, peer.info());
+                    run_hook("on_disconnect", hook, &peer, peer.info());
                 }
             }
         });
@@ -281,6 +281,16 @@ impl std::fmt::Debug for ServerHandle {
 /// The hooks of one kind, as they are now.
 fn hooks(list: &RwLock<Arc<Vec<PeerHook>>>) -> Arc<Vec<PeerHook>> {
     list.read().map(|l| l.clone()).unwrap_or_default()
+}
+
+/// Runs one of the application's hooks. Its panic is logged and goes no further: it
+/// would leave the peer registered with nothing to end it (`on_connect`), or stop the
+/// hooks after it and the connection's end (`on_disconnect`).
+fn run_hook(kind: &'static str, hook: &PeerHook, peer: &Peer, info: &ConnectionInfo) {
+    let run = std::panic::AssertUnwindSafe(|| hook(peer, info));
+    if std::panic::catch_unwind(run).is_err() {
+        tracing::error!(peer = peer.id(), hook = kind, "a connection hook panicked");
+    }
 }
 
 /// Adds a hook after the others.

@@ -358,3 +358,192 @@ async fn closing_one_side_resolves_closed_on_both_with_the_cause() {
         "the cause travels with the error: {err}"
     );
 }
+
+/// The application's code that runs on the connection's own path, outside any handler:
+/// a call layer (here on a method nothing serves, and on a batch) and a lane's key
+/// function (here on params the peer chose).
+mod on_the_connections_path {
+    use jsonrpc_peer::layer::{CallInfo, Decision, Direction, Layer};
+    use jsonrpc_peer::MethodOptions;
+
+    pub struct Panics;
+
+    impl Layer for Panics {
+        fn on_call(&self, call: &CallInfo<'_>) -> Decision {
+            assert!(call.is_known(), "a layer's bug");
+            Decision::Continue
+        }
+
+        fn on_batch(&self, _direction: Direction, calls: usize) {
+            assert!(calls < 2, "a layer's bug");
+        }
+    }
+
+    pub fn keyed() -> MethodOptions<(Vec<u32>,)> {
+        MethodOptions::new().keyed(|p: &(Vec<u32>,)| p.0[0])
+    }
+}
+
+#[tokio::test]
+async fn application_code_on_the_connections_path_that_panics_costs_its_call_not_the_connection() {
+    let router = Router::new()
+        .method("add", |_cx: Context, (a, b): (i64, i64)| async move {
+            Ok::<_, RpcError>(a + b)
+        })
+        .method_with(
+            "first",
+            on_the_connections_path::keyed(),
+            |_cx: Context, (v,): (Vec<u32>,)| async move { Ok::<_, RpcError>(v[0]) },
+        );
+    let config = PeerConfig::default().layer(on_the_connections_path::Panics);
+    let (url, handle) = common::serve_with(router, config).await;
+    let mut gone = common::disconnections(&handle);
+    let mut raw = RawClient::connect(&url).await;
+    for bad in [
+        r#"{"jsonrpc":"2.0","method":"nothing","id":1}"#,
+        r#"{"jsonrpc":"2.0","method":"first","params":[[]],"id":1}"#,
+    ] {
+        let answer = raw.ask(bad).await;
+        assert_eq!(answer["error"]["code"], -32603, "{bad}: {answer}");
+        assert_eq!(answer["id"], 1);
+        let answer = raw
+            .ask(r#"{"jsonrpc":"2.0","method":"add","params":[2,3],"id":2}"#)
+            .await;
+        assert_eq!(answer["result"], 5, "after {bad}: {answer}");
+    }
+    // The key of a call that fits is taken as before.
+    let answer = raw
+        .ask(r#"{"jsonrpc":"2.0","method":"first","params":[[7]],"id":3}"#)
+        .await;
+    assert_eq!(answer["result"], 7);
+    // A batch is answered in full though the layer that saw it panicked.
+    let answer = raw
+        .ask(r#"[{"jsonrpc":"2.0","method":"add","params":[1,1],"id":4},{"jsonrpc":"2.0","method":"add","params":[2,2],"id":5}]"#)
+        .await;
+    let mut sums: Vec<i64> = answer
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["result"].as_i64().unwrap())
+        .collect();
+    sums.sort();
+    assert_eq!(sums, [2, 4]);
+    // And the connection still ends as any other: forgotten, and nothing for a
+    // shutdown to wait on.
+    drop(raw);
+    within(gone.recv()).await.unwrap();
+    assert_eq!(handle.connection_count(), 0);
+    within(handle.shutdown_within(Duration::from_secs(1))).await;
+}
+
+#[tokio::test]
+async fn hooks_that_panic_leave_no_peer_behind_and_the_hooks_after_them_run() {
+    let router = Router::new().method("add", |_cx: Context, (a, b): (i64, i64)| async move {
+        Ok::<_, RpcError>(a + b)
+    });
+    let (url, handle) = common::serve(router).await;
+    handle.on_connect(|_peer, _info| panic!("an on_connect hook's bug"));
+    handle.on_disconnect(|_peer, _info| panic!("an on_disconnect hook's bug"));
+    let mut gone = common::disconnections(&handle);
+
+    let client = within(connect(&url, Router::new())).await.unwrap();
+    let sum: i64 = within(client.call("add", (2, 3))).await.unwrap();
+    assert_eq!(sum, 5);
+    assert_eq!(handle.connection_count(), 1);
+    within(client.close()).await;
+    // The hook after the one that panicked saw the end.
+    within(gone.recv()).await.unwrap();
+    assert_eq!(handle.connection_count(), 0);
+    within(handle.shutdown_within(Duration::from_secs(1))).await;
+}
+
+/// A transport of the application's own (any `Stream` + `Sink` of frames is one) that
+/// panics once told to: code on the connection's task that no handler wraps.
+struct PanicsWhenTold {
+    inner: jsonrpc_peer::transport::Memory,
+    told: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl futures_util::Stream for PanicsWhenTold {
+    type Item = Result<jsonrpc_peer::transport::Frame, jsonrpc_peer::transport::TransportError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_next(cx);
+        if polled.is_ready() && self.told.load(std::sync::atomic::Ordering::SeqCst) {
+            panic!("the transport's bug");
+        }
+        polled
+    }
+}
+
+impl futures_util::Sink<jsonrpc_peer::transport::Frame> for PanicsWhenTold {
+    type Error = jsonrpc_peer::transport::TransportError;
+
+    fn poll_ready(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::pin::Pin::new(&mut self.inner).poll_ready(cx)
+    }
+
+    fn start_send(
+        mut self: std::pin::Pin<&mut Self>,
+        item: jsonrpc_peer::transport::Frame,
+    ) -> Result<(), Self::Error> {
+        std::pin::Pin::new(&mut self.inner).start_send(item)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_close(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::pin::Pin::new(&mut self.inner).poll_close(cx)
+    }
+}
+
+#[tokio::test]
+async fn a_panic_that_reaches_the_connections_task_ends_the_connection_as_any_end_does() {
+    let (ours, theirs) = jsonrpc_peer::transport::pair();
+    let told = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let transport = PanicsWhenTold {
+        inner: ours,
+        told: told.clone(),
+    };
+    let peer = Peer::start(transport, Router::new(), &PeerConfig::default());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let hang = Router::with_state(started.clone()).method(
+        "hang",
+        |cx: Context<Arc<tokio::sync::Notify>>, (): ()| async move {
+            cx.state().notify_one();
+            std::future::pending::<()>().await;
+            Ok::<_, RpcError>(())
+        },
+    );
+    let other = Peer::start(theirs, hang, &PeerConfig::default());
+    let waiting = tokio::spawn({
+        let peer = peer.clone();
+        async move { peer.call::<()>("hang", ()).await }
+    });
+    // The call is out and waits; the next frame read panics.
+    within(started.notified()).await;
+    told.store(true, std::sync::atomic::Ordering::SeqCst);
+    other.notify("wake", ()).await.unwrap();
+    let reason = within(peer.closed()).await;
+    assert!(
+        matches!(&reason, CloseReason::Local { code: 1011, .. }),
+        "{reason}"
+    );
+    let call = within(waiting).await.unwrap();
+    assert!(matches!(call, Err(Error::Closed(_))), "{call:?}");
+    assert!(peer.is_closed());
+}

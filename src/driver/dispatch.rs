@@ -22,6 +22,7 @@
 //!   notification handler falls behind, reading pauses, and the other side's writes
 //!   wait on TCP.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
@@ -39,6 +40,7 @@ use super::cancel;
 use super::in_flight::{join_batch, BatchCall, InFlight};
 use super::lanes::Keyed;
 use super::ordered::Ordered;
+use super::run::panicked;
 
 /// The connection's dispatcher: what each message starts, and what runs.
 pub(super) struct Dispatch<S> {
@@ -126,8 +128,10 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 if let Some(layers) = self.scope.peer.shared.layers() {
                     // A batch of calls; an array of answers to a batch of ours is not.
                     let calls = items.iter().filter(|item| !item.is_answer()).count();
-                    if calls > 0 {
-                        layers.on_batch(Direction::Served, calls);
+                    // The application's code, on the connection's task: a panic is logged.
+                    let seen = || layers.on_batch(Direction::Served, calls);
+                    if calls > 0 && catch_unwind(AssertUnwindSafe(seen)).is_err() {
+                        tracing::error!(calls, "a call layer's on_batch panicked");
                     }
                 }
                 let mut answers = Vec::new();
@@ -227,8 +231,14 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             Lane::Concurrent => Turn::Now,
             Lane::Ordered => Turn::Ordered,
             // Params that do not fit have no key: the call starts at once, and its
-            // handler answers -32602.
-            Lane::Keyed(key) => key(frame, call.params.clone()).map_or(Turn::Now, Turn::Keyed),
+            // handler answers -32602. The key function is the application's code: its
+            // panic answers -32603, as a handler's does.
+            Lane::Keyed(key) => {
+                match catch_unwind(AssertUnwindSafe(|| key(frame, call.params.clone()))) {
+                    Ok(key) => key.map_or(Turn::Now, Turn::Keyed),
+                    Err(_) => return panicked(Some(id), method, peer.id()),
+                }
+            }
         };
         if let Turn::Now = turn {
             let id = Some((frame, id));
@@ -237,7 +247,11 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         // Waiting for its turn, it may wait long: a cancel can stop it from the start.
         let token = cx.cancel.clone();
         let call_id = (call.frame.clone(), call.id.clone());
-        let job = cancel::stoppable_call(peer, handler(cx, call), call_id, method, token);
+        // Making the future runs the call layers' `on_call`: a panic there answers -32603.
+        let Ok(future) = catch_unwind(AssertUnwindSafe(|| handler(cx, call))) else {
+            return panicked(Some(id), method, peer.id());
+        };
+        let job = cancel::stoppable_call(peer, future, call_id, method, token);
         if let Turn::Keyed(key) = turn {
             let keyed = self.keyed.get_or_insert_with(Default::default);
             self.in_flight.spawn(keyed.queue(key, job));
@@ -287,7 +301,11 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         if let Some(route) = self.scope.router.fallback_route() {
             let mut call = Call::new(frame, None, params);
             call.unrouted = Some(method.into());
-            let run = route.handler()(Context::new(&self.scope), call);
+            let made = || route.handler()(Context::new(&self.scope), call);
+            let Ok(run) = catch_unwind(AssertUnwindSafe(made)) else {
+                let _ = panicked(None, method, self.scope.peer.id());
+                return None;
+            };
             let job = Box::pin(async move {
                 run.await;
             });
@@ -315,7 +333,13 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             };
         }
         let call = Call::new(frame, id, params);
-        crate::layer::not_found(&self.scope.peer, &call, method)
+        // The layers are the application's code: a panic answers -32603, as a
+        // handler's does.
+        let peer = &self.scope.peer;
+        catch_unwind(AssertUnwindSafe(|| {
+            crate::layer::not_found(peer, &call, method)
+        }))
+        .unwrap_or_else(|_| panicked(id, method, peer.id()).unwrap_or_default())
     }
 
     /// An answer to one of our calls, handed to the call that waits for it.
