@@ -97,6 +97,16 @@ impl ServerHandle {
             let info = info;
             Box::new(move |peer: &Peer| {
                 registry.inner.peers.insert(peer.id(), peer.clone());
+                // Admitted as a shutdown began (its handshake was past the check when
+                // the signal came), it may have missed the shutdown's list of the peers
+                // to close: the signal is set before the list is taken and read here
+                // after the insert, so each peer is in the list, or sees the signal.
+                if let Some(grace) = *registry.inner.shutdown.borrow() {
+                    peer.shared.ask_close(crate::peer::CloseRequest {
+                        drain_until: Some(tokio::time::Instant::now() + grace),
+                        ..crate::peer::CloseRequest::new(1001, "server shutting down")
+                    });
+                }
                 for hook in hooks(&registry.inner.on_connect).iter() {
                     run_hook("on_connect", hook, peer, &info);
                 }

@@ -187,6 +187,41 @@ async fn shutdown_lets_running_calls_finish_then_closes_with_1001() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_whose_handshake_ends_after_shutdown_began_is_closed_too() {
+    use jsonrpc_peer::{HandshakePolicy, Refusal, ServerHandle};
+    use std::sync::OnceLock;
+
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    let handle = server.handle();
+    let for_hook: Arc<OnceLock<ServerHandle>> = Arc::new(OnceLock::new());
+    let _ = for_hook.set(handle.clone());
+    // The handshake's check holds it until a whole shutdown has run (on a thread of its
+    // own): shutdown listed the connections to close before this one was one.
+    let policy = HandshakePolicy::default().authenticate(move |_request| {
+        let handle = for_hook.get().unwrap().clone();
+        let runtime = tokio::runtime::Handle::current();
+        let shutdown = std::thread::spawn(move || {
+            runtime.block_on(handle.shutdown_within(Duration::from_millis(100)))
+        });
+        shutdown.join().unwrap();
+        Ok::<_, Refusal>(())
+    });
+    let serving = tokio::spawn(server.handshake_policy(policy).serve(Router::new()));
+    let client = within(connect(&url, Router::new())).await.unwrap();
+    within(serving).await.unwrap().unwrap();
+    assert!(matches!(
+        within(client.closed()).await,
+        CloseReason::Remote { code: 1001, .. }
+    ));
+    let mut gone = common::disconnections(&handle);
+    if handle.connection_count() > 0 {
+        within(gone.recv()).await.unwrap();
+    }
+    assert_eq!(handle.connection_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_calls_that_outlive_the_grace_period() {
     let server = Server::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}", server.local_addr().unwrap());
