@@ -222,6 +222,58 @@ async fn a_connection_whose_handshake_ends_after_shutdown_began_is_closed_too() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_a_running_ordered_call_finish_too() {
+    use jsonrpc_peer::MethodOptions;
+
+    // An ordered call runs on the connection's task for ordered work, not with the
+    // other running calls: the drain must wait for it as well.
+    let release = Arc::new(Notify::new());
+    let started = Arc::new(Notify::new());
+    let router = Router::with_state((release.clone(), started.clone()))
+        .method_with(
+            "slow",
+            MethodOptions::new().ordered(),
+            |cx: Context<(Arc<Notify>, Arc<Notify>)>, (): ()| async move {
+                cx.state().1.notify_one();
+                cx.state().0.notified().await;
+                Ok::<_, RpcError>("finished")
+            },
+        )
+        .method("quick", |_cx: Context<_>, (): ()| async {
+            Ok::<_, RpcError>("quick")
+        });
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    let handle = server.handle();
+    tokio::spawn(server.serve(router));
+    let client = within(connect(&url, Router::new())).await.unwrap();
+    let running = tokio::spawn({
+        let c = client.clone();
+        async move { c.call::<String>("slow", ()).await }
+    });
+    within(started.notified()).await;
+    let shutting_down = tokio::spawn({
+        let handle = handle.clone();
+        async move { handle.shutdown_within(Duration::from_secs(5)).await }
+    });
+    // Once the drain has begun (new calls are refused), the running call finishes.
+    within(async {
+        while client.call::<String>("quick", ()).await.is_ok() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(!running.is_finished(), "cut off: {:?}", running.await);
+    release.notify_one();
+    assert_eq!(within(running).await.unwrap().unwrap(), "finished");
+    within(shutting_down).await.unwrap();
+    assert!(matches!(
+        within(client.closed()).await,
+        CloseReason::Remote { code: 1001, .. }
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_calls_that_outlive_the_grace_period() {
     let server = Server::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}", server.local_addr().unwrap());

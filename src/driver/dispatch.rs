@@ -80,12 +80,13 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     /// A close asked for by this side: the reason to close with now, or `None` while
     /// the running calls may finish (see [`InFlight::close`]).
     pub(super) fn close(&mut self, request: CloseRequest) -> Option<CloseReason> {
-        self.in_flight.close(request)
+        self.in_flight.close(request, self.ordered.is_idle())
     }
 
     /// Ready with the close reason once a graceful close is done.
     pub(super) fn poll_drained(&mut self, cx: &mut TaskContext<'_>) -> Poll<CloseReason> {
-        self.in_flight.poll_drained(cx)
+        let ordered_idle = self.ordered.poll_idle(cx).is_ready();
+        self.in_flight.poll_drained(cx, ordered_idle)
     }
 
     /// Ready when something that holds reading up moved: a call ended, or a

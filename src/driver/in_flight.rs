@@ -60,11 +60,15 @@ impl InFlight {
     }
 
     /// A close asked for by this side. Returns the reason to close with now, or `None`
-    /// when it drains first: running calls may finish until its deadline, new ones are
-    /// refused.
-    pub(super) fn close(&mut self, request: CloseRequest) -> Option<CloseReason> {
+    /// when it drains first: running calls (these, and the ordered work unless
+    /// `ordered_idle`) may finish until its deadline, new ones are refused.
+    pub(super) fn close(
+        &mut self,
+        request: CloseRequest,
+        ordered_idle: bool,
+    ) -> Option<CloseReason> {
         match request.drain_until {
-            Some(until) if !self.tasks.is_empty() => {
+            Some(until) if !self.tasks.is_empty() || !ordered_idle => {
                 self.drain = Some(Drain {
                     code: request.code,
                     reason: request.reason,
@@ -82,11 +86,15 @@ impl InFlight {
     /// Ready with the close reason once a graceful close is done: every running call
     /// finished, or the grace period is over (the calls still running are stopped by
     /// the close).
-    pub(super) fn poll_drained(&mut self, cx: &mut TaskContext<'_>) -> Poll<CloseReason> {
+    pub(super) fn poll_drained(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        ordered_idle: bool,
+    ) -> Poll<CloseReason> {
         let Some(drain) = &mut self.drain else {
             return Poll::Pending;
         };
-        if !self.tasks.is_empty() {
+        if !self.tasks.is_empty() || !ordered_idle {
             if drain.grace.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }

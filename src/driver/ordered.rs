@@ -46,6 +46,8 @@ struct Task<S> {
     /// Jobs sent to the task and not yet finished. While it is zero, nothing is queued
     /// or running, so the connection may start the next notification itself in order.
     busy: Arc<AtomicUsize>,
+    /// Woken when `busy` drops to zero, for a graceful close.
+    idle: Arc<futures_util::task::AtomicWaker>,
     task: JoinHandle<()>,
 }
 
@@ -72,6 +74,25 @@ impl<S: Send + Sync + 'static> Ordered<S> {
     /// Whether notifications wait for room: reading stops until they have it.
     pub(super) fn blocked(&self) -> bool {
         !self.backlog.is_empty()
+    }
+
+    /// Whether no ordered call or notification is queued or running.
+    pub(super) fn is_idle(&self) -> bool {
+        self.task
+            .as_ref()
+            .is_none_or(|n| self.backlog.is_empty() && n.busy.load(Ordering::Acquire) == 0)
+    }
+
+    /// Ready once [`is_idle`](Self::is_idle): a graceful close waits for ordered work
+    /// as for the other running calls.
+    pub(super) fn poll_idle(&self, cx: &mut TaskContext<'_>) -> Poll<()> {
+        if let Some(n) = &self.task {
+            n.idle.register(cx.waker());
+        }
+        match self.is_idle() {
+            true => Poll::Ready(()),
+            false => Poll::Pending,
+        }
     }
 
     /// Stops the task and forgets what waits.
@@ -166,11 +187,13 @@ impl<S: Send + Sync + 'static> Ordered<S> {
         let n = self.task.get_or_insert_with(|| {
             let (tx, rx) = mpsc::channel(queue);
             let busy = Arc::new(AtomicUsize::new(0));
+            let idle = Arc::new(futures_util::task::AtomicWaker::new());
             let cx = Context::new(scope);
             Task {
                 tx,
                 busy: busy.clone(),
-                task: tokio::spawn(notification_loop(rx, cx, busy)),
+                idle: idle.clone(),
+                task: tokio::spawn(notification_loop(rx, cx, busy, idle)),
             }
         });
         n.busy.fetch_add(1, Ordering::AcqRel);
@@ -192,6 +215,7 @@ async fn notification_loop<S: Send + Sync + 'static>(
     mut rx: mpsc::Receiver<NotificationJob<S>>,
     cx: Context<S>,
     busy: Arc<AtomicUsize>,
+    idle: Arc<futures_util::task::AtomicWaker>,
 ) {
     while let Some(job) = rx.recv().await {
         let fut = match job {
@@ -211,6 +235,8 @@ async fn notification_loop<S: Send + Sync + 'static>(
         }
         // Released after the handler is done, so the connection that sees zero also sees
         // everything this handler did before it starts the next one.
-        busy.fetch_sub(1, Ordering::AcqRel);
+        if busy.fetch_sub(1, Ordering::AcqRel) == 1 {
+            idle.wake();
+        }
     }
 }
