@@ -189,7 +189,11 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                     }
                 }
                 Event::KeepaliveTick(now) => {
-                    let reading = self.may_read();
+                    // Silence is timed unless reading is paused by this side's own
+                    // handlers: paused by answers the other side does not read, it is
+                    // the other side that is silent (a sign of life then is that it
+                    // takes frames again; see `poll_event`).
+                    let reading = self.may_read() || self.writer.waiting() > 0;
                     let Some(keepalive) = &mut self.keepalive else {
                         continue;
                     };
@@ -255,7 +259,15 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         // Reading is held up by answers waiting for room, which only writing frees.
         let held_up = self.writer.waiting() > 0 && !self.may_read();
         // After reading, so the answers to everything just read go out in one flush.
-        self.writer.poll_write(cx);
+        let fed = self.writer.poll_write(cx);
+        if held_up && fed {
+            // Held up by a side that does not read what it asked for, this side cannot
+            // read its pongs (they wait behind the calls not read yet): that it takes
+            // frames again is its sign of life.
+            if let Some(keepalive) = &mut self.keepalive {
+                keepalive.heard();
+            }
+        }
         if self.writer.failed() {
             return Poll::Ready(Event::End(CloseReason::Eof));
         }

@@ -486,6 +486,60 @@ async fn keepalive_does_not_close_while_reading_is_paused_by_the_peer_itself() {
     assert_eq!(raw.recv().await["id"], 2);
 }
 
+/// A peer whose reading is held up by the answers its other side does not read: the
+/// sink takes 2 frames, the queue 4, and 4 answers waiting beside it (`max_in_flight`)
+/// pause reading. 12 calls are sent (all fit: one is read ahead, 2 wait in the link).
+async fn held_up_by_unread_answers() -> (Peer, Raw) {
+    let second = Duration::from_secs(1);
+    let config = PeerConfig::default()
+        .max_in_flight(4)
+        .outgoing_queue(4)
+        .ping_interval(Some(second))
+        .keepalive_timeout(second);
+    let (peer, mut raw) = start(echo(), &config, 2);
+    for id in 0..12 {
+        raw.send(call("echo", json!([id]), id)).await;
+    }
+    (peer, raw)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peer_that_stops_reading_its_answers_and_goes_silent_is_closed_by_keepalive() {
+    let (peer, _raw) = held_up_by_unread_answers().await;
+    // Nothing is read from now on: the pause is the other side's doing, and its
+    // silence counts (its pongs could not be read anyway, behind its calls).
+    let since = Instant::now();
+    let reason = within(peer.closed()).await;
+    assert!(
+        matches!(reason, CloseReason::KeepaliveTimeout),
+        "{reason:?}"
+    );
+    assert!(
+        since.elapsed() <= Duration::from_secs(3),
+        "{:?}",
+        since.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peer_that_reads_its_answers_slowly_is_not_taken_for_silent() {
+    let (peer, mut raw) = held_up_by_unread_answers().await;
+    // Three frames 0.9 s apart: the peer stays held up until the third (each of the
+    // first two lets it read one more call), past a keepalive period and its timeout,
+    // with no ping answered (the queue is full, so none goes out). Each frame taken is
+    // the sign of life.
+    for id in 0..3 {
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert!(!peer.is_closed(), "{:?}", peer.close_reason());
+        assert_eq!(raw.recv().await["id"], id);
+    }
+    // Then it reads at once, and its pongs keep the link.
+    for id in 3..12 {
+        assert_eq!(raw.recv().await["id"], id);
+    }
+    assert!(!peer.is_closed(), "{:?}", peer.close_reason());
+}
+
 /// The id of the next call the peer sent, passing over notifications (the cancel a
 /// call sends when it is given up).
 async fn next_call_id(raw: &mut Raw) -> u64 {

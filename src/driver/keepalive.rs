@@ -58,9 +58,10 @@ impl Keepalive {
         self.timer.as_mut().poll(cx).map(|()| deadline)
     }
 
-    /// The timer fired at `now`; `reading` says whether the connection reads (silence
-    /// only counts while it does: paused reading is its own doing). Sets the timer
-    /// again, and says what to do.
+    /// The timer fired at `now`; `reading` says whether silence counts: not while this
+    /// side's own handlers have paused reading (it cannot hear then), but while the
+    /// other side does not read the answers it asked for. Sets the timer again, and
+    /// says what to do.
     pub(super) fn tick(&mut self, now: Instant, reading: bool) -> Tick {
         let tick = match self.unanswered {
             _ if !reading => {

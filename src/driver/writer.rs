@@ -146,15 +146,22 @@ impl<T: Transport> Writer<T> {
 
     /// Feeds what is queued into the sink and flushes once the queue is momentarily
     /// empty. Never waits: when the sink is full, the sink wakes the task when it has
-    /// room. A failure is kept ([`failed`](Self::failed)).
+    /// room. A failure is kept ([`failed`](Self::failed)). Returns whether the sink took
+    /// a frame: with the sink full, a sign that the other side reads.
     #[inline]
-    pub(super) fn poll_write(&mut self, cx: &mut TaskContext<'_>) {
-        if let Err(e) = self.try_poll_write(cx) {
+    pub(super) fn poll_write(&mut self, cx: &mut TaskContext<'_>) -> bool {
+        let mut fed = false;
+        if let Err(e) = self.try_poll_write(cx, &mut fed) {
             self.error.get_or_insert(e);
         }
+        fed
     }
 
-    fn try_poll_write(&mut self, cx: &mut TaskContext<'_>) -> Result<(), TransportError> {
+    fn try_poll_write(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        fed: &mut bool,
+    ) -> Result<(), TransportError> {
         loop {
             if self.unflushed >= MAX_COALESCE {
                 if self.sink().poll_flush(cx)?.is_pending() {
@@ -168,7 +175,10 @@ impl<T: Transport> Writer<T> {
                 return Ok(());
             }
             match self.poll_queued(cx) {
-                Poll::Ready(Some(next)) => self.feed(next.into_frame())?,
+                Poll::Ready(Some(next)) => {
+                    self.feed(next.into_frame())?;
+                    *fed = true;
+                }
                 // `None` cannot come while the connection's handles live, and they live
                 // as long as this task. Empty: the answers waiting for room go next.
                 Poll::Ready(None) | Poll::Pending => {
