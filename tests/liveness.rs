@@ -367,6 +367,71 @@ async fn past_the_in_flight_limit_the_peer_stops_reading_instead_of_failing() {
     within(client.call::<()>("quick", ())).await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_calls_of_a_batch_count_each_against_the_in_flight_limit() {
+    let release = Arc::new(Semaphore::new(0));
+    let running = Arc::new(AtomicUsize::new(0));
+    let (started, mut starts) = mpsc::unbounded_channel();
+    let router =
+        Router::with_state((release.clone(), running.clone(), started))
+            .method(
+                "wait",
+                |cx: Context<(Arc<Semaphore>, Arc<AtomicUsize>, mpsc::UnboundedSender<()>)>,
+                 (): ()| async move {
+                    let (release, running, started) = cx.state();
+                    running.fetch_add(1, Ordering::SeqCst);
+                    let _ = started.send(());
+                    let _permit = release.acquire().await;
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    Ok::<_, RpcError>(())
+                },
+            )
+            .method("quick", |_cx: Context<_>, (): ()| async {
+                Ok::<_, RpcError>(())
+            });
+    let config = PeerConfig::default().max_in_flight(4);
+    let (url, _handle) = common::serve_with(router, config).await;
+    let mut raw = common::RawClient::connect(&url).await;
+    let batch = |first: u64| {
+        let calls: Vec<_> = (first..first + 3)
+            .map(|id| serde_json::json!({"jsonrpc": "2.0", "method": "wait", "id": id}))
+            .collect();
+        serde_json::Value::from(calls).to_string()
+    };
+    // Three calls run; there is room for one more, so the next batch is read and runs
+    // whole: six. Then the peer reads no further (it read on past a batch counted as
+    // one call before).
+    raw.send(&batch(0)).await;
+    raw.send(&batch(3)).await;
+    raw.send(r#"{"jsonrpc":"2.0","method":"quick","id":9}"#)
+        .await;
+    for _ in 0..6 {
+        within(starts.recv()).await.expect("a call started");
+    }
+    let early = tokio::time::timeout(Duration::from_millis(300), raw.recv_text()).await;
+    assert!(early.is_err(), "answered while six calls ran: {early:?}");
+    assert_eq!(running.load(Ordering::SeqCst), 6);
+
+    release.add_permits(6);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        match raw.recv_json().await {
+            serde_json::Value::Array(answers) => {
+                ids.extend(answers.iter().map(|a| a["id"].clone()))
+            }
+            single => ids.push(single["id"].clone()),
+        }
+    }
+    ids.sort_by_key(|id| id.as_u64());
+    assert_eq!(
+        ids,
+        (0..6)
+            .chain([9])
+            .map(serde_json::Value::from)
+            .collect::<Vec<_>>()
+    );
+}
+
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd")
         .map(|d| d.count())

@@ -4,8 +4,9 @@
 //! A call whose handler is not done after its first poll on the connection's task
 //! moves to a task here, as does a batch with calls (run together, answered as one
 //! array) and a call waiting in a keyed lane. Together with the answers waiting for
-//! room (the writer's), they count against `max_in_flight`: past it, reading pauses
-//! until one ends.
+//! room (the writer's), they count against `max_in_flight`, a batch as many as its
+//! calls: past it, reading pauses until one ends. (A batch read while there was room
+//! runs whole, so a connection runs at most `max_in_flight` plus one batch's calls.)
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -26,8 +27,12 @@ use crate::router::{Call, Context, MethodFn};
 use crate::transport::Text;
 
 pub(super) struct InFlight {
-    tasks: JoinSet<()>,
-    max: usize,
+    /// Each task ends with its weight beyond one: a batch's calls but one, 0 otherwise.
+    tasks: JoinSet<u32>,
+    max: u32,
+    /// The running tasks' weights beyond one (see `tasks`), so that `tasks.len() +
+    /// extra` counts calls.
+    extra: u32,
     /// Closing gracefully: new calls are refused while running ones finish. The one
     /// place the drain state lives.
     drain: Option<Drain>,
@@ -44,14 +49,31 @@ impl InFlight {
     pub(super) fn new(max: usize) -> Self {
         InFlight {
             tasks: JoinSet::new(),
-            max: max.max(1),
+            max: u32::try_from(max).unwrap_or(u32::MAX).max(1),
+            extra: 0,
             drain: None,
         }
     }
 
     /// Whether another call may start, with `waiting` answers waiting for room.
     pub(super) fn has_room(&self, waiting: usize) -> bool {
-        self.tasks.len() + waiting < self.max
+        self.running() + waiting < self.max as usize
+    }
+
+    /// The calls running on tasks of their own, a batch's each counted.
+    fn running(&self) -> usize {
+        self.tasks.len() + self.extra as usize
+    }
+
+    /// A task ended: its weight no longer counts.
+    fn reaped(&mut self, done: Result<u32, tokio::task::JoinError>) {
+        match done {
+            Ok(extra) => self.extra = self.extra.saturating_sub(extra),
+            Err(e) if e.is_panic() => {
+                tracing::error!("a connection task panicked outside any handler");
+            }
+            Err(_) => {}
+        }
     }
 
     /// Whether a graceful close is under way.
@@ -113,7 +135,7 @@ impl InFlight {
         let mut reaped = false;
         if !self.tasks.is_empty() {
             while let Some(done) = self.tasks.try_join_next() {
-                log_join(done);
+                self.reaped(done);
                 reaped = true;
             }
         }
@@ -123,9 +145,9 @@ impl InFlight {
         if draining && reaped {
             return Poll::Ready(());
         }
-        if draining || self.tasks.len() >= self.max {
+        if draining || self.running() >= self.max as usize {
             if let Poll::Ready(Some(done)) = self.tasks.poll_join_next(cx) {
-                log_join(done);
+                self.reaped(done);
                 return Poll::Ready(());
             }
         }
@@ -134,7 +156,7 @@ impl InFlight {
 
     /// Runs `task` on a task of its own, counted as a running call.
     pub(super) fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
-        self.tasks.spawn(task);
+        self.tasks.spawn(task.map(|()| 0));
     }
 
     /// Starts a call and polls it once; returns its answer if that was enough. If not,
@@ -192,10 +214,15 @@ impl InFlight {
         calls: Vec<BatchCall<S>>,
     ) {
         let shared = peer.shared.clone();
-        self.spawn(async move {
+        // Counted as many calls as it runs, until its task ends (whatever ends it:
+        // each call's panic is answered, and the task returns its weight).
+        let extra = u32::try_from(calls.len().saturating_sub(1)).unwrap_or(u32::MAX);
+        self.extra = self.extra.saturating_add(extra);
+        self.tasks.spawn(async move {
             let running = calls.into_iter().map(BatchCall::run);
             answers.extend(futures_util::future::join_all(running).await);
             shared.send_answer(join_batch(&answers)).await;
+            extra
         });
     }
 
@@ -207,14 +234,6 @@ impl InFlight {
     /// Waits until the calls stopped by [`stop`](Self::stop) are gone.
     pub(super) async fn stopped(&mut self) {
         while self.tasks.join_next().await.is_some() {}
-    }
-}
-
-fn log_join(done: Result<(), tokio::task::JoinError>) {
-    if let Err(e) = done {
-        if e.is_panic() {
-            tracing::error!("a connection task panicked outside any handler");
-        }
     }
 }
 
