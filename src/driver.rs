@@ -77,7 +77,7 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
         on_start(&peer);
     }
     let connection = Connection::new(transport, router, &peer, config);
-    crate::metrics::connection_opened();
+    let counted = crate::metrics::connection_opened();
     // Everything the connection logs, and the handlers it runs, is inside this span.
     let span = tracing::info_span!(
         "connection",
@@ -86,7 +86,7 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
         path = peer.info().path.as_deref(),
     );
     tokio::spawn(tracing::Instrument::instrument(
-        task(connection, hooks.on_end),
+        task(connection, hooks.on_end, counted),
         span,
     ));
     peer
@@ -99,6 +99,7 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
 fn task<T: Transport, S: Send + Sync + 'static>(
     mut connection: Connection<T, S>,
     on_end: Option<ConnectionHook>,
+    counted: bool,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     async move {
         // The loop borrows the connection. Moved into the loop's own future, it would
@@ -111,7 +112,9 @@ fn task<T: Transport, S: Send + Sync + 'static>(
         // leave a peer that nothing will ever close.
         let run = AssertUnwindSafe(connection.run()).catch_unwind().await;
         let peer = run.unwrap_or_else(|_| connection.panicked());
-        crate::metrics::connection_closed();
+        if counted {
+            crate::metrics::connection_closed();
+        }
         if let Some(on_end) = on_end {
             on_end(&peer);
         }
@@ -458,7 +461,7 @@ mod tests {
         let peer = Peer::handle(Arc::new(Shared::new(&config, Default::default())));
         let connection = Connection::new(end, Arc::new(Router::<()>::new()), &peer, &config);
         let one = std::mem::size_of_val(&connection);
-        let task = task(connection, None);
+        let task = task(connection, None, false);
         let size = std::mem::size_of_val(&task);
         assert!(
             size <= one + 64,

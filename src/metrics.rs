@@ -41,13 +41,28 @@ macro_rules! with_engine {
     }};
 }
 
-/// A connection's task started.
+/// Whether the engine's metrics are on (from the first [`Metrics::new`]): what is
+/// counted going up is counted coming down only if it was counted going up, so a gauge
+/// never goes below what it should when metrics come on while connections run.
 #[inline]
-pub(crate) fn connection_opened() {
-    with_engine!(|m| m.connections_open.increment(1.0));
+pub(crate) fn on() -> bool {
+    #[cfg(feature = "metrics")]
+    return engine().is_some();
+    #[cfg(not(feature = "metrics"))]
+    false
 }
 
-/// A connection's task ended.
+/// A connection's task started; whether it was counted (see [`on`]).
+#[inline]
+pub(crate) fn connection_opened() -> bool {
+    with_engine!(|m| {
+        m.connections_open.increment(1.0);
+        return true;
+    });
+    false
+}
+
+/// A connection's task, counted when it started, ended.
 #[inline]
 pub(crate) fn connection_closed() {
     with_engine!(|m| m.connections_open.decrement(1.0));

@@ -174,6 +174,9 @@ struct State {
     batch: usize,
     batch_bytes: usize,
     closed: bool,
+    /// Whether metrics were on when the queue was made: its bytes are counted in the
+    /// process-wide gauge then, going in and coming out, and not at all otherwise.
+    metered: bool,
 }
 
 impl State {
@@ -200,7 +203,9 @@ impl State {
         let left_bytes = batch.bytes();
         let fed_bytes = self.batch_bytes - left_bytes;
         self.bytes -= fed_bytes;
-        crate::metrics::queue_bytes(-(fed_bytes as i64));
+        if self.metered {
+            crate::metrics::queue_bytes(-(fed_bytes as i64));
+        }
         self.batch = left;
         self.batch_bytes = left_bytes;
     }
@@ -212,7 +217,10 @@ impl OutQueue {
     /// when [`give_back_room`](Self::give_back_room) finds it empty.
     pub(crate) fn new(max_frames: usize, max_bytes: usize, trim_when_empty: bool) -> Self {
         OutQueue {
-            state: Mutex::default(),
+            state: Mutex::new(State {
+                metered: crate::metrics::on(),
+                ..State::default()
+            }),
             queued: AtomicU32::new(0),
             closed: AtomicBool::new(false),
             reader: AtomicWaker::new(),
@@ -253,7 +261,9 @@ impl OutQueue {
             return Err(TrySendError::Full(frame));
         }
         state.bytes += frame.len();
-        crate::metrics::queue_bytes(frame.len() as i64);
+        if state.metered {
+            crate::metrics::queue_bytes(frame.len() as i64);
+        }
         state.frames.push_back(frame);
         self.count(&state);
         let first = state.frames.len() == 1;
@@ -374,7 +384,9 @@ impl OutQueue {
     pub(crate) fn discard(&self, batch: &mut Batch) {
         let mut state = self.state();
         let frames = std::mem::take(&mut state.frames);
-        crate::metrics::queue_bytes(-(state.bytes as i64));
+        if state.metered {
+            crate::metrics::queue_bytes(-(state.bytes as i64));
+        }
         state.bytes = 0;
         state.batch = 0;
         state.batch_bytes = 0;
@@ -424,9 +436,9 @@ impl OutQueue {
 impl Drop for OutQueue {
     /// What a connection's queue still held at its end leaves the process-wide count.
     fn drop(&mut self) {
-        let bytes = self.state().bytes;
-        if bytes > 0 {
-            crate::metrics::queue_bytes(-(bytes as i64));
+        let state = self.state();
+        if state.bytes > 0 && state.metered {
+            crate::metrics::queue_bytes(-(state.bytes as i64));
         }
     }
 }
