@@ -180,8 +180,10 @@ impl Topics {
             // has already ended).
             let topics = self.clone();
             peer.on_close(move || topics.forget(id));
-        } else if peer.is_closed() {
-            // It may have ended while this subscription was being added.
+        } else if peer.is_ending() {
+            // It may have ended while this subscription was being added: its `on_close`
+            // callbacks (this one's `forget` among them) have begun, and may have run
+            // before the insert above.
             self.forget(id);
         }
         true

@@ -295,6 +295,8 @@ impl Topics {
         };
         if added.is_err() {
             presence.release(id, topic);
+            // The entry this refusal made, if no one else is in it.
+            presence.topics.remove_if(topic, |_, t| t.is_empty());
         }
         if added? {
             if let Some(relay) = relay {
@@ -536,5 +538,25 @@ impl Topics {
     /// Makes presence cluster-wide; false if a relay already was attached.
     pub(crate) fn attach_members(&self, relay: Arc<dyn MemberRelay>) -> bool {
         self.inner.presence.relay.set(relay).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Peer, PeerConfig, PresenceLimits, Router, Topics};
+
+    #[tokio::test]
+    async fn a_refused_join_leaves_no_entry_behind() {
+        let topics = Topics::new();
+        topics.set_presence_limits(PresenceLimits::default().max_members(0));
+        let (end, _other) = crate::transport::pair();
+        let peer = Peer::start(end, Router::new(), &PeerConfig::default());
+        for topic in ["a", "b", "c"] {
+            topics.subscribe(&peer, topic);
+            let refused = topics.join_presence(&peer, topic, "info").await;
+            assert!(refused.is_err(), "{refused:?}");
+        }
+        assert!(topics.inner.presence.topics.is_empty());
+        assert!(topics.inner.presence.by_peer.is_empty());
     }
 }
