@@ -313,6 +313,52 @@ async fn a_gap_report_past_max_held_costs_the_position_and_is_not_lost() {
 }
 
 #[tokio::test]
+async fn a_topic_without_history_given_up_past_max_held_reports_missed() {
+    use jsonrpc_peer::{Context, RpcError, TopicOptions};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    // The first `subscribe` sends 20 notifications before its answer (a boolean: no
+    // history); with room for 10 held, the client drops them and reconnects. What it
+    // dropped is lost: the application hears it, as after any reconnect.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let router = Router::with_state(calls.clone()).method(
+        "subscribe",
+        |cx: Context<Arc<AtomicUsize>>, _params: Value| async move {
+            if cx.state().fetch_add(1, Ordering::SeqCst) == 0 {
+                for i in 1..=20u64 {
+                    let _ = cx.peer().notify("t", json!({ "n": i })).await;
+                }
+            }
+            Ok::<_, RpcError>(json!(true))
+        },
+    );
+    let (url, handle) = common::serve(router).await;
+    let (builder, mut events) = Reconnecting::builder(url, Router::new())
+        .backoff(Backoff::default().initial(Duration::from_millis(5)))
+        .topic_with::<Value>("t", TopicOptions::default().max_held(10));
+    let client = builder.start();
+    match next(&mut events).await {
+        TopicEvent::Missed { .. } => {}
+        other => panic!("20 notifications dropped without a word; first event: {other:?}"),
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the first link was given up"
+    );
+    let peer = within(client.connected(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    for server_side in handle.peers() {
+        let _ = server_side.notify("t", json!({ "n": 21 })).await;
+    }
+    assert!(matches!(next(&mut events).await, TopicEvent::Data(v) if v == json!({ "n": 21 })));
+    drop(peer);
+    within(client.close()).await;
+}
+
+#[tokio::test]
 async fn a_refused_subscription_is_reported_once_and_not_retried_in_a_loop() {
     let topics = Topics::new();
     let (url, _handle) = common::serve_with(

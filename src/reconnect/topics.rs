@@ -569,13 +569,15 @@ impl<T: DeserializeOwned + Send + 'static> Follow<T> {
             Ok(None) => {
                 // A topic without history: what a reconnect lost cannot be known.
                 state.position = None;
-                if state.subscribed_before || from.is_some() {
+                // `lost`: what the last link held before its answer was given up.
+                if state.subscribed_before || from.is_some() || state.lost {
                     let missed = TopicEvent::Missed {
                         epoch: String::new(),
                         offset: 0,
                     };
                     self.emit(missed, &None).await;
                 }
+                state.lost = false;
                 state.mode = Mode::Plain;
                 for held in held {
                     match held {
