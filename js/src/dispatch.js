@@ -28,6 +28,7 @@ export class Dispatch {
   #reply;
   #notice;
   #onHandlerError;
+  #maxBatchLen;
   #peer;
   /** @type {HandlerContext} what a notification's handler gets: nothing to cancel */
   #notificationContext;
@@ -39,13 +40,23 @@ export class Dispatch {
    * @param {(text: string) => void} parts.reply sends an answer
    * @param {(text: string) => boolean} parts.notice sends a progress value; false when skipped
    * @param {(error: unknown, method: string) => void} parts.onHandlerError
+   * @param {number} [parts.maxBatchLen] the longest incoming batch run; a longer one is
+   *   answered with one -32600 and runs nothing
    */
-  constructor({ peer, pending, reply, notice, onHandlerError }) {
+  constructor({ peer, pending, reply, notice, onHandlerError, maxBatchLen = Infinity }) {
+    this.#maxBatchLen = maxBatchLen;
     this.#peer = peer;
     this.#pending = pending;
     this.#reply = reply;
     this.#notice = notice;
-    this.#onHandlerError = onHandlerError;
+    this.#onHandlerError = (e, m) => {
+      try {
+        onHandlerError(e, m);
+      } catch {
+        // A reporter that throws must not break the message loop (the order of the
+        // notifications, or a call's -32603 answer).
+      }
+    };
     this.#notificationContext = Object.freeze({
       peer,
       signal: new AbortController().signal,
@@ -85,6 +96,11 @@ export class Dispatch {
     }
     if (!Array.isArray(msg)) {
       this.#handleOne(msg).then((ans) => ans && this.#reply(ans));
+      return;
+    }
+    if (msg.length > this.#maxBatchLen) {
+      const why = `batch of ${msg.length} exceeds the limit of ${this.#maxBatchLen}`;
+      this.#reply(errorResponse(null, new RpcError(ErrorCode.INVALID_REQUEST, 'Invalid Request', why)));
       return;
     }
     if (msg.length === 0) {

@@ -15,6 +15,8 @@ export const LIMITS = Object.freeze({
   maxQueuedBytes: 1024 * 1024,
   /** Bytes the socket may buffer (its `bufferedAmount`) before our sends are refused. */
   maxBufferedAmount: 1024 * 1024,
+  /** Calls and notifications in one incoming batch (the Rust peer's `max_batch_len`). */
+  maxBatchLen: 1000,
   /**
    * Notifications a followed topic (`ReconnectingPeer.topic`) holds while its subscribe
    * answer is awaited: ten times the Rust server's default history (1,000), which it

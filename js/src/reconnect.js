@@ -31,7 +31,8 @@ import { checkName, request, utf8Length } from './wire.js';
  * @returns {number} milliseconds
  */
 export function backoffDelay({ initialMs = 250, maxMs = 3000, multiplier = 2 } = {}, attempt, random = Math.random) {
-  const cap = Math.max(0, Math.min(maxMs, initialMs * multiplier ** Math.min(attempt, 64)));
+  // setTimeout takes at most 2^31 - 1 ms: a longer wait would fire at once.
+  const cap = Math.max(0, Math.min(maxMs, 0x7fffffff, initialMs * multiplier ** Math.min(attempt, 64)));
   return random() * cap;
 }
 
@@ -133,7 +134,8 @@ export class ReconnectingPeer extends EventTarget {
 
   /** The current connection once `onConnect` has run on it, or null while the link is down. */
   get peer() {
-    return this.#state.state === 'connected' ? this.#peer : null;
+    const peer = this.#state.state === 'connected' ? this.#peer : null;
+    return peer && !peer.isClosed ? peer : null;
   }
 
   /** Number of calls and notifications waiting for the link. */
@@ -214,20 +216,29 @@ export class ReconnectingPeer extends EventTarget {
    * @returns {Promise<Peer>} rejects with TimeoutError, or ClosedError once stopped
    */
   connected(timeoutMs = this.timeoutMs) {
+    return this.#connected(timeoutMs);
+  }
+
+  /** `connected`, given up (its timer and waiter gone) when `signal` aborts. */
+  #connected(timeoutMs, signal) {
     const up = this.peer;
     if (up) return Promise.resolve(up);
     if (this.#stopped) return Promise.reject(stoppedError());
+    if (signal?.aborted) return Promise.reject(signal.reason);
     return new Promise((resolve, reject) => {
       let timer = null;
+      const onAbort = () => waiter(signal.reason);
       const waiter = (outcome) => {
         clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
         this.#waiters.delete(waiter);
-        if (outcome instanceof Error) reject(outcome);
-        else resolve(outcome);
+        if (outcome instanceof Peer) resolve(outcome);
+        else reject(outcome);
       };
       if (timeoutMs > 0 && timeoutMs < Infinity) {
         timer = setTimeout(() => waiter(new TimeoutError('(waiting for the connection)', timeoutMs)), timeoutMs);
       }
+      signal?.addEventListener('abort', onAbort, { once: true });
       this.#waiters.add(waiter);
     });
   }
@@ -294,7 +305,7 @@ export class ReconnectingPeer extends EventTarget {
     if (this.#stopped) throw stoppedError();
     const release = this.#waiting.admit(utf8Length(JSON.stringify(msg)), what);
     try {
-      return await abortable(this.connected(timeoutMs), signal);
+      return await this.#connected(timeoutMs, signal);
     } catch (e) {
       if (e instanceof TimeoutError) throw new TimeoutError(method, timeoutMs);
       throw e;
@@ -375,7 +386,11 @@ export class ReconnectingPeer extends EventTarget {
 
   /** @param {unknown} e @param {string} where */
   #report(e, where) {
-    (this.#options.onHandlerError ?? console.error)(e, where);
+    try {
+      (this.#options.onHandlerError ?? console.error)(e, where);
+    } catch {
+      // A reporter that throws must not break the link.
+    }
   }
 
   /**
@@ -410,16 +425,6 @@ export class ReconnectingPeer extends EventTarget {
     this.#setState({ state: 'waiting', attempt: this.#attempt, retryInMs });
     this.#retryTimer = setTimeout(() => this.#dial(), retryInMs);
   }
-}
-
-/** `promise`, or a rejection with the signal's reason as soon as it aborts. */
-function abortable(promise, signal) {
-  if (!signal) return promise;
-  return new Promise((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
-  });
 }
 
 function stoppedError() {

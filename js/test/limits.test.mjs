@@ -9,9 +9,10 @@ import { FakeSocket, within, signal } from './helpers.mjs';
 const limitError = (limit, value) => (e) =>
   e instanceof LimitError && e.limit === limit && e.value === value;
 
-test('the defaults are the Rust peer\'s queue bounds: 1,024 and 1 MiB', () => {
+test('the defaults are the Rust peer\'s bounds: 1,024, 1 MiB, a batch of 1,000', () => {
   assert.deepEqual({ ...LIMITS }, {
     maxPendingCalls: 1024, maxQueued: 1024, maxQueuedBytes: 1048576, maxBufferedAmount: 1048576,
+    maxBatchLen: 1000,
     maxHeld: 10000, // a followed topic's, checked in topics.test.mjs
   });
   assert.ok(Object.isFrozen(LIMITS));

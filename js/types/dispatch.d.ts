@@ -10,13 +10,16 @@ export class Dispatch {
      * @param {(text: string) => void} parts.reply sends an answer
      * @param {(text: string) => boolean} parts.notice sends a progress value; false when skipped
      * @param {(error: unknown, method: string) => void} parts.onHandlerError
+     * @param {number} [parts.maxBatchLen] the longest incoming batch run; a longer one is
+     *   answered with one -32600 and runs nothing
      */
-    constructor({ peer, pending, reply, notice, onHandlerError }: {
+    constructor({ peer, pending, reply, notice, onHandlerError, maxBatchLen }: {
         peer: import("./peer.js").Peer;
         pending: import("./pending.js").Pending;
         reply: (text: string) => void;
         notice: (text: string) => boolean;
         onHandlerError: (error: unknown, method: string) => void;
+        maxBatchLen?: number;
     });
     /** Number of incoming calls whose handlers are still running. */
     get runningCount(): number;

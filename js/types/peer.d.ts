@@ -28,6 +28,9 @@ export function connect(url: string, options?: PeerOptions & {
  *   `call` rejects and `notify` throws with LimitError
  * @property {number} [maxQueuedBytes=1048576] how many bytes (UTF-8) those sends may
  *   hold; a send goes in while fewer wait, so one larger than this can still go
+ * @property {number} [maxBatchLen=1000] the longest incoming batch (calls and
+ *   notifications in one array) this peer runs; a longer one is answered with one
+ *   -32600 error saying so and runs nothing, as the Rust peer's `max_batch_len`
  * @property {number} [maxBufferedAmount=1048576] how many bytes the socket may buffer
  *   (its `bufferedAmount`: sent but not yet on the network) before our sends are
  *   refused at once with LimitError (`call` and `batch().send()` reject, `notify`
@@ -201,6 +204,12 @@ export type PeerOptions = {
      * hold; a send goes in while fewer wait, so one larger than this can still go
      */
     maxQueuedBytes?: number;
+    /**
+     * the longest incoming batch (calls and
+     * notifications in one array) this peer runs; a longer one is answered with one
+     * -32600 error saying so and runs nothing, as the Rust peer's `max_batch_len`
+     */
+    maxBatchLen?: number;
     /**
      * how many bytes the socket may buffer
      * (its `bufferedAmount`: sent but not yet on the network) before our sends are
