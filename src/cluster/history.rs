@@ -326,12 +326,14 @@ fn replay(topic: &str, epoch: &str, after: u64, read: HistoryRead) -> Replay {
     if read.epoch != epoch {
         return Replay::Epoch;
     }
-    if after + 1 < read.first {
+    if after.saturating_add(1) < read.first {
         return Replay::Gone;
     }
     let kept: Vec<Kept> = read
         .entries
         .into_iter()
+        // An entry that is not JSON (not a node's) ends what is kept: the resume
+        // reads on from it, and `fill` skips it with a gap notice.
         .map_while(|entry| {
             let (frame, bytes) = frame_of(topic, entry.offset, &entry.data)?;
             Some(Kept {
@@ -379,6 +381,11 @@ impl Room {
         mut inbox: mpsc::Receiver<Inbound>,
         mut stop: watch::Receiver<bool>,
     ) {
+        // One timer for the whole loop: a sleep made anew each turn would be put off by
+        // every message that comes sooner.
+        let mut again = tokio::time::interval(RETRY);
+        again.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        again.reset();
         loop {
             let retrying = !self.retry.is_empty();
             // Chosen here, acted on below: nothing held by the select lives across the
@@ -390,7 +397,7 @@ impl Room {
                     Some(what) => Some(what),
                     None => return,
                 },
-                _ = tokio::time::sleep(RETRY), if retrying => None,
+                _ = again.tick(), if retrying => None,
             };
             match what {
                 Some(what) => self.on(what).await,
@@ -567,7 +574,23 @@ impl Room {
             }
             for entry in &read.entries {
                 let Some((frame, bytes)) = frame_of(topic, entry.offset, &entry.data) else {
-                    return Filled::Failed;
+                    // Not ours (not JSON): dropped with a log; the cache goes on past it
+                    // and its subscribers are told, as for a publication trimmed unread.
+                    tracing::warn!(
+                        topic,
+                        offset = entry.offset,
+                        "a recorded publication that is not JSON; skipped"
+                    );
+                    let at = Position {
+                        epoch: epoch.to_owned(),
+                        offset: entry.offset,
+                    };
+                    let notice = self.gaps.history_notice(topic, &at);
+                    self.topics
+                        .follow_at(topic, &at, None, notice.as_ref(), true);
+                    self.report(topic, &at);
+                    after = entry.offset;
+                    continue;
                 };
                 match self.topics.apply(topic, epoch, entry.offset, &frame, bytes) {
                     Applied::Delivered(_) | Applied::Duplicate => after = entry.offset,

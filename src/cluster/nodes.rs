@@ -174,6 +174,11 @@ impl Nodes {
             }
             other => {
                 let restarted = other.is_some();
+                // Back after it was dropped (cut off, not gone): its sequence numbers
+                // must stay, or copies it re-sends would be taken as new.
+                self.table
+                    .departed
+                    .retain(|(n, i, _)| *n != node || *i != incarnation);
                 self.table.live.insert(
                     node.clone(),
                     Remote {
@@ -246,7 +251,8 @@ impl Nodes {
 
     /// Publishes the roster: the connection count always, the names when they changed.
     fn publish(&self, names_changed: bool) {
-        let connections: u64 = self.table.live.values().map(|r| r.connections).sum();
+        let connections =
+            (self.table.live.values()).fold(0u64, |sum, r| sum.saturating_add(r.connections));
         self.roster
             .connections
             .store(connections, Ordering::Relaxed);

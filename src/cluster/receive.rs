@@ -111,7 +111,16 @@ impl Receive {
                 match header.n {
                     // A run: several recorded at once, at `offset` and after.
                     Some(_) => {
-                        for (offset, data) in (offset..).zip(envelope::run(body)) {
+                        let mut next = Some(offset);
+                        for data in envelope::run(body) {
+                            let Some(offset) = next else {
+                                tracing::debug!(
+                                    topic,
+                                    "a recorded run past the last offset; dropped"
+                                );
+                                break;
+                            };
+                            next = offset.checked_add(1);
                             self.on_recorded(topic, epoch, offset, &data).await;
                             tokio::task::consume_budget().await;
                         }

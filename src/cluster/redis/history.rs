@@ -413,17 +413,20 @@ fn unpack(
         Value::BulkString(b) => Bytes::from(b.clone()),
         other => return Err(protocol("pack data", other)),
     };
-    let Some(first) = (last + 1).checked_sub(count) else {
+    // A pack of `count` ends at `last`: from `last + 1 - count`, without overflow either
+    // way (what Redis holds is not trusted to be ours).
+    let Some(first) = last.checked_add(1).and_then(|end| end.checked_sub(count)) else {
         return Err(protocol("pack count", value));
     };
     let mut items = 0;
-    for (offset, data) in (first..).zip(envelope::run(data)) {
+    let mut run = envelope::run(data);
+    for (offset, data) in (first..=last).zip(&mut run) {
         items += 1;
         if offset > after {
             entries.push(HistoryEntry { offset, age, data });
         }
     }
-    if items != count {
+    if items != count || run.next().is_some() {
         return Err(protocol("pack data", value));
     }
     Ok(())
