@@ -163,6 +163,11 @@ impl Addresses {
     pub(crate) fn take(self: &Arc<Self>, addr: IpAddr) -> Option<AddressSlot> {
         let key = address_key(addr);
         let mut open = lock(&self.open);
+        // Refused before any entry is made: with a limit of 0, every address refused
+        // would otherwise leave one behind.
+        if self.max == 0 {
+            return None;
+        }
         let count = open.entry(key).or_insert(0);
         if *count >= self.max {
             return None;
@@ -230,6 +235,15 @@ mod tests {
             0,
             "no entry is kept for an address without connections"
         );
+    }
+
+    #[test]
+    fn a_limit_of_zero_refuses_every_address_and_keeps_no_entry() {
+        let table = Addresses::new(0);
+        for last in 1..=100u8 {
+            assert!(table.take(IpAddr::from([10, 0, 0, last])).is_none());
+        }
+        assert_eq!(table.len(), 0);
     }
 
     #[test]
