@@ -25,12 +25,23 @@ async fn node_with(
     missed: u32,
 ) -> (Cluster, String, jsonrpc_peer::cluster::MemoryBackplane) {
     let bus = hub.backplane();
+    let (cluster, url) = node_on(bus.clone(), name, heartbeat, missed).await;
+    (cluster, url, bus)
+}
+
+/// A node on `bus`, serving `subscribe [topic]` and `unsubscribe [topic]`.
+async fn node_on(
+    bus: impl Backplane,
+    name: &str,
+    heartbeat: Duration,
+    missed: u32,
+) -> (Cluster, String) {
     let server = Server::bind("127.0.0.1:0")
         .await
         .unwrap()
         .peer_config(jsonrpc_peer::PeerConfig::default().slow_peer(jsonrpc_peer::SlowPeer::Drop));
     let url = format!("ws://{}", server.local_addr().unwrap());
-    let cluster = Cluster::builder(bus.clone(), server.handle())
+    let cluster = Cluster::builder(bus, server.handle())
         .node_id(name)
         .heartbeat_interval(heartbeat)
         .missed_heartbeats(missed)
@@ -55,7 +66,16 @@ async fn node_with(
             },
         );
     tokio::spawn(server.serve(router));
-    (cluster, url, bus)
+    (cluster, url)
+}
+
+/// Waits until `cluster` sees `n` nodes live, itself included.
+async fn all_live(cluster: &Cluster, n: usize) {
+    let mut live = cluster.watch_nodes();
+    tokio::time::timeout(STEP, live.wait_for(|names| names.len() == n))
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 /// A client subscribed to `topic`, forwarding the params of its notifications.
@@ -84,11 +104,7 @@ async fn a_recorded_run_at_the_last_offset_does_not_stop_the_receive_loop() {
     let hub = MemoryHub::new();
     let (a, url_a) = node(&hub, "a").await;
     let (b, _url_b) = node(&hub, "b").await;
-    let mut live = a.watch_nodes();
-    tokio::time::timeout(STEP, live.wait_for(|n| n.len() == 2))
-        .await
-        .unwrap()
-        .unwrap();
+    all_live(&a, 2).await;
     let (_peer, mut rx) = subscriber(&url_a, "t").await;
 
     // Another party on the bus (a buggy node, a hostile client of Redis).
@@ -123,11 +139,7 @@ async fn a_history_entry_that_is_not_json_does_not_stop_the_topic_for_good() {
     for n in [&a, &b] {
         n.topics().keep_history("t", HistoryConfig::default());
     }
-    let mut live = a.watch_nodes();
-    tokio::time::timeout(STEP, live.wait_for(|n| n.len() == 2))
-        .await
-        .unwrap()
-        .unwrap();
+    all_live(&a, 2).await;
     let (_peer, mut rx) = subscriber(&url_a, "t").await;
 
     b.topics().publish("t", &"one").await.unwrap();
@@ -177,11 +189,7 @@ async fn a_node_back_from_a_cut_keeps_its_duplicates_dropped() {
     let interval = Duration::from_millis(50);
     let (a, url_a, _) = node_with(&hub, "a", interval, 40).await; // window 2 s
     let (b, _, b_bus) = node_with(&hub, "b", interval, 40).await;
-    let mut live = a.watch_nodes();
-    tokio::time::timeout(STEP, live.wait_for(|n| n.len() == 2))
-        .await
-        .unwrap()
-        .unwrap();
+    all_live(&a, 2).await;
     let (_peer, mut rx) = subscriber(&url_a, "t").await;
     b.topics().publish("t", &["warm"]).await.unwrap();
     assert_eq!(
@@ -194,16 +202,10 @@ async fn a_node_back_from_a_cut_keeps_its_duplicates_dropped() {
 
     // b is cut off long enough to be dropped, then comes back.
     b_bus.cut();
-    tokio::time::timeout(STEP, live.wait_for(|n| n.len() == 1))
-        .await
-        .unwrap()
-        .unwrap();
+    all_live(&a, 1).await;
     let dropped = tokio::time::Instant::now();
     b_bus.restore();
-    tokio::time::timeout(STEP, live.wait_for(|n| n.len() == 2))
-        .await
-        .unwrap()
-        .unwrap();
+    all_live(&a, 2).await;
 
     // Well after, while b is live: a publish whose acks are lost, so b's outbox sends it
     // again and again (receivers must drop the copies), across the moment 100 intervals
@@ -360,46 +362,17 @@ async fn a_failed_history_look_is_tried_again_while_the_node_is_busy() {
     let hub = MemoryHub::new();
     let a_link = hub.backplane();
     let failing = Arc::new(AtomicBool::new(false));
-    let server = Server::bind("127.0.0.1:0").await.unwrap();
-    let url_a = format!("ws://{}", server.local_addr().unwrap());
     let flaky = Flaky {
         inner: a_link.clone(),
         failing: failing.clone(),
     };
-    let a = Cluster::builder(flaky, server.handle())
-        .node_id("a")
-        .heartbeat_interval(Duration::from_millis(100))
-        .start()
-        .await
-        .unwrap();
-    let router = Router::with_state(a.clone())
-        .method(
-            "subscribe",
-            |cx: Context<Cluster>, (topic,): (String,)| async move {
-                cx.state()
-                    .topics()
-                    .subscribe_ready(cx.peer(), &topic)
-                    .await
-                    .map_err(|e| RpcError::new(-32000, e.to_string()))
-            },
-        )
-        .method(
-            "unsubscribe",
-            |cx: Context<Cluster>, (topic,): (String,)| async move {
-                Ok::<_, RpcError>(cx.state().topics().unsubscribe(cx.peer(), &topic))
-            },
-        );
-    tokio::spawn(server.serve(router));
+    let (a, url_a) = node_on(flaky, "a", Duration::from_millis(100), 3).await;
     let (b, _) = node(&hub, "b").await;
     for n in [&a, &b] {
         n.topics().keep_history("x", HistoryConfig::default());
         n.topics().keep_history("z", HistoryConfig::default());
     }
-    let mut live = a.watch_nodes();
-    tokio::time::timeout(STEP, live.wait_for(|n| n.len() == 2))
-        .await
-        .unwrap()
-        .unwrap();
+    all_live(&a, 2).await;
     let (_c1, mut rx) = subscriber(&url_a, "x").await;
     b.topics().publish("x", &"one").await.unwrap();
     assert_eq!(

@@ -305,29 +305,51 @@ async fn shutdown_stops_calls_that_outlive_the_grace_period() {
     within(serving).await.unwrap().unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn past_the_in_flight_limit_the_peer_stops_reading_instead_of_failing() {
-    // Handlers wait for a permit each; the test hands them out.
+type PermitsState = (Arc<Semaphore>, Arc<AtomicUsize>, mpsc::UnboundedSender<()>);
+
+/// What the test holds of [`permits`]' router: the permits it hands out, how many
+/// handlers run now, and a tick as each starts.
+struct Permits {
+    release: Arc<Semaphore>,
+    running: Arc<AtomicUsize>,
+    starts: mpsc::UnboundedReceiver<()>,
+}
+
+/// `wait` waits for a permit, which the test hands out; `quick` answers at once.
+fn permits() -> (Router<PermitsState>, Permits) {
     let release = Arc::new(Semaphore::new(0));
     let running = Arc::new(AtomicUsize::new(0));
-    let (started, mut starts) = mpsc::unbounded_channel();
-    let router =
-        Router::with_state((release.clone(), running.clone(), started))
-            .method(
-                "wait",
-                |cx: Context<(Arc<Semaphore>, Arc<AtomicUsize>, mpsc::UnboundedSender<()>)>,
-                 (): ()| async move {
-                    let (release, running, started) = cx.state();
-                    running.fetch_add(1, Ordering::SeqCst);
-                    let _ = started.send(());
-                    let _permit = release.acquire().await;
-                    running.fetch_sub(1, Ordering::SeqCst);
-                    Ok::<_, RpcError>(())
-                },
-            )
-            .method("quick", |_cx: Context<_>, (): ()| async {
-                Ok::<_, RpcError>(())
-            });
+    let (started, starts) = mpsc::unbounded_channel();
+    let router = Router::with_state((release.clone(), running.clone(), started))
+        .method("wait", |cx: Context<PermitsState>, (): ()| async move {
+            let (release, running, started) = cx.state();
+            running.fetch_add(1, Ordering::SeqCst);
+            let _ = started.send(());
+            let _permit = release.acquire().await;
+            running.fetch_sub(1, Ordering::SeqCst);
+            Ok::<_, RpcError>(())
+        })
+        .method("quick", |_cx: Context<_>, (): ()| async {
+            Ok::<_, RpcError>(())
+        });
+    let permits = Permits {
+        release,
+        running,
+        starts,
+    };
+    (router, permits)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_in_flight_limit_the_peer_stops_reading_instead_of_failing() {
+    let (
+        router,
+        Permits {
+            release,
+            running,
+            mut starts,
+        },
+    ) = permits();
     let config = PeerConfig::default().max_in_flight(4);
     let server = Server::bind("127.0.0.1:0")
         .await
@@ -369,26 +391,14 @@ async fn past_the_in_flight_limit_the_peer_stops_reading_instead_of_failing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_calls_of_a_batch_count_each_against_the_in_flight_limit() {
-    let release = Arc::new(Semaphore::new(0));
-    let running = Arc::new(AtomicUsize::new(0));
-    let (started, mut starts) = mpsc::unbounded_channel();
-    let router =
-        Router::with_state((release.clone(), running.clone(), started))
-            .method(
-                "wait",
-                |cx: Context<(Arc<Semaphore>, Arc<AtomicUsize>, mpsc::UnboundedSender<()>)>,
-                 (): ()| async move {
-                    let (release, running, started) = cx.state();
-                    running.fetch_add(1, Ordering::SeqCst);
-                    let _ = started.send(());
-                    let _permit = release.acquire().await;
-                    running.fetch_sub(1, Ordering::SeqCst);
-                    Ok::<_, RpcError>(())
-                },
-            )
-            .method("quick", |_cx: Context<_>, (): ()| async {
-                Ok::<_, RpcError>(())
-            });
+    let (
+        router,
+        Permits {
+            release,
+            running,
+            mut starts,
+        },
+    ) = permits();
     let config = PeerConfig::default().max_in_flight(4);
     let (url, _handle) = common::serve_with(router, config).await;
     let mut raw = common::RawClient::connect(&url).await;
