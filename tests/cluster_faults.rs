@@ -1,6 +1,7 @@
 //! The cluster against what the bus may hold or do that no node of it would: a run at
 //! the last offset, a history entry that is not JSON, heartbeats whose counts overflow,
-//! a node back from a cut re-sending, history reads that fail while the node is busy.
+//! a node back from a cut re-sending, history reads that fail while the node is busy,
+//! envelopes of a channel read after the node left it.
 //! Each of these failed before its fix; all on the in-memory hub.
 
 use std::time::Duration;
@@ -232,6 +233,78 @@ async fn a_node_back_from_a_cut_keeps_its_duplicates_dropped() {
     }
     let x1 = got.iter().filter(|p| p[0] == "x1").count();
     assert_eq!(x1, 1, "x1 delivered {x1} times: {got:?}");
+}
+
+/// Envelopes of a topic channel still queued in the bus's event stream when this node
+/// leaves the channel are read after the receive loop forgot the channel's marks: they
+/// set a mark again that nothing forgets, and the next subscription to the topic sees
+/// a jump from that stale mark, a false gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaving_a_busy_topic_leaves_no_stale_mark_behind() {
+    let hub = MemoryHub::new();
+    let (a, url_a) = node(&hub, "a").await;
+    let (b, _) = node(&hub, "b").await;
+    all_live(&a, 2).await;
+    // What b publishes reaches a's receive loop in the order published, whatever the
+    // channel: a's subscriber of "sync" hears when a has read all that came before.
+    let (_sync, mut synced) = subscriber(&url_a, "sync").await;
+    // A race (what is still queued when the channel is left), so a few rounds.
+    for round in 0..8u64 {
+        let topic = format!("t{round}");
+        let (peer, mut rx) = subscriber(&url_a, &topic).await;
+        let publisher = {
+            let (topics, topic) = (b.topics(), topic.clone());
+            tokio::spawn(async move {
+                for i in 0..10_000u64 {
+                    topics.publish(topic.as_str(), &[i]).await.unwrap();
+                }
+            })
+        };
+        // Leave while the burst is coming down.
+        tokio::time::timeout(STEP, rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let _: bool = tokio::time::timeout(STEP, peer.call("unsubscribe", (&topic,)))
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::time::timeout(STEP, publisher)
+            .await
+            .unwrap()
+            .unwrap();
+        b.topics().publish("sync", &[round]).await.unwrap();
+        let heard = tokio::time::timeout(STEP, synced.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(heard[0], round);
+        let gaps_before = a.stats().gaps;
+
+        // Back on the topic: nothing was lost to this subscription.
+        let _: Value = tokio::time::timeout(STEP, peer.call("subscribe", (&topic,)))
+            .await
+            .unwrap()
+            .unwrap();
+        b.topics()
+            .publish(topic.as_str(), &["again"])
+            .await
+            .unwrap();
+        loop {
+            let got = tokio::time::timeout(STEP, rx.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            if got[0] == "again" {
+                break;
+            }
+        }
+        assert_eq!(
+            a.stats().gaps,
+            gaps_before,
+            "round {round}: a gap reported for what was published while no one here was subscribed"
+        );
+    }
 }
 
 /// Heartbeats carry a connection count the nodes task sums with `Iterator::sum`: two

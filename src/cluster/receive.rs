@@ -130,6 +130,15 @@ impl Receive {
             }
             return;
         }
+        if header.k == Kind::Topic {
+            // Left over from before this node left the channel (its marks were
+            // forgotten then): no one here wants it, and it must not set a mark again,
+            // which the next subscription would take for a gap.
+            let topic = self.me.channels.topic_of(channel);
+            if topic.is_some_and(|topic| self.topics.subscriber_count(topic) == 0) {
+                return;
+            }
+        }
         if !self.is_new(channel, &header) {
             return;
         }
