@@ -334,10 +334,12 @@ async fn heartbeats_with_huge_counts_do_not_stop_the_roster() {
 }
 
 /// A memory link whose history reads (`read_history`, `history_position`) fail while
-/// `failing` is set: a Redis that answers some commands with errors while the link is up.
+/// `failing` is set, each refusal told on `refused`: a Redis that answers some commands
+/// with errors while the link is up.
 struct Flaky {
     inner: jsonrpc_peer::cluster::MemoryBackplane,
     failing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    refused: std::sync::Arc<tokio::sync::Notify>,
 }
 
 mod flaky {
@@ -352,6 +354,7 @@ mod flaky {
     impl Flaky {
         fn check(&self) -> Result<(), BackplaneError> {
             if self.failing.load(Ordering::SeqCst) {
+                self.refused.notify_one();
                 Err(BackplaneError::Unavailable("read refused".into()))
             } else {
                 Ok(())
@@ -435,9 +438,11 @@ async fn a_failed_history_look_is_tried_again_while_the_node_is_busy() {
     let hub = MemoryHub::new();
     let a_link = hub.backplane();
     let failing = Arc::new(AtomicBool::new(false));
+    let refused = Arc::new(tokio::sync::Notify::new());
     let flaky = Flaky {
         inner: a_link.clone(),
         failing: failing.clone(),
+        refused: refused.clone(),
     };
     let (a, url_a) = node_on(flaky, "a", Duration::from_millis(100), 3).await;
     let (b, _) = node(&hub, "b").await;
@@ -461,17 +466,18 @@ async fn a_failed_history_look_is_tried_again_while_the_node_is_busy() {
     b.topics().publish("x", &"two").await.unwrap();
     failing.store(true, Ordering::SeqCst);
     a_link.regain();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::timeout(STEP, refused.notified())
+        .await
+        .unwrap();
     failing.store(false, Ordering::SeqCst);
 
-    // Meanwhile another client of a joins and leaves topic z, every 150 ms.
+    // Meanwhile another client of a joins and leaves topic z, again and again: the room
+    // hears of it far more often than once a second.
     let (c2, _rx2) = subscriber(&url_a, "z").await;
     let churn = tokio::spawn(async move {
         loop {
             let _: Result<bool, _> = c2.call("unsubscribe", ("z",)).await;
-            tokio::time::sleep(Duration::from_millis(75)).await;
             let _: Result<Value, _> = c2.call("subscribe", ("z",)).await;
-            tokio::time::sleep(Duration::from_millis(75)).await;
         }
     });
     // Tried again within a second or so; `STEP` leaves room for a busy machine, and the
