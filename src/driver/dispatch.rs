@@ -22,7 +22,6 @@
 //!   notification handler falls behind, reading pauses, and the other side's writes
 //!   wait on TCP.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
@@ -40,7 +39,7 @@ use super::cancel;
 use super::in_flight::{join_batch, BatchCall, InFlight};
 use super::lanes::Keyed;
 use super::ordered::Ordered;
-use super::run::panicked;
+use super::run::{caught, panicked};
 
 /// The connection's dispatcher: what each message starts, and what runs.
 pub(super) struct Dispatch<S> {
@@ -131,7 +130,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                     let calls = items.iter().filter(|item| !item.is_answer()).count();
                     // The application's code, on the connection's task: a panic is logged.
                     let seen = || layers.on_batch(Direction::Served, calls);
-                    if calls > 0 && catch_unwind(AssertUnwindSafe(seen)).is_err() {
+                    if calls > 0 && caught(seen).is_none() {
                         tracing::error!(calls, "a call layer's on_batch panicked");
                     }
                 }
@@ -234,12 +233,10 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             // Params that do not fit have no key: the call starts at once, and its
             // handler answers -32602. The key function is the application's code: its
             // panic answers -32603, as a handler's does.
-            Lane::Keyed(key) => {
-                match catch_unwind(AssertUnwindSafe(|| key(frame, call.params.clone()))) {
-                    Ok(key) => key.map_or(Turn::Now, Turn::Keyed),
-                    Err(_) => return panicked(Some(id), method, peer.id()),
-                }
-            }
+            Lane::Keyed(key) => match caught(|| key(frame, call.params.clone())) {
+                Some(key) => key.map_or(Turn::Now, Turn::Keyed),
+                None => return panicked(Some(id), method, peer.id()),
+            },
         };
         if let Turn::Now = turn {
             let id = Some((frame, id));
@@ -249,7 +246,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         let token = cx.cancel.clone();
         let call_id = (call.frame.clone(), call.id.clone());
         // Making the future runs the call layers' `on_call`: a panic there answers -32603.
-        let Ok(future) = catch_unwind(AssertUnwindSafe(|| handler(cx, call))) else {
+        let Some(future) = caught(|| handler(cx, call)) else {
             return panicked(Some(id), method, peer.id());
         };
         let job = cancel::stoppable_call(peer, future, call_id, method, token);
@@ -303,7 +300,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             let mut call = Call::new(frame, None, params);
             call.unrouted = Some(method.into());
             let made = || route.handler()(Context::new(&self.scope), call);
-            let Ok(run) = catch_unwind(AssertUnwindSafe(made)) else {
+            let Some(run) = caught(made) else {
                 let _ = panicked(None, method, self.scope.peer.id());
                 return None;
             };
@@ -337,10 +334,8 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         // The layers are the application's code: a panic answers -32603, as a
         // handler's does.
         let peer = &self.scope.peer;
-        catch_unwind(AssertUnwindSafe(|| {
-            crate::layer::not_found(peer, &call, method)
-        }))
-        .unwrap_or_else(|_| panicked(id, method, peer.id()).unwrap_or_default())
+        caught(|| crate::layer::not_found(peer, &call, method))
+            .unwrap_or_else(|| panicked(id, method, peer.id()).unwrap_or_default())
     }
 
     /// An answer to one of our calls, handed to the call that waits for it.

@@ -35,6 +35,12 @@ pub(super) fn poll_once<T>(start: impl FnOnce() -> HandlerFuture<T>) -> FirstPol
     polled.unwrap_or(FirstPoll::Panicked)
 }
 
+/// Runs the application's code (a call layer, a lane's key, the making of a handler's
+/// future) on the connection's task: `None` if it panicked, which the caller answers.
+pub(super) fn caught<R>(code: impl FnOnce() -> R) -> Option<R> {
+    std::panic::catch_unwind(AssertUnwindSafe(code)).ok()
+}
+
 /// The -32603 answer of a call whose handler panicked; none for a notification's run
 /// (no id).
 pub(super) fn panicked(id: Option<&str>, method: &str, peer: u64) -> Option<String> {
