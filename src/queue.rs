@@ -180,6 +180,13 @@ struct State {
 }
 
 impl State {
+    /// Moves the process-wide gauge of queued bytes by `delta`, if this queue counts.
+    fn meter(&self, delta: i64) {
+        if self.metered {
+            crate::metrics::queue_bytes(delta);
+        }
+    }
+
     /// Frames counted against the bound: queued and in the task's batch.
     fn len(&self) -> usize {
         self.frames.len() + self.batch
@@ -203,9 +210,7 @@ impl State {
         let left_bytes = batch.bytes();
         let fed_bytes = self.batch_bytes - left_bytes;
         self.bytes -= fed_bytes;
-        if self.metered {
-            crate::metrics::queue_bytes(-(fed_bytes as i64));
-        }
+        self.meter(-(fed_bytes as i64));
         self.batch = left;
         self.batch_bytes = left_bytes;
     }
@@ -261,9 +266,7 @@ impl OutQueue {
             return Err(TrySendError::Full(frame));
         }
         state.bytes += frame.len();
-        if state.metered {
-            crate::metrics::queue_bytes(frame.len() as i64);
-        }
+        state.meter(frame.len() as i64);
         state.frames.push_back(frame);
         self.count(&state);
         let first = state.frames.len() == 1;
@@ -384,9 +387,7 @@ impl OutQueue {
     pub(crate) fn discard(&self, batch: &mut Batch) {
         let mut state = self.state();
         let frames = std::mem::take(&mut state.frames);
-        if state.metered {
-            crate::metrics::queue_bytes(-(state.bytes as i64));
-        }
+        state.meter(-(state.bytes as i64));
         state.bytes = 0;
         state.batch = 0;
         state.batch_bytes = 0;
@@ -437,8 +438,8 @@ impl Drop for OutQueue {
     /// What a connection's queue still held at its end leaves the process-wide count.
     fn drop(&mut self) {
         let state = self.state();
-        if state.bytes > 0 && state.metered {
-            crate::metrics::queue_bytes(-(state.bytes as i64));
+        if state.bytes > 0 {
+            state.meter(-(state.bytes as i64));
         }
     }
 }
