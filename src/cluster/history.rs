@@ -558,15 +558,7 @@ impl Room {
                 // Trimmed before this node read it (it was cut off for longer than the
                 // history keeps): lost here. Its subscribers are told, as for a lost
                 // history, and the cache goes on from the oldest kept.
-                let at = Position {
-                    epoch: epoch.to_owned(),
-                    offset: read.first - 1,
-                };
-                let notice = self.gaps.history_notice(topic, &at);
-                self.topics
-                    .follow_at(topic, &at, None, notice.as_ref(), true);
-                self.report(topic, &at);
-                after = at.offset;
+                after = self.skip_to(topic, epoch, read.first - 1);
                 continue;
             }
             if read.entries.is_empty() {
@@ -581,15 +573,7 @@ impl Room {
                         offset = entry.offset,
                         "a recorded publication that is not JSON; skipped"
                     );
-                    let at = Position {
-                        epoch: epoch.to_owned(),
-                        offset: entry.offset,
-                    };
-                    let notice = self.gaps.history_notice(topic, &at);
-                    self.topics
-                        .follow_at(topic, &at, None, notice.as_ref(), true);
-                    self.report(topic, &at);
-                    after = entry.offset;
+                    after = self.skip_to(topic, epoch, entry.offset);
                     continue;
                 };
                 match self.topics.apply(topic, epoch, entry.offset, &frame, bytes) {
@@ -599,6 +583,20 @@ impl Room {
             }
         }
         Filled::Done
+    }
+
+    /// What the cache cannot have up to `offset` is lost here: its subscribers are told
+    /// (a gap), and the cache goes on after it. Returns `offset`.
+    fn skip_to(&self, topic: &str, epoch: &str, offset: u64) -> u64 {
+        let at = Position {
+            epoch: epoch.to_owned(),
+            offset,
+        };
+        let notice = self.gaps.history_notice(topic, &at);
+        self.topics
+            .follow_at(topic, &at, None, notice.as_ref(), true);
+        self.report(topic, &at);
+        offset
     }
 
     fn report(&self, topic: &str, at: &Position) {
