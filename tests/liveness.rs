@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::within;
 use jsonrpc_peer::{
-    connect, connect_with_config, Caller, CloseReason, Context, Error, PeerConfig, Router,
-    RpcError, Server,
+    connect, connect_with_config, Caller, CloseReason, Context, Error, MethodOptions, PeerConfig,
+    Router, RpcError, Server,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -121,22 +121,28 @@ async fn a_silent_peer_is_detected_and_its_calls_end() {
     assert_eq!(server_peer.pending_calls(), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_lets_running_calls_finish_then_closes_with_1001() {
+type Gate = (Arc<Notify>, Arc<Notify>);
+
+/// `slow` (in the lane `options` say) tells `started` and waits for `release`, then
+/// answers "finished"; `quick` answers at once.
+fn gated(options: MethodOptions<()>) -> (Router<Gate>, Arc<Notify>, Arc<Notify>) {
     let release = Arc::new(Notify::new());
     let started = Arc::new(Notify::new());
     let router = Router::with_state((release.clone(), started.clone()))
-        .method(
-            "slow",
-            |cx: Context<(Arc<Notify>, Arc<Notify>)>, (): ()| async move {
-                cx.state().1.notify_one();
-                cx.state().0.notified().await;
-                Ok::<_, RpcError>("finished")
-            },
-        )
+        .method_with("slow", options, |cx: Context<Gate>, (): ()| async move {
+            cx.state().1.notify_one();
+            cx.state().0.notified().await;
+            Ok::<_, RpcError>("finished")
+        })
         .method("quick", |_cx: Context<_>, (): ()| async {
             Ok::<_, RpcError>("quick")
         });
+    (router, release, started)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_running_calls_finish_then_closes_with_1001() {
+    let (router, release, started) = gated(MethodOptions::new());
     let server = Server::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}", server.local_addr().unwrap());
     let handle = server.handle();
@@ -223,25 +229,9 @@ async fn a_connection_whose_handshake_ends_after_shutdown_began_is_closed_too() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_lets_a_running_ordered_call_finish_too() {
-    use jsonrpc_peer::MethodOptions;
-
     // An ordered call runs on the connection's task for ordered work, not with the
     // other running calls: the drain must wait for it as well.
-    let release = Arc::new(Notify::new());
-    let started = Arc::new(Notify::new());
-    let router = Router::with_state((release.clone(), started.clone()))
-        .method_with(
-            "slow",
-            MethodOptions::new().ordered(),
-            |cx: Context<(Arc<Notify>, Arc<Notify>)>, (): ()| async move {
-                cx.state().1.notify_one();
-                cx.state().0.notified().await;
-                Ok::<_, RpcError>("finished")
-            },
-        )
-        .method("quick", |_cx: Context<_>, (): ()| async {
-            Ok::<_, RpcError>("quick")
-        });
+    let (router, release, started) = gated(MethodOptions::new().ordered());
     let server = Server::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}", server.local_addr().unwrap());
     let handle = server.handle();
