@@ -387,6 +387,43 @@ async fn a_refused_subscription_is_reported_once_and_not_retried_in_a_loop() {
 }
 
 #[tokio::test]
+async fn a_refused_first_subscription_then_a_reconnect_reports_no_missed() {
+    use jsonrpc_peer::{Context, RpcError};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    // The first `subscribe` is refused; the link is then dropped, and the second one
+    // (a topic without history) sends one notification before its answer. The client
+    // was never subscribed before, so nothing was missed: the data comes next.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let router = Router::with_state(calls.clone()).method(
+        "subscribe",
+        |cx: Context<Arc<AtomicUsize>>, _params: Value| async move {
+            if cx.state().fetch_add(1, Ordering::SeqCst) == 0 {
+                return Err(RpcError::invalid_params("not yet"));
+            }
+            let _ = cx.peer().notify("t", json!({ "n": 1 })).await;
+            Ok(json!(true))
+        },
+    );
+    let (url, handle) = common::serve(router).await;
+    let (builder, mut events) = Reconnecting::builder(url, Router::new())
+        .backoff(Backoff::default().initial(Duration::from_millis(5)))
+        .topic::<Value>("t");
+    let client = builder.start();
+    assert!(matches!(next(&mut events).await, TopicEvent::Failed(_)));
+    for server_side in handle.peers() {
+        server_side.close().await;
+    }
+    match next(&mut events).await {
+        TopicEvent::Data(v) => assert_eq!(v, json!({ "n": 1 })),
+        other => panic!("never subscribed before, yet: {other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    within(client.close()).await;
+}
+
+#[tokio::test]
 async fn a_gap_report_moves_the_client_to_the_new_epoch_and_it_takes_what_follows() {
     use jsonrpc_peer::{Context, RpcError};
 

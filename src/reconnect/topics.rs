@@ -250,7 +250,8 @@ struct State {
     held: Vec<Held>,
     /// The position was given up: the next answer is reported as [`TopicEvent::Missed`].
     lost: bool,
-    /// A subscribe was answered before (a reconnect, not the first connect).
+    /// A subscribe was answered with a subscription before (a reconnect, not the first
+    /// connect); a refusal does not count: nothing was delivered, so nothing was missed.
     subscribed_before: bool,
 }
 
@@ -558,6 +559,7 @@ impl<T: DeserializeOwned + Send + 'static> Follow<T> {
                     }
                 }
                 state.lost = false;
+                state.subscribed_before = true;
                 state.mode = Mode::History;
                 for held in held {
                     match held {
@@ -578,6 +580,7 @@ impl<T: DeserializeOwned + Send + 'static> Follow<T> {
                     self.emit(missed, &None).await;
                 }
                 state.lost = false;
+                state.subscribed_before = true;
                 state.mode = Mode::Plain;
                 for held in held {
                     match held {
@@ -602,6 +605,5 @@ impl<T: DeserializeOwned + Send + 'static> Follow<T> {
                 }
             }
         }
-        state.subscribed_before = true;
     }
 }
