@@ -198,6 +198,24 @@ async fn messages_the_bus_loses_are_read_from_the_history_before_later_ones() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribe_from_refused_while_the_bus_is_down_leaves_no_subscriber_behind() {
+    let hub = MemoryHub::new();
+    let [_a, b, _c] = three(&hub, HistoryConfig::default()).await;
+    let (peer, _rx) = client(&b.url, &["fresh"]).await;
+    b.bus.cut();
+    let mut state = b.cluster.watch_state();
+    within(state.wait_for(|s| *s == ClusterState::Down))
+        .await
+        .unwrap();
+    let err = within(peer.call::<Value>("subscribe", json!(["fresh", null])))
+        .await
+        .unwrap_err();
+    assert!(err.rpc().is_some(), "an error answer: {err}");
+    // The client was told it is not subscribed; the node does not count it either.
+    assert_eq!(b.cluster.topics().subscriber_count("fresh"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cut_off_alone_fills_in_what_it_missed_when_back() {
     let hub = MemoryHub::new();
     let [a, b, _c] = three(&hub, HistoryConfig::default()).await;

@@ -146,7 +146,10 @@ impl Topics {
     ///
     /// [`HistoryError::NotKept`] (as [`Error::History`]) if `topic` keeps no history;
     /// [`Error::Closed`] if the connection ends (or is closed for falling behind, or for
-    /// the history's loss) during the replay.
+    /// the history's loss) during the replay. In a cluster, the errors of
+    /// [`subscribe_ready`](Self::subscribe_ready). After an error (or with the future
+    /// dropped before it is done) `peer` is not subscribed to `topic`, unless it was
+    /// before the call.
     pub async fn subscribe_from(
         &self,
         peer: &Peer,
@@ -154,11 +157,19 @@ impl Topics {
         from: Option<Position>,
     ) -> Result<Subscribed> {
         let relay = self.inner.relay.get();
+        // Refused (or the call dropped) after this call added the peer to the topic: it
+        // was told it is not subscribed, so it is not counted as a subscriber either.
+        let mut joined = Joined {
+            topics: self,
+            peer,
+            topic,
+            added: false,
+        };
         for _ in 0..LOOKUPS {
             let Some(log) = self.log(topic, true) else {
                 break;
             };
-            self.join(peer, topic);
+            joined.added |= self.join(peer, topic);
             if let Some(relay) = relay {
                 // In a cluster: this node hears the topic, and its cache follows the bus.
                 relay.ready(topic).await?;
@@ -180,6 +191,7 @@ impl Topics {
                     // Its `on_close` ran before it was added: nothing will remove it.
                     log.remove(peer.id());
                 }
+                joined.added &= subscribed.is_err();
                 return subscribed;
             }
         }
@@ -389,6 +401,23 @@ impl Topics {
             if !still || peer.is_ending() {
                 log.remove(peer.id());
             }
+        }
+    }
+}
+
+/// [`Topics::subscribe_from`]'s undo: while `added`, dropping it takes `peer` off
+/// `topic` again (an error answer, or the call's future dropped mid-way).
+struct Joined<'a> {
+    topics: &'a Topics,
+    peer: &'a Peer,
+    topic: &'a str,
+    added: bool,
+}
+
+impl Drop for Joined<'_> {
+    fn drop(&mut self) {
+        if self.added {
+            self.topics.unsubscribe(self.peer, self.topic);
         }
     }
 }
