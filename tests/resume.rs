@@ -359,6 +359,56 @@ async fn a_topic_without_history_given_up_past_max_held_reports_missed() {
 }
 
 #[tokio::test]
+async fn a_server_that_sends_large_notifications_before_its_answer_is_bounded_by_bytes_too() {
+    use jsonrpc_peer::{Context, RpcError, TopicOptions};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    // Few notifications (well under max_held) of 64 KiB each before the first answer:
+    // past max_held_bytes (256 KiB) the client gives its position up and reconnects,
+    // and says so, rather than holding whatever the server sends.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let router = Router::with_state(calls.clone()).method(
+        "subscribe",
+        |cx: Context<Arc<AtomicUsize>>, _params: Value| async move {
+            if cx.state().fetch_add(1, Ordering::SeqCst) == 0 {
+                let big = "x".repeat(64 * 1024);
+                for i in 1..=8u64 {
+                    let _ = cx.peer().notify("t", json!({ "n": i, "pad": big })).await;
+                }
+            }
+            Ok::<_, RpcError>(json!(true))
+        },
+    );
+    let (url, handle) = common::serve(router).await;
+    let options = TopicOptions::default()
+        .max_held(100)
+        .max_held_bytes(256 * 1024);
+    let (builder, mut events) = Reconnecting::builder(url, Router::new())
+        .backoff(Backoff::default().initial(Duration::from_millis(5)))
+        .topic_with::<Value>("t", options);
+    let client = builder.start();
+    match next(&mut events).await {
+        TopicEvent::Missed { .. } => {}
+        other => panic!("held past max_held_bytes; first event: {other:?}"),
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the first link was given up"
+    );
+    let peer = within(client.connected(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    for server_side in handle.peers() {
+        let _ = server_side.notify("t", json!({ "n": 9 })).await;
+    }
+    assert!(matches!(next(&mut events).await, TopicEvent::Data(v) if v == json!({ "n": 9 })));
+    drop(peer);
+    within(client.close()).await;
+}
+
+#[tokio::test]
 async fn a_refused_subscription_is_reported_once_and_not_retried_in_a_loop() {
     let topics = Topics::new();
     let (url, _handle) = common::serve_with(

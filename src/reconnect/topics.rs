@@ -50,6 +50,9 @@ pub struct TopicOptions {
     /// (default 65,536). Past it the client gives the position up, reconnects, and reports
     /// [`TopicEvent::Missed`]: the server sent more than it was willing to hold.
     pub max_held: usize,
+    /// The bytes of the held notifications' params, likewise (default 64 MiB): a few
+    /// large notifications are bounded as many small ones are.
+    pub max_held_bytes: usize,
     params: Option<Params>,
 }
 
@@ -60,6 +63,7 @@ impl Default for TopicOptions {
             from: None,
             capacity: 1024,
             max_held: 65_536,
+            max_held_bytes: 64 << 20,
             params: None,
         }
     }
@@ -72,6 +76,7 @@ impl std::fmt::Debug for TopicOptions {
             .field("from", &self.from)
             .field("capacity", &self.capacity)
             .field("max_held", &self.max_held)
+            .field("max_held_bytes", &self.max_held_bytes)
             .field("custom_params", &self.params.is_some())
             .finish()
     }
@@ -99,6 +104,12 @@ impl TopicOptions {
     /// Sets [`max_held`](Self::max_held).
     pub fn max_held(mut self, value: usize) -> Self {
         self.max_held = value;
+        self
+    }
+
+    /// Sets [`max_held_bytes`](Self::max_held_bytes).
+    pub fn max_held_bytes(mut self, value: usize) -> Self {
+        self.max_held_bytes = value;
         self
     }
 
@@ -193,6 +204,34 @@ enum Held {
     Gap(Gap),
 }
 
+/// What arrived before the subscribe answer, bounded by
+/// [`TopicOptions::max_held`] and [`TopicOptions::max_held_bytes`].
+#[derive(Default)]
+struct Holding {
+    items: Vec<Held>,
+    /// The held notifications' params, and the gap reports' names, in bytes.
+    bytes: usize,
+}
+
+impl Holding {
+    /// Holds `held`, of `bytes`, unless that passes a bound: false then, nothing held.
+    fn hold(&mut self, held: Held, bytes: usize, options: &TopicOptions) -> bool {
+        let bytes = self.bytes.saturating_add(bytes);
+        if self.items.len() >= options.max_held || bytes > options.max_held_bytes {
+            return false;
+        }
+        self.items.push(held);
+        self.bytes = bytes;
+        true
+    }
+
+    /// What is held, in order; nothing is after.
+    fn take(&mut self) -> Vec<Held> {
+        self.bytes = 0;
+        std::mem::take(&mut self.items)
+    }
+}
+
 /// A gap report's params: `{"topic":T}` on a topic without history, or
 /// `{"topic":T,"epoch":E,"offset":K}` when the server's history of `T` was lost and
 /// starts again in `E` (the next notification carries `K + 1`).
@@ -247,7 +286,7 @@ struct State {
     /// The connection whose notifications count (its peer id); 0 for none.
     link: u64,
     mode: Mode,
-    held: Vec<Held>,
+    held: Holding,
     /// The position was given up: the next answer is reported as [`TopicEvent::Missed`].
     lost: bool,
     /// A subscribe was answered with a subscription before (a reconnect, not the first
@@ -348,7 +387,7 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
                 position: options.from.clone(),
                 link: 0,
                 mode: Mode::Waiting,
-                held: Vec::new(),
+                held: Holding::default(),
                 lost: false,
                 subscribed_before: false,
             }),
@@ -397,10 +436,13 @@ impl<T: DeserializeOwned + Send + 'static> OnGap for Follow<T> {
             }
             match state.mode {
                 // Dropping it would lose the change of epoch: give the position up.
-                Mode::Waiting if state.held.len() >= self.options.max_held => {
-                    self.give_up(&mut state, peer);
+                Mode::Waiting => {
+                    let bytes =
+                        gap.topic.len() + gap.position.as_ref().map_or(0, |p| p.epoch.len());
+                    if !state.held.hold(Held::Gap(gap), bytes, &self.options) {
+                        self.give_up(&mut state, peer);
+                    }
                 }
-                Mode::Waiting => state.held.push(Held::Gap(gap)),
                 Mode::History | Mode::Plain => self.gap(&mut state, gap).await,
             }
         })
@@ -419,20 +461,22 @@ impl<T: DeserializeOwned + Send + 'static> Follow<T> {
             return; // an older connection's, or one whose subscribe failed
         }
         match state.mode {
-            Mode::Waiting if state.held.len() >= self.options.max_held => {
-                self.give_up(&mut state, peer);
+            Mode::Waiting => {
+                let bytes = params.get().len();
+                if !state.held.hold(Held::Item(params), bytes, &self.options) {
+                    self.give_up(&mut state, peer);
+                }
             }
-            Mode::Waiting => state.held.push(Held::Item(params)),
             Mode::History => self.deliver(&mut state, &params).await,
             Mode::Plain => self.deliver_plain(&state, &params).await,
         }
     }
 
-    /// More arrived before the subscribe answer than `max_held`: gives the position up
+    /// More arrived before the subscribe answer than `max_held` (or `max_held_bytes`): gives the position up
     /// and reconnects (the next subscribe is answered `recovered: false`).
     fn give_up(&self, state: &mut State, peer: &Peer) {
-        tracing::warn!(topic = %self.topic, "more notifications before the subscribe answer than max_held; giving the position up and reconnecting");
-        state.held = Vec::new();
+        tracing::warn!(topic = %self.topic, "more notifications before the subscribe answer than max_held or max_held_bytes; giving the position up and reconnecting");
+        state.held = Holding::default();
         state.lost = true;
         state.link = 0;
         let peer = peer.clone();
@@ -511,7 +555,7 @@ impl<T: DeserializeOwned + Send + 'static> Follow<T> {
             let mut state = self.state.lock().await;
             state.link = peer.id();
             state.mode = Mode::Waiting;
-            state.held.clear();
+            state.held.take();
             if state.lost {
                 None
             } else {
@@ -536,7 +580,7 @@ impl<T: DeserializeOwned + Send + 'static> Follow<T> {
                 .map(Some)
                 .map_err(Error::from),
         });
-        let held = std::mem::take(&mut state.held);
+        let held = state.held.take();
         match answer {
             Ok(Some(subscribed)) => {
                 let resumed = subscribed.recovered == Some(true) && from.is_some();
