@@ -71,8 +71,15 @@ pub(crate) struct Header<'a> {
     pub o: Cow<'a, str>,
     #[serde(borrow)]
     pub i: Cow<'a, str>,
-    /// Sequence number per (origin, incarnation, channel), from 1.
+    /// Sequence number per (origin, incarnation, channel): each higher than the last on
+    /// the channel.
     pub s: u64,
+    /// The first on its channel since the origin (re)numbered it: a receiver takes `s`
+    /// as a new baseline rather than a gap. An origin forgets the number of a channel
+    /// idle for a while (`outbox::SEQUENCE_IDLE`) and numbers it again above every
+    /// number it has given.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub r: bool,
     /// Correlation of a call and its reply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub c: Option<u64>,
@@ -109,6 +116,7 @@ impl<'a> Header<'a> {
             o: Cow::Borrowed(origin),
             i: Cow::Borrowed(incarnation),
             s: 0,
+            r: false,
             c: None,
             p: None,
             t: None,

@@ -43,6 +43,16 @@ use super::sync::lock;
 const BATCH: usize = 256;
 const BATCH_BYTES: usize = 4 * envelope::PACK_BYTES;
 
+/// How long a channel's sequence number is kept unused: the outbox forgets a channel
+/// idle for between one and two of these. A node that publishes on ever new topics
+/// (one per user, say) or calls ever new nodes would otherwise keep a number for each
+/// for as long as it runs. The next envelope on a forgotten channel is numbered above
+/// every number the outbox has given and marked as a restart (the header's `r`), so
+/// receivers keep dropping copies of what came before it and take it as a new baseline,
+/// not a gap. What they cannot tell then: an envelope of the channel lost just before
+/// it went idle (their gap report would have come with the next envelope).
+pub(super) const SEQUENCE_IDLE: Duration = Duration::from_secs(600);
+
 /// The handle every room pushes into; the task in [`run`] drains it.
 pub(super) struct Outbox {
     queue: Mutex<Queue>,
@@ -61,12 +71,22 @@ struct Queue {
     bytes: usize,
     next_item: u64,
     refused: u64,
-    /// The last sequence number per channel this node sent on: one entry (a channel
-    /// name and a number) per channel published to in this incarnation. Forgetting one
-    /// would restart its numbers and make receivers drop what follows as duplicates.
-    sequences: HashMap<String, u64>,
+    /// The last sequence number per channel this node sent on lately: see
+    /// [`SEQUENCE_IDLE`].
+    sequences: HashMap<String, Sequence>,
+    /// The highest sequence number given on any channel: a channel numbered anew
+    /// starts above it, so above anything it had before it was forgotten.
+    high: u64,
+    /// When the unused sequence numbers are next forgotten.
+    next_sweep: Option<Instant>,
     /// While set, only urgent envelopes go out.
     hold: Option<Hold>,
+}
+
+struct Sequence {
+    last: u64,
+    /// Used since the last sweep.
+    used: bool,
 }
 
 struct Hold {
@@ -146,22 +166,28 @@ impl Outbox {
             crate::metrics::cluster_outbox_dropped();
             return Err(Refused::Full);
         }
-        let seq = match queue.sequences.get(channel) {
-            Some(seq) => seq + 1,
-            None => 1,
+        let (seq, restart) = match queue.sequences.get(channel) {
+            Some(sequence) => (sequence.last + 1, false),
+            None => (queue.high + 1, true),
         };
         header.s = seq;
+        header.r = restart;
         let payload = envelope::write(&header, body);
         if queue.bytes + payload.len() > bound {
             crate::metrics::cluster_outbox_dropped();
             return Err(Refused::Full);
         }
+        let sequence = Sequence {
+            last: seq,
+            used: true,
+        };
         match queue.sequences.get_mut(channel) {
-            Some(last) => *last = seq,
+            Some(entry) => *entry = sequence,
             None => {
-                queue.sequences.insert(channel.to_owned(), seq);
+                queue.sequences.insert(channel.to_owned(), sequence);
             }
         }
+        queue.high = queue.high.max(seq);
         queue.bytes += payload.len();
         crate::metrics::cluster_outbox_bytes(payload.len() as i64);
         let id = queue.next_item;
@@ -284,6 +310,7 @@ impl Outbox {
     /// was the front (through `last`), else it names what was sent around held ones.
     fn sent(&self, last: u64, ids: &HashSet<u64>) {
         let mut queue = lock(&self.queue);
+        queue.sweep(Instant::now());
         if ids.is_empty() {
             while queue.items.front().is_some_and(|i| i.id <= last) {
                 if let Some(item) = queue.items.pop_front() {
@@ -305,6 +332,24 @@ impl Outbox {
         }
         drop(queue);
         self.sent.send_replace(());
+    }
+}
+
+impl Queue {
+    /// Every [`SEQUENCE_IDLE`], forgets the channels not used since the last time.
+    fn sweep(&mut self, now: Instant) {
+        match self.next_sweep {
+            Some(due) if now < due => {}
+            Some(_) => {
+                self.sequences
+                    .retain(|_, sequence| std::mem::take(&mut sequence.used));
+                if self.sequences.len() < self.sequences.capacity() / 4 {
+                    self.sequences.shrink_to_fit();
+                }
+                self.next_sweep = Some(now + SEQUENCE_IDLE);
+            }
+            None => self.next_sweep = Some(now + SEQUENCE_IDLE),
+        }
     }
 }
 
@@ -431,6 +476,58 @@ pub(super) async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pushes a topic envelope on `channel`; its header's number and restart flag.
+    fn numbered(outbox: &Outbox, channel: &str) -> (u64, bool) {
+        let header = Header::new(Kind::Topic, "a", "inc");
+        outbox.push(channel, header, b"{}", false).unwrap();
+        let queue = lock(&outbox.queue);
+        let payload = &queue.items.back().unwrap().payload;
+        let (header, _) = envelope::read(payload).unwrap();
+        (header.s, header.r)
+    }
+
+    #[test]
+    fn an_idle_channel_is_forgotten_and_numbered_anew_above_all_before() {
+        use super::super::sequence::{Marks, Seen};
+
+        let (_state, rx) = watch::channel(ClusterState::Up);
+        let outbox = Outbox::new(1 << 20, Duration::from_secs(1), rx);
+        let mut marks = Marks::default();
+        let mut receive =
+            |channel: &str, (s, r): (u64, bool)| match marks.check(channel, "a", "inc", s, r) {
+                Seen::Fresh => s,
+                Seen::Duplicate => panic!("{channel}#{s} dropped as a duplicate"),
+                Seen::Gap(n) => panic!("{channel}#{s} taken for a gap of {n}"),
+            };
+        let t0 = Instant::now();
+        assert_eq!(numbered(&outbox, "x"), (1, true));
+        assert_eq!(receive("x", (1, true)), 1);
+        assert_eq!(receive("x", numbered(&outbox, "x")), 2);
+        assert_eq!(numbered(&outbox, "y"), (3, true));
+        lock(&outbox.queue).sweep(t0);
+        lock(&outbox.queue).sweep(t0 + SEQUENCE_IDLE);
+        assert_eq!(lock(&outbox.queue).sequences.len(), 2, "both used since");
+        assert_eq!(numbered(&outbox, "y"), (4, false));
+        lock(&outbox.queue).sweep(t0 + SEQUENCE_IDLE * 2);
+        let kept: Vec<String> = lock(&outbox.queue).sequences.keys().cloned().collect();
+        assert_eq!(kept, ["y"], "x idle for a whole period");
+        // x again: above every number given, and a baseline for its receivers (who
+        // still hold their mark of x#2), not a gap; what follows goes on from it.
+        assert_eq!(numbered(&outbox, "x"), (5, true));
+        assert_eq!(receive("x", (5, true)), 5);
+        assert_eq!(receive("x", numbered(&outbox, "x")), 6);
+        // Copies of what came before stay duplicates.
+        assert!(matches!(
+            marks.check("x", "a", "inc", 2, false),
+            Seen::Duplicate
+        ));
+        // A real jump is still a gap.
+        assert!(matches!(
+            marks.check("x", "a", "inc", 9, false),
+            Seen::Gap(2)
+        ));
+    }
 
     fn sending(id: u64, channel: &str, passable: bool) -> Sending {
         Sending {

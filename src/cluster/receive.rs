@@ -223,7 +223,10 @@ impl Receive {
                 return false;
             }
         }
-        match self.marks.check(channel, &header.o, &header.i, header.s) {
+        match self
+            .marks
+            .check(channel, &header.o, &header.i, header.s, header.r)
+        {
             Seen::Duplicate => {
                 self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
                 return false;

@@ -35,7 +35,16 @@ pub(super) enum Forget {
 pub(super) struct Marks(HashMap<String, HashMap<String, Mark>>);
 
 impl Marks {
-    pub fn check(&mut self, channel: &str, origin: &str, incarnation: &str, s: u64) -> Seen {
+    /// `restart`: the origin numbered the channel anew (the header's `r`): above its
+    /// last number, with nothing to say about what came between.
+    pub fn check(
+        &mut self,
+        channel: &str,
+        origin: &str,
+        incarnation: &str,
+        s: u64,
+        restart: bool,
+    ) -> Seen {
         let per_origin = match self.0.get_mut(channel) {
             Some(m) => m,
             None => self.0.entry(channel.to_owned()).or_default(),
@@ -52,7 +61,7 @@ impl Marks {
                 }
                 let missed = s - mark.last - 1;
                 mark.last = s;
-                if std::mem::take(&mut mark.resync) || missed == 0 {
+                if std::mem::take(&mut mark.resync) || missed == 0 || restart {
                     Seen::Fresh
                 } else {
                     Seen::Gap(missed)

@@ -87,6 +87,9 @@ pub(super) fn write(buf: &mut BytesMut, header: &Header<'_>) {
     put_str(buf, &header.i);
     buf.put_slice(b",\"s\":");
     put_u64(buf, header.s);
+    if header.r {
+        buf.put_slice(b",\"r\":true");
+    }
     for (name, value) in [
         (&b",\"c\":"[..], header.c),
         (b",\"p\":", header.p),
@@ -157,6 +160,7 @@ pub(super) fn read(line: &[u8]) -> Option<Header<'_>> {
             b"o" => o = Some(r.text()?),
             b"i" => i = Some(r.text()?),
             b"s" => s = Some(r.u64()?),
+            b"r" => h.r = r.boolean()?,
             b"c" => h.c = Some(r.u64()?),
             b"p" => h.p = Some(r.u64()?),
             b"t" => h.t = Some(r.u64()?),
@@ -272,6 +276,7 @@ mod tests {
         }
         let mut full = Header::new(Kind::Reply, "a", "b");
         full.s = u64::MAX;
+        full.r = true;
         full.c = Some(0);
         full.p = Some(42);
         full.t = Some(30_000);
