@@ -645,7 +645,6 @@ impl<T: DeserializeOwned + Send + 'static> Follow<T> {
                     drop(state);
                     peer.close_with(1000, "subscribing timed out; reconnecting")
                         .await;
-                    return;
                 }
             }
         }
