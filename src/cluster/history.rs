@@ -277,9 +277,11 @@ impl Reads {
         let cell = {
             let now = tokio::time::Instant::now();
             let mut inflight = lock(&self.inflight);
-            // Running, or answered well and lately (a failed read is not kept).
+            // Running, or answered well and lately (a failed read is not kept). A read
+            // that every caller gave up on (their futures dropped) holds no clone but
+            // the map's and no answer: nobody runs it, and it goes.
             inflight.retain(|_, cell| match cell.get() {
-                None => true,
+                None => Arc::strong_count(cell) > 1,
                 Some((answer, at)) => answer.is_ok() && now - *at < READ_KEPT,
             });
             inflight.entry(key).or_default().clone()
@@ -611,6 +613,52 @@ impl Room {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use futures_util::future::BoxFuture;
+
+    /// A bus whose history reads never answer.
+    struct Stalled;
+
+    impl Backplane for Stalled {
+        fn publish(&self, _: &str, _: Bytes) -> BoxFuture<'_, Result<(), BackplaneError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn subscribe(&self, _: &str) -> BoxFuture<'_, Result<(), BackplaneError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn unsubscribe(&self, _: &str) -> BoxFuture<'_, Result<(), BackplaneError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn events(&self) -> Option<mpsc::Receiver<super::super::backplane::BusEvent>> {
+            None
+        }
+        fn read_history<'a>(
+            &'a self,
+            _: &'a TopicKeys,
+            _: &'a HistoryConfig,
+            _: u64,
+            _: usize,
+        ) -> BoxFuture<'a, Result<HistoryRead, BackplaneError>> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_every_caller_gave_up_on_leaves_no_entry_behind() {
+        let (_state, state) = watch::channel(ClusterState::Up);
+        let me = Arc::new(Me::new("a".into(), "p", 1));
+        let (history, _inbox) = History::new(Arc::new(Stalled), me, Arc::default(), 10, state);
+        let bounds = HistoryConfig::default();
+        for after in 0..100 {
+            let read = history.reads.read(&history, "t", "e", after, &bounds);
+            let given_up = tokio::time::timeout(Duration::from_millis(10), read).await;
+            assert!(given_up.is_err(), "the bus never answers");
+        }
+        // Each read clears what no one runs any more before it adds its own.
+        assert_eq!(lock(&history.reads.inflight).len(), 1);
+    }
+
     #[test]
     fn a_new_epoch_is_twelve_hex_digits_and_new_each_time() {
         let epochs: std::collections::HashSet<String> =
