@@ -623,6 +623,10 @@ impl Shards {
         for addr in gone {
             self.drop_link(&addr, "no longer a master");
         }
+        // A master that failed to dial and is a master no more (replaced in a
+        // failover): its backoff would linger, past due, and mark every tick dirty.
+        self.dial_after
+            .retain(|addr, _| topology.masters().contains(addr));
         let mut moved = Vec::new();
         for (addr, link) in &mut self.links {
             let elsewhere =
