@@ -312,85 +312,38 @@ async fn a_gap_report_past_max_held_costs_the_position_and_is_not_lost() {
     within(client.close()).await;
 }
 
-#[tokio::test]
-async fn a_topic_without_history_given_up_past_max_held_reports_missed() {
-    use jsonrpc_peer::{Context, RpcError, TopicOptions};
+/// A server whose first `subscribe` sends `flood` before its answer (a boolean: no
+/// history), which the client's `options` do not let it hold: the client drops them,
+/// reconnects, and says so with `Missed`, as after any reconnect. Then it takes what
+/// follows on the new link.
+async fn given_up_past_the_bounds(flood: Vec<Value>, options: jsonrpc_peer::TopicOptions) {
+    use jsonrpc_peer::{Context, RpcError};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    // The first `subscribe` sends 20 notifications before its answer (a boolean: no
-    // history); with room for 10 held, the client drops them and reconnects. What it
-    // dropped is lost: the application hears it, as after any reconnect.
     let calls = Arc::new(AtomicUsize::new(0));
-    let router = Router::with_state(calls.clone()).method(
-        "subscribe",
-        |cx: Context<Arc<AtomicUsize>>, _params: Value| async move {
-            if cx.state().fetch_add(1, Ordering::SeqCst) == 0 {
-                for i in 1..=20u64 {
-                    let _ = cx.peer().notify("t", json!({ "n": i })).await;
+    let flood = Arc::new(flood);
+    let router = Router::with_state(calls.clone()).method("subscribe", {
+        move |cx: Context<Arc<AtomicUsize>>, _params: Value| {
+            let flood = flood.clone();
+            async move {
+                if cx.state().fetch_add(1, Ordering::SeqCst) == 0 {
+                    for params in flood.iter() {
+                        let _ = cx.peer().notify("t", params).await;
+                    }
                 }
+                Ok::<_, RpcError>(json!(true))
             }
-            Ok::<_, RpcError>(json!(true))
-        },
-    );
+        }
+    });
     let (url, handle) = common::serve(router).await;
-    let (builder, mut events) = Reconnecting::builder(url, Router::new())
-        .backoff(Backoff::default().initial(Duration::from_millis(5)))
-        .topic_with::<Value>("t", TopicOptions::default().max_held(10));
-    let client = builder.start();
-    match next(&mut events).await {
-        TopicEvent::Missed { .. } => {}
-        other => panic!("20 notifications dropped without a word; first event: {other:?}"),
-    }
-    assert_eq!(
-        calls.load(Ordering::SeqCst),
-        2,
-        "the first link was given up"
-    );
-    let peer = within(client.connected(Duration::from_secs(10)))
-        .await
-        .unwrap();
-    for server_side in handle.peers() {
-        let _ = server_side.notify("t", json!({ "n": 21 })).await;
-    }
-    assert!(matches!(next(&mut events).await, TopicEvent::Data(v) if v == json!({ "n": 21 })));
-    drop(peer);
-    within(client.close()).await;
-}
-
-#[tokio::test]
-async fn a_server_that_sends_large_notifications_before_its_answer_is_bounded_by_bytes_too() {
-    use jsonrpc_peer::{Context, RpcError, TopicOptions};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-
-    // Few notifications (well under max_held) of 64 KiB each before the first answer:
-    // past max_held_bytes (256 KiB) the client gives its position up and reconnects,
-    // and says so, rather than holding whatever the server sends.
-    let calls = Arc::new(AtomicUsize::new(0));
-    let router = Router::with_state(calls.clone()).method(
-        "subscribe",
-        |cx: Context<Arc<AtomicUsize>>, _params: Value| async move {
-            if cx.state().fetch_add(1, Ordering::SeqCst) == 0 {
-                let big = "x".repeat(64 * 1024);
-                for i in 1..=8u64 {
-                    let _ = cx.peer().notify("t", json!({ "n": i, "pad": big })).await;
-                }
-            }
-            Ok::<_, RpcError>(json!(true))
-        },
-    );
-    let (url, handle) = common::serve(router).await;
-    let options = TopicOptions::default()
-        .max_held(100)
-        .max_held_bytes(256 * 1024);
     let (builder, mut events) = Reconnecting::builder(url, Router::new())
         .backoff(Backoff::default().initial(Duration::from_millis(5)))
         .topic_with::<Value>("t", options);
     let client = builder.start();
     match next(&mut events).await {
         TopicEvent::Missed { .. } => {}
-        other => panic!("held past max_held_bytes; first event: {other:?}"),
+        other => panic!("what was held was dropped without a word; first event: {other:?}"),
     }
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -401,11 +354,30 @@ async fn a_server_that_sends_large_notifications_before_its_answer_is_bounded_by
         .await
         .unwrap();
     for server_side in handle.peers() {
-        let _ = server_side.notify("t", json!({ "n": 9 })).await;
+        let _ = server_side.notify("t", json!({ "n": "after" })).await;
     }
-    assert!(matches!(next(&mut events).await, TopicEvent::Data(v) if v == json!({ "n": 9 })));
+    assert!(matches!(next(&mut events).await, TopicEvent::Data(v) if v == json!({ "n": "after" })));
     drop(peer);
     within(client.close()).await;
+}
+
+#[tokio::test]
+async fn a_topic_without_history_given_up_past_max_held_reports_missed() {
+    // 20 notifications before the answer, with room for 10 held.
+    let flood = (1..=20u64).map(|i| json!({ "n": i })).collect();
+    given_up_past_the_bounds(flood, jsonrpc_peer::TopicOptions::default().max_held(10)).await;
+}
+
+#[tokio::test]
+async fn a_server_that_sends_large_notifications_before_its_answer_is_bounded_by_bytes_too() {
+    // Few notifications (well under max_held) of 64 KiB each: past max_held_bytes
+    // (256 KiB) the client gives its position up rather than hold whatever comes.
+    let big = "x".repeat(64 * 1024);
+    let flood = (1..=8u64).map(|i| json!({ "n": i, "pad": big })).collect();
+    let options = jsonrpc_peer::TopicOptions::default()
+        .max_held(100)
+        .max_held_bytes(256 * 1024);
+    given_up_past_the_bounds(flood, options).await;
 }
 
 #[tokio::test]
