@@ -31,6 +31,15 @@ pub struct HistoryConfig {
     pub max_bytes: usize,
     /// How long a publication is kept (default 5 minutes).
     pub max_age: Duration,
+    /// How long a history made by
+    /// [`keep_history_for_all`](crate::Topics::keep_history_for_all) is kept with no
+    /// subscriber and no publication (default 24 hours); then it is forgotten, epoch and
+    /// offset with it, so a process publishing on ever new topics (one per user, say)
+    /// does not keep one for each for as long as it runs. A client resuming from a
+    /// forgotten history is told its position was not recovered (as after a restart).
+    /// In a cluster the bus keeps the history: a node forgets only its cache of it.
+    /// Histories set up with [`keep_history`](crate::Topics::keep_history) are kept.
+    pub max_idle: Duration,
 }
 
 impl Default for HistoryConfig {
@@ -39,6 +48,7 @@ impl Default for HistoryConfig {
             max_len: 1000,
             max_bytes: 1 << 20,
             max_age: Duration::from_secs(300),
+            max_idle: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -59,6 +69,12 @@ impl HistoryConfig {
     /// Sets [`max_age`](Self::max_age).
     pub fn max_age(mut self, value: Duration) -> Self {
         self.max_age = value;
+        self
+    }
+
+    /// Sets [`max_idle`](Self::max_idle).
+    pub fn max_idle(mut self, value: Duration) -> Self {
+        self.max_idle = value;
         self
     }
 }

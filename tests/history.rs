@@ -675,3 +675,51 @@ async fn a_replay_that_ends_with_a_full_queue_goes_live_only_once_there_is_room(
     assert_eq!(answer.unwrap()["result"]["recovered"], true);
     assert!(!server.is_closed());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_history_made_for_every_topic_is_forgotten_once_idle_past_max_idle() {
+    let idle = Duration::from_secs(120);
+    let topics = Topics::new();
+    topics.keep_history_for_all(HistoryConfig::default().max_idle(idle));
+    topics.keep_history("named", HistoryConfig::default().max_idle(idle));
+    let (_server, client, _rx) = memory_pair(&topics, &PeerConfig::default());
+    let _: Value = within(client.call("subscribe", json!(["t"])))
+        .await
+        .unwrap();
+    // One topic per user, published to once, with no subscriber.
+    for i in 1..=100u64 {
+        topics
+            .publish(format!("user/{i}").as_str(), &[i])
+            .await
+            .unwrap();
+    }
+    topics.publish("t", &[1]).await.unwrap();
+    topics.publish("named", &[1]).await.unwrap();
+    let before = topics.position("user/1").unwrap();
+
+    // Past max_idle and a sweep period, in steps the peers' pings keep up with.
+    for _ in 0..40 {
+        tokio::time::advance(Duration::from_secs(5)).await;
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        topics.subscriber_count("t"),
+        1,
+        "the subscriber is still there"
+    );
+    // A publication (or an unsubscribe) looks for the idle ones.
+    topics.publish("user/101", &[101]).await.unwrap();
+    for i in 1..=100u64 {
+        assert_eq!(topics.position(&format!("user/{i}")), None, "user/{i}");
+    }
+    assert!(topics.position("t").is_some(), "it has a subscriber");
+    assert!(topics.position("named").is_some(), "set up by name: kept");
+    assert!(topics.position("user/101").is_some(), "just published");
+
+    // A client resuming from a forgotten history is told so, as after a restart.
+    let answer: Value = within(client.call("subscribe", json!(["user/1", before])))
+        .await
+        .unwrap();
+    assert_eq!(answer["recovered"], false);
+    assert_ne!(answer["epoch"], json!(before.epoch));
+}

@@ -1,7 +1,10 @@
 //! Which topics keep history, and the [`Topics`] methods that use it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, TryLockError};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
@@ -18,6 +21,10 @@ use crate::transport::Text;
 /// found was retired meanwhile (it was idle: the next one found is new).
 const LOOKUPS: usize = 4;
 
+/// How often, at most, the histories idle past their `max_idle` are looked for (on a
+/// publication or an unsubscribe; each look goes over every history).
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
 /// The topics with history.
 #[derive(Default)]
 pub(super) struct Histories {
@@ -29,9 +36,34 @@ pub(super) struct Histories {
     used: AtomicBool,
     /// Numbers subscriptions, so a replay knows when its subscription was replaced.
     subscriptions: AtomicU64,
+    /// When histories idle past their `max_idle` are next looked for.
+    next_sweep: Mutex<Option<Instant>>,
 }
 
 impl Histories {
+    /// Forgets the histories made by `keep_history_for_all` that are idle past their
+    /// `max_idle`, at most every [`SWEEP_EVERY`].
+    fn sweep(&self) {
+        let now = Instant::now();
+        {
+            // Another caller is looking: nothing to wait for.
+            let mut next = match self.next_sweep.try_lock() {
+                Ok(next) => next,
+                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) => return,
+            };
+            match *next {
+                Some(due) if now < due => return,
+                Some(_) => *next = Some(now + SWEEP_EVERY),
+                None => {
+                    *next = Some(now + SWEEP_EVERY);
+                    return;
+                }
+            }
+        }
+        self.logs.retain(|_, log| !log.retire_if_stale(now));
+    }
+
     fn for_all(&self) -> Option<HistoryConfig> {
         self.for_all
             .read()
@@ -92,8 +124,10 @@ impl Topics {
     /// first publication or subscription on. Called again, it changes the bounds for
     /// topics that start keeping history after that.
     ///
-    /// A topic's history lasts as long as these `Topics`; a topic that a client only
-    /// subscribed to, on which nothing was published, is forgotten when its last
+    /// A topic's history lasts until it has had no subscriber and no publication for
+    /// `config`'s [`max_idle`](HistoryConfig::max_idle) (a day by default; looked for at
+    /// most once a minute, on a publication or an unsubscribe); a topic that a client
+    /// only subscribed to, on which nothing was published, is forgotten when its last
     /// subscriber leaves (so clients naming topics cannot make it grow).
     pub fn keep_history_for_all(&self, config: HistoryConfig) {
         let history = &self.inner.history;
@@ -254,6 +288,7 @@ impl Topics {
                         max_bytes: bounds.max_bytes,
                     }));
                 }
+                self.inner.history.sweep();
                 return match relay.record(topic, data, &bounds).await {
                     Ok(at) => Ok(Some(Published {
                         delivered: log.live_count(),
@@ -266,6 +301,7 @@ impl Topics {
                 };
             }
             if let Some((offset, delivered)) = log.publish(topic, method, data)? {
+                self.inner.history.sweep();
                 return Ok(Some(Published {
                     delivered,
                     offset: Some(offset),
@@ -354,6 +390,7 @@ impl Topics {
         if topic_empty {
             history.logs.remove_if(topic, |_, log| log.retire_if_idle());
         }
+        history.sweep();
     }
 
     /// `topic`'s history; made now if `create` and every topic keeps history.

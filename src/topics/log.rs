@@ -135,6 +135,9 @@ struct State {
     implicit: bool,
     /// Removed from the topics' map: whoever finds it so looks the topic up again.
     retired: bool,
+    /// The last publication recorded or applied, or the last subscriber gone (for
+    /// `max_idle`).
+    touched: Instant,
     /// In a cluster: the store is a cache following the bus (its epoch and newest
     /// offset are the bus's; what comes down is applied in order).
     follows: bool,
@@ -157,6 +160,7 @@ impl TopicLog {
                 catching: FxHashMap::default(),
                 implicit,
                 retired: false,
+                touched: Instant::now(),
                 follows: false,
             }),
             moved: Notify::new(),
@@ -197,6 +201,7 @@ impl TopicLog {
             return Applied::Missing { after: last };
         }
         let now = Instant::now();
+        state.touched = now;
         // Over this node's `max_bytes` alone (configured smaller than the publisher's):
         // delivered, not kept; the cache moves on past it.
         if state.store.append(frame.clone(), bytes, now).is_err() {
@@ -289,6 +294,7 @@ impl TopicLog {
         if state.retired {
             return Ok(None);
         }
+        state.touched = now;
         let offset = state.store.last() + 1;
         let envelope = Envelope { offset, data };
         let frame = Text::from(message::request(method, &envelope, None)?);
@@ -588,8 +594,26 @@ impl TopicLog {
     /// Removes the subscriber `id` (live or catching up).
     pub(crate) fn remove(&self, id: u64) {
         let mut state = self.state();
-        state.live.remove(&id);
-        state.catching.remove(&id);
+        let was_in = state.live.remove(&id).is_some() | state.catching.remove(&id).is_some();
+        if was_in {
+            state.touched = Instant::now();
+        }
+    }
+
+    /// Retires the log if it was made implicitly and has had no subscriber and no
+    /// publication for its `max_idle` by `now` (in a cluster: and does not follow the
+    /// bus, which a node does while it has subscribers).
+    pub(crate) fn retire_if_stale(&self, now: Instant) -> bool {
+        let mut state = self.state();
+        let stale = state.implicit
+            && !state.follows
+            && state.live.is_empty()
+            && state.catching.is_empty()
+            && now.saturating_duration_since(state.touched) >= state.store.config().max_idle;
+        if stale {
+            state.retired = true;
+        }
+        stale
     }
 
     /// Retires the log if it was made implicitly, nothing was published on it and no
