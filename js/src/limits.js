@@ -23,6 +23,12 @@ export const LIMITS = Object.freeze({
    * replays before it answers.
    */
   maxHeld: 10000,
+  /**
+   * The same notifications' size, as the length of their params' JSON text (the Rust
+   * client's `TopicOptions::max_held_bytes`): a few large ones are bounded as many small
+   * ones are.
+   */
+  maxHeldBytes: 64 * 1024 * 1024,
 });
 
 /**

@@ -120,6 +120,8 @@ import { limitOf } from './limits.js';
  * @property {number} [maxHeld=10000] notifications held while a subscribe answer is
  *   awaited; past it the position is given up, the connection closed (4008), and the
  *   next subscription is reported as missed
+ * @property {number} [maxHeldBytes=67108864] the same notifications' size (the length of
+ *   their params' JSON text, 64 MiB by default); past it, as past `maxHeld`
  * @property {number} [timeoutMs] the subscribe call's timeout; default the link's
  */
 
@@ -156,6 +158,7 @@ export class TopicFollower {
   #params;
   #unsubscribeMethod;
   #maxHeld;
+  #maxHeldBytes;
   #timeoutMs;
   /** @type {Position | null} the last position handed over */
   #position = null;
@@ -165,6 +168,8 @@ export class TopicFollower {
   #mode = 'waiting';
   /** @type {{gap?: true, params: any}[]} what arrived before the subscribe answer, in order */
   #held = [];
+  /** The size of what is held (the length of its params' JSON text). */
+  #heldBytes = 0;
   /** The position was given up: the next answer is reported as missed. */
   #lost = false;
   /** A subscribe was answered before: this is a reconnect, not the first connect. */
@@ -214,6 +219,7 @@ export class TopicFollower {
       throw new TypeError('topic option "unsubscribeMethod" must be a string or null');
     }
     this.#maxHeld = limitOf(options, 'maxHeld');
+    this.#maxHeldBytes = limitOf(options, 'maxHeldBytes');
     this.#info = options.info === null ? undefined : options.info;
     this.#watch = options.presence === true;
     if (options.presence !== undefined && typeof options.presence !== 'boolean') {
@@ -295,6 +301,7 @@ export class TopicFollower {
     this.#stopped = true;
     this.#link = null;
     this.#held = [];
+    this.#heldBytes = 0;
     this.#host.forget(this);
     const peer = this.#host.current();
     if (peer && this.#unsubscribeMethod) peer.call(this.#unsubscribeMethod, [this.#topic]).catch(() => {});
@@ -312,6 +319,7 @@ export class TopicFollower {
     this.#link = peer;
     this.#mode = 'waiting';
     this.#held = [];
+    this.#heldBytes = 0;
     this.#members = null;
     this.#changes = [];
     const from = this.#lost ? null : this.position;
@@ -331,6 +339,7 @@ export class TopicFollower {
     if (this.#link !== peer) return; // gave this connection up meanwhile, or stopped
     const held = this.#held;
     this.#held = [];
+    this.#heldBytes = 0;
     if (typeof answer === 'boolean') {
       this.#plain(from, held);
     } else if (isSubscribed(answer)) {
@@ -489,16 +498,23 @@ export class TopicFollower {
       else this.#deliver(params);
       return;
     }
-    if (this.#held.length >= this.#maxHeld) {
+    // Measured only while held: the answer is awaited for a moment, and most
+    // notifications never are.
+    const bytes = this.#heldBytes + (JSON.stringify(params)?.length ?? 0);
+    const over = this.#held.length >= this.#maxHeld ? 'maxHeld'
+      : bytes > this.#maxHeldBytes ? 'maxHeldBytes' : null;
+    if (over) {
       // The server sends more before its answer than we hold: give the position up
       // rather than memory, and start again on a new connection.
       this.#held = [];
+      this.#heldBytes = 0;
       this.#lost = true;
       this.#link = null;
-      peer.close(4008, 'resume backlog over maxHeld');
+      peer.close(4008, `resume backlog over ${over}`);
       return;
     }
     this.#held.push(gap ? { gap: true, params } : { params });
+    this.#heldBytes = bytes;
   }
 
   /** Delivers one notification's params, in the mode the answer set. */

@@ -279,6 +279,35 @@ describe('link.topic(): failures and bounds', () => {
     link.close();
   });
 
+  test('past maxHeldBytes before the answer: the position is given up, reconnect, missed', async () => {
+    const { s, link, events } = follow({}, { maxHeld: 100, maxHeldBytes: 3000 });
+    const first = await s.socket(0);
+    reply(first, (await sent(first, 'subscribe')).id, { epoch: 'e1', offset: 0 });
+    await settle();
+    first.closedByServer(1006, '', false);
+    const second = await s.socket(1);
+    let closed;
+    second.addEventListener('close', (ev) => (closed = ev));
+    const sub = await sent(second, 'subscribe');
+    // Three of about 1 KiB each, well under maxHeld: the third is past 3,000.
+    const big = 'x'.repeat(1000);
+    for (const offset of [1, 2, 3]) {
+      push(second, 'prices', { offset, data: big });
+    }
+    await settle();
+    assert.equal(closed?.code, 4008);
+    assert.equal(closed?.reason, 'resume backlog over maxHeldBytes');
+    reply(second, sub.id, { epoch: 'e1', offset: 3, recovered: true }); // too late: gone
+    const third = await s.socket(2);
+    const fresh = await sent(third, 'subscribe');
+    assert.deepEqual(fresh.params, ['prices'], 'the position was given up');
+    reply(third, fresh.id, { epoch: 'e1', offset: 3 });
+    await settle();
+    assert.deepEqual(events.filter((e) => e[0] === 'data'), []);
+    assert.deepEqual(events.at(-1), ['missed', 'e1', 3]);
+    link.close();
+  });
+
   test('the default maxHeld is LIMITS.maxHeld; a bad one throws at once', () => {
     assert.equal(LIMITS.maxHeld, 10000);
     const link = reconnecting('ws://x/rpc', { WebSocket: fakeServer(['fail']).WebSocket });

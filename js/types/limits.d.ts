@@ -3,7 +3,7 @@
  * `Infinity` turns it off.
  * @param {Record<string, any>} options @param {keyof LIMITS} name @returns {number}
  */
-export function limitOf(options: Record<string, any>, name: "maxPendingCalls" | "maxQueued" | "maxQueuedBytes" | "maxBufferedAmount" | "maxBatchLen" | "maxHeld"): number;
+export function limitOf(options: Record<string, any>, name: "maxPendingCalls" | "maxQueued" | "maxQueuedBytes" | "maxBufferedAmount" | "maxBatchLen" | "maxHeld" | "maxHeldBytes"): number;
 /**
  * The limits' defaults, those of the Rust peer where it has the same bound: 1,024 frames
  * and 1 MiB for what waits to be sent (its `outgoing_queue` and `outgoing_queue_bytes`).
@@ -25,6 +25,12 @@ export const LIMITS: Readonly<{
      * replays before it answers.
      */
     maxHeld: 10000;
+    /**
+     * The same notifications' size, as the length of their params' JSON text (the Rust
+     * client's `TopicOptions::max_held_bytes`): a few large ones are bounded as many small
+     * ones are.
+     */
+    maxHeldBytes: number;
 }>;
 /**
  * Sends that wait for a connection, bounded in count and bytes. As in the Rust peer's

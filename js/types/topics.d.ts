@@ -94,6 +94,8 @@
  * @property {number} [maxHeld=10000] notifications held while a subscribe answer is
  *   awaited; past it the position is given up, the connection closed (4008), and the
  *   next subscription is reported as missed
+ * @property {number} [maxHeldBytes=67108864] the same notifications' size (the length of
+ *   their params' JSON text, 64 MiB by default); past it, as past `maxHeld`
  * @property {number} [timeoutMs] the subscribe call's timeout; default the link's
  */
 /**
@@ -348,6 +350,11 @@ export type TopicOptions<T = any> = {
      * next subscription is reported as missed
      */
     maxHeld?: number;
+    /**
+     * the same notifications' size (the length of
+     * their params' JSON text, 64 MiB by default); past it, as past `maxHeld`
+     */
+    maxHeldBytes?: number;
     /**
      * the subscribe call's timeout; default the link's
      */
