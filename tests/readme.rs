@@ -117,3 +117,40 @@ fn every_rust_block_in_the_readme_is_a_whole_program_with_nothing_hidden() {
         "src/lib.rs no longer compiles the README as doc tests"
     );
 }
+
+/// The required (not optional) dependencies `Cargo.toml` declares.
+fn cargo_required_dependencies() -> BTreeSet<String> {
+    let toml = file("Cargo.toml");
+    let section = toml
+        .split("\n[dependencies]\n")
+        .nth(1)
+        .expect("a [dependencies] section")
+        .split("\n[")
+        .next()
+        .unwrap_or_default();
+    section
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && !l.contains("optional = true"))
+        .filter_map(|l| l.split_once('=').map(|(name, _)| name.trim().to_owned()))
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+#[test]
+fn the_install_section_names_every_required_dependency_and_no_other() {
+    let readme = file("README.md");
+    let sentence = readme
+        .split("Without features the crate needs ")
+        .nth(1)
+        .expect("the sentence on the required dependencies")
+        .split(", and nothing else.")
+        .next()
+        .expect("its end");
+    let named: BTreeSet<String> = sentence
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(named, cargo_required_dependencies());
+}
