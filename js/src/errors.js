@@ -1,11 +1,15 @@
 // errors.js: what goes wrong locally. None of these travels on the wire (RpcError, in
 // wire.js, is the one that does).
 
-/** A call that got no answer within its `timeoutMs`. */
+/**
+ * A call that got no answer within its `timeoutMs`. A ReconnectingPeer's call that
+ * timed out waiting for the link says so, with where the link stands and its last
+ * failure, in the message.
+ */
 export class TimeoutError extends Error {
-  /** @param {string} method @param {number} timeoutMs */
-  constructor(method, timeoutMs) {
-    super(`call to "${method}" timed out after ${timeoutMs} ms`);
+  /** @param {string} method @param {number} timeoutMs @param {string} [why] */
+  constructor(method, timeoutMs, why) {
+    super(`call to "${method}" timed out after ${timeoutMs} ms${why ? ` (${why})` : ''}`);
     this.name = 'TimeoutError';
     this.method = method;
     this.timeoutMs = timeoutMs;

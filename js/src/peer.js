@@ -36,10 +36,27 @@ const OPEN = 1;
  * @returns {Promise<Peer>}
  */
 export async function connect(url, options = {}) {
-  const WS = options.WebSocket ?? globalThis.WebSocket;
+  const WS = webSocketClass(options);
   const peer = new Peer(new WS(url), options);
   await peer.opened;
   return peer;
+}
+
+/**
+ * The WebSocket class `options` name, or the global one; a TypeError that says what to
+ * do when there is neither (Node 20 without `--experimental-websocket`).
+ * @param {{ WebSocket?: typeof WebSocket }} options
+ * @returns {typeof WebSocket}
+ */
+export function webSocketClass(options) {
+  const WS = options.WebSocket ?? globalThis.WebSocket;
+  if (typeof WS !== 'function') {
+    throw new TypeError(
+      'no WebSocket class: pass one as the WebSocket option (from the "ws" package, say), ' +
+        'or run Node 20 with --experimental-websocket',
+    );
+  }
+  return WS;
 }
 
 /**

@@ -9,7 +9,7 @@
 // position, then the onConnect hook.
 import { ClosedError, TimeoutError } from './errors.js';
 import { WaitingSends, limitOf } from './limits.js';
-import { Peer } from './peer.js';
+import { Peer, webSocketClass } from './peer.js';
 import { PRESENCE_JOIN, PRESENCE_LEAVE, TopicFollower, followers } from './topics.js';
 import { checkName, request, utf8Length } from './wire.js';
 
@@ -106,13 +106,15 @@ export class ReconnectingPeer extends EventTarget {
   /** @type {Set<(outcome: Peer | Error) => void>} whoever waits for the link */
   #waiters = new Set();
   #waiting; // the calls and notifications among them: bounded
+  /** @type {string | null} why the last connection failed or ended, for a timeout's message */
+  #lastFailure = null;
 
   /** @param {string} url @param {import('./peer.js').PeerOptions & ReconnectOptions} [options] */
   constructor(url, options = {}) {
     super();
     this.#url = url;
     this.#options = options;
-    this.#WS = options.WebSocket ?? globalThis.WebSocket;
+    this.#WS = webSocketClass(options); // none: a TypeError now, not a silent retry for ever
     this.#random = options.random ?? Math.random;
     this.#gapName = options.gapNotification === undefined ? '$/gap' : options.gapNotification;
     if (this.#gapName !== null) checkName(this.#gapName, () => {});
@@ -236,7 +238,7 @@ export class ReconnectingPeer extends EventTarget {
         else reject(outcome);
       };
       if (timeoutMs > 0 && timeoutMs < Infinity) {
-        timer = setTimeout(() => waiter(new TimeoutError('(waiting for the connection)', timeoutMs)), timeoutMs);
+        timer = setTimeout(() => waiter(new TimeoutError('(waiting for the connection)', timeoutMs, this.#stalled())), timeoutMs);
       }
       signal?.addEventListener('abort', onAbort, { once: true });
       this.#waiters.add(waiter);
@@ -307,11 +309,19 @@ export class ReconnectingPeer extends EventTarget {
     try {
       return await this.#connected(timeoutMs, signal);
     } catch (e) {
-      if (e instanceof TimeoutError) throw new TimeoutError(method, timeoutMs);
+      if (e instanceof TimeoutError) throw new TimeoutError(method, timeoutMs, this.#stalled());
       throw e;
     } finally {
       release();
     }
+  }
+
+  /** What a call that timed out waiting for the link is told: where it stands, and why. */
+  #stalled() {
+    const { state, attempt } = this.#state;
+    const at = attempt ? `, attempt ${attempt}` : '';
+    const last = this.#lastFailure ? `; last: ${this.#lastFailure}` : '';
+    return `waiting for the connection: ${state}${at}${last}`;
   }
 
   #setState(state) {
@@ -328,9 +338,10 @@ export class ReconnectingPeer extends EventTarget {
     let peer;
     try {
       peer = new Peer(new this.#WS(this.#url), this.#options);
-    } catch {
+    } catch (e) {
       // A malformed URL throws at once; it never gets better, but it is retried like any
       // failure so that a page fixed under it (a proxy coming up) still connects.
+      this.#lastFailure = `the WebSocket constructor threw: ${e}`;
       this.#retry();
       return;
     }
@@ -344,12 +355,18 @@ export class ReconnectingPeer extends EventTarget {
       this.#route(PRESENCE_JOIN);
       this.#route(PRESENCE_LEAVE);
     }
-    peer.closed.then(() => {
+    let refused = null; // why it never opened, when it did not (a refused socket: ECONNREFUSED)
+    peer.closed.then(({ code, reason }) => {
       if (this.#peer !== peer) return;
+      // A close of ours after onConnect failed keeps that failure as the reason.
+      if (code !== 4000 || reason !== ON_CONNECT_FAILED) {
+        this.#lastFailure = refused ?? `closed with code ${code}${reason ? ` (${reason})` : ''}`;
+      }
       this.#peer = null;
       this.#retry();
     });
-    peer.opened.then(() => this.#setUp(peer), () => {}); // a failed open is handled by `closed`
+    // A failed open is handled by `closed` (its reaction runs after this one's).
+    peer.opened.then(() => this.#setUp(peer), (e) => (refused = e instanceof Error ? e.message : String(e)));
   }
 
   /**
@@ -408,11 +425,13 @@ export class ReconnectingPeer extends EventTarget {
       await this.#options.onConnect?.(peer);
     } catch (e) {
       this.#report(e, 'onConnect');
-      peer.close(4000, 'onConnect failed');
+      this.#lastFailure = `onConnect failed: ${e}`;
+      peer.close(4000, ON_CONNECT_FAILED);
       return;
     }
     if (this.#peer !== peer || peer.isClosed) return;
     this.#attempt = 0;
+    this.#lastFailure = null;
     this.#setState({ state: 'connected' });
     for (const w of [...this.#waiters]) w(peer);
   }
@@ -426,6 +445,9 @@ export class ReconnectingPeer extends EventTarget {
     this.#retryTimer = setTimeout(() => this.#dial(), retryInMs);
   }
 }
+
+/** The reason of the close (4000) that follows a failed onConnect. */
+const ON_CONNECT_FAILED = 'onConnect failed';
 
 function stoppedError() {
   return new ClosedError('the reconnecting peer was stopped');

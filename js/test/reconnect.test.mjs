@@ -2,7 +2,7 @@
 // wait for the link. Over fake sockets whose "server" each test scripts.
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
-import { reconnecting, backoffDelay, ClosedError, TimeoutError, RpcError, LimitError } from 'jsonrpc-peer';
+import { connect, reconnecting, backoffDelay, ClosedError, TimeoutError, RpcError, LimitError } from 'jsonrpc-peer';
 import { within, fakeServer as server, linkStates as states, isState, answer } from './helpers.mjs';
 
 describe('backoffDelay', () => {
@@ -96,9 +96,44 @@ describe('reconnecting', () => {
     const e = await within(link.call('sum', [1], { timeoutMs: 40 }).catch((e) => e));
     assert.ok(e instanceof TimeoutError, String(e));
     assert.match(e.message, /"sum".*40 ms/);
+    // It says why: the link's state and its last failure, not only "timed out".
+    assert.match(e.message, /waiting for the connection: (waiting|connecting), attempt \d+; last: .*ECONNREFUSED/);
     assert.ok(Date.now() - t0 >= 35);
     assert.ok(link.state.state === 'waiting' || link.state.state === 'connecting');
     link.close();
+  });
+
+  test('a call that times out while onConnect keeps failing says that onConnect failed', async () => {
+    const s = server();
+    const link = reconnecting('ws://x/rpc', {
+      WebSocket: s.WebSocket,
+      backoff: { initialMs: 5, maxMs: 5 },
+      onConnect: () => {
+        throw new RpcError(-32601, 'Method not found');
+      },
+      onHandlerError: () => {},
+    });
+    const e = await within(link.call('subtract', [42, 23], { timeoutMs: 60 }).catch((e) => e));
+    assert.ok(e instanceof TimeoutError, String(e));
+    assert.match(e.message, /"subtract".*60 ms \(waiting for the connection: \w+.*; last: onConnect failed: .*Method not found\)/);
+    link.close();
+  });
+
+  test('no WebSocket class (Node 20 without --experimental-websocket) throws at once, saying what to pass', async () => {
+    const global = Object.getOwnPropertyDescriptor(globalThis, 'WebSocket');
+    delete globalThis.WebSocket;
+    try {
+      assert.throws(() => reconnecting('ws://127.0.0.1:1/rpc'), {
+        name: 'TypeError',
+        message: /no WebSocket class: pass one as the WebSocket option/,
+      });
+      await assert.rejects(connect('ws://127.0.0.1:1/rpc'), {
+        name: 'TypeError',
+        message: /no WebSocket class: pass one as the WebSocket option/,
+      });
+    } finally {
+      if (global) Object.defineProperty(globalThis, 'WebSocket', global);
+    }
   });
 
   test('close() stops: state stopped, waiting calls reject with ClosedError, no more dialing', async (t) => {

@@ -1,7 +1,11 @@
-/** A call that got no answer within its `timeoutMs`. */
+/**
+ * A call that got no answer within its `timeoutMs`. A ReconnectingPeer's call that
+ * timed out waiting for the link says so, with where the link stands and its last
+ * failure, in the message.
+ */
 export class TimeoutError extends Error {
-    /** @param {string} method @param {number} timeoutMs */
-    constructor(method: string, timeoutMs: number);
+    /** @param {string} method @param {number} timeoutMs @param {string} [why] */
+    constructor(method: string, timeoutMs: number, why?: string);
     method: string;
     timeoutMs: number;
 }

@@ -12,6 +12,15 @@ export function connect(url: string, options?: PeerOptions & {
     WebSocket?: typeof WebSocket;
 }): Promise<Peer>;
 /**
+ * The WebSocket class `options` name, or the global one; a TypeError that says what to
+ * do when there is neither (Node 20 without `--experimental-websocket`).
+ * @param {{ WebSocket?: typeof WebSocket }} options
+ * @returns {typeof WebSocket}
+ */
+export function webSocketClass(options: {
+    WebSocket?: typeof WebSocket;
+}): typeof WebSocket;
+/**
  * @typedef {object} PeerOptions
  * @property {number} [timeoutMs=30000] default per-call timeout; 0 or Infinity: none
  * @property {(direction: 'in'|'out', text: string) => void} [onFrame] sees every text frame
