@@ -859,8 +859,10 @@ async fn after_an_outage_the_flush_waits_for_the_nodes_that_come_back_later() {
     a.bus.restore();
     let mut hello = false;
     for _ in 0..1000 {
-        let Some(BusEvent::Message { channel, payload }) = within(seen_on_bus.recv()).await else {
-            panic!("the spy's link is not cut");
+        let (channel, payload) = match within(seen_on_bus.recv()).await {
+            Some(BusEvent::Message { channel, payload }) => (channel, payload),
+            Some(BusEvent::Subscribed { .. }) => continue,
+            other => panic!("the spy's link is not cut: {other:?}"),
         };
         assert_eq!(
             channel, "jp:ctl",
@@ -982,6 +984,108 @@ async fn an_interrupted_channel_costs_a_gap_for_its_topic_only() {
         ClusterState::Up,
         "the bus as a whole stayed up"
     );
+}
+
+/// The memory bus places a subscription in its stream: `Subscribed` once (a second
+/// subscribe is the same subscription), after what the link was handed before, before
+/// what is published on the channel after it.
+#[tokio::test]
+async fn the_memory_bus_says_where_a_subscription_took_effect() {
+    let hub = MemoryHub::new();
+    let (a, b) = (hub.backplane(), hub.backplane());
+    let mut events = b.events().expect("b's events");
+    within(b.subscribe("jp:t:x")).await.unwrap();
+    within(b.subscribe("jp:t:x")).await.unwrap();
+    within(a.publish("jp:t:x", "one".into())).await.unwrap();
+    let subscribed = BusEvent::Subscribed {
+        channel: "jp:t:x".into(),
+    };
+    assert_eq!(events.try_recv(), Ok(subscribed.clone()));
+    assert!(matches!(events.try_recv(), Ok(BusEvent::Message { .. })));
+    assert!(
+        events.try_recv().is_err(),
+        "one Subscribed for two subscribes"
+    );
+    // Held events keep their order with a new subscription among them.
+    b.hold();
+    within(a.publish("jp:t:x", "two".into())).await.unwrap();
+    within(b.unsubscribe("jp:t:x")).await.unwrap();
+    within(b.subscribe("jp:t:x")).await.unwrap();
+    within(a.publish("jp:t:x", "three".into())).await.unwrap();
+    assert!(events.try_recv().is_err(), "held");
+    b.release();
+    let payload = |e: Result<BusEvent, _>| match e {
+        Ok(BusEvent::Message { payload, .. }) => payload,
+        other => panic!("a message, not {other:?}"),
+    };
+    assert_eq!(payload(events.try_recv()), "two");
+    assert_eq!(events.try_recv(), Ok(subscribed));
+    assert_eq!(payload(events.try_recv()), "three");
+}
+
+/// A node that leaves a topic's channel and joins it again while envelopes of its old
+/// subscription are still unread starts the channel's sequence marks afresh where the
+/// new subscription took effect: what was published while it was off the channel is not
+/// a gap for the new subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_left_and_joined_again_behind_unread_envelopes_is_not_a_gap() {
+    let hub = MemoryHub::new();
+    // A heartbeat window far longer than the hold below: no node is taken for gone.
+    let setup = Setup {
+        heartbeat: Duration::from_millis(500),
+        missed: 10,
+        ..Setup::default()
+    };
+    let [a, b, _c] = three(&hub, &setup).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (first, _) = client(&b.url, 1, &tx).await;
+    let _: bool = within(first.call("subscribe", ["news"])).await.unwrap();
+    let topics = a.cluster.topics();
+    topics.publish("news", &[1]).await.unwrap();
+    let (who, method, params) = within(rx.recv()).await.unwrap();
+    assert_eq!((who, method.as_str(), params), (1, "news", json!([1])));
+
+    // b's receiving falls behind: what the bus hands b waits, unread, in order.
+    b.bus.hold();
+    topics.publish("news", &[2]).await.unwrap();
+    flushed(&a.cluster).await;
+    // Its subscriber leaves, so b leaves the channel; 3 and 4 go out while it is off.
+    let _: bool = within(first.call("unsubscribe", ["news"])).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while hub.subscribers("jp:t:{news}") != 0 {
+        assert!(Instant::now() < deadline, "b still listens to the topic");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    topics.publish("news", &[3]).await.unwrap();
+    topics.publish("news", &[4]).await.unwrap();
+    flushed(&a.cluster).await;
+    // A new subscriber: b joins the channel again, behind the unread envelope of 2.
+    let (second, _) = client(&b.url, 2, &tx).await;
+    let _: bool = within(second.call("subscribe", ["news"])).await.unwrap();
+    b.bus.release();
+
+    topics.publish("news", &[5]).await.unwrap();
+    a.cluster.handle().broadcast("done", &()).unwrap();
+    let got = until_done(&mut rx, &[1, 2]).await;
+    let second_got = &got[&2];
+    assert!(
+        !second_got.iter().any(|(m, _)| m == "$/gap"),
+        "no gap for the new subscriber: {second_got:?}"
+    );
+    assert_eq!(
+        numbers(second_got, "news").last(),
+        Some(&5),
+        "{second_got:?}"
+    );
+    assert!(!got
+        .get(&1)
+        .is_some_and(|g| g.iter().any(|(m, _)| m == "news")));
+    assert!(
+        b.gaps.lock().unwrap().is_empty(),
+        "{:?}",
+        b.gaps.lock().unwrap()
+    );
+    assert_eq!(b.cluster.stats().gaps, 0);
 }
 
 #[tokio::test]

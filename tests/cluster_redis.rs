@@ -33,11 +33,15 @@ async fn backplane(redis: &RedisServer) -> (RedisBackplane, mpsc::Receiver<BusEv
     (bus, events)
 }
 
-/// The next message event, skipping nothing: any other event fails the test.
+/// The next message event, passing over subscriptions taking effect: any other event
+/// fails the test.
 async fn next_message(events: &mut mpsc::Receiver<BusEvent>) -> (String, Bytes) {
-    match within(events.recv()).await {
-        Some(BusEvent::Message { channel, payload }) => (channel, payload),
-        other => panic!("expected a message, got {other:?}"),
+    loop {
+        match within(events.recv()).await {
+            Some(BusEvent::Message { channel, payload }) => return (channel, payload),
+            Some(BusEvent::Subscribed { .. }) => {}
+            other => panic!("expected a message, got {other:?}"),
+        }
     }
 }
 
@@ -74,6 +78,7 @@ async fn wait_for(events: &mut mpsc::Receiver<BusEvent>, want: BusEvent) -> Vec<
     loop {
         match within(events.recv()).await {
             Some(BusEvent::Message { channel, payload }) => seen.push((channel, payload)),
+            Some(BusEvent::Subscribed { .. }) => {}
             Some(event) if event == want => return seen,
             other => panic!("waiting for {want:?}, got {other:?}"),
         }
@@ -99,6 +104,13 @@ async fn a_publish_right_after_the_subscribe_ack_arrives() {
     within(b.subscribe("jp:t:x"))
         .await
         .expect("subscribe acked");
+    // Where the subscription took effect, in the stream: before what it brings.
+    assert_eq!(
+        within(b_events.recv()).await,
+        Some(BusEvent::Subscribed {
+            channel: "jp:t:x".into()
+        })
+    );
     within(a.publish("jp:t:x", Bytes::from_static(b"one")))
         .await
         .expect("published");

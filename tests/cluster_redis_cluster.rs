@@ -48,16 +48,21 @@ async fn next_state(events: &mut mpsc::Receiver<BusEvent>) -> (BusEvent, Vec<(St
     loop {
         match within_30s(events.recv()).await {
             Some(BusEvent::Message { channel, payload }) => seen.push((channel, payload)),
+            Some(BusEvent::Subscribed { .. }) => {}
             Some(other) => return (other, seen),
             None => panic!("the event stream ended"),
         }
     }
 }
 
+/// The next message; subscriptions taking effect on the way are passed over.
 async fn next_message(events: &mut mpsc::Receiver<BusEvent>) -> (String, Bytes) {
-    match within(events.recv()).await {
-        Some(BusEvent::Message { channel, payload }) => (channel, payload),
-        other => panic!("expected a message, got {other:?}"),
+    loop {
+        match within(events.recv()).await {
+            Some(BusEvent::Message { channel, payload }) => return (channel, payload),
+            Some(BusEvent::Subscribed { .. }) => {}
+            other => panic!("expected a message, got {other:?}"),
+        }
     }
 }
 
@@ -111,6 +116,13 @@ async fn shard_channels_spread_over_the_masters_and_keep_their_order() {
     let channels: Vec<String> = (0..100).map(|i| format!("jp:t:topic{i}")).collect();
     for channel in &channels {
         within(b.subscribe(channel)).await.expect("subscribe acked");
+        // Where it took effect, in the stream, by the time the subscribe returns.
+        assert_eq!(
+            b_events.try_recv(),
+            Ok(BusEvent::Subscribed {
+                channel: channel.clone()
+            })
+        );
     }
     let mut per_master: HashMap<u16, usize> = HashMap::new();
     for channel in &channels {

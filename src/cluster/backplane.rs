@@ -42,6 +42,17 @@ pub enum BusEvent {
         /// The channels, each subscribed again.
         channels: Vec<String>,
     },
+    /// A subscription asked for with [`Backplane::subscribe`] took effect, at this point
+    /// of the stream: messages on `channel` after this event were published after it,
+    /// and any before it are left over from an earlier subscription to the channel. The
+    /// cluster starts the channel's sequence marks afresh here, so that what was published
+    /// while this node was not subscribed is not taken for a gap. Sent only for a
+    /// channel that was not subscribed (not for one subscribed again after a reconnect);
+    /// a bus that cannot place it in its stream does not send it.
+    Subscribed {
+        /// The channel.
+        channel: String,
+    },
 }
 
 /// Why a bus operation failed.

@@ -62,6 +62,8 @@ struct Link {
     delay_ms: AtomicU64,
     /// Messages lost because the consumer did not keep up.
     overflowed: AtomicU64,
+    /// Events kept back, in order, while [`MemoryBackplane::hold`] is on.
+    held: Mutex<Option<Vec<BusEvent>>>,
 }
 
 /// Events a link holds for a consumer that has not read them (default of
@@ -102,6 +104,7 @@ impl MemoryHub {
             lose_acks: AtomicU64::new(0),
             delay_ms: AtomicU64::new(0),
             overflowed: AtomicU64::new(0),
+            held: Mutex::new(None),
         });
         let mut links = lock(&self.links);
         links.retain(|l| l.strong_count() > 0);
@@ -180,16 +183,35 @@ impl Link {
 
     fn announce(&self, cut: bool) {
         // Subscriptions survive a cut: the link issues them again on its own.
-        let _ = self
-            .tx
-            .try_send(if cut { BusEvent::Down } else { BusEvent::Up });
+        self.send(if cut { BusEvent::Down } else { BusEvent::Up });
+    }
+
+    /// Hands `event` to the consumer, or keeps it while held. A message the consumer
+    /// has no room for is lost (counted).
+    fn send(&self, event: BusEvent) {
+        let mut held = lock(&self.held);
+        match held.as_mut() {
+            Some(held) => held.push(event),
+            None => self.hand_over(event),
+        }
+    }
+
+    /// Hands `event` to the consumer now.
+    fn hand_over(&self, event: BusEvent) {
+        let message = matches!(event, BusEvent::Message { .. });
+        if self.tx.try_send(event).is_err() && message {
+            self.overflowed.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn deliver(&self, channel: &str, payload: &Bytes) {
-        if self.cut.load(Ordering::SeqCst)
-            || !lock(&self.subscriptions).contains(channel)
-            || lock(&self.lost).iter().any(|c| c == channel)
-        {
+        if self.cut.load(Ordering::SeqCst) {
+            return;
+        }
+        // Held until the message is handed over: a subscription's `Subscribed` event
+        // and the messages on its channel reach the consumer in the order they happened.
+        let subscriptions = lock(&self.subscriptions);
+        if !subscriptions.contains(channel) || lock(&self.lost).iter().any(|c| c == channel) {
             return;
         }
         let lost = self
@@ -198,13 +220,11 @@ impl Link {
         if lost.is_ok() {
             return;
         }
-        let event = BusEvent::Message {
+        self.send(BusEvent::Message {
             channel: channel.to_owned(),
             payload: payload.clone(),
-        };
-        if self.tx.try_send(event).is_err() {
-            self.overflowed.fetch_add(1, Ordering::Relaxed);
-        }
+        });
+        drop(subscriptions);
     }
 
     fn check(&self) -> Result<(), BackplaneError> {
@@ -265,7 +285,23 @@ impl MemoryBackplane {
             .collect();
         drop(subscribed);
         if !channels.is_empty() {
-            let _ = self.link.tx.try_send(BusEvent::Interrupted { channels });
+            self.link.send(BusEvent::Interrupted { channels });
+        }
+    }
+
+    /// Holds every event for this link (messages, `Down`, `Up`, `Subscribed`), in order,
+    /// until [`release`](Self::release): a consumer that has not read them yet, while
+    /// the rest of the cluster moves on.
+    pub fn hold(&self) {
+        lock(&self.link.held).get_or_insert_with(Vec::new);
+    }
+
+    /// Ends [`hold`](Self::hold): the held events go to the consumer, in order.
+    pub fn release(&self) {
+        // Under the lock, so that nothing sent meanwhile overtakes them.
+        let mut held = lock(&self.link.held);
+        for event in held.take().unwrap_or_default() {
+            self.link.hand_over(event);
         }
     }
 
@@ -305,7 +341,12 @@ impl Backplane for MemoryBackplane {
         let channel = channel.to_owned();
         Box::pin(async move {
             self.link.check()?;
-            lock(&self.link.subscriptions).insert(channel);
+            let mut subscriptions = lock(&self.link.subscriptions);
+            if subscriptions.insert(channel.clone()) {
+                // Under the lock that delivery takes: in the stream, before every
+                // message published on the channel from now on.
+                self.link.send(BusEvent::Subscribed { channel });
+            }
             Ok(())
         })
     }

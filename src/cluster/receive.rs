@@ -88,6 +88,12 @@ impl Receive {
                 Some(BusEvent::Down) => self.on_down(),
                 Some(BusEvent::Up) => self.on_up().await,
                 Some(BusEvent::Interrupted { channels }) => self.on_interrupted(&channels).await,
+                // What came before on the channel is left over from an earlier
+                // subscription: what comes after starts the marks afresh, so messages
+                // published while this node was not subscribed are not taken for a gap.
+                Some(BusEvent::Subscribed { channel }) => {
+                    self.marks.forget(Forget::Channel(channel));
+                }
                 None => {
                     tracing::error!("the backplane's events ended");
                     self.on_down();

@@ -189,7 +189,8 @@ impl RedisOptions {
 /// let mut events = bus.events().expect("taken once");
 /// bus.subscribe("jp:all").await?;
 /// bus.publish("jp:all", "hello".into()).await?;
-/// let first = events.recv().await; // Message { channel: "jp:all", payload: "hello" }
+/// let first = events.recv().await; // Subscribed { channel: "jp:all" }
+/// let second = events.recv().await; // Message { channel: "jp:all", payload: "hello" }
 /// # Ok(()) }
 /// ```
 pub struct RedisBackplane {

@@ -14,10 +14,14 @@ fn offsets(read: &jsonrpc_peer::cluster::HistoryRead) -> Vec<u64> {
     read.entries.iter().map(|e| e.offset).collect()
 }
 
+/// The next message; a subscription taking effect on the way is passed over.
 async fn next_message(events: &mut mpsc::Receiver<BusEvent>) -> (String, Vec<u8>) {
-    match within(events.recv()).await {
-        Some(BusEvent::Message { channel, payload }) => (channel, payload.to_vec()),
-        other => panic!("expected a message, got {other:?}"),
+    loop {
+        match within(events.recv()).await {
+            Some(BusEvent::Message { channel, payload }) => return (channel, payload.to_vec()),
+            Some(BusEvent::Subscribed { .. }) => {}
+            other => panic!("expected a message, got {other:?}"),
+        }
     }
 }
 

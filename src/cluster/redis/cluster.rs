@@ -70,7 +70,8 @@ use topology::Map;
 /// let mut events = bus.events().expect("taken once");
 /// bus.subscribe("jp:t:prices").await?;
 /// bus.publish("jp:t:prices", "97000".into()).await?;
-/// let first = events.recv().await; // Message { channel: "jp:t:prices", .. }
+/// let first = events.recv().await; // Subscribed { channel: "jp:t:prices" }
+/// let second = events.recv().await; // Message { channel: "jp:t:prices", .. }
 /// # Ok(()) }
 /// ```
 pub struct RedisClusterBackplane {

@@ -3,7 +3,7 @@
 //! connection before reporting [`BusEvent::Up`], and the probe that tells a silent link
 //! from a quiet one.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -45,6 +45,10 @@ pub(super) struct Subscriber {
     /// This link's own channel, for the probe.
     probe: String,
     channels: BTreeSet<String>,
+    /// Channels subscribed on the live connection whose `subscribe` push has not come
+    /// yet: that push is where [`BusEvent::Subscribed`] goes in the stream. Not the
+    /// channels subscribed again on a redial.
+    fresh: HashSet<String>,
     events: mpsc::Sender<BusEvent>,
     shared: Arc<Shared>,
 }
@@ -70,6 +74,7 @@ impl Subscriber {
             client,
             options,
             channels: BTreeSet::new(),
+            fresh: HashSet::new(),
             events,
             shared,
         }
@@ -124,6 +129,7 @@ impl Subscriber {
             self.shared.up.store(false, Ordering::Release);
             // Dropping the connection closes it (its reader task is aborted with it).
             drop(link);
+            self.fresh.clear();
             if self.events.send(BusEvent::Down).await.is_err() {
                 tracing::debug!("redis backplane: nobody reads the events");
             }
@@ -231,7 +237,7 @@ impl Subscriber {
 
     /// One push from the link: a message goes to the events (a probe sets `heard`), a
     /// disconnection ends the session.
-    fn on_push(&self, push: PushInfo, heard: &mut bool) -> Option<End> {
+    fn on_push(&mut self, push: PushInfo, heard: &mut bool) -> Option<End> {
         match push.kind {
             PushKind::Disconnection => return Some(End::Lost("connection closed".into())),
             PushKind::Message => {
@@ -244,6 +250,15 @@ impl Subscriber {
                     .is_err()
                 {
                     self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            // In the stream after every message of an earlier subscription to the
+            // channel, before every message of this one.
+            PushKind::Subscribe => {
+                if let Some(channel) = first_text(push.data) {
+                    if self.fresh.remove(&channel) {
+                        let _ = self.events.try_send(BusEvent::Subscribed { channel });
+                    }
                 }
             }
             _ => {}
@@ -260,7 +275,9 @@ impl Subscriber {
     ) -> Result<(), String> {
         let (result, done, unsubscribing) = match cmd {
             Control::Subscribe(channel, done) => {
-                self.channels.insert(channel.clone());
+                if self.channels.insert(channel.clone()) {
+                    self.fresh.insert(channel.clone());
+                }
                 (conn.subscribe(&channel).await, done, false)
             }
             Control::Unsubscribe(channel, done) => {
@@ -286,6 +303,15 @@ impl Subscriber {
                 Err(why)
             }
         }
+    }
+}
+
+/// The channel of a `subscribe`, `ssubscribe` or `sunsubscribe` push (`[channel, count]`).
+pub(super) fn first_text(data: Vec<Value>) -> Option<String> {
+    match data.into_iter().next()? {
+        Value::BulkString(b) => String::from_utf8(b).ok(),
+        Value::SimpleString(s) => Some(s),
+        _ => None,
     }
 }
 

@@ -26,13 +26,13 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo, ProtocolVersion};
-use redis::{PushInfo, PushKind, Value};
+use redis::{PushInfo, PushKind};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::topology::{Map, Topology};
 use crate::cluster::backplane::{BackplaneError, BusEvent};
-use crate::cluster::redis::subscriber::{message_parts, Control, Shared};
+use crate::cluster::redis::subscriber::{first_text, message_parts, Control, Shared};
 use crate::cluster::redis::RedisOptions;
 use crate::cluster::slot::{slot, tag_where};
 
@@ -310,6 +310,12 @@ impl Shards {
                 if link.asked.remove(&channel).is_some() {
                     link.have.insert(channel.clone());
                     if let Some(waiters) = self.waiters.remove(&channel) {
+                        // A subscribe asked for (not one made again after a redial or a
+                        // slot's move): in the stream after what came on the channel
+                        // before, before what comes on this subscription.
+                        let _ = self.events.try_send(BusEvent::Subscribed {
+                            channel: channel.clone(),
+                        });
                         for done in waiters {
                             let _ = done.send(Ok(()));
                         }
@@ -759,14 +765,5 @@ impl Shards {
         if !channels.is_empty() {
             let _ = self.events.send(BusEvent::Interrupted { channels }).await;
         }
-    }
-}
-
-/// The channel of a `ssubscribe` or `sunsubscribe` push (`[channel, count]`).
-fn first_text(data: Vec<Value>) -> Option<String> {
-    match data.into_iter().next()? {
-        Value::BulkString(b) => String::from_utf8(b).ok(),
-        Value::SimpleString(s) => Some(s),
-        _ => None,
     }
 }
