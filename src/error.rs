@@ -274,11 +274,13 @@ pub enum Error {
     /// The connection is closed (or closed while the call waited), and why.
     #[error("connection closed: {0}")]
     Closed(CloseReason),
-    /// No answer arrived within the call's timeout (or, without a method, the
-    /// connection was not made within the connect timeout).
+    /// No answer arrived within the call's timeout. Without a method, a wait that was
+    /// not one call's: connecting, a [`Reconnecting`](crate::Reconnecting) link that
+    /// did not come up in time, a batch that found no room in the outgoing queue, the
+    /// cluster's bus.
     #[error("{}no answer within {after:?}", called(method.as_deref()))]
     Timeout {
-        /// The method called, if this was a call.
+        /// The method called, if this was a call's timeout.
         method: Option<Box<str>>,
         /// How long was waited.
         after: Duration,

@@ -157,4 +157,15 @@ pub enum HistoryError {
         /// The topic's bound.
         max_bytes: usize,
     },
+    /// In a cluster, a topic with history is published under its own name: every node
+    /// makes the notification from the topic and the data the bus recorded. A
+    /// publication under another method (a contract [`on_topic`](crate::Notification::on_topic))
+    /// was not recorded, and reached no one.
+    #[error("topic `{topic}` keeps history in a cluster: it is published as `{topic}`, not as `{method}`")]
+    OtherName {
+        /// The topic.
+        topic: String,
+        /// The method it was published under.
+        method: String,
+    },
 }

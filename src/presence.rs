@@ -183,8 +183,8 @@ impl PresenceLimits {
         self
     }
 
-    /// Sets [`event_capacity`](Self::event_capacity) (at least 1); for receivers made
-    /// after this.
+    /// Sets [`event_capacity`](Self::event_capacity) (at least 1). The events' channel
+    /// is made with the first receiver: a capacity set after that changes nothing.
     pub fn event_capacity(mut self, value: usize) -> Self {
         self.event_capacity = value.max(1);
         self

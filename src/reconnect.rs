@@ -70,7 +70,7 @@ pub struct Reconnecting {
 }
 
 impl Reconnecting {
-    /// A client of `url` serving `router`, with default settings until
+    /// A client of `request` serving `router`, with default settings until
     /// [`start`](ReconnectingBuilder::start).
     ///
     /// `request` is a URL or a handshake request with headers, as [`connect`](crate::connect)
@@ -132,7 +132,8 @@ impl Reconnecting {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`], or [`Error::Closed`] once the client is stopped.
+    /// [`Error::Timeout`]; [`Error::Refused`] once the server refused the handshake
+    /// for good ([`LinkState::Refused`]); [`Error::Closed`] once the client is stopped.
     pub async fn connected(&self, timeout: Duration) -> Result<Peer> {
         let mut current = self.current.clone();
         let mut state = self.state.clone();

@@ -180,8 +180,8 @@ impl ServerHandle {
     /// Notifies every live peer, and, when a [`Cluster`](crate::cluster::Cluster) is
     /// attached, every peer of every other node. The notification is serialized once
     /// and the same bytes are queued for each connection; it never waits on a slow peer: a peer
-    /// whose outgoing queue is full is closed with 1008. Returns how many of this node's
-    /// peers it was queued for.
+    /// whose outgoing queue is full gets its [`SlowPeer`](crate::SlowPeer) policy (closed
+    /// with 1008 by default). Returns how many of this node's peers it was queued for.
     ///
     /// `method` is a [`Notification`](crate::Notification) contract, whose params type
     /// is checked (`handle.broadcast(Tick, &(n,))`), or a string for a name known only

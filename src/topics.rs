@@ -246,7 +246,8 @@ impl Topics {
     ///   this node's too, in offset order; `Ok` comes once Redis has it, and
     ///   [`delivered`](Published::delivered) counts this node's live subscribers then.
     ///   There the notification's method is the topic's name (each node makes it from
-    ///   what the bus recorded): a contract of another name on it is refused.
+    ///   what the bus recorded): a contract of another name on it is refused
+    ///   ([`HistoryError::OtherName`](crate::HistoryError::OtherName)).
     /// - Without history, at most once: queued for each subscriber connected now (and,
     ///   in a cluster, taken by the outbox, which sends it when the bus can and never
     ///   drops what it took); a subscriber whose link drops misses what was published
@@ -265,8 +266,8 @@ impl Topics {
     /// to the call timeout) or too many publications wait to be recorded
     /// ([`max_pending_records`](crate::cluster::ClusterBuilder::max_pending_records)).
     /// On any error the publication reached no subscriber (a record whose answer was
-    /// lost may still have been recorded, and then is delivered); each one is counted
-    /// in [`refused`](Self::refused).
+    /// lost may still have been recorded, and then is delivered); each one the cluster
+    /// refused (`Unavailable`, `Overloaded`) is counted in [`refused`](Self::refused).
     pub async fn publish<P: Serialize + ?Sized>(
         &self,
         topic: impl Topic<P>,

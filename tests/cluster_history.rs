@@ -170,6 +170,40 @@ async fn two_publishers_on_two_nodes_give_every_subscriber_one_order() {
     }
 }
 
+jsonrpc_peer::notification!(
+    /// A price, meant for a topic of another name.
+    pub Tick = "tick", Value
+);
+
+/// A topic with history in a cluster is published under its own name: a contract of
+/// another name on it is refused with an error that says so, and reaches no one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contract_of_another_name_on_a_topic_with_history_is_refused_by_name() {
+    use jsonrpc_peer::{HistoryError, Notification};
+
+    let hub = MemoryHub::new();
+    let [a, b, _c] = three(&hub, HistoryConfig::default()).await;
+    let (peer, mut rx) = client(&b.url, &["prices", "tick"]).await;
+    subscribe(&peer, "prices", None).await;
+    let refused = within(
+        a.cluster
+            .topics()
+            .publish(Tick.on_topic("prices"), &json!(1)),
+    )
+    .await;
+    match refused {
+        Err(Error::History(HistoryError::OtherName { topic, method })) => {
+            assert_eq!((topic.as_str(), method.as_str()), ("prices", "tick"));
+        }
+        other => panic!("refused by name, not {other:?}"),
+    }
+    // Under its own name it goes through, and is the first the subscriber gets.
+    within(a.cluster.topics().publish("prices", &json!(2)))
+        .await
+        .unwrap();
+    assert_eq!(take(&mut rx, "prices", 1).await[0].1, json!(2));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_the_bus_loses_are_read_from_the_history_before_later_ones() {
     let hub = MemoryHub::new();

@@ -111,8 +111,12 @@ impl ClusterBuilder {
         self
     }
 
-    /// Also notifies a topic's local subscribers of a gap, with `method` and params
-    /// `{"topic": name}` (for example `"$/gap"`; off by default).
+    /// Also notifies a topic's local subscribers of a gap, with `method` (for example
+    /// `"$/gap"`; off by default) and params `{"topic": name}`, or, for a topic with
+    /// history, `{"topic": name, "epoch": E, "offset": K}`, where delivery goes on. The
+    /// reconnecting client's followed topics
+    /// ([`ReconnectingBuilder::topic`](crate::ReconnectingBuilder::topic)) understand
+    /// `"$/gap"`.
     pub fn gap_notification(mut self, method: impl Into<String>) -> Self {
         self.options.gap_method = Some(method.into());
         self

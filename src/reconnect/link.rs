@@ -25,14 +25,16 @@ use crate::sync::lock;
 pub enum LinkState {
     /// Dialing; `attempt` counts failures since the last success.
     Connecting {
-        /// Failed attempts since the last success.
+        /// Failed attempts since the last success; a link that was up and was lost
+        /// counts as the first.
         attempt: u32,
     },
     /// Connected, and the `on_connect` hook has run.
     Connected,
     /// Waiting before the next attempt.
     Waiting {
-        /// Failed attempts since the last success.
+        /// Failed attempts since the last success; a link that was up and was lost
+        /// counts as the first.
         attempt: u32,
         /// How long the wait is.
         retry_in: Duration,

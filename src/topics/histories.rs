@@ -275,9 +275,10 @@ impl Topics {
                 if method != topic {
                     // Every node makes the notification from the topic and the data the
                     // bus recorded: the method is the topic's name.
-                    return Err(Error::InvalidParams(
-                        "in a cluster, a topic with history is published under its own name",
-                    ));
+                    return Err(Error::History(HistoryError::OtherName {
+                        topic: topic.to_owned(),
+                        method: method.to_owned(),
+                    }));
                 }
                 let bounds = log.config();
                 let bytes = data.get().len();

@@ -156,8 +156,8 @@ impl TopicMethods {
         self
     }
 
-    /// Only these topics may be subscribed to; another is answered `-32602` with the
-    /// message ``no topic `NAME`; topics: ["a", "b"]``.
+    /// Only these topics may be subscribed to; another is answered `-32602` (`Invalid
+    /// params`) with ``no topic `NAME`; topics: ["a", "b"]`` as its `data`.
     pub fn only<I>(self, topics: I) -> Self
     where
         I: IntoIterator,
@@ -182,7 +182,9 @@ impl<S: Send + Sync + 'static> Router<S> {
     ///
     /// # Panics
     ///
-    /// If a method of either name is already registered.
+    /// As [`Router::method`] does: if a method of either name is already registered,
+    /// or a name given to [`names`](TopicMethods::names) begins with `rpc.`; with
+    /// [`presence`](TopicMethods::presence), if `presence` or `presence_count` is.
     pub fn topics(self, methods: TopicMethods) -> Self {
         let TopicMethods {
             topics,
