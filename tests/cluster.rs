@@ -170,6 +170,19 @@ async fn until_done(
     got
 }
 
+/// Waits (at most 5 s) until `n` links are subscribed to `channel`: the subscriptions
+/// task follows a topic's subscribers on its own time.
+async fn until_subscribers(hub: &MemoryHub, channel: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while hub.subscribers(channel) != n {
+        assert!(
+            Instant::now() < deadline,
+            "{channel}: not {n} subscribed links"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Waits until `cluster`'s outbox is empty: what it took is on the bus.
 async fn flushed(cluster: &Cluster) {
     assert!(
@@ -302,11 +315,7 @@ async fn a_topic_goes_only_to_the_nodes_with_subscribers() {
     // The last subscriber on c leaves: c stops listening, b keeps on.
     let removed: bool = within(on_c.call("unsubscribe", ["prices"])).await.unwrap();
     assert!(removed);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while hub.subscribers("jp:t:{prices}") != 1 {
-        assert!(Instant::now() < deadline, "c still listens to the topic");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_subscribers(&hub, "jp:t:{prices}", 1).await;
     topics.publish("prices", &[99]).await.unwrap();
     a.cluster.handle().broadcast("done", &()).unwrap();
     let got = until_done(&mut rx, &[0, 1, 2]).await;
@@ -1051,11 +1060,7 @@ async fn a_channel_left_and_joined_again_behind_unread_envelopes_is_not_a_gap() 
     flushed(&a.cluster).await;
     // Its subscriber leaves, so b leaves the channel; 3 and 4 go out while it is off.
     let _: bool = within(first.call("unsubscribe", ["news"])).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while hub.subscribers("jp:t:{news}") != 0 {
-        assert!(Instant::now() < deadline, "b still listens to the topic");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_subscribers(&hub, "jp:t:{news}", 0).await;
     topics.publish("news", &[3]).await.unwrap();
     topics.publish("news", &[4]).await.unwrap();
     flushed(&a.cluster).await;

@@ -7,17 +7,14 @@ fn file(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
+/// The lines of `Cargo.toml`'s `[name]` section.
+fn cargo_section(name: &str) -> String {
+    between(&file("Cargo.toml"), &format!("\n[{name}]\n"), "\n[").to_owned()
+}
+
 /// The features `Cargo.toml` declares, but `fuzzing` (not a stable API).
 fn cargo_features() -> BTreeSet<String> {
-    let toml = file("Cargo.toml");
-    let section = toml
-        .split("\n[features]\n")
-        .nth(1)
-        .expect("a [features] section")
-        .split("\n[")
-        .next()
-        .unwrap_or_default();
-    section
+    cargo_section("features")
         .lines()
         .filter(|l| !l.trim_start().starts_with('#'))
         .filter_map(|l| l.split_once('=').map(|(name, _)| name.trim().to_owned()))
@@ -25,17 +22,18 @@ fn cargo_features() -> BTreeSet<String> {
         .collect()
 }
 
+/// The part of `text` after the first `start`, up to the next `end`.
+fn between<'a>(text: &'a str, start: &str, end: &str) -> &'a str {
+    let after = text
+        .split_once(start)
+        .unwrap_or_else(|| panic!("no {start:?}"))
+        .1;
+    after.split(end).next().unwrap_or_default()
+}
+
 /// The features the README's Install table describes.
 fn readme_features() -> BTreeSet<String> {
-    let readme = file("README.md");
-    let install = readme
-        .split("\n## Install\n")
-        .nth(1)
-        .expect("an Install section")
-        .split("\n## ")
-        .next()
-        .unwrap_or_default();
-    install
+    between(&file("README.md"), "\n## Install\n", "\n## ")
         .lines()
         .filter_map(|l| l.strip_prefix("| `"))
         .filter_map(|l| l.split_once("` |").map(|(name, _)| name.to_owned()))
@@ -120,15 +118,7 @@ fn every_rust_block_in_the_readme_is_a_whole_program_with_nothing_hidden() {
 
 /// The required (not optional) dependencies `Cargo.toml` declares.
 fn cargo_required_dependencies() -> BTreeSet<String> {
-    let toml = file("Cargo.toml");
-    let section = toml
-        .split("\n[dependencies]\n")
-        .nth(1)
-        .expect("a [dependencies] section")
-        .split("\n[")
-        .next()
-        .unwrap_or_default();
-    section
+    cargo_section("dependencies")
         .lines()
         .filter(|l| !l.trim_start().starts_with('#') && !l.contains("optional = true"))
         .filter_map(|l| l.split_once('=').map(|(name, _)| name.trim().to_owned()))
@@ -139,13 +129,11 @@ fn cargo_required_dependencies() -> BTreeSet<String> {
 #[test]
 fn the_install_section_names_every_required_dependency_and_no_other() {
     let readme = file("README.md");
-    let sentence = readme
-        .split("Without features the crate needs ")
-        .nth(1)
-        .expect("the sentence on the required dependencies")
-        .split(", and nothing else.")
-        .next()
-        .expect("its end");
+    let sentence = between(
+        &readme,
+        "Without features the crate needs ",
+        ", and nothing else.",
+    );
     let named: BTreeSet<String> = sentence
         .split('`')
         .skip(1)
