@@ -19,7 +19,7 @@ import { ClosedError, LimitError } from './errors.js';
 import { WaitingSends, limitOf } from './limits.js';
 import { Pending } from './pending.js';
 import { Dispatch } from './dispatch.js';
-import { cancelNotification, request, utf8Length } from './wire.js';
+import { cancelNotification, request, truncateUtf8, utf8Length } from './wire.js';
 
 // WebSocket readyState values; the socket may be a fake without the static constants.
 const CONNECTING = 0;
@@ -61,7 +61,8 @@ export function webSocketClass(options) {
 
 /**
  * @typedef {object} PeerOptions
- * @property {number} [timeoutMs=30000] default per-call timeout; 0 or Infinity: none
+ * @property {number} [timeoutMs=30000] default per-call timeout; 0, Infinity or more than
+ *   2^31 - 1 (about 24.8 days, setTimeout's longest delay): none
  * @property {(direction: 'in'|'out', text: string) => void} [onFrame] sees every text frame
  * @property {(error: unknown, method: string) => void} [onHandlerError] sees handler
  *   failures that are not RpcError (the caller only gets -32603); default console.error
@@ -328,9 +329,11 @@ export class Peer {
    * Close the connection. Pending calls are rejected at once with ClosedError; `closed`
    * resolves when the socket reports its close.
    * @param {number} [code=1000] 1000 or 3000-4999
-   * @param {string} [reason]
+   * @param {string} [reason] cut to the 123 bytes of UTF-8 a close frame has room for
+   *   (a WebSocket throws on a longer one)
    */
   close(code = 1000, reason = '') {
+    reason = truncateUtf8(String(reason), 123);
     this.#socket.close(code, reason);
     this.#shutdown(new ClosedError(`closed locally with code ${code}${reason ? ` (${reason})` : ''}`));
   }

@@ -2,7 +2,7 @@
 // abort or the close settles each one exactly once, and it then leaves the map, so a
 // late answer is simply unmatched.
 import { InvalidResponseError, LimitError, TimeoutError } from './errors.js';
-import { RpcError, has, responseProblem } from './wire.js';
+import { MAX_TIMER_MS, RpcError, has, responseProblem } from './wire.js';
 
 /**
  * @typedef {object} Entry
@@ -52,7 +52,8 @@ export class Pending {
     const promise = new Promise((resolve, reject) => {
       entry = { resolve, reject, timer: null, sent: false };
     });
-    if (timeoutMs > 0 && timeoutMs < Infinity) {
+    // Past setTimeout's longest delay (some 24.8 days) a timeout is as good as none.
+    if (timeoutMs > 0 && timeoutMs <= MAX_TIMER_MS) {
       entry.timer = setTimeout(() => onTimeout(new TimeoutError(method, timeoutMs)), timeoutMs);
     }
     this.#calls.set(id, entry);

@@ -11,7 +11,7 @@ import { ClosedError, TimeoutError } from './errors.js';
 import { WaitingSends, limitOf } from './limits.js';
 import { Peer, webSocketClass } from './peer.js';
 import { PRESENCE_JOIN, PRESENCE_LEAVE, TopicFollower, followers } from './topics.js';
-import { checkName, request, utf8Length } from './wire.js';
+import { MAX_TIMER_MS, checkName, request, utf8Length } from './wire.js';
 
 /**
  * @typedef {object} Backoff
@@ -32,7 +32,7 @@ import { checkName, request, utf8Length } from './wire.js';
  */
 export function backoffDelay({ initialMs = 250, maxMs = 3000, multiplier = 2 } = {}, attempt, random = Math.random) {
   // setTimeout takes at most 2^31 - 1 ms: a longer wait would fire at once.
-  const cap = Math.max(0, Math.min(maxMs, 0x7fffffff, initialMs * multiplier ** Math.min(attempt, 64)));
+  const cap = Math.max(0, Math.min(maxMs, MAX_TIMER_MS, initialMs * multiplier ** Math.min(attempt, 64)));
   return random() * cap;
 }
 
@@ -238,7 +238,10 @@ export class ReconnectingPeer extends EventTarget {
         else reject(outcome);
       };
       if (timeoutMs > 0 && timeoutMs < Infinity) {
-        timer = setTimeout(() => waiter(new TimeoutError('(waiting for the connection)', timeoutMs, this.#stalled())), timeoutMs);
+        // Past setTimeout's longest delay, the wait is as good as unbounded.
+        if (timeoutMs <= MAX_TIMER_MS) {
+          timer = setTimeout(() => waiter(new TimeoutError('(waiting for the connection)', timeoutMs, this.#stalled())), timeoutMs);
+        }
       }
       signal?.addEventListener('abort', onAbort, { once: true });
       this.#waiters.add(waiter);
@@ -335,6 +338,7 @@ export class ReconnectingPeer extends EventTarget {
   #dial() {
     if (this.#stopped) return;
     this.#setState({ state: 'connecting', attempt: this.#attempt });
+    if (this.#stopped) return; // a statechange listener closed the link
     let peer;
     try {
       peer = new Peer(new this.#WS(this.#url), this.#options);
@@ -441,8 +445,9 @@ export class ReconnectingPeer extends EventTarget {
     // A link that came up starts the count again; one that never did counts a failure.
     const retryInMs = backoffDelay(this.#options.backoff, this.#attempt, this.#random);
     this.#attempt += 1;
-    this.#setState({ state: 'waiting', attempt: this.#attempt, retryInMs });
+    // Armed before the state is told: a statechange listener that closes the link clears it.
     this.#retryTimer = setTimeout(() => this.#dial(), retryInMs);
+    this.#setState({ state: 'waiting', attempt: this.#attempt, retryInMs });
   }
 }
 

@@ -186,6 +186,8 @@ export class TopicFollower {
   #members = null;
   /** @type {{joined: boolean, change: PresenceChange}[]} changes that came before the read */
   #changes = [];
+  /** The members' read failed on this connection: changes are told, not kept. */
+  #unread = false;
 
   static {
     followers = {
@@ -322,6 +324,7 @@ export class TopicFollower {
     this.#heldBytes = 0;
     this.#members = null;
     this.#changes = [];
+    this.#unread = false;
     const from = this.#lost ? null : this.position;
     let answer;
     try {
@@ -374,6 +377,7 @@ export class TopicFollower {
     try {
       list = await peer.call(this.#presenceMethod, [this.#topic], { timeoutMs: this.#timeoutMs ?? this.#host.timeoutMs() });
     } catch (e) {
+      if (this.#link === peer) this.#readFailed();
       if (this.#link === peer && !(e instanceof ClosedError) && !peer.isClosed) {
         this.#emit(this.#onFailed, 'onFailed', asError(e), this.#topic);
       }
@@ -381,6 +385,7 @@ export class TopicFollower {
     }
     if (this.#link !== peer) return;
     if (!Array.isArray(list) || !list.every(isMember)) {
+      this.#readFailed();
       this.#emit(this.#onFailed, 'onFailed', new Error(
         `"${this.#presenceMethod}" for topic "${this.#topic}" answered ${JSON.stringify(list)?.slice(0, 200)}: not [{addr, info}]`,
       ), this.#topic);
@@ -398,6 +403,12 @@ export class TopicFollower {
     this.#emit(this.#onPresence, 'onPresence', this.members);
   }
 
+  /** No members to apply changes to on this connection: none is kept (the next reads). */
+  #readFailed() {
+    this.#changes = [];
+    this.#unread = true;
+  }
+
   /**
    * A `presence.join` (joined) or `presence.leave` naming this topic, from `peer`.
    * @param {import('./peer.js').Peer} peer @param {boolean} joined @param {any} params
@@ -412,7 +423,7 @@ export class TopicFollower {
     }
     const change = { topic: this.#topic, addr: params.addr, info: params.info };
     this.#emit(joined ? this.#onJoin : this.#onLeave, joined ? 'onJoin' : 'onLeave', change);
-    if (!this.#watch) return;
+    if (!this.#watch || this.#unread) return;
     if (this.#members === null) {
       // Before the read's answer: kept to apply on it. Past the bound, the connection is
       // closed and the next one reads the members again.

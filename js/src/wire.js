@@ -191,6 +191,26 @@ export function errorResponse(id, err) {
  * `bufferedAmount` counts), without encoding it.
  * @param {string} text @returns {number}
  */
+/** The longest delay `setTimeout` takes: a longer one fires at once. */
+export const MAX_TIMER_MS = 0x7fffffff;
+
+/**
+ * `text` cut to at most `max` bytes of UTF-8, at a code point's boundary.
+ * @param {string} text @param {number} max @returns {string}
+ */
+export function truncateUtf8(text, max) {
+  if (utf8Length(text) <= max) return text;
+  let out = '';
+  let bytes = 0;
+  for (const ch of text) {
+    const n = utf8Length(ch);
+    if (bytes + n > max) break;
+    out += ch;
+    bytes += n;
+  }
+  return out;
+}
+
 export function utf8Length(text) {
   let bytes = text.length;
   for (let i = 0; i < text.length; i++) {

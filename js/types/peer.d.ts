@@ -22,7 +22,8 @@ export function webSocketClass(options: {
 }): typeof WebSocket;
 /**
  * @typedef {object} PeerOptions
- * @property {number} [timeoutMs=30000] default per-call timeout; 0 or Infinity: none
+ * @property {number} [timeoutMs=30000] default per-call timeout; 0, Infinity or more than
+ *   2^31 - 1 (about 24.8 days, setTimeout's longest delay): none
  * @property {(direction: 'in'|'out', text: string) => void} [onFrame] sees every text frame
  * @property {(error: unknown, method: string) => void} [onHandlerError] sees handler
  *   failures that are not RpcError (the caller only gets -32603); default console.error
@@ -171,14 +172,16 @@ export class Peer {
      * Close the connection. Pending calls are rejected at once with ClosedError; `closed`
      * resolves when the socket reports its close.
      * @param {number} [code=1000] 1000 or 3000-4999
-     * @param {string} [reason]
+     * @param {string} [reason] cut to the 123 bytes of UTF-8 a close frame has room for
+     *   (a WebSocket throws on a longer one)
      */
     close(code?: number, reason?: string): void;
     #private;
 }
 export type PeerOptions = {
     /**
-     * default per-call timeout; 0 or Infinity: none
+     * default per-call timeout; 0, Infinity or more than
+     * 2^31 - 1 (about 24.8 days, setTimeout's longest delay): none
      */
     timeoutMs?: number;
     /**

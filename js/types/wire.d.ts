@@ -52,11 +52,11 @@ export function resultResponse(id: any, result: any): string;
 /** An error response's text. @param {*} id @param {RpcError} err @returns {string} */
 export function errorResponse(id: any, err: RpcError): string;
 /**
- * The UTF-8 length of `text` in bytes (what a text frame carries, and what a socket's
- * `bufferedAmount` counts), without encoding it.
- * @param {string} text @returns {number}
+ * `text` cut to at most `max` bytes of UTF-8, at a code point's boundary.
+ * @param {string} text @param {number} max @returns {string}
  */
-export function utf8Length(text: string): number;
+export function truncateUtf8(text: string, max: number): string;
+export function utf8Length(text: any): any;
 /** The error codes the specification defines. */
 export const ErrorCode: Readonly<{
     PARSE_ERROR: -32700;
@@ -91,3 +91,10 @@ export class RpcError extends Error {
     };
 }
 export function has(o: object, k: string): boolean;
+/**
+ * The UTF-8 length of `text` in bytes (what a text frame carries, and what a socket's
+ * `bufferedAmount` counts), without encoding it.
+ * @param {string} text @returns {number}
+ */
+/** The longest delay `setTimeout` takes: a longer one fires at once. */
+export const MAX_TIMER_MS: 2147483647;
