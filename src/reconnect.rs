@@ -184,12 +184,12 @@ impl Caller for Reconnecting {
     ) -> Result<Option<Reply>> {
         let method = request.method();
         let timeout = options.timeout.unwrap_or(self.call_timeout);
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now().checked_add(timeout);
         let peer = self
             .connected(timeout)
             .await
             .map_err(|e| e.in_call(method))?;
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
         peer.send_request(
             request,
             CallOptions {

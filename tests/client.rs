@@ -281,6 +281,57 @@ async fn rotating() -> (String, ServerHandle, Arc<Mutex<String>>) {
     (url, handle, current)
 }
 
+/// A call with no deadline to speak of (`Duration::MAX`) goes through a reconnecting
+/// client as it goes through a peer.
+#[tokio::test]
+async fn a_reconnecting_call_with_the_longest_timeout_goes_through() {
+    let router = Router::new().method("ping", |_: Context, (): ()| async {
+        Ok::<_, RpcError>("pong")
+    });
+    let (url, _handle) = serve(router).await;
+    let peer = within(connect(url.as_str(), Router::new())).await.unwrap();
+    let pong: String = within(peer.call("ping", ()).timeout(Duration::MAX))
+        .await
+        .unwrap();
+    assert_eq!(pong, "pong");
+    let client = Reconnecting::builder(url.as_str(), Router::new()).start();
+    let pong: String = within(client.call("ping", ()).timeout(Duration::MAX))
+        .await
+        .unwrap();
+    assert_eq!(pong, "pong");
+    within(client.close()).await;
+}
+
+/// An `on_connect` hook that panics costs that connection (closed with 1011, the failure
+/// kept in `last_error`), not the client: it dials again, and `close` ends it all.
+#[tokio::test]
+async fn a_panicking_on_connect_hook_closes_its_connection_and_the_client_goes_on() {
+    let router = Router::new().method("subscribe", |_: Context, (): ()| async {
+        Err::<bool, _>(RpcError::invalid_params("no"))
+    });
+    let (url, handle) = serve(router).await;
+    let mut gone = disconnections(&handle);
+    let mut made = connections(&handle);
+    let client = Reconnecting::builder(url, Router::new())
+        .backoff(fast())
+        .on_connect(|peer| async move {
+            let _: bool = peer.call("subscribe", ()).await.unwrap();
+        })
+        .start();
+    within(made.recv()).await.unwrap();
+    within(gone.recv())
+        .await
+        .expect("the hook's connection closed");
+    within(made.recv()).await.expect("and another dialed");
+    let why = client
+        .last_error()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(why.contains("1011"), "last_error: {why}");
+    within(client.close()).await;
+    assert!(client.state().is_final(), "{:?}", client.state());
+}
+
 fn fast() -> Backoff {
     Backoff::default()
         .initial(Duration::from_millis(1))

@@ -143,6 +143,80 @@ async fn after_a_server_restart_the_client_says_missed_and_goes_on_in_the_new_ep
     within(client.close()).await;
 }
 
+/// A topic followed without history that keeps history after a restart: what was
+/// published meanwhile cannot be replayed (the client had no position), and the client
+/// says so rather than going on as if nothing was missed.
+#[tokio::test]
+async fn a_topic_that_gains_history_across_a_restart_says_missed() {
+    let first = Topics::new();
+    let (addr, handle) = serve(&first).await;
+    let proxy = Proxy::start(addr).await;
+    let (client, mut events) = follow::<Value>(&proxy, "t").await;
+    first.publish("t", &["a"]).await.unwrap();
+    assert!(matches!(next(&mut events).await, TopicEvent::Data(_)));
+    within(handle.shutdown()).await;
+    let second = Topics::new();
+    second.keep_history("t", HistoryConfig::default());
+    second.publish("t", &["lost-1"]).await.unwrap();
+    second.publish("t", &["lost-2"]).await.unwrap();
+    let (addr, _handle) = serve(&second).await;
+    proxy.retarget(addr);
+    let epoch = second.position("t").unwrap().epoch;
+    match next(&mut events).await {
+        TopicEvent::Missed { epoch: e, offset } => assert_eq!((e, offset), (epoch, 2)),
+        other => panic!("lost-1 and lost-2 went without a word: {other:?}"),
+    }
+    second.publish("t", &["z"]).await.unwrap();
+    assert!(matches!(next(&mut events).await, TopicEvent::Data(v) if v == json!(["z"])));
+    within(client.close()).await;
+}
+
+/// A link lost while a subscribe answer is awaited is the link's loss, not a refused
+/// subscription: the next link resumes, and the application sees the data alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_lost_during_a_resubscribe_is_not_reported_as_failed() {
+    use tokio::sync::watch;
+
+    // Subscribes counted; the second is answered late (its link is cut meanwhile), the
+    // third resumes.
+    let (count, mut counted) = watch::channel(0usize);
+    let router = Router::with_state(count).method(
+        "subscribe",
+        |cx: jsonrpc_peer::Context<watch::Sender<usize>>, _params: Value| async move {
+            let mut n = 0;
+            cx.state().send_modify(|c| {
+                *c += 1;
+                n = *c;
+            });
+            if n == 2 {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+            Ok::<_, jsonrpc_peer::RpcError>(match n {
+                1 => json!({ "epoch": "e", "offset": 0 }),
+                _ => json!({ "epoch": "e", "offset": 0, "recovered": true }),
+            })
+        },
+    );
+    let (url, handle) = common::serve(router).await;
+    let proxy = Proxy::start(url.trim_start_matches("ws://").parse().unwrap()).await;
+    let (client, mut events) = follow::<u64>(&proxy, "t").await;
+    proxy.cut();
+    within(counted.wait_for(|n| *n >= 2)).await.unwrap();
+    proxy.cut(); // while the second subscribe waits for its answer
+    within(counted.wait_for(|n| *n >= 3)).await.unwrap();
+    within(client.connected(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    for peer in handle.peers() {
+        let _ = peer.notify("t", json!({ "offset": 1, "data": 1 })).await;
+    }
+    match next(&mut events).await {
+        TopicEvent::Data(1) => {}
+        other => panic!("a cut during the resubscribe came out as: {other:?}"),
+    }
+    within(client.close()).await;
+}
+
 #[tokio::test]
 async fn a_client_whose_position_fell_out_of_the_history_says_missed_and_replays_nothing() {
     let topics = Topics::new();

@@ -451,7 +451,9 @@ export class TopicFollower {
     // Resumed: the replay (held, or still to come) continues `from`. Not: live data
     // follows the answer's offset, and what was asked for is lost.
     this.#position = { epoch: answer.epoch, offset: resumed ? from.offset : answer.offset };
-    const missed = !resumed && (from !== null || this.#lost);
+    // Not resumed and asked to, or followed before with no position (the topic had no
+    // history then): what was published meanwhile is lost.
+    const missed = !resumed && (from !== null || this.#lost || this.#subscribedBefore);
     this.#lost = false;
     this.#mode = 'history';
     this.#emit(this.#onSubscribed, 'onSubscribed', {

@@ -1,6 +1,7 @@
 // Edges of the reconnecting link found by a review: a close() from a statechange
 // listener, close reasons past a close frame's room, timeouts past setTimeout's longest
-// delay, presence changes after a failed read. Over fake sockets.
+// delay, presence changes after a failed read, a topic that gains history. Over fake
+// sockets.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { reconnecting } from 'jsonrpc-peer';
@@ -115,4 +116,26 @@ test('after a failed presence read, later joins are told but not held, and do no
   link.close();
   assert.equal(seen, null, 'not closed for presence changes nobody will apply');
   assert.deepEqual(joins, ['b/1', 'b/2', 'b/3']);
+});
+
+test('a topic followed without history that has history after a reconnect says missed', async () => {
+  const s = fakeServer();
+  const link = reconnecting('ws://x/rpc', { WebSocket: s.WebSocket, backoff: { initialMs: 1, maxMs: 1 } });
+  const missed = [];
+  const data = [];
+  link.topic('t', { onMissed: (m) => missed.push(m), onData: (d) => data.push(d) });
+  const first = await s.socket(0);
+  rx(first, { result: true, id: (await first.frame(0)).id }); // no history
+  rx(first, { method: 't', params: ['a'] });
+  await linkStates(link).until((x) => x.state === 'connected');
+  first.closedByServer(1001, 'restart', true);
+  const second = await s.socket(1);
+  const subscribe = await second.frame(0);
+  assert.deepEqual(subscribe.params, ['t'], 'no position to resume from');
+  rx(second, { result: { epoch: 'e2', offset: 2 }, id: subscribe.id }); // history now
+  rx(second, { method: 't', params: { offset: 3, data: 'z' } });
+  await turns(5);
+  link.close();
+  assert.deepEqual(missed, [{ topic: 't', epoch: 'e2', offset: 2 }], 'the two published meanwhile');
+  assert.deepEqual(data, [['a'], 'z']);
 });

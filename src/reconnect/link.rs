@@ -122,7 +122,9 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
     /// Runs after each (re)connect, before the connection is offered to calls: an
     /// async hook, as it usually calls the other side (to subscribe again) and calls
     /// made through the client must wait for it. Hooks add up: each one given runs, in
-    /// the order given.
+    /// the order given. A hook that panics costs its connection: it is closed with 1011,
+    /// [`last_error`](crate::Reconnecting::last_error) says so, and the link dials
+    /// again after its backoff.
     ///
     /// (The server's [`ServerHandle::on_connect`](crate::ServerHandle::on_connect) is a
     /// plain function instead: it runs on the connection's path before its first frame
@@ -338,14 +340,27 @@ impl<S: Send + Sync + 'static> Link<S> {
     /// Runs the hooks, offers the connection to calls until it ends.
     async fn serve(&mut self, peer: Peer, url: &str) -> Attempt {
         let hooks = async {
+            use futures_util::FutureExt;
             for hook in &self.on_connect {
-                hook(peer.clone()).await;
+                if std::panic::AssertUnwindSafe(hook(peer.clone()))
+                    .catch_unwind()
+                    .await
+                    .is_err()
+                {
+                    return false;
+                }
             }
+            true
         };
         tokio::select! {
             biased;
             _ = self.stopped() => { peer.close().await; return Attempt::Done }
-            _ = hooks => {}
+            ok = hooks => if !ok {
+                tracing::error!(%url, "an on_connect hook panicked; closing the link");
+                peer.close_with(1011, "on_connect hook panicked").await;
+                self.remember(Error::Closed(peer.closed().await));
+                return Attempt::Failed;
+            }
         }
         // Up again: what failed before is no longer the state of the link.
         *lock(&self.last_error) = None;

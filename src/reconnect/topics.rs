@@ -593,7 +593,7 @@ impl<T: DeserializeOwned + Send + 'static> Follow<T> {
                     }
                     _ => {
                         state.position = Some(subscribed.position());
-                        if from.is_some() || state.lost {
+                        if from.is_some() || state.lost || state.subscribed_before {
                             let missed = TopicEvent::Missed {
                                 epoch: subscribed.epoch,
                                 offset: subscribed.offset,
@@ -632,6 +632,10 @@ impl<T: DeserializeOwned + Send + 'static> Follow<T> {
                         Held::Gap(gap) => self.gap(&mut state, gap).await,
                     }
                 }
+            }
+            Err(Error::Closed(_)) => {
+                // The link went: nothing was refused; the next link resumes.
+                state.link = 0;
             }
             Err(error) => {
                 tracing::warn!(topic = %self.topic, %error, "subscribing failed");
