@@ -295,6 +295,111 @@ async fn the_byte_bound_trims_the_oldest_and_refuses_what_cannot_fit() {
     );
 }
 
+/// A subscriber that asks to resume again (a second `subscribe` from a position) and
+/// cancels that call while its replay waits for room stays subscribed, and live: the
+/// next publication reaches it. (It was left counted but deaf: in the log's catch-up
+/// set, which nothing emptied.)
+#[tokio::test]
+async fn a_resume_cancelled_mid_replay_leaves_a_subscriber_live() {
+    use jsonrpc_peer::transport::Memory;
+
+    async fn send(client: &mut Memory, text: String) {
+        within(client.send(Frame::Text(Text::from(text))))
+            .await
+            .unwrap();
+    }
+    /// The offsets of the notifications read before the answer with `id`, and the answer.
+    async fn answer(client: &mut Memory, id: u64) -> (Vec<u64>, Value) {
+        let mut offsets = Vec::new();
+        for _ in 0..100_000 {
+            let Some(Ok(Frame::Text(text))) = within(client.next()).await else {
+                panic!("the connection stays open");
+            };
+            let frame: Value = serde_json::from_str(&text).unwrap();
+            if frame.get("id").is_some() {
+                assert_eq!(frame["id"], id, "{frame}");
+                return (offsets, frame);
+            }
+            offsets.push(frame["params"]["offset"].as_u64().unwrap());
+        }
+        panic!("no answer to {id}");
+    }
+
+    let topics = Topics::new();
+    topics.keep_history("t", HistoryConfig::default());
+    let (mut client, b) = transport::pair_with_capacity(4);
+    let server = Peer::start(
+        b,
+        Arc::new(Router::new().topics(TopicMethods::new(&topics))),
+        &PeerConfig::default().outgoing_queue(4),
+    );
+    send(&mut client, subscribe(1, "t", None)).await;
+    let epoch = answer(&mut client, 1).await.1["result"]["epoch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for i in 1..=20u64 {
+        topics.publish("t", &[i]).await.unwrap();
+        assert_eq!(offset_of(within(client.next()).await), i);
+    }
+    // Again from 0: the replay fills the transport and the queue, then waits for room.
+    send(&mut client, subscribe(2, "t", Some((&epoch, 0)))).await;
+    for _ in 0..100_000 {
+        if server.queued_bytes() > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(server.queued_bytes() > 0, "the replay waits for room");
+    let cancel = json!({"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":2}});
+    send(&mut client, cancel.to_string()).await;
+    let (replayed, cancelled) = answer(&mut client, 2).await;
+    assert_eq!(cancelled["error"]["code"], -32800, "{cancelled}");
+    assert!(replayed.len() < 20, "cut short: {replayed:?}");
+
+    assert_eq!(topics.subscriber_count("t"), 1);
+    assert_eq!(topics.topics_of(&server), ["t"]);
+    let published = topics.publish("t", &[21]).await.unwrap();
+    assert_eq!(published.delivered, 1, "subscribed, and live");
+    assert_eq!(offset_of(within(client.next()).await), 21);
+}
+
+/// The offset of a notification frame read from a raw transport.
+fn offset_of(frame: Option<Result<Frame, jsonrpc_peer::transport::TransportError>>) -> u64 {
+    let Some(Ok(Frame::Text(text))) = frame else {
+        panic!("a text frame, not {frame:?}");
+    };
+    let frame: Value = serde_json::from_str(&text).unwrap();
+    frame["params"]["offset"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{frame}"))
+}
+
+/// With every topic keeping history, subscribing a peer whose connection has ended
+/// leaves no history behind for a topic with no subscriber and nothing published (as a
+/// leave would not).
+#[tokio::test]
+async fn subscribing_a_closed_peer_leaves_no_history_behind() {
+    let topics = Topics::new();
+    topics.keep_history_for_all(HistoryConfig::default());
+    let (a, b) = transport::pair();
+    let server = Peer::start(b, Arc::new(Router::new()), &PeerConfig::default());
+    let client = Peer::start(a, Arc::new(Router::new()), &PeerConfig::default());
+    client.close().await;
+    within(server.closed()).await;
+    for i in 0..100 {
+        topics.subscribe(&server, &format!("user/{i}"));
+    }
+    assert!(topics.topics_of(&server).is_empty());
+    let kept = (0..100)
+        .filter(|i| topics.position(&format!("user/{i}")).is_some())
+        .count();
+    assert_eq!(
+        kept, 0,
+        "histories kept for topics with no one and nothing in them"
+    );
+}
+
 /// A server peer over an in-memory transport and a client peer whose `t`
 /// notifications go to the returned receiver as `(offset, data)`.
 fn memory_pair(

@@ -183,7 +183,8 @@ impl Topics {
     /// the history's loss) during the replay. In a cluster, the errors of
     /// [`subscribe_ready`](Self::subscribe_ready). After an error (or with the future
     /// dropped before it is done) `peer` is not subscribed to `topic`, unless it was
-    /// before the call.
+    /// before the call: then it is live again, and the next publication continues what
+    /// it was sent (a jump in offsets says what it missed).
     pub async fn subscribe_from(
         &self,
         peer: &Peer,
@@ -198,6 +199,7 @@ impl Topics {
             peer,
             topic,
             added: false,
+            replay: None,
         };
         for _ in 0..LOOKUPS {
             let Some(log) = self.log(topic, true) else {
@@ -220,14 +222,20 @@ impl Topics {
                 relay: relay.as_ref(),
                 topic,
             });
+            joined.replay = Some((log.clone(), subscription));
             if let Some(subscribed) = log.subscribe(peer, from.clone(), subscription, bus).await {
                 if peer.is_ending() {
-                    // Its `on_close` ran before it was added: nothing will remove it.
-                    log.remove(peer.id());
+                    // Its `on_close` ran before it was added: nothing else will remove
+                    // it (and a history made for it alone goes, as on a leave).
+                    self.leave_history(topic, peer.id(), !self.inner.topics.contains_key(topic));
                 }
-                joined.added &= subscribed.is_err();
+                if subscribed.is_ok() {
+                    joined.added = false;
+                    joined.replay = None;
+                }
                 return subscribed;
             }
+            joined.replay = None;
         }
         Err(Error::History(HistoryError::NotKept {
             topic: topic.to_owned(),
@@ -243,7 +251,9 @@ impl Topics {
             };
             if log.subscribe_live(peer).is_some() {
                 if peer.is_ending() {
-                    log.remove(peer.id());
+                    // Its `on_close` ran before it was added: as on a leave (a history
+                    // made for it alone goes).
+                    self.leave_history(topic, peer.id(), !self.inner.topics.contains_key(topic));
                 }
                 return;
             }
@@ -443,17 +453,25 @@ impl Topics {
     }
 }
 
-/// [`Topics::subscribe_from`]'s undo: while `added`, dropping it takes `peer` off
-/// `topic` again (an error answer, or the call's future dropped mid-way).
+/// [`Topics::subscribe_from`]'s undo, for an error answer or the call's future dropped
+/// mid-way: a replay cut short is forgotten, a peer subscribed before the call is live
+/// again, and one this call `added` is taken off `topic`.
 struct Joined<'a> {
     topics: &'a Topics,
     peer: &'a Peer,
     topic: &'a str,
     added: bool,
+    /// The replay under way (its log and subscription number), until it ends well.
+    replay: Option<(Arc<TopicLog>, u64)>,
 }
 
 impl Drop for Joined<'_> {
     fn drop(&mut self) {
+        if let Some((log, subscription)) = self.replay.take() {
+            if !log.cut_short(self.peer, subscription, !self.added) {
+                return; // live again, or a later subscription of the peer goes on
+            }
+        }
         if self.added {
             self.topics.unsubscribe(self.peer, self.topic);
         }

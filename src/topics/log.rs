@@ -583,6 +583,26 @@ impl TopicLog {
         }
     }
 
+    /// A subscription whose call failed or was dropped before it was live: its catch-up
+    /// is forgotten (unless a later subscription replaced it), and a peer subscribed
+    /// before the call (`was_subscribed`) is live again, unless its connection is
+    /// ending. Returns whether the peer is then neither live nor catching up here.
+    pub(crate) fn cut_short(&self, peer: &Peer, subscription: u64, was_subscribed: bool) -> bool {
+        let id = peer.id();
+        let mut state = self.state();
+        if state.catching.get(&id) == Some(&subscription) {
+            state.catching.remove(&id);
+        }
+        if state.live.contains_key(&id) || state.catching.contains_key(&id) {
+            return false;
+        }
+        if was_subscribed && !peer.is_ending() && !state.retired {
+            state.live.insert(id, peer.clone());
+            return false;
+        }
+        true
+    }
+
     /// Forgets a failed catch-up, unless a later subscription replaced it.
     fn end_catch_up(&self, id: u64, subscription: u64) {
         let mut state = self.state();
