@@ -68,7 +68,9 @@ impl Calls {
     ) -> Self {
         Calls {
             pending: Mutex::new(HashMap::new()),
-            next: AtomicU64::new(0),
+            // From a random point: an earlier incarnation's late answers (correlated
+            // by number alone) do not meet this one's calls.
+            next: AtomicU64::new(fastrand::u64(..) >> 1),
             me,
             outbox,
             state,
@@ -82,8 +84,17 @@ impl Calls {
     /// Delivers a reply to the call waiting for it (if it still is).
     pub fn answer(&self, header: &Header<'_>, body: Bytes) {
         let Some(corr) = header.c else { return };
-        let Some((to, slot)) = lock(&self.pending).remove(&corr) else {
-            return; // the caller gave up
+        let taken = {
+            let mut pending = lock(&self.pending);
+            // Only the node called answers: a reply from another (to a call of this
+            // node's earlier incarnation, whose numbers this one may reuse) is not it.
+            match pending.get(&corr) {
+                Some((to, _)) if to.node == header.o => pending.remove(&corr),
+                _ => None,
+            }
+        };
+        let Some((to, slot)) = taken else {
+            return; // the caller gave up, or not an answer to this incarnation's call
         };
         let _ = slot.send(outcome(header, to, body));
     }

@@ -40,6 +40,9 @@ pub(crate) struct Task {
     /// Nodes (and incarnations) that left the roster, and when: their parts are not
     /// taken from the store while their keys may live (two windows).
     pub(super) departed: HashMap<(String, String), Instant>,
+    /// Parts in the views of nodes not in the roster at the last check of the views: at
+    /// the next check, those still not in it go (see `drop_unrostered`).
+    pub(super) unrostered: HashSet<(String, String)>,
 }
 
 impl Task {
@@ -65,6 +68,7 @@ impl Task {
             stopped: false,
             seen_live: Arc::default(),
             departed: HashMap::new(),
+            unrostered: HashSet::new(),
         }
     }
 
@@ -226,12 +230,9 @@ impl Task {
                     tracing::debug!(%topic, %node, "not a presence delta; ignored");
                     return;
                 };
-                let stale = self
-                    .members
-                    .live
-                    .borrow()
-                    .get(&node)
-                    .is_some_and(|i| *i != incarnation);
+                // Another incarnation's, or a node that left the roster while this one
+                // was up (a delta read late must not bring its members back).
+                let stale = !self.accept(&node, &incarnation);
                 if stale
                     || !self
                         .members
@@ -341,6 +342,31 @@ impl Task {
         }
     }
 
+    /// Parts of nodes that have not been in the roster for a whole heartbeat window
+    /// leave: a part read after its node died (a delta this node read late, past the
+    /// time `departed` remembers it) would otherwise stay for good when the store has
+    /// no record of the topic left to tell it gone. A node that is new to the roster
+    /// heartbeats within a window, so it is not taken for one.
+    fn drop_unrostered(&mut self) {
+        let live = self.members.live.borrow().clone();
+        let mut out = HashSet::new();
+        for view in self.members.views.iter() {
+            for (node, incarnation) in view.nodes() {
+                if live.get(node).map(String::as_str) != Some(incarnation) {
+                    out.insert((node.to_owned(), incarnation.to_owned()));
+                }
+            }
+        }
+        let gone: HashSet<(String, String)> = out.intersection(&self.unrostered).cloned().collect();
+        out.retain(|part| !gone.contains(part));
+        self.unrostered = out;
+        if !gone.is_empty() {
+            self.drop_parts(|node, incarnation| {
+                gone.contains(&(node.to_owned(), incarnation.to_owned()))
+            });
+        }
+    }
+
     /// Members of nodes that are not live (or live as another incarnation) leave.
     fn drop_departed(&mut self) {
         let live = self.members.live.borrow().clone();
@@ -390,6 +416,11 @@ impl Task {
     /// Compares each view with the store's versions; reads again those that differ, and
     /// drops the views of topics without local subscribers.
     async fn check_views(&mut self) {
+        if self.settle_until.is_none() && self.was_up {
+            self.drop_unrostered();
+        } else {
+            self.unrostered.clear();
+        }
         let topics: Vec<Box<str>> = self.members.views.iter().map(|v| v.key().clone()).collect();
         for topic in topics {
             if self.topics.subscriber_count(&topic) == 0 {
