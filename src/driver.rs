@@ -313,6 +313,9 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                     if let Some(answer) = self.dispatch.on_text(text) {
                         self.writer.answer(cx, answer);
                     }
+                    while let Some(answer) = self.dispatch.take_loose() {
+                        self.writer.answer(cx, answer);
+                    }
                 }
                 other => {
                     if let Some(reason) = on_control(other) {

@@ -396,6 +396,18 @@ impl Guard<'_> {
     }
 }
 
+impl Guard<'_> {
+    /// Whether the call's answer is in its entry, not yet taken: an answered call has
+    /// nothing left to cancel.
+    pub(crate) fn has_answer(&self) -> bool {
+        self.armed
+            && matches!(
+                self.pending.state().map.get(&self.id),
+                Some(Slot::Done(Some(_)))
+            )
+    }
+}
+
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
         if self.armed {

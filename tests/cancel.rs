@@ -441,3 +441,105 @@ async fn a_dropped_batch_cancels_each_of_its_calls_still_waiting() {
     assert_eq!(cancelled, want);
     assert_eq!(raw.recv().await["method"], "after");
 }
+
+/// The next text frame of a raw in-memory end, as JSON.
+async fn next_json(end: &mut jsonrpc_peer::transport::Memory) -> Value {
+    use jsonrpc_peer::transport::Frame;
+    for _ in 0..1000 {
+        match within(end.next()).await {
+            Some(Ok(Frame::Text(text))) => return serde_json::from_str(&text).unwrap(),
+            Some(Ok(_)) => continue,
+            other => panic!("no frame: {other:?}"),
+        }
+    }
+    panic!("no text frame");
+}
+
+async fn send_json(end: &mut jsonrpc_peer::transport::Memory, value: Value) {
+    use futures_util::SinkExt;
+    use jsonrpc_peer::transport::Frame;
+    within(end.send(Frame::Text(value.to_string().into())))
+        .await
+        .unwrap();
+}
+
+/// A batch given up while it waits on its first call sends a cancel for that call
+/// only: the second, already answered (its answer in its entry, not taken yet), has
+/// nothing left to cancel.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_batch_cancels_only_its_calls_still_waiting() {
+    use jsonrpc_peer::transport::{pair, Frame};
+
+    let (end, mut raw) = pair();
+    let peer = Peer::start(end, Router::new(), &PeerConfig::default());
+    let task = tokio::spawn({
+        let peer = peer.clone();
+        async move {
+            let mut batch = peer.batch();
+            batch.call("slow", ()).unwrap();
+            batch.call("fast", ()).unwrap();
+            let _ = tokio::time::timeout(Duration::from_secs(1), batch.send()).await;
+        }
+    });
+    let request = next_json(&mut raw).await;
+    let ids: Vec<u64> = request
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_u64().unwrap())
+        .collect();
+    send_json(
+        &mut raw,
+        json!({"jsonrpc": "2.0", "result": 2, "id": ids[1]}),
+    )
+    .await;
+    within(task).await.unwrap();
+    let closing = tokio::spawn(async move { peer.close().await });
+    let mut cancelled = Vec::new();
+    for _ in 0..1000 {
+        let Some(Ok(Frame::Text(text))) = within(raw.next()).await else {
+            break;
+        };
+        let frame: Value = serde_json::from_str(&text).unwrap();
+        if frame["method"] == "$/cancelRequest" {
+            cancelled.push(frame["params"]["id"].as_u64().unwrap());
+        }
+    }
+    drop(raw);
+    within(closing).await.unwrap();
+    assert_eq!(cancelled, [ids[0]], "the answered call is {}", ids[1]);
+}
+
+/// A cancel inside a batch (a batch of notifications only) answers no batch: the
+/// cancelled call's `-32800` goes out alone, as its own answer.
+#[tokio::test(start_paused = true)]
+async fn a_cancel_inside_a_batch_answers_the_call_alone() {
+    use jsonrpc_peer::transport::pair;
+
+    let (end, mut raw) = pair();
+    let router = Router::new().method("slow", |_cx: Context, (): ()| async move {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok::<_, RpcError>("finished")
+    });
+    let peer = Peer::start(end, router, &PeerConfig::default());
+    send_json(
+        &mut raw,
+        json!({"jsonrpc": "2.0", "method": "slow", "id": 7}),
+    )
+    .await;
+    for _ in 0..1000 {
+        if peer.calls_running() == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(peer.calls_running(), 1);
+    let cancel = json!([{"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 7}}]);
+    send_json(&mut raw, cancel).await;
+    let answer = next_json(&mut raw).await;
+    assert!(answer.is_object(), "answered as a batch: {answer}");
+    assert_eq!(
+        (answer["id"].clone(), answer["error"]["code"].clone()),
+        (json!(7), json!(-32800))
+    );
+}

@@ -52,6 +52,9 @@ pub(super) struct Dispatch<S> {
     /// The keyed lanes, from the first keyed call on.
     keyed: Option<Keyed>,
     max_batch: usize,
+    /// Answers made while reading a batch that are not the batch's (a cancel's
+    /// `-32800`): written alone after it.
+    loose: Vec<String>,
 }
 
 impl<S: Send + Sync + 'static> Dispatch<S> {
@@ -62,6 +65,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             ordered: Ordered::new(config.notification_queue.max(1)),
             keyed: None,
             max_batch: config.max_batch_len,
+            loose: Vec::new(),
         }
     }
 
@@ -108,6 +112,11 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     /// the connection outlives it.
     pub(super) async fn stopped(&mut self) {
         self.in_flight.stopped().await;
+    }
+
+    /// Answers made by the last frame beside its own (see `loose`).
+    pub(super) fn take_loose(&mut self) -> Option<String> {
+        (!self.loose.is_empty()).then(|| self.loose.remove(0))
     }
 
     /// Handles one text frame. Returns the one answer to write now, if any: a frame
@@ -166,7 +175,16 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 progress,
             } => self.on_request(frame, id.get(), &method, params, progress, batch),
             Item::Notification { method, params } => {
-                self.on_notification(frame, &method, params.map(Raw::get))
+                let answer = self.on_notification(frame, &method, params.map(Raw::get));
+                match (answer, batch) {
+                    // A cancel's answer is for the call it stopped, not a member of
+                    // this batch's array: it goes out alone.
+                    (Some(answer), Some(_)) => {
+                        self.loose.push(answer);
+                        None
+                    }
+                    (answer, _) => answer,
+                }
             }
             Item::Response { id, outcome } => {
                 let outcome = outcome.map(|raw| Reply::new(frame.clone(), span(frame, raw.get())));

@@ -189,6 +189,16 @@ pub(crate) struct Waiting<'a> {
     swept: Option<Instant>,
 }
 
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        // Answered but not taken yet (a batch given up while waiting on an earlier
+        // call): no cancel for it.
+        if self.guard.has_answer() {
+            self.cancel.answered();
+        }
+    }
+}
+
 impl<'a> Waiting<'a> {
     /// Registers call `id`, due as `due` says.
     pub(crate) fn register(shared: &'a Shared, id: u64, due: Due) -> Result<Self> {
