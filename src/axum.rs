@@ -147,7 +147,10 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
         let timeout = self.policy.handshake_timeout;
         tokio::spawn(async move {
             let upgraded = match tokio::time::timeout(timeout, on_upgrade).await {
-                Ok(Ok(upgraded)) => upgraded,
+                Ok(Ok(upgraded)) => {
+                    crate::metrics::handshake("accepted", Some(101));
+                    upgraded
+                }
                 Ok(Err(e)) => {
                     crate::metrics::handshake("gone", None);
                     tracing::debug!(error = %e, "WebSocket upgrade failed");
@@ -174,7 +177,6 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
                 self.policy.keep_headers,
             );
         });
-        crate::metrics::handshake("accepted", Some(101));
         let mut response = Response::new(Body::empty());
         *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
         let headers = response.headers_mut();

@@ -276,6 +276,41 @@ async fn connections_are_counted_open_and_by_handshake_outcome() {
     until("both ends are closed", || open() == before).await;
 }
 
+/// An axum endpoint's handshake whose upgrade fails after the 101 (the client reset the
+/// connection at once) is counted once, as `gone`, not also as `accepted`.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn an_axum_handshake_that_fails_after_its_101_is_counted_once() {
+    use tokio::io::AsyncWriteExt;
+
+    let _serial = serial().await;
+    let r = recorder();
+    let endpoint = jsonrpc_peer::axum::Endpoint::new(Router::new())
+        .peer_config(config())
+        .handshake_policy(HandshakePolicy::default().handshake_timeout(Duration::from_secs(5)));
+    let app = axum::Router::new().route("/rpc", endpoint.into_route());
+    let addr = common::serve_axum(app).await;
+    let total = |outcome, status| {
+        r.counter(
+            names::CONNECTIONS_TOTAL,
+            &[("outcome", outcome), ("status", status)],
+        )
+    };
+    let (accepted, gone) = (total("accepted", "101"), total("gone", "none"));
+    let mut tcp = within(tokio::net::TcpStream::connect(addr)).await.unwrap();
+    let request = "GET /rpc HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+        Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+    within(tcp.write_all(request.as_bytes())).await.unwrap();
+    tcp.set_linger(Some(Duration::ZERO)).unwrap();
+    drop(tcp);
+    until("the upgrade failed", || total("gone", "none") == gone + 1).await;
+    assert_eq!(
+        total("accepted", "101"),
+        accepted,
+        "counted as accepted too"
+    );
+}
+
 /// A GET without the upgrade, answered 426; returns the response's head.
 async fn plain_get(url: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
