@@ -235,11 +235,14 @@ impl Calls {
         frame: &str,
         timeout: Duration,
     ) -> Result<Reply> {
-        self.reachable(to)?;
         let corr = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert(corr, (to.clone(), tx));
         let _guard = Guard { calls: self, corr };
+        // Checked once the call waits: a node dropped from the roster in between has its
+        // waiting calls failed after the roster changed, so this call sees either the
+        // node gone here or its failure then, never a wait for its whole timeout.
+        self.reachable(to)?;
         let mut header = self.me.header(Kind::Call);
         header.c = Some(corr);
         header.p = Some(to.peer);
