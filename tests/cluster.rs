@@ -129,6 +129,17 @@ async fn client(url: &str, me: usize, tx: &mpsc::UnboundedSender<Seen>) -> (Peer
         .method("double", |_cx: Context, (n,): (i64,)| async move {
             Ok::<_, RpcError>(n * 2)
         })
+        // `slow [ms, tag]` answers `tag` after `ms`; its start is seen as `slow`.
+        .method("slow", {
+            let tx = tx.clone();
+            move |_cx: Context, (ms, tag): (u64, String)| {
+                let _ = tx.send((me, "slow".into(), Value::String(tag.clone())));
+                async move {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    Ok::<_, RpcError>(tag)
+                }
+            }
+        })
         .method("hang", {
             let tx = tx.clone();
             move |_cx: Context, (): ()| {
@@ -992,6 +1003,54 @@ async fn an_interrupted_channel_costs_a_gap_for_its_topic_only() {
         b.cluster.state(),
         ClusterState::Up,
         "the bus as a whole stayed up"
+    );
+}
+
+/// Node a calls a peer on b, then restarts (same name, new incarnation) before the
+/// answer, and calls a peer on c. b's late answer to the old call, sent to a's channel,
+/// is not taken for the answer to the new one: only the node called answers a call
+/// (and a new incarnation numbers its calls from a random point).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_answer_to_a_restarted_callers_old_call_does_not_answer_its_new_call() {
+    let hub = MemoryHub::new();
+    let setup = Setup::default();
+    let [a1, b, c] = three(&hub, &setup).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (_on_b, at_b) = client(&b.url, 1, &tx).await;
+    let (_on_c, at_c) = client(&c.url, 2, &tx).await;
+    let old = {
+        let (cluster, to) = (a1.cluster.clone(), at_b.clone());
+        tokio::spawn(async move {
+            cluster
+                .peer(&to)
+                .call::<String>("slow", (1500u64, "b's answer to a's old call"))
+                .timeout(Duration::from_secs(10))
+                .await
+        })
+    };
+    let (who, method, _) = within(rx.recv()).await.unwrap();
+    assert_eq!(
+        (who, method.as_str()),
+        (1, "slow"),
+        "b's peer runs the call"
+    );
+    // a restarts under its name (a new process, a new incarnation).
+    a1.cluster.shutdown().await;
+    old.abort();
+    let a2 = node(&hub, "a", &setup).await;
+    all_live(&a2, 3).await;
+    assert_ne!(a1.cluster.incarnation(), a2.cluster.incarnation());
+    let got = within(
+        a2.cluster
+            .peer(&at_c)
+            .call::<String>("slow", (3000u64, "c's answer"))
+            .timeout(Duration::from_secs(8)),
+    )
+    .await;
+    assert_eq!(
+        got.as_deref().map_err(|e| e.to_string()),
+        Ok("c's answer"),
+        "a call to {at_c} answered by {at_b}'s answer to the previous incarnation"
     );
 }
 

@@ -552,3 +552,70 @@ async fn a_part_the_store_lost_is_written_whole_at_its_next_change() {
     converge_within(&[&a, &b], "room", &both, heartbeat / 2).await;
     assert!(asked.elapsed() < heartbeat, "took {:?}", asked.elapsed());
 }
+
+/// b's receive loop falls behind (its bus events held) while x, the only node with a
+/// member in the room, sends the member's join and dies. b drops x from its roster;
+/// then it reads the join of the dead node. The member must not come back: the join is
+/// refused while b remembers x's departure (two windows), and a part taken in after
+/// that is dropped once x has been out of the roster for a whole window (the store has
+/// no record of the room left to tell it gone).
+async fn a_dead_nodes_late_join(held_after_departure: u32) {
+    let hub = MemoryHub::new();
+    let heartbeat = Duration::from_millis(300);
+    let window = heartbeat * 3;
+    let a = node(&hub, "a", heartbeat).await;
+    let b = node(&hub, "b", heartbeat).await;
+    let x = node(&hub, "x", heartbeat).await;
+    for n in [&a, &b, &x] {
+        all_live(n, 3).await;
+    }
+    let mut on_a = client(&a).await;
+    on_a.sub("room", Value::Null, true).await;
+    client(&b).await.sub("room", Value::Null, true).await;
+
+    // b's consumer stops reading for a while (a busy node); the rest goes on.
+    b.bus.hold();
+    let member = client(&x).await;
+    member.sub("room", json!("m"), false).await;
+    // a heard the join: x's delta is on the bus. x dies at once, without a word.
+    assert_eq!(on_a.next().await, join(&member, "\"m\""));
+    x.bus.cut();
+    within(
+        b.cluster
+            .watch_nodes()
+            .wait_for(|n| !n.contains(&"x".to_string())),
+    )
+    .await
+    .unwrap();
+    // x's keys in the store expire; b goes on holding for as long as asked.
+    tokio::time::sleep(window * held_after_departure.max(1)).await;
+    assert_eq!(listed(&a, "room").await, BTreeSet::new());
+
+    // b reads what it held: x's join, from a node it knows is dead.
+    b.bus.release();
+    all_live(&b, 2).await;
+    // Three windows: the views are checked once a window.
+    tokio::time::sleep(window * 3).await;
+    assert_eq!(b.cluster.nodes(), ["a", "b"]);
+    assert_eq!(
+        listed(&b, "room").await,
+        BTreeSet::new(),
+        "a member of the dead x"
+    );
+    assert_eq!(
+        within(b.cluster.topics().presence_count("room"))
+            .await
+            .unwrap(),
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_nodes_join_read_late_is_refused() {
+    a_dead_nodes_late_join(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_nodes_join_read_after_its_departure_is_forgotten_leaves_within_two_windows() {
+    a_dead_nodes_late_join(3).await;
+}
