@@ -183,8 +183,10 @@ impl Topics {
         } else if peer.is_ending() {
             // It may have ended while this subscription was being added: its `on_close`
             // callbacks (this one's `forget` among them) have begun, and may have run
-            // before the insert above.
+            // before the inserts above, or between them (then it took the peer's entry
+            // before this topic's subscriber was in: that one goes here).
             self.forget(id);
+            self.remove_from(topic, id);
         }
         true
     }
