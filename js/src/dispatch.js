@@ -145,7 +145,7 @@ export class Dispatch {
     // it runs, but only the first is cancellable.
     const own = !this.#running.has(key);
     /** @type {{controller: AbortController, style: null|'lsp'|'mcp'}} */
-    const running = { controller: new AbortController(), style: null };
+    const running = { controller: new AbortController(), style: null, done: false };
     if (own) this.#running.set(key, running);
     const token = has(m, 'progressToken') ? m.progressToken : undefined;
     /** @type {HandlerContext} */
@@ -153,7 +153,7 @@ export class Dispatch {
       peer: this.#peer,
       signal: running.controller.signal,
       wantsProgress: token !== undefined,
-      progress: (value) => token !== undefined && !running.style && this.#notice(progressNotification(token, value)),
+      progress: (value) => token !== undefined && !running.style && !running.done && this.#notice(progressNotification(token, value)),
     });
     let answer;
     try {
@@ -163,6 +163,7 @@ export class Dispatch {
         ? errorResponse(m.id, new RpcError(ErrorCode.REQUEST_CANCELLED))
         : errorResponse(m.id, this.#asRpcError(e, m.method));
     } finally {
+      running.done = true;
       if (own) this.#running.delete(key);
     }
     // The MCP form of cancel asks for no answer at all.

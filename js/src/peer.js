@@ -203,6 +203,8 @@ export class Peer {
     });
     socket.addEventListener('close', onClose);
     if (socket.readyState === OPEN) opened();
+    // A socket already CLOSED fired its close event before we listened.
+    else if (socket.readyState === 3) onClose({ code: 1006, reason: '', wasClean: false });
   }
 
   /** The socket this peer runs over. */

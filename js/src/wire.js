@@ -169,8 +169,11 @@ export function invalidRequest(m) {
 /** A result response's text. @param {*} id @param {*} result @returns {string} */
 export function resultResponse(id, result) {
   try {
-    // The result member is required, so a handler returning nothing answers null.
-    return JSON.stringify({ jsonrpc: '2.0', result: result === undefined ? null : result, id });
+    // The result member is required, so a handler returning nothing answers null; a
+    // value JSON leaves out (a function, a symbol, a toJSON giving undefined) is no result.
+    const body = JSON.stringify(result === undefined ? null : result);
+    if (body === undefined) return errorResponse(id, new RpcError(ErrorCode.INTERNAL_ERROR));
+    return `{"jsonrpc":"2.0","result":${body},"id":${JSON.stringify(id)}}`;
   } catch {
     // A result JSON cannot carry (BigInt, a cycle) is the handler's failure.
     return errorResponse(id, new RpcError(ErrorCode.INTERNAL_ERROR));
