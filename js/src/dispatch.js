@@ -144,7 +144,7 @@ export class Dispatch {
     // A second call with the id of one still running cannot be told apart by a cancel:
     // it runs, but only the first is cancellable.
     const own = !this.#running.has(key);
-    /** @type {{controller: AbortController, style: null|'lsp'|'mcp'}} */
+    /** @type {{controller: AbortController, style: null|'lsp'|'mcp', done: boolean}} */
     const running = { controller: new AbortController(), style: null, done: false };
     if (own) this.#running.set(key, running);
     const token = has(m, 'progressToken') ? m.progressToken : undefined;
