@@ -155,12 +155,17 @@ impl Presence {
 
     /// Counts `topic` among `id`'s presence topics, within the limit.
     fn claim(&self, id: u64, topic: &str, max: usize) -> Result<()> {
+        let refused = Error::Presence(PresenceError::TooManyTopics { max });
+        if max == 0 {
+            // No entry is made for a peer that may hold none.
+            return Err(refused);
+        }
         let mut topics = self.by_peer.entry(id).or_default();
         if topics.contains(topic) {
             return Ok(());
         }
         if topics.len() >= max {
-            return Err(Error::Presence(PresenceError::TooManyTopics { max }));
+            return Err(refused);
         }
         topics.insert(topic.into());
         Ok(())
@@ -556,6 +561,21 @@ mod tests {
             let refused = topics.join_presence(&peer, topic, "info").await;
             assert!(refused.is_err(), "{refused:?}");
         }
+        assert!(topics.inner.presence.topics.is_empty());
+        assert!(topics.inner.presence.by_peer.is_empty());
+    }
+
+    #[tokio::test]
+    async fn no_topic_allowed_leaves_no_entry_behind() {
+        let topics = Topics::new();
+        topics.set_presence_limits(PresenceLimits::default().max_topics_per_peer(0));
+        let (end, _other) = crate::transport::pair();
+        let peer = Peer::start(end, Router::new(), &PeerConfig::default());
+        topics.subscribe(&peer, "a");
+        let refused = topics.join_presence(&peer, "a", "info").await;
+        assert!(refused.is_err(), "{refused:?}");
+        let refused = topics.watch_presence(&peer, "a").await;
+        assert!(refused.is_err(), "{refused:?}");
         assert!(topics.inner.presence.topics.is_empty());
         assert!(topics.inner.presence.by_peer.is_empty());
     }
