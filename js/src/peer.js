@@ -131,7 +131,7 @@ export class Peer {
   #nextId = 1;
   #pending;
   #dispatch;
-  /** @type {{text: string, release: () => void}[]} frames sent while the socket connects */
+  /** @type {{text: string, release: () => void, id?: number}[]} frames sent while the socket connects */
   #queued = [];
   #waiting;
   /** @type {ClosedError | null} set once closed, locally or by the socket */
@@ -239,7 +239,8 @@ export class Peer {
    *
    * With `signal`, aborting it gives the call up: the other side is sent a cancel (see
    * `cancelStyle`) and the call rejects at once with `signal.reason`; a signal already
-   * aborted sends nothing. A timeout sends the cancel too. With `onProgress`, the call
+   * aborted sends nothing. A timeout sends the cancel too. A call given up while the
+   * socket is still connecting is not sent at all, nor its cancel. With `onProgress`, the call
    * asks the other side for progress and `onProgress(value)` sees each value, in order,
    * before the call resolves; without it, no progress is asked for or delivered.
    * @param {string} method
@@ -269,7 +270,7 @@ export class Peer {
       entry.unlisten = () => signal.removeEventListener('abort', onAbort);
     }
     try {
-      this.#send(text, what);
+      this.#send(text, what, id);
       entry.sent = true;
     } catch (e) {
       this.#pending.settle(id, (p) => p.reject(e));
@@ -347,6 +348,13 @@ export class Peer {
     const entry = this.#pending.get(id);
     if (!entry) return;
     this.#pending.settle(id, (p) => p.reject(error));
+    // A call still waiting for the socket to open is taken back: neither it nor its
+    // cancel goes out.
+    const waiting = this.#queued.findIndex((q) => q.id === id);
+    if (waiting >= 0) {
+      this.#queued.splice(waiting, 1)[0].release();
+      return;
+    }
     if (!entry.sent || !this.#cancelStyle || this.#closedBy) return;
     this.#notice(cancelNotification(this.#cancelStyle, id));
   }
@@ -385,13 +393,15 @@ export class Peer {
    * Sends one of our own frames (a call, a notification, a batch), or throws: ClosedError
    * when the connection is gone, LimitError past a bound (nothing is sent).
    * @param {string} text @param {string} what what is sent, for the errors
+   * @param {number} [id] the call's id, when `text` is one call (it can be taken back
+   *   while it waits for the socket to open)
    */
-  #send(text, what) {
+  #send(text, what, id) {
     if (this.#closedBy) throw this.#closedBy;
     const state = this.#socket.readyState;
     if (state === CONNECTING) {
       const release = this.#waiting.admit(utf8Length(text), what);
-      this.#queued.push({ text, release });
+      this.#queued.push({ text, release, id });
     } else if (state === OPEN) {
       const buffered = this.#socket.bufferedAmount ?? 0;
       if (buffered >= this.#maxBufferedAmount) {

@@ -2,7 +2,7 @@
 // the answer, a Peer made over a socket already closed.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Peer, ClosedError } from 'jsonrpc-peer';
+import { Peer, ClosedError, TimeoutError } from 'jsonrpc-peer';
 import { FakeSocket, socketPair, within } from './helpers.mjs';
 
 test('a result JSON leaves out (a function, a symbol, a toJSON giving undefined) answers -32603, not an answer with neither member', async () => {
@@ -52,4 +52,25 @@ test('a Peer over a socket already closed is closed, not waiting for ever', asyn
   await assert.rejects(within(peer.opened, 300, 'opened'), ClosedError);
   await within(peer.closed, 300, 'closed');
   assert.equal(peer.isClosed, true);
+});
+
+test('a call given up while the socket connects is not sent, nor its cancel, and frees its place in the queue', async () => {
+  const socket = new FakeSocket({ open: false });
+  const peer = new Peer(socket, { maxQueued: 2 });
+  const timedOut = peer.call('slow_to_connect', [], { timeoutMs: 1 }).catch((e) => e);
+  const aborter = new AbortController();
+  const aborted = peer.call('aborted', [], { signal: aborter.signal }).catch((e) => e);
+  assert.equal(peer.queuedCount, 2);
+  aborter.abort(new Error('not wanted'));
+  assert.equal((await within(aborted)).message, 'not wanted');
+  assert.ok((await within(timedOut)) instanceof TimeoutError);
+  assert.equal(peer.queuedCount, 0, 'both taken back from the queue');
+  const kept = peer.call('kept', [], { timeoutMs: 1000 });
+  peer.notify('after', [1]);
+  socket.open();
+  await within(peer.opened);
+  const methods = socket.sent.map((text) => JSON.parse(text).method);
+  assert.deepEqual(methods, ['kept', 'after'], 'neither given-up call nor a cancel of it went out');
+  socket.receive(JSON.stringify({ jsonrpc: '2.0', result: 'ok', id: JSON.parse(socket.sent[0]).id }));
+  assert.equal(await within(kept), 'ok');
 });

@@ -117,7 +117,8 @@ export class Peer {
      *
      * With `signal`, aborting it gives the call up: the other side is sent a cancel (see
      * `cancelStyle`) and the call rejects at once with `signal.reason`; a signal already
-     * aborted sends nothing. A timeout sends the cancel too. With `onProgress`, the call
+     * aborted sends nothing. A timeout sends the cancel too. A call given up while the
+     * socket is still connecting is not sent at all, nor its cancel. With `onProgress`, the call
      * asks the other side for progress and `onProgress(value)` sees each value, in order,
      * before the call resolves; without it, no progress is asked for or delivered.
      * @param {string} method
