@@ -371,17 +371,23 @@ impl Server {
                 // in already, and its handshake runs now rather than after a wake-up
                 // of the accept loop and a task of its own, queued behind the calls
                 // of the clients already back.
+                //
+                // The place first, then the line's first: taken the other way round,
+                // an evicted place put the connection back in line, and the accept
+                // loop, had it read the line empty meanwhile, waited for its next
+                // accept before serving the line again.
+                if shaker.gate.waiting() == 0 {
+                    return;
+                }
+                // None: evicted meanwhile, the place is someone else's.
+                let Some(passed) = ticket.pass() else {
+                    return;
+                };
+                ticket = passed;
+                // None: the accept loop took it (the place goes back as `ticket` drops).
                 let Some(next) = shaker.gate.next_in_line() else {
                     return;
                 };
-                match ticket.pass() {
-                    Some(passed) => ticket = passed,
-                    None => {
-                        // Evicted meanwhile: the place is someone else's.
-                        crate::sync::lock(&shaker.gate.line).push_front(next);
-                        return;
-                    }
-                }
                 (stream, addr, deadline) = next;
             }
         }));
