@@ -112,6 +112,8 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
     }
 
     fn upgrade(self: Arc<Self>, mut request: Request) -> Response {
+        // A shutdown that starts after the check below waits for this connection.
+        let admission = self.handle.admission();
         if self.handle.is_shutting_down() {
             crate::metrics::handshake("refused", Some(503));
             return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
@@ -176,6 +178,7 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
                 Some(slot),
                 self.policy.keep_headers,
             );
+            drop(admission);
         });
         let mut response = Response::new(Body::empty());
         *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;

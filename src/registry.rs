@@ -1,6 +1,7 @@
 //! The registry of live connections: count them, broadcast to them, hooks, shutdown.
 //! A [`Server`](crate::Server) and the `axum` endpoint each keep their peers here.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -37,6 +38,9 @@ struct Registry {
     on_disconnect: RwLock<Arc<Vec<PeerHook>>>,
     /// Ticks each time a connection is gone, for `shutdown` to wait on.
     gone: watch::Sender<()>,
+    /// Handshakes past the shutdown check whose peer is not in `peers` yet
+    /// ([`Admission`]), for `shutdown` to wait on as well.
+    admitting: AtomicUsize,
     /// How many listeners given to [`Server::serve`](crate::Server::serve) are still
     /// open, for `shutdown` to wait on: once it returns, the port is free.
     listening: watch::Sender<usize>,
@@ -63,6 +67,7 @@ impl ServerHandle {
                 on_connect: RwLock::default(),
                 on_disconnect: RwLock::default(),
                 gone: watch::Sender::new(()),
+                admitting: AtomicUsize::new(0),
                 listening: watch::Sender::new(0),
                 relay: OnceLock::new(),
             }),
@@ -162,6 +167,17 @@ impl ServerHandle {
         Listening(self.inner.clone())
     }
 
+    /// Counts a handshake as being admitted until the guard is dropped, which is
+    /// after its peer is started (and in `peers`) or after it failed. Taken before
+    /// the handshake checks [`is_shutting_down`](Self::is_shutting_down): a shutdown
+    /// that starts after that check, while the handshake still authenticates or
+    /// writes its answer, waits for that connection too, instead of returning
+    /// before the connection is in the registry.
+    pub(crate) fn admission(&self) -> Admission {
+        self.inner.admitting.fetch_add(1, Ordering::SeqCst);
+        Admission(self.inner.clone())
+    }
+
     /// Whether [`shutdown`](Self::shutdown) was called.
     pub fn is_shutting_down(&self) -> bool {
         self.inner.shutdown.borrow().is_some()
@@ -235,7 +251,9 @@ impl ServerHandle {
     /// Stops accepting; lets the calls already running on every connection finish and
     /// send their answers, for at most `grace` (new calls are refused with `-32000`);
     /// closes every connection with 1001 ("going away"); and returns once they are all
-    /// gone, their tasks included, and every [`Server::serve`](crate::Server::serve) of
+    /// gone, their tasks included (a connection whose handshake was past its checks
+    /// as the shutdown began, authenticating, say, is let in and closed the same way),
+    /// and every [`Server::serve`](crate::Server::serve) of
     /// this handle has let its listener go (the port is free to bind again; waited for
     /// at most 5 s, for a serve whose runtime is gone). `serve` then returns too.
     pub async fn shutdown_within(&self, grace: Duration) {
@@ -265,9 +283,23 @@ impl ServerHandle {
     pub(crate) async fn wait_gone(&self, limit: Duration) -> bool {
         let mut gone = self.inner.gone.subscribe();
         let empty = async move {
-            let _ = gone.wait_for(|_| self.inner.peers.is_empty()).await;
+            let _ = gone
+                .wait_for(|_| {
+                    self.inner.admitting.load(Ordering::SeqCst) == 0 && self.inner.peers.is_empty()
+                })
+                .await;
         };
         tokio::time::timeout(limit, empty).await.is_ok()
+    }
+}
+
+/// A handshake being admitted; see [`ServerHandle::admission`].
+pub(crate) struct Admission(Arc<Registry>);
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.0.admitting.fetch_sub(1, Ordering::SeqCst);
+        self.0.gone.send_replace(());
     }
 }
 

@@ -518,7 +518,7 @@ impl<S: Send + Sync + 'static> Shaker<S> {
                 decide(&mut io, addr, gate, &self.registry),
             ))
             .await;
-        let (request, tail, slot, auth, accept) = match decided {
+        let (request, tail, slot, auth, accept, admission) = match decided {
             Some(Ok(Ok(admitted))) => admitted,
             Some(Ok(Err(Some(rejection)))) => {
                 crate::metrics::handshake("refused", Some(rejection.status.as_u16()));
@@ -584,17 +584,21 @@ impl<S: Send + Sync + 'static> Shaker<S> {
             Some(slot),
             gate.policy.keep_headers,
         );
+        // The peer is in the registry now (or was closed as it started).
+        drop(admission);
     }
 }
 
 /// What an admitted handshake carries on: the request, bytes read past its head, the
-/// connection slot, what authentication attached, and the accept key.
+/// connection slot, what authentication attached, the accept key, and its place among
+/// the handshakes a shutdown waits for.
 type Admitted = (
     http::Request<()>,
     Vec<u8>,
     Slot,
     Option<crate::peer::Attached>,
     http::HeaderValue,
+    crate::registry::Admission,
 );
 
 /// Reads and decides one handshake request: `Err(Some(answer))` to refuse it,
@@ -611,6 +615,7 @@ async fn decide<IO: tokio::io::AsyncRead + Unpin>(
         Head::Bad(rejection) => return Err(Some(rejection)),
     };
     let accept = handshake::check(request.method(), request.version(), request.headers())?;
+    let admission = registry.admission();
     if registry.is_shutting_down() {
         return Err(Some(Rejection::new(
             http::StatusCode::SERVICE_UNAVAILABLE,
@@ -624,7 +629,7 @@ async fn decide<IO: tokio::io::AsyncRead + Unpin>(
         .take(Some(addr.ip()))
         .map_err(|r| Some(refuse(&r)))?;
     let auth = gate.policy.check(&request).map_err(|r| Some(refuse(&r)))?;
-    Ok((request, tail, slot, auth, accept))
+    Ok((request, tail, slot, auth, accept, admission))
 }
 
 /// The HTTP answer to a refused handshake.

@@ -291,3 +291,71 @@ async fn past_max_handshakes_newcomers_are_accepted_and_wait_their_turn() {
         assert_eq!(response.status().as_u16(), 101);
     }
 }
+
+/// A shutdown that starts while a handshake is being authenticated (past the
+/// shutdown's check, its peer not yet registered) returns only once that connection
+/// is gone too: it is closed with 1001 as it starts, within the grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_waits_for_the_handshake_it_met_being_authenticated() {
+    use futures_util::StreamExt;
+    use std::sync::{mpsc, Mutex};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let (entered_tx, entered_rx) = mpsc::channel::<()>();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (entered_tx, release_rx) = (Mutex::new(entered_tx), Mutex::new(release_rx));
+    // Synchronous and slow, as a lookup in a blocking store is.
+    let policy = HandshakePolicy::default().authenticate(move |_request| {
+        let _ = entered_tx.lock().unwrap().send(());
+        let _ = release_rx
+            .lock()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(10));
+        Ok(())
+    });
+    let server = Server::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .handshake_policy(policy);
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    let handle = server.handle();
+    tokio::spawn(server.serve(Router::new()));
+
+    let client = tokio::spawn(tokio_tungstenite::connect_async(url));
+    // The hook blocks a runtime thread: wait for it off the runtime.
+    within(tokio::task::spawn_blocking(move || {
+        entered_rx.recv_timeout(Duration::from_secs(10))
+    }))
+    .await
+    .unwrap()
+    .expect("the hook ran");
+    let mut shutdown = tokio::spawn({
+        let handle = handle.clone();
+        async move { handle.shutdown_within(Duration::from_millis(200)).await }
+    });
+    // Not done while the handshake it met is still being decided (a shutdown with
+    // nothing to wait for returns in a few milliseconds).
+    let early = tokio::time::timeout(Duration::from_millis(500), &mut shutdown).await;
+    assert!(
+        early.is_err(),
+        "shutdown returned while a connection it met was being admitted"
+    );
+    release_tx.send(()).unwrap();
+    within(&mut shutdown).await.unwrap();
+    assert_eq!(handle.connection_count(), 0);
+    // The client was let in, then closed with 1001.
+    let (mut ws, response) = within(client).await.unwrap().expect("the handshake");
+    assert_eq!(response.status(), 101);
+    let mut close = None;
+    for _ in 0..8 {
+        match within(ws.next()).await {
+            Some(Ok(Message::Close(frame))) => {
+                close = frame.map(|f| u16::from(f.code));
+                break;
+            }
+            Some(Ok(_)) => continue,
+            _ => break,
+        }
+    }
+    assert_eq!(close, Some(1001));
+}
