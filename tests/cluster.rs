@@ -836,6 +836,68 @@ async fn two_nodes_with_one_name_are_noticed() {
     assert_ne!(first.cluster.incarnation(), second.cluster.incarnation());
 }
 
+/// A node restarted under its name while its earlier incarnation's goodbye was still
+/// on the bus stays in the others' rosters: that goodbye is the earlier
+/// incarnation's alone (it dropped the new one until its next heartbeat: calls to its
+/// peers failed with `NodeDown`, its members left the presence views).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_goodbye_of_an_earlier_incarnation_leaves_the_new_one_in_the_roster() {
+    let hub = MemoryHub::new();
+    // Long: no periodic heartbeat falls in the test's second, so only a goodbye
+    // could drop b from a's roster.
+    let setup = Setup {
+        heartbeat: Duration::from_secs(5),
+        ..Setup::default()
+    };
+    // a's hello is out before b1 listens, so b1 has no hello to answer: b1's last
+    // heartbeat before its goodbye is its own hello.
+    let a = node(&hub, "a", &setup).await;
+    flushed(&a.cluster).await;
+    let b1 = node(&hub, "b", &setup).await;
+    all_live(&a, 2).await;
+    all_live(&b1, 2).await;
+    flushed(&b1.cluster).await;
+    // Every roster a shows from now on.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut nodes = a.cluster.watch_nodes();
+    tokio::spawn({
+        let seen = seen.clone();
+        async move {
+            while nodes.changed().await.is_ok() {
+                let now = nodes.borrow_and_update().clone();
+                seen.lock().unwrap().push(now);
+            }
+        }
+    });
+    // b1's goodbye takes 300 ms to reach the bus; b2 starts meanwhile. b1 does not
+    // hear b2's hello (a heartbeat it sent in answer, after its goodbye, would rightly
+    // make b1 the live incarnation again at a until b2's next heartbeat).
+    b1.bus.lose(&["jp:ctl"]);
+    b1.bus.set_delay(Duration::from_millis(300));
+    let goodbye = tokio::spawn(async move {
+        b1.cluster.shutdown().await;
+        b1
+    });
+    let b2 = node(&hub, "b", &setup).await;
+    // a answers b2's hello at once: b2 lists a once a has heard it.
+    all_live(&b2, 2).await;
+    let b1 = within(goodbye).await.unwrap();
+    assert_ne!(b1.cluster.incarnation(), b2.cluster.incarnation());
+    // a has read the goodbye (delivered before b1's shutdown returned) once it reads
+    // what b2 publishes now.
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _on_a = client(&a.url, 1, &tx).await;
+    b2.cluster.handle().broadcast("done", &json!([])).unwrap();
+    let (_, method, _) = within(rx.recv()).await.unwrap();
+    assert_eq!(method, "done");
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().all(|n| n.iter().any(|n| n == "b")),
+        "a dropped b: {seen:?}"
+    );
+    assert_eq!(a.cluster.nodes(), ["a", "b"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_an_outage_the_flush_waits_for_the_nodes_that_come_back_later() {
     let hub = MemoryHub::new();

@@ -35,7 +35,9 @@ pub(super) enum Heard {
         /// It asks every other node to announce itself at once.
         hello: bool,
     },
-    Goodbye(String),
+    /// A node's goodbye, from one incarnation: a later incarnation of the same name,
+    /// already heard, stays.
+    Goodbye { node: String, incarnation: String },
     /// The bus is back: say hello, so the others see this node again at once.
     BusBack,
 }
@@ -159,7 +161,16 @@ impl Nodes {
                 connections,
                 hello,
             } => self.on_heartbeat(node, incarnation, connections, hello),
-            Heard::Goodbye(node) => self.forget_node(&node, "said goodbye"),
+            Heard::Goodbye { node, incarnation } => {
+                let this_one = self
+                    .table
+                    .live
+                    .get(&node)
+                    .is_some_and(|r| r.incarnation == incarnation);
+                if this_one {
+                    self.forget_node(&node, "said goodbye");
+                }
+            }
             Heard::BusBack => self.heartbeat(true),
         }
     }

@@ -183,7 +183,10 @@ impl Receive {
                 connections: header.n.unwrap_or(0),
                 hello: header.hello,
             },
-            Kind::Goodbye => Heard::Goodbye(header.o.to_string()),
+            Kind::Goodbye => Heard::Goodbye {
+                node: header.o.to_string(),
+                incarnation: header.i.to_string(),
+            },
             Kind::Recorded => return,
         };
         // The outbox's hold after an outage ends once every node it waits for is heard
