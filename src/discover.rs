@@ -8,9 +8,14 @@
 //! other side, so they carry the same marker). Schemas shared by several entries are
 //! in `components.schemas`.
 //!
+//! A method both sides handle is one entry, marked `"x-implemented-by": ["server",
+//! "client"]`, described by the first of its contracts given.
+//!
 //! Params are described as this crate reads them: a struct's fields are one content
 //! descriptor each, in declaration order, with `"paramStructure": "either"` (a derived
-//! struct reads named and positional params alike); a tuple's elements are positional
+//! struct reads named and positional params alike; a field is `"required": false` when
+//! it and every field after it may be left out, by name and by position alike); a
+//! tuple's elements are positional
 //! (`"by-position"`); `()` takes none. Any other params type (a `Vec`, an enum) is
 //! described whole, as one descriptor named `params` with `"x-params": "whole"`: the
 //! params value itself has that schema.
@@ -83,8 +88,23 @@ impl Api {
         let mut generator = SchemaSettings::draft07()
             .with(|s| s.definitions_path = COMPONENTS.into())
             .into_generator();
-        let mut methods = Vec::with_capacity(self.entries.len());
+        let mut methods: Vec<Map<String, Value>> = Vec::with_capacity(self.entries.len());
         for entry in &self.entries {
+            let other_side_handles = match entry.kind {
+                Kind::Method => entry.side == Side::Other,
+                Kind::Notification => entry.side == Side::This,
+            };
+            // A name both sides handle (`serves(Ping).expects(Ping)`) is one method:
+            // OpenRPC's names are unique. It is described as first given.
+            if let Some(first) = methods
+                .iter_mut()
+                .find(|m| m["name"].as_str() == Some(entry.name))
+            {
+                if first.contains_key("x-implemented-by") != other_side_handles {
+                    first.insert("x-implemented-by".into(), json!(["server", "client"]));
+                }
+                continue;
+            }
             let schema = (entry.schema)(&mut generator);
             let mut method = Map::new();
             method.insert("name".into(), entry.name.into());
@@ -96,17 +116,13 @@ impl Api {
                     json!({"name": "result", "schema": result.to_value()}),
                 );
             }
-            let other_side_handles = match entry.kind {
-                Kind::Method => entry.side == Side::Other,
-                Kind::Notification => entry.side == Side::This,
-            };
             if other_side_handles {
                 method.insert("x-implemented-by".into(), json!(["client"]));
             }
             if entry.kind == Kind::Notification {
                 method.insert("x-notification".into(), true.into());
             }
-            methods.push(Value::Object(method));
+            methods.push(method);
         }
         let mut info = Map::new();
         info.insert("title".into(), self.name.clone().into());
@@ -177,23 +193,33 @@ fn describe_params(
                 names.push(name);
             }
         }
+        // Positional params fill fields in declaration order: only known for a derived
+        // struct whose fields serde lists (not one that flattens another).
+        let by_position = fields.is_some();
+        // OpenRPC lists the optional params after the required ones. By position, an
+        // optional field before a required one must be given (`null` for none): it is
+        // required. By name only, the order is free: required ones first.
+        let last_required = names.iter().rposition(|name| required.contains(name));
+        if !by_position {
+            names.sort_by_key(|name| !required.contains(name));
+        }
         let descriptors = names
             .iter()
-            .map(|name| {
+            .enumerate()
+            .map(|(i, name)| {
+                let needed = if by_position {
+                    last_required.is_some_and(|last| i <= last)
+                } else {
+                    required.contains(name)
+                };
                 json!({
                     "name": name,
                     "schema": properties.get(*name).cloned().unwrap_or(Value::Bool(true)),
-                    "required": required.contains(name),
+                    "required": needed,
                 })
             })
             .collect();
-        // Positional params fill fields in declaration order: only known for a derived
-        // struct whose fields serde lists (not one that flattens another).
-        let structure = if fields.is_some() {
-            "either"
-        } else {
-            "by-name"
-        };
+        let structure = if by_position { "either" } else { "by-name" };
         (descriptors, structure)
     } else if let (true, Some(Value::Array(items))) = (is("array"), resolved.get("items")) {
         let descriptors = items

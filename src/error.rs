@@ -128,9 +128,22 @@ pub struct RpcError {
     pub code: ErrorCode,
     /// A short description of the error.
     pub message: String,
-    /// Additional information, left out of the wire form when `None`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Additional information, left out of the wire form when `None`. A `"data":
+    /// null` received is `Some(Value::Null)`, and is sent on as such.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     pub data: Option<serde_json::Value>,
+}
+
+/// A member that is there, `null` included, is `Some`; an absent one is `None` (by
+/// `default`).
+fn present<'de, D: serde::Deserializer<'de>>(
+    de: D,
+) -> std::result::Result<Option<serde_json::Value>, D::Error> {
+    serde_json::Value::deserialize(de).map(Some)
 }
 
 impl RpcError {
@@ -402,7 +415,9 @@ impl Error {
 ///
 /// - the other side's error object with an **application code** (outside the
 ///   specification's reserved `-32768..=-32000`) passes through unchanged: code, message
-///   and data, so a handler that forwards a call answers as the far side did;
+///   and data (a `null` data included; as `serde_json::Value` holds numbers, an integer
+///   beyond 64 bits comes out as the nearest `f64`), so a handler that forwards a call
+///   answers as the far side did;
 /// - one with a **reserved code** (`-32601` for the call back's own method, say) would
 ///   misdescribe the call being answered, so it becomes `-32603 Internal error` with
 ///   `data: {"method": <the method called back>, "error": <the error object>}`;

@@ -233,7 +233,10 @@ struct Envelope<'a> {
     error: Option<Raw<'a>>,
     /// Not a JSON-RPC member: this crate's way for a caller to ask for progress.
     progress_token: Option<Raw<'a>>,
+    /// A member was given twice (only serde's path reads such a message).
     duplicate: bool,
+    /// That member was `id`: no id can be read.
+    id_twice: bool,
 }
 
 /// Reads one message object: the fast path for the usual shape, serde for the rest.
@@ -309,6 +312,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut env = Envelope::default();
         while let Some(field) = map.next_key::<Field>()? {
+            let is_id = matches!(field, Field::Id);
             let slot = match field {
                 Field::Jsonrpc => &mut env.jsonrpc,
                 Field::Method => &mut env.method,
@@ -325,7 +329,10 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
             let value = Raw::from(map.next_value::<&'de RawValue>()?);
             // A member given twice is ambiguous (JSON parsers disagree on which wins),
             // so the message is invalid rather than read one way or the other.
-            env.duplicate |= slot.replace(value).is_some();
+            if slot.replace(value).is_some() {
+                env.duplicate = true;
+                env.id_twice |= is_id;
+            }
         }
         Ok(env)
     }
@@ -333,9 +340,16 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
 
 impl<'a> Envelope<'a> {
     fn classify(self) -> Item<'a> {
-        let readable_id = self.id.filter(|id| is_valid_id(*id));
+        let readable_id = self.id.filter(|id| !self.id_twice && is_valid_id(*id));
         if self.duplicate {
-            return invalid(None);
+            // A response is never answered, even an invalid one: its call fails.
+            if self.method.is_none() && (self.result.is_some() || self.error.is_some()) {
+                return Item::BadResponse {
+                    id: readable_id,
+                    reason: "a member is given twice",
+                };
+            }
+            return invalid(readable_id);
         }
         let Some(method) = self.method else {
             if self.result.is_some() || self.error.is_some() {

@@ -229,39 +229,94 @@ where
 
 /// Reads params as `P`. Absent params read as `null` (for `()` and `Option`), then as
 /// `[]` (for sequences), then as `{}` (for structs whose fields are all optional).
-/// Params that do not read as `P` are tried once more: `[]`/`{}` as absent params, and
-/// a one-element array as its element (for `P` that is not a sequence: `i64`, `String`).
+/// Params that do not read as `P` are tried once more: `[]`/`{}` as absent params; a
+/// one-element array as its element (for `P` that reads no sequence: `i64`, `String`);
+/// positional params short of a struct's or tuple's length with `null`s after them
+/// (for trailing `Option` fields).
 pub(crate) fn decode_params<P: DeserializeOwned>(
     frame: &str,
     params: Option<Range<usize>>,
 ) -> Result<P, serde_json::Error> {
-    match params {
-        Some(range) => {
-            let text = &frame[range];
-            serde_json::from_str(text).or_else(|e| {
-                // Many clients send `[]` or `{}` to mean "no params": a handler that
-                // takes none reads them as it reads absent params.
-                if is_empty_container(text) {
-                    return serde_json::from_str("null").map_err(|_| e);
-                }
-                // Positional params are always an array, so a handler of one scalar
-                // would never match them: `[5]` is its `5`. Only for a type that does
-                // not read sequences at all (serde says "invalid type: sequence"), so a
-                // type that reads arrays itself is never second-guessed.
-                if !e.to_string().starts_with("invalid type: sequence") {
-                    return Err(e);
-                }
-                match serde_json::from_str::<[&serde_json::value::RawValue; 1]>(text) {
-                    Ok([only]) => serde_json::from_str(only.get()),
-                    Err(_) => Err(e),
-                }
-            })
+    let Some(range) = params else {
+        return absent_params();
+    };
+    let text = &frame[range];
+    serde_json::from_str(text).or_else(|e| {
+        // Many clients send `[]` or `{}` to mean "no params": a handler that takes
+        // none reads them as it reads absent params.
+        if is_empty_container(text) {
+            return absent_params().map_err(|_| e);
         }
-        None => serde_json::from_str("null")
-            .or_else(|e| serde_json::from_str("[]").map_err(|_| e))
-            .or_else(|e| serde_json::from_str("{}").map_err(|_| e)),
-    }
+        if !text.starts_with('[') {
+            return Err(e);
+        }
+        let message = e.to_string();
+        // Positional params are always an array, so a handler of one scalar would
+        // never match them: `[5]` is its `5`. Only for a type that reads no sequence
+        // at all (an empty one is "invalid type: sequence" too), so a type that reads
+        // arrays itself, and fails on one inside, is never second-guessed.
+        if message.starts_with("invalid type: sequence") {
+            let reads_none = serde_json::from_str::<P>("[]")
+                .is_err_and(|e| e.to_string().starts_with("invalid type: sequence"));
+            return match serde_json::from_str::<[&serde_json::value::RawValue; 1]>(text) {
+                Ok([only]) if reads_none => serde_json::from_str(only.get()),
+                _ => Err(e),
+            };
+        }
+        // A struct's (or tuple's) trailing `Option` fields may be left out by
+        // position, as by name (`rpc.discover` calls them not required): they read
+        // `null`.
+        match short_by(&message) {
+            Some(missing) => {
+                let inner = text[1..text.len() - 1].trim();
+                let mut padded = String::with_capacity(text.len() + 5 * missing);
+                padded.push('[');
+                padded.push_str(inner);
+                for n in 0..missing {
+                    padded.push_str(if n == 0 && inner.is_empty() {
+                        "null"
+                    } else {
+                        ",null"
+                    });
+                }
+                padded.push(']');
+                serde_json::from_str(&padded).map_err(|_| e)
+            }
+            None => Err(e),
+        }
+    })
 }
+
+/// Absent params: `null`, else `[]`, else `{}`.
+fn absent_params<P: DeserializeOwned>() -> Result<P, serde_json::Error> {
+    serde_json::from_str("null")
+        .or_else(|e| serde_json::from_str("[]").map_err(|_| e))
+        .or_else(|e| serde_json::from_str("{}").map_err(|_| e))
+}
+
+/// How many elements positional params lack, from serde's error for a sequence too
+/// short for a derived struct (`invalid length 1, expected struct S with 2 elements`)
+/// or a tuple (`... expected a tuple of size 2`). At most [`MAX_PADDED`].
+fn short_by(message: &str) -> Option<usize> {
+    let rest = message.strip_prefix("invalid length ")?;
+    let (given, rest) = rest.split_once(", expected ")?;
+    let given: usize = given.parse().ok()?;
+    let wanted = if let Some(struct_) = rest.strip_prefix("struct ") {
+        let (_, count) = struct_.split_once(" with ")?;
+        count.split(' ').next()?.parse::<usize>().ok()?
+    } else {
+        let size = rest.strip_prefix("a tuple of size ")?;
+        size.split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse::<usize>()
+            .ok()?
+    };
+    Some(wanted.checked_sub(given)?).filter(|&n| n > 0 && n <= MAX_PADDED)
+}
+
+/// The most `null`s positional params are padded with (a struct's trailing optional
+/// fields): bounds the work a short array can ask for.
+const MAX_PADDED: usize = 64;
 
 fn is_empty_container(text: &str) -> bool {
     let inner = text.get(1..text.len().saturating_sub(1)).unwrap_or("x");
@@ -288,14 +343,14 @@ pub(crate) type NotificationFn<S> =
 ///
 /// | params type | reads |
 /// | --- | --- |
-/// | a derived struct | named params `{"a": 1, "b": 2}` and positional `[1, 2]` (in field order) |
-/// | a tuple `(A, B)`, `Vec<T>`, `[T; N]` | positional params `[1, 2]` |
+/// | a derived struct | named params `{"a": 1, "b": 2}` and positional `[1, 2]` (in field order; trailing `Option` fields may be left out) |
+/// | a tuple `(A, B)`, `Vec<T>`, `[T; N]` | positional params `[1, 2]` (a tuple's trailing `Option`s may be left out) |
 /// | a map (`HashMap`, `serde_json::Map`) | named params |
 /// | a single value that is not a sequence (`i64`, `String`, an enum, `Option<T>`) | a one-element array `[5]` (also the bare value, which the specification's params never are) |
 /// | `()` | no params, `[]` or `{}` |
 /// | `serde_json::Value` | whatever was sent (`null` when absent) |
 ///
-/// A struct whose fields are all optional also reads absent params.
+/// A struct whose fields are all optional also reads absent params, `[]` and `{}`.
 ///
 /// ```
 /// use jsonrpc_peer::{Context, Router, RpcError};

@@ -162,10 +162,11 @@ async def run(url):
             '{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":1,"id":2}',
             INVALID_REQUEST,
         )
+        # Another member given twice: the id, given once, is read for the answer.
         await c.expect(
             "duplicate method member",
             '{"jsonrpc":"2.0","method":"subtract","method":"sum","params":[1,2],"id":7}',
-            INVALID_REQUEST,
+            error(-32600, "Invalid Request", 7),
         )
         await c.expect_nothing("a binary frame is ignored", b'{"jsonrpc":"2.0","method":"sum","params":[1],"id":1}')
 
