@@ -334,6 +334,28 @@ async fn a_topic_goes_only_to_the_nodes_with_subscribers() {
     assert!(!got.contains_key(&2));
 }
 
+/// A publish the bus refuses for good (a Redis ACL that does not allow the channel)
+/// is given up and counted, not sent again for ever: what the outbox holds behind it,
+/// broadcasts and heartbeats, goes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_the_bus_refuses_for_good_is_given_up_and_holds_nothing_behind_it() {
+    let hub = MemoryHub::new();
+    let [a, b, _c] = three(&hub, &Setup::default()).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (on_b, _) = client(&b.url, 1, &tx).await;
+    let added: bool = within(on_b.call("subscribe", ["prices"])).await.unwrap();
+    assert!(added);
+    until_subscribers(&hub, "jp:t:{prices}", 1).await;
+    a.bus.refuse(&["jp:t:{prices}"]);
+    // Taken by the outbox: Ok.
+    a.cluster.topics().publish("prices", &[1]).await.unwrap();
+    a.cluster.handle().broadcast("done", &()).unwrap();
+    let got = until_done(&mut rx, &[1]).await;
+    assert!(!got.contains_key(&1), "{got:?}");
+    flushed(&a.cluster).await;
+    assert_eq!(a.cluster.stats().bus_refused, 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_publishers_on_one_topic_each_keep_their_order() {
     let hub = MemoryHub::new();

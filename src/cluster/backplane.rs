@@ -71,6 +71,13 @@ pub enum BackplaneError {
     /// The bus answered something this backplane does not understand.
     #[error("unexpected answer from the bus: {0}")]
     Protocol(String),
+    /// The bus refused the message for good (a Redis ACL that does not allow its
+    /// channel, say): sending it again would be refused again. The cluster's outbox
+    /// gives such a message up (counted in
+    /// [`ClusterStats::outbox_refused`](crate::cluster::ClusterStats::outbox_refused))
+    /// rather than hold everything behind it.
+    #[error("refused by the bus: {0}")]
+    Refused(String),
 }
 
 /// One publication to record in a topic's history and publish, in one step
@@ -183,7 +190,8 @@ impl From<BackplaneError> for crate::Error {
             BackplaneError::Unavailable(reason) => reason,
             BackplaneError::Closed
             | BackplaneError::Unsupported(_)
-            | BackplaneError::Protocol(_) => e.to_string(),
+            | BackplaneError::Protocol(_)
+            | BackplaneError::Refused(_) => e.to_string(),
         };
         crate::Error::Cluster(ClusterError::Unavailable(reason))
     }
@@ -200,8 +208,9 @@ pub trait Backplane: Send + Sync + 'static {
 
     /// Publishes several messages, in order, as [`publish`](Self::publish) would one
     /// after another. A bus that can pipeline (Redis) overrides this to send them in one
-    /// round trip; on an error, any prefix of them may have been published (the cluster
-    /// sends them again after the next [`BusEvent::Up`] and receivers drop duplicates).
+    /// round trip; on an error, some of them may have been published (the cluster
+    /// sends them again after the next [`BusEvent::Up`] and receivers drop duplicates;
+    /// after [`BackplaneError::Refused`] it gives them up).
     fn publish_many(
         &self,
         messages: Vec<(String, Bytes)>,

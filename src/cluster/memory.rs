@@ -52,6 +52,8 @@ struct Link {
     subscriptions: Mutex<HashSet<String>>,
     /// Channels whose messages to this link are lost until `regain`.
     lost: Mutex<Vec<String>>,
+    /// Channels this link's publishes to are refused for good.
+    refused: Mutex<Vec<String>>,
     tx: mpsc::Sender<BusEvent>,
     rx: Mutex<Option<mpsc::Receiver<BusEvent>>>,
     cut: AtomicBool,
@@ -97,6 +99,7 @@ impl MemoryHub {
         let link = Arc::new(Link {
             subscriptions: Mutex::new(HashSet::new()),
             lost: Mutex::new(Vec::new()),
+            refused: Mutex::new(Vec::new()),
             tx,
             rx: Mutex::new(Some(rx)),
             cut: AtomicBool::new(false),
@@ -274,6 +277,12 @@ impl MemoryBackplane {
         lock(&self.link.lost).extend(channels.iter().map(|c| (*c).to_owned()));
     }
 
+    /// Publishes from this link to `channels` fail with [`BackplaneError::Refused`] and
+    /// reach no one, as Redis refuses a channel its ACL does not allow.
+    pub fn refuse(&self, channels: &[&str]) {
+        lock(&self.link.refused).extend(channels.iter().map(|c| (*c).to_owned()));
+    }
+
     /// Ends [`lose`](Self::lose): the consumer gets [`BusEvent::Interrupted`] with the
     /// channels it was subscribed to among them.
     pub fn regain(&self) {
@@ -324,6 +333,9 @@ impl Backplane for MemoryBackplane {
             if delay > 0 {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
                 self.link.check()?;
+            }
+            if lock(&self.link.refused).contains(&channel) {
+                return Err(BackplaneError::Refused(format!("{channel} is not allowed")));
             }
             self.hub.publish_to_links(&channel, &payload);
             let lost = self

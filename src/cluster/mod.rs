@@ -29,7 +29,9 @@
 //! - **Ok means taken.** A broadcast or publish the cluster cannot take (its outbox is
 //!   full; a topic with history that Redis cannot record) fails with an error and
 //!   reaches no one, and is counted ([`Topics::refused`],
-//!   [`ClusterStats::outbox_refused`]); what the outbox took is never dropped.
+//!   [`ClusterStats::outbox_refused`]); what the outbox took is never dropped, unless
+//!   the bus refuses it for good (a Redis ACL that does not allow the channel:
+//!   [`ClusterStats::bus_refused`]).
 //!
 //! # Failure behaviour
 //!

@@ -328,6 +328,7 @@ impl Node {
             outbox_len: fill.len,
             outbox_bytes: fill.bytes,
             outbox_refused: fill.refused,
+            bus_refused: fill.bus_refused,
             duplicates: self.counters.duplicates.load(Ordering::Relaxed),
             gaps: self.counters.gaps.load(Ordering::Relaxed),
             duplicate_node_seen: self.counters.twins.load(Ordering::Relaxed),

@@ -29,7 +29,7 @@ use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use super::backplane::Backplane;
+use super::backplane::{Backplane, BackplaneError};
 use super::envelope::{self, Header, Kind};
 use super::status::ClusterState;
 use super::sync::lock;
@@ -71,6 +71,8 @@ struct Queue {
     bytes: usize,
     next_item: u64,
     refused: u64,
+    /// Messages the bus refused for good, given up.
+    bus_refused: u64,
     /// The last sequence number per channel this node sent on lately: see
     /// [`SEQUENCE_IDLE`].
     sequences: HashMap<String, Sequence>,
@@ -104,11 +106,13 @@ struct Item {
     passable: bool,
 }
 
-/// What [`Outbox::stats`] counts: envelopes waiting, their bytes, envelopes refused.
+/// What [`Outbox::stats`] counts: envelopes waiting, their bytes, envelopes refused,
+/// messages the bus refused.
 pub(super) struct Fill {
     pub len: usize,
     pub bytes: usize,
     pub refused: u64,
+    pub bus_refused: u64,
 }
 
 /// Why [`Outbox::push`] did not take an envelope.
@@ -263,6 +267,7 @@ impl Outbox {
             len: queue.items.len(),
             bytes: queue.bytes,
             refused: queue.refused,
+            bus_refused: queue.bus_refused,
         }
     }
 
@@ -455,7 +460,14 @@ pub(super) async fn run(
                 _ = state.wait_for(|s| *s != ClusterState::Down) => continue,
             }
         }
-        match bus.publish_many(packed(batch)).await {
+        let messages = packed(batch);
+        // Kept for the rare batch the bus refuses part of (a few `String`s a batch).
+        let again = messages.clone();
+        let result = match bus.publish_many(messages).await {
+            Err(BackplaneError::Refused(_)) => one_by_one(&outbox, bus.as_ref(), again).await,
+            result => result,
+        };
+        match result {
             Ok(()) => {
                 retry = Duration::from_millis(20);
                 outbox.sent(last, &ids);
@@ -471,6 +483,29 @@ pub(super) async fn run(
             }
         }
     }
+}
+
+/// Sends a batch part of which the bus refused for good (a Redis ACL that does not
+/// allow a channel) one message at a time: each refused one is given up, counted and
+/// said; sent again it would be refused again, and everything behind it (heartbeats
+/// too) would wait. Any other error stops it: the batch is sent again later (receivers
+/// drop what they already have).
+async fn one_by_one(
+    outbox: &Outbox,
+    bus: &dyn Backplane,
+    messages: Vec<(String, Bytes)>,
+) -> Result<(), BackplaneError> {
+    for (channel, payload) in messages {
+        match bus.publish(&channel, payload).await {
+            Ok(()) => {}
+            Err(BackplaneError::Refused(why)) => {
+                tracing::error!(%channel, error = %why, "the bus refused a message for good; given up");
+                lock(&outbox.queue).bus_refused += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

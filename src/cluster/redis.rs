@@ -1,9 +1,10 @@
 //! A [`Backplane`] on Redis pub/sub (feature `redis`), on the `redis` crate with RESP3.
 //!
 //! Two connections per backplane:
-//! - a publishing one (the crate's `ConnectionManager`, which redials by itself), fed by
-//!   one writer task from a queue filled at call time: publishes keep their call order
-//!   and go out as pipelines;
+//! - a publishing one (the crate's `ConnectionManager`, which redials by itself, dialed
+//!   anew by this module when it keeps a failed redial: `publisher.rs`), fed by one
+//!   writer task from a queue filled at call time: publishes keep their call order and
+//!   go out as pipelines;
 //! - a subscribing one that this module owns and redials itself, with [`Backoff`]. It
 //!   keeps the subscription set and issues all of it again on every new connection
 //!   before reporting [`BusEvent::Up`], instead of trusting a client's automatic
@@ -22,6 +23,7 @@ mod append;
 mod cluster;
 mod history;
 mod members;
+mod publisher;
 mod scripts;
 mod subscriber;
 
@@ -30,8 +32,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, IntoConnectionInfo, ProtocolVersion};
+use redis::aio::{ConnectionLike, ConnectionManagerConfig};
+
+use publisher::Publisher;
+use redis::{Client, IntoConnectionInfo, ProtocolVersion, Value};
 use tokio::sync::{mpsc, oneshot};
 
 #[cfg(feature = "redis-cluster")]
@@ -196,9 +200,9 @@ impl RedisOptions {
 pub struct RedisBackplane {
     /// The history script on the publishing connection (multiplexed: concurrent calls
     /// go out pipelined), its appends committed in groups (append.rs).
-    history: scripts::Scripts<ConnectionManager>,
+    history: scripts::Scripts<Publisher>,
     /// Presence's reads and writes (a clone of the publishing connection).
-    store: ConnectionManager,
+    store: Publisher,
     publish_tx: mpsc::Sender<Publish>,
     control_tx: mpsc::Sender<Control>,
     events: Mutex<Option<mpsc::Receiver<BusEvent>>>,
@@ -233,7 +237,7 @@ impl RedisBackplane {
                     .try_into()
                     .unwrap_or(u64::MAX),
             );
-        let publisher = ConnectionManager::new_with_config(client.clone(), manager_config)
+        let publisher = Publisher::connect(client.clone(), manager_config)
             .await
             .map_err(unavailable)?;
 
@@ -454,34 +458,74 @@ fn unavailable(e: redis::RedisError) -> BackplaneError {
 
 /// Sends the queue in order: whatever is waiting (up to `batch_max` calls) goes out as one
 /// pipeline on the one publishing connection, so Redis sees the publishes in call order.
-async fn write_loop(
-    mut conn: ConnectionManager,
-    mut queue: mpsc::Receiver<Publish>,
-    batch_max: usize,
-) {
+/// Each call gets the answers to its own publishes: a publish Redis refuses for good
+/// (`NOPERM`: an ACL that does not allow the channel) fails its call with
+/// [`BackplaneError::Refused`], and the calls around it are not held to it.
+async fn write_loop(mut conn: Publisher, mut queue: mpsc::Receiver<Publish>, batch_max: usize) {
     let mut batch = Vec::with_capacity(batch_max);
     while queue.recv_many(&mut batch, batch_max).await > 0 {
         let mut pipe = redis::pipe();
         for (channel, payload) in batch.iter().flat_map(|item| &item.messages) {
-            pipe.cmd("PUBLISH")
-                .arg(channel)
-                .arg(payload.as_ref())
-                .ignore();
+            pipe.cmd("PUBLISH").arg(channel).arg(payload.as_ref());
         }
-        let mut result = pipe.exec_async(&mut conn).await;
+        let count = pipe.len();
+        let mut result = conn.req_packed_commands(&pipe, 0, count).await;
         if result.as_ref().is_err_and(|e| e.is_unrecoverable_error()) {
             // The manager dials again on this error; a batch that found the old
             // connection dead (after a Redis restart, say) goes out once more on the new
             // one. Receivers drop duplicates by sequence number should one get through.
-            result = pipe.exec_async(&mut conn).await;
+            result = conn.req_packed_commands(&pipe, 0, count).await;
         }
-        let result = result.map_err(unavailable);
-        for item in batch.drain(..) {
-            let _ = item
-                .done
-                .send(result.as_ref().map(|_| ()).map_err(clone_error));
+        match result {
+            Ok(answers) if answers.len() == count => {
+                let mut answers = answers.into_iter();
+                for item in batch.drain(..) {
+                    let own: Vec<Value> = answers.by_ref().take(item.messages.len()).collect();
+                    let _ = item.done.send(publish_outcome(&item.messages, &own));
+                }
+            }
+            Ok(answers) => {
+                let e = BackplaneError::Protocol(format!(
+                    "{} answers to a pipeline of {count} PUBLISH",
+                    answers.len()
+                ));
+                for item in batch.drain(..) {
+                    let _ = item.done.send(Err(clone_error(&e)));
+                }
+            }
+            Err(e) => {
+                let e = unavailable(e);
+                for item in batch.drain(..) {
+                    let _ = item.done.send(Err(clone_error(&e)));
+                }
+            }
         }
     }
+}
+
+/// One call's outcome from the answers to its publishes: the first error Redis gave,
+/// as [`BackplaneError::Refused`] when it refuses for good.
+fn publish_outcome(messages: &[(String, Bytes)], answers: &[Value]) -> Result<(), BackplaneError> {
+    let refused = answers
+        .iter()
+        .zip(messages)
+        .find_map(|(answer, (channel, _))| match answer {
+            Value::ServerError(e) => Some((channel, e)),
+            _ => None,
+        });
+    let Some((channel, e)) = refused else {
+        return Ok(());
+    };
+    let why = format!(
+        "PUBLISH to {channel}: {} {}",
+        e.code(),
+        e.details().unwrap_or_default()
+    );
+    Err(if e.code() == "NOPERM" {
+        BackplaneError::Refused(why)
+    } else {
+        BackplaneError::Unavailable(why)
+    })
 }
 
 fn clone_error(e: &BackplaneError) -> BackplaneError {

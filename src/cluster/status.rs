@@ -65,6 +65,11 @@ pub struct ClusterStats {
     /// Times the bus's link was dialed again after a loss
     /// ([`Backplane::reconnects`](super::Backplane::reconnects)).
     pub bus_reconnects: u64,
+    /// Messages of the outbox the bus refused for good
+    /// ([`BackplaneError::Refused`](super::BackplaneError::Refused): a Redis ACL that
+    /// does not allow a channel, say), given up rather than sent again for ever: they
+    /// reached no one (a message may pack several envelopes of its channel).
+    pub bus_refused: u64,
 }
 
 /// What [`ClusterBuilder::on_gap`](super::ClusterBuilder::on_gap) runs.

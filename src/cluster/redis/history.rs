@@ -44,6 +44,10 @@
 //! day after the last subscription anywhere looked, and the first append keeps it for
 //! good.
 //!
+//! A meta or stream key of another type (left by another application, a naming clash)
+//! is taken for a history lost: the keys are replaced and a new epoch starts, with one
+//! gap, as when Redis comes back empty.
+//!
 //! Every node of a cluster runs the same version: a node from before packs reads
 //! neither the packs nor the runs, and its script would write the older layout.
 //!
@@ -74,6 +78,15 @@ local op = ARGV[1]
 local max_len, max_bytes, max_age = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+-- A key of another type (another application's, a naming clash) holds no history: as
+-- a history lost, a new epoch goes over it.
+local mt, st = redis.call('TYPE', meta)['ok'], redis.call('TYPE', stream)['ok']
+if (mt ~= 'none' and mt ~= 'hash') or (st ~= 'none' and st ~= 'stream') then
+  if op == 'read' then
+    return {'', 1, 0, {}}
+  end
+  redis.call('DEL', stream, meta)
+end
 local m = redis.call('HMGET', meta, 'e', 'o', 'f', 'c', 'k', 't')
 local epoch, last, first = m[1], tonumber(m[2]) or 0, tonumber(m[3])
 local total, before, oldest = tonumber(m[4]) or 0, tonumber(m[5]) or 0, tonumber(m[6])

@@ -267,27 +267,51 @@ impl Subscriber {
     }
 
     /// Runs one subscribe or unsubscribe on the live connection. An error that means
-    /// the link is gone ends the session (the set already holds the change).
+    /// the link is gone ends the session (the set already holds the change); Redis
+    /// refusing the command (an ACL that does not allow the channel) fails it alone: a
+    /// refused subscribe leaves the set, and the link goes on.
     async fn apply(
         &mut self,
         conn: &mut MultiplexedConnection,
         cmd: Control,
     ) -> Result<(), String> {
-        let (result, done, unsubscribing) = match cmd {
+        let (result, done, unsubscribing, channel_of_refused) = match cmd {
             Control::Subscribe(channel, done) => {
-                if self.channels.insert(channel.clone()) {
+                let new = self.channels.insert(channel.clone());
+                if new {
                     self.fresh.insert(channel.clone());
                 }
-                (conn.subscribe(&channel).await, done, false)
+                let result = conn.subscribe(&channel).await;
+                // A channel subscribed before stays (its subscription stands).
+                (
+                    result,
+                    done,
+                    false,
+                    if new { channel } else { String::new() },
+                )
             }
             Control::Unsubscribe(channel, done) => {
                 self.channels.remove(&channel);
-                (conn.unsubscribe(&channel).await, done, true)
+                (conn.unsubscribe(&channel).await, done, true, String::new())
             }
         };
         match result {
             Ok(()) => {
                 let _ = done.send(Ok(()));
+                Ok(())
+            }
+            Err(e) if !(e.is_io_error() || e.is_unrecoverable_error() || e.is_timeout()) => {
+                // Redis answered, with a refusal: the link is fine. Kept in the set, the
+                // channel would fail every redial, and the link would stay down.
+                if !unsubscribing {
+                    self.channels.remove(&channel_of_refused);
+                    self.fresh.remove(&channel_of_refused);
+                }
+                let _ = done.send(if unsubscribing {
+                    Ok(())
+                } else {
+                    Err(BackplaneError::Refused(e.to_string()))
+                });
                 Ok(())
             }
             Err(e) => {
