@@ -221,6 +221,24 @@ impl ServerHandle {
         Ok(self.push_all(&frame))
     }
 
+    /// Notifies every live peer of this server only, as [`broadcast`](Self::broadcast)
+    /// does (serialized once, never waiting: a peer whose outgoing queue is full gets
+    /// its [`SlowPeer`](crate::SlowPeer) policy) but never across a cluster: for what
+    /// each node sends its own peers (a node's own figures, say). Returns how many
+    /// peers it was queued for.
+    ///
+    /// # Errors
+    ///
+    /// The params errors of [`Caller::call`](crate::Caller::call).
+    pub fn broadcast_local<P: Serialize + ?Sized>(
+        &self,
+        method: impl NotificationName<P>,
+        params: &P,
+    ) -> Result<usize> {
+        let frame = Text::from(message::request(method.method(), params, None)?);
+        Ok(self.push_all(&frame))
+    }
+
     /// Queues `frame` for every live peer; how many took it.
     pub(crate) fn push_all(&self, frame: &Text) -> usize {
         let mut queued = 0;

@@ -356,6 +356,22 @@ async fn a_publish_the_bus_refuses_for_good_is_given_up_and_holds_nothing_behind
     assert_eq!(a.cluster.stats().bus_refused, 1);
 }
 
+/// `broadcast_local` reaches this node's peers only, where `broadcast` reaches every
+/// node's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_broadcast_stays_on_its_node() {
+    let hub = MemoryHub::new();
+    let [a, b, _c] = three(&hub, &Setup::default()).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (_on_a, _) = client(&a.url, 0, &tx).await;
+    let (_on_b, _) = client(&b.url, 1, &tx).await;
+    assert_eq!(a.cluster.handle().broadcast_local("tick", &[1]).unwrap(), 1);
+    a.cluster.handle().broadcast("done", &()).unwrap();
+    let got = until_done(&mut rx, &[0, 1]).await;
+    assert_eq!(numbers(&got[&0], "tick"), [1]);
+    assert!(!got.contains_key(&1), "{got:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_publishers_on_one_topic_each_keep_their_order() {
     let hub = MemoryHub::new();
