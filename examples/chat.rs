@@ -3,13 +3,18 @@
 //! `cargo run --example chat -- client --url ws://127.0.0.1:9001 --name alice`. Each
 //! line typed is sent with `chat.send`; the server broadcasts it to every client as a
 //! `chat.message` notification. Ctrl-D leaves.
+//!
+//! The server takes a name of 1 to 64 bytes and a text of 1 to 1,000 bytes, neither
+//! with control characters (a newline would forge a line from someone else, an escape
+//! sequence would reach every terminal); anything else is `-32602`, which the client
+//! prints and goes on. The client shows control characters escaped all the same.
 
 #[path = "common/cli.rs"]
 mod cli;
 
 use std::io::Write;
 
-use jsonrpc_peer::{connect, Caller, Context, Router, RpcError, Server, ServerHandle};
+use jsonrpc_peer::{connect, Caller, Context, Error, Router, RpcError, Server, ServerHandle};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -27,10 +32,12 @@ async fn server(args: cli::Args) -> Result<(), Box<dyn std::error::Error>> {
     let router = Router::with_state(everyone.clone()).method(
         "chat.send",
         |cx: Context<ServerHandle>, line: Line| async move {
-            if line.name.trim().is_empty() || line.text.trim().is_empty() || line.text.len() > 1000
-            {
+            let fits = |s: &str, max: usize| {
+                !s.trim().is_empty() && s.len() <= max && !s.chars().any(char::is_control)
+            };
+            if !fits(&line.name, 64) || !fits(&line.text, 1000) {
                 return Err(RpcError::invalid_params(
-                    "a name, and a text of 1 to 1000 bytes",
+                    "a name of 1 to 64 bytes and a text of 1 to 1000 bytes, without control characters",
                 ));
             }
             println!("{}: {}", line.name, line.text);
@@ -48,18 +55,29 @@ async fn client(args: cli::Args) -> Result<(), Box<dyn std::error::Error>> {
     let name = args.text("name", "anonymous");
     let router =
         Router::new().notification("chat.message", |_cx: Context, line: Line| async move {
-            println!("{}: {}", line.name, line.text);
+            println!("{}: {}", printable(&line.name), printable(&line.text));
         });
     let peer = connect(&url, router).await?;
     eprintln!("connected to {url} as {name}; type lines, Ctrl-D to leave");
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    // Lines as bytes: one that is not UTF-8 is shown with replacement characters rather
+    // than ending the client.
+    let mut lines = BufReader::new(tokio::io::stdin()).split(b'\n');
     loop {
         tokio::select! {
-            line = lines.next_line() => match line? {
-                Some(text) if text.trim().is_empty() => continue,
-                Some(text) => {
-                    let delivered: usize = peer.call("chat.send", Line { name: name.clone(), text }).await?;
-                    eprintln!("(delivered to {delivered})");
+            line = lines.next_segment() => match line? {
+                Some(bytes) => {
+                    let text = String::from_utf8_lossy(&bytes);
+                    let text = text.trim_end_matches('\r');
+                    if text.trim().is_empty() {
+                        continue;
+                    }
+                    let line = Line { name: name.clone(), text: text.to_owned() };
+                    match peer.call::<usize>("chat.send", line).await {
+                        Ok(delivered) => eprintln!("(delivered to {delivered})"),
+                        // Refused (too long, a control character): this line only.
+                        Err(Error::Rpc { error, .. }) => eprintln!("(not sent: {})", error.message),
+                        Err(e) => return Err(e.into()),
+                    }
                 }
                 None => break,
             },
@@ -71,6 +89,19 @@ async fn client(args: cli::Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     peer.close().await;
     Ok(())
+}
+
+/// `text` with its control characters escaped (`\n`, `\u{1b}`), for a terminal.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 #[tokio::main]

@@ -1,7 +1,11 @@
 //! Run with `cargo run --example web_demo --features axum`, then open http://127.0.0.1:8080
 //! (`--listen ADDR` to change the address; port 0 picks a free one; `--allow-origin
 //! URL` lets pages from another origin connect, besides the ones this demo serves). The first line on
-//! stdout is `listening on http://HOST:PORT (WebSocket: ws://HOST:PORT/rpc)`.
+//! stdout is `listening on http://HOST:PORT (WebSocket: ws://HOST:PORT/rpc)`. Bound to
+//! every interface (`--listen 0.0.0.0:PORT`), the demo knows its page by the loopback
+//! names only: a browser that opens it at one of the machine's other addresses needs
+//! that origin named (`--allow-origin http://192.0.2.7:PORT`), and the demo says so on
+//! stderr.
 //!
 //! One axum app serves the page (`web-demo/`, with the browser peer's package `js/src/`
 //! at `/js/`) and the JSON-RPC endpoint (`/rpc`). The browser calls the server
@@ -75,9 +79,11 @@ struct Demo {
     /// How many `demo.long_task` calls run now, on every connection.
     tasks: Arc<AtomicUsize>,
     topics: Topics,
-    /// The chat's last lines, for `chat.recent`. Its lock is held while a line is
-    /// published, so the list has every line published here, in offset order.
-    chat: tokio::sync::Mutex<VecDeque<RecentLine>>,
+    /// The chat's last lines, for `chat.recent`, and the epoch their offsets are in.
+    /// Its lock is held while a line is published, so the list has every line published
+    /// here, in offset order; a new epoch (the history lost: Redis came back empty)
+    /// starts it afresh.
+    chat: tokio::sync::Mutex<(Option<String>, VecDeque<RecentLine>)>,
 }
 
 #[derive(Deserialize)]
@@ -121,7 +127,7 @@ fn router(topics: Topics) -> Router<Demo> {
     let demo = Demo {
         tasks,
         topics,
-        chat: tokio::sync::Mutex::new(VecDeque::with_capacity(RECENT)),
+        chat: tokio::sync::Mutex::new((None, VecDeque::with_capacity(RECENT))),
     };
     spec_methods::with_spec_methods(Router::with_state(demo))
         .topics(chat_topic)
@@ -192,7 +198,7 @@ fn router(topics: Topics) -> Router<Demo> {
                 text: text.into(),
                 at_ms: now_ms(),
             };
-            let mut recent = cx.state().chat.lock().await;
+            let mut chat = cx.state().chat.lock().await;
             // With history, Ok means recorded: a page that is away gets it when it resumes.
             let published = cx
                 .state()
@@ -200,6 +206,12 @@ fn router(topics: Topics) -> Router<Demo> {
                 .publish(CHAT, &message)
                 .await
                 .map_err(RpcError::internal_error)?;
+            let (epoch, recent) = &mut *chat;
+            let now = cx.state().topics.position(CHAT).map(|p| p.epoch);
+            if *epoch != now {
+                recent.clear();
+                *epoch = now;
+            }
             if recent.len() == RECENT {
                 recent.pop_front();
             }
@@ -214,11 +226,15 @@ fn router(topics: Topics) -> Router<Demo> {
             })
         })
         .handle(ChatRecent, |cx, ()| async move {
-            let recent = cx.state().chat.lock().await;
-            Ok(RecentChat {
-                epoch: cx.state().topics.position(CHAT).map(|p| p.epoch),
-                lines: recent.iter().cloned().collect(),
-            })
+            let chat = cx.state().chat.lock().await;
+            let epoch = cx.state().topics.position(CHAT).map(|p| p.epoch);
+            // Only lines whose offsets are in the epoch named.
+            let lines = if chat.0 == epoch {
+                chat.1.iter().cloned().collect()
+            } else {
+                Vec::new()
+            };
+            Ok(RecentChat { epoch, lines })
         })
 }
 
@@ -226,9 +242,10 @@ fn router(topics: Topics) -> Router<Demo> {
 type PageCount = Arc<dyn Fn() -> usize + Send + Sync>;
 
 /// Pushes `metrics` to every page of this server four times a second: a smooth wave
-/// with some noise. In a cluster each server pushes to its own pages only (a broadcast
-/// would reach every server's pages), with the cluster-wide page count.
-async fn push_metrics(pages: ServerHandle, count: PageCount, clustered: bool) {
+/// with some noise. In a cluster each server pushes to its own pages only
+/// (`broadcast_local`: a broadcast would reach every server's pages), with the
+/// cluster-wide page count; a page that does not read is closed (1008) either way.
+async fn push_metrics(pages: ServerHandle, count: PageCount) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let start = Instant::now();
     for seq in 0u64.. {
@@ -244,12 +261,7 @@ async fn push_metrics(pages: ServerHandle, count: PageCount, clustered: bool) {
             connections: count(),
             value: (value * 100.0).round() / 100.0,
         };
-        if clustered {
-            for page in pages.peers() {
-                let metrics = metrics.clone();
-                tokio::spawn(async move { page.send(MetricsPush, &metrics).await });
-            }
-        } else if let Err(e) = pages.broadcast(MetricsPush::NAME, &metrics) {
+        if let Err(e) = pages.broadcast_local(MetricsPush, &metrics) {
             eprintln!("metrics push failed: {e}");
         }
     }
@@ -302,14 +314,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pages = ServerHandle::new();
     let topics = Topics::new();
     let chat_history = args.number("chat-history", 1000)?;
-    // Both are changed only when the `redis` feature joins a cluster.
+    // Changed only when the `redis` feature joins a cluster.
     #[allow(unused_mut)]
     let mut count: PageCount = {
         let pages = pages.clone();
         Arc::new(move || pages.connection_count())
     };
-    #[allow(unused_mut)]
-    let mut clustered = false;
     // With a cluster attached, `pages.broadcast` (chat lines) reaches every server's pages.
     #[cfg(feature = "redis")]
     let _cluster = {
@@ -328,7 +338,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .await?;
             let across = cluster.clone();
             count = Arc::new(move || across.connection_count());
-            clustered = true;
             Some(cluster)
         }
     };
@@ -363,10 +372,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     println!("listening on http://{addr} (WebSocket: ws://{addr}/rpc)");
+    if addr.ip().is_unspecified() {
+        eprintln!(
+            "note: pages opened at this machine's other addresses may open the socket only \
+             once named with --allow-origin http://HOST:{}",
+            addr.port()
+        );
+    }
     // Tools start this example and read the line above: make sure it leaves now.
     std::io::stdout().flush()?;
 
-    tokio::spawn(push_metrics(pages.clone(), count, clustered));
+    tokio::spawn(push_metrics(pages.clone(), count));
     let shutdown = {
         let pages = pages.clone();
         async move {

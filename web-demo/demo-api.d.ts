@@ -67,8 +67,8 @@ export type PresenceCountResult = number;
 export type MetricsPositional = [number, number, number, number];
 /**
  * One `chat.message` notification: a chat line on the chat topic. Where the topic keeps
- * history (one server, by default) it is `{"offset":N,"data":LINE}`; where it keeps none
- * (`--chat-history 0`, and a cluster until topic history spans its nodes) it is the line.
+ * history (by default, on one server and across servers) it is
+ * `{"offset":N,"data":LINE}`; where it keeps none (`--chat-history 0`) it is the line.
  */
 export type ChatMessageParams = ChatItem | ChatMessage;
 /**
@@ -160,11 +160,12 @@ export interface ChatSendParams {
   text: string;
 }
 /**
- * How many pages a chat line reached.
+ * How many pages of this server a chat line reached.
  */
 export interface ChatSendResult {
   /**
-   * Pages the line was queued for.
+   * Pages of this server the line was queued for (across servers, the other servers'
+   * pages get it too and are not counted).
    */
   delivered: number;
 }

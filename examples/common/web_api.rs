@@ -17,10 +17,11 @@ pub struct ChatLine {
     pub text: String,
 }
 
-/// How many pages a chat line reached.
+/// How many pages of this server a chat line reached.
 #[derive(Serialize, Deserialize, JsonSchema)]
 pub struct Delivered {
-    /// Pages the line was queued for.
+    /// Pages of this server the line was queued for (across servers, the other servers'
+    /// pages get it too and are not counted).
     pub delivered: usize,
 }
 
@@ -83,8 +84,8 @@ pub struct ChatMessage {
 }
 
 /// One `chat.message` notification: a chat line on the chat topic. Where the topic keeps
-/// history (one server, by default) it is `{"offset":N,"data":LINE}`; where it keeps none
-/// (`--chat-history 0`, and a cluster until topic history spans its nodes) it is the line.
+/// history (by default, on one server and across servers) it is
+/// `{"offset":N,"data":LINE}`; where it keeps none (`--chat-history 0`) it is the line.
 #[derive(Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ChatPush {
