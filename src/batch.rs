@@ -59,7 +59,7 @@ impl<'p> Batch<'p> {
     ///
     /// As for [`call`](Self::call).
     pub fn request<M: Method>(&mut self, _method: M, params: &M::Params) -> Result<&mut Self> {
-        self.call(M::NAME, params)
+        self.call(M::NAME, crate::message::typed(params))
     }
 
     /// Adds a notification.

@@ -129,13 +129,15 @@ pub trait Caller: Send + Sync {
     }
 
     /// Calls the method `M`: [`call`](Self::call) with the name, the params type and
-    /// the result type taken from the contract.
+    /// the result type taken from the contract. Params that are one value (`i64`, a
+    /// `String`, an enum's unit variant) go as a one-element array `[v]`, which is how
+    /// the contract's handler reads them.
     ///
     /// # Errors
     ///
     /// As for [`call`](Self::call).
     fn request<M: Method>(&self, _method: M, params: &M::Params) -> Call<'_, Self, M::Result> {
-        Call::new(self, Request::call(M::NAME, params))
+        Call::new(self, Request::call(M::NAME, crate::message::typed(params)))
     }
 
     /// Sends a notification: no answer comes, and none is waited for.
@@ -168,7 +170,7 @@ pub trait Caller: Send + Sync {
         _notification: N,
         params: &N::Params,
     ) -> impl Future<Output = Result<()>> + Send {
-        self.notify(N::NAME, params)
+        self.notify(N::NAME, crate::message::typed(params))
     }
 }
 

@@ -16,7 +16,10 @@ use serde_json::value::RawValue;
 use crate::error::RpcError;
 
 mod fast;
+mod positional;
 mod write;
+
+pub(crate) use positional::{typed, Params};
 
 pub(crate) use write::{
     error_response, finish_request, invalid_utf8, request, request_head, request_parts, response,

@@ -213,7 +213,11 @@ impl ServerHandle {
         method: impl NotificationName<P>,
         params: &P,
     ) -> Result<usize> {
-        let frame = Text::from(message::request(method.method(), params, None)?);
+        let params = message::Params {
+            positional: method.positional(),
+            params,
+        };
+        let frame = Text::from(message::request(method.method(), &params, None)?);
         // The other nodes first: if the cluster cannot take it, no one gets it.
         if let Some(relay) = self.inner.relay.get() {
             relay.broadcast(&frame)?;
@@ -235,7 +239,11 @@ impl ServerHandle {
         method: impl NotificationName<P>,
         params: &P,
     ) -> Result<usize> {
-        let frame = Text::from(message::request(method.method(), params, None)?);
+        let params = message::Params {
+            positional: method.positional(),
+            params,
+        };
+        let frame = Text::from(message::request(method.method(), &params, None)?);
         Ok(self.push_all(&frame))
     }
 

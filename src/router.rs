@@ -250,19 +250,21 @@ pub(crate) fn decode_params<P: DeserializeOwned>(
         if !text.starts_with('[') {
             return Err(e);
         }
-        let message = e.to_string();
         // Positional params are always an array, so a handler of one scalar would
         // never match them: `[5]` is its `5`. Only for a type that reads no sequence
-        // at all (an empty one is "invalid type: sequence" too), so a type that reads
-        // arrays itself, and fails on one inside, is never second-guessed.
-        if message.starts_with("invalid type: sequence") {
-            let reads_none = serde_json::from_str::<P>("[]")
-                .is_err_and(|e| e.to_string().starts_with("invalid type: sequence"));
-            return match serde_json::from_str::<[&serde_json::value::RawValue; 1]>(text) {
-                Ok([only]) if reads_none => serde_json::from_str(only.get()),
-                _ => Err(e),
-            };
+        // at all (an empty one is refused as one: "invalid type: sequence", or an
+        // enum's "expected value"), so a type that reads arrays itself, and fails on
+        // one inside, is never second-guessed.
+        if let Ok([only]) = serde_json::from_str::<[&serde_json::value::RawValue; 1]>(text) {
+            let reads_none = serde_json::from_str::<P>("[]").is_err_and(|e| {
+                let m = e.to_string();
+                m.starts_with("invalid type: sequence") || m.starts_with("expected value")
+            });
+            if reads_none {
+                return serde_json::from_str(only.get());
+            }
         }
+        let message = e.to_string();
         // A struct's (or tuple's) trailing `Option` fields may be left out by
         // position, as by name (`rpc.discover` calls them not required): they read
         // `null`.

@@ -276,6 +276,10 @@ impl Topics {
         params: &P,
     ) -> Result<Published> {
         let (name, method) = (topic.name(), topic.method());
+        let params = &crate::message::Params {
+            positional: topic.positional(),
+            params,
+        };
         if let Some(published) = self.publish_recorded(name, method, params).await? {
             crate::metrics::topic_published(published.delivered);
             return Ok(published);

@@ -346,3 +346,69 @@ async fn a_forwarded_error_keeps_its_data_exactly() {
         changed.join("\n")
     );
 }
+
+// ---------------------------------------------------------------------------------
+// Typed contracts whose params are one value.
+
+#[derive(Serialize, Deserialize, JsonSchema, Debug, Clone, Copy, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum Mode {
+    Fast,
+    Exact { digits: u32 },
+}
+
+jsonrpc_peer::method!(Double = "double", i64 => i64);
+jsonrpc_peer::method!(SetMode = "set_mode", Mode => Mode);
+
+/// A contract is "used by both sides of a connection" (contract.rs); `Router::handle`
+/// serves a one-value params type from a one-element array ("a single value that is
+/// not a sequence (i64, String, an enum, Option<T>) | a one-element array [5]",
+/// router.rs), and `rpc.discover` describes it by position. The typed call of the
+/// same contract reaches that handler: `request(Double, &21)` is 42, and a call's
+/// outcome does not depend on which enum variant is sent; a typed notification and a
+/// typed broadcast go the same way.
+#[tokio::test]
+async fn a_typed_call_of_a_one_value_contract_reaches_its_typed_handler() {
+    let router = Router::new()
+        .handle(Double, |_cx, n| async move { Ok(n * 2) })
+        .handle(SetMode, |_cx, mode| async move { Ok(mode) });
+    let (url, _server) = serve(router).await;
+    let peer = within(connect(&url, Router::new())).await.unwrap();
+    let exact = within(peer.request(SetMode, &Mode::Exact { digits: 3 })).await;
+    let fast = within(peer.request(SetMode, &Mode::Fast)).await;
+    let double = within(peer.request(Double, &21)).await;
+    assert!(
+        matches!(exact, Ok(Mode::Exact { digits: 3 }))
+            && matches!(fast, Ok(Mode::Fast))
+            && matches!(double, Ok(42)),
+        "exact: {exact:?}; fast: {fast:?}; double: {double:?}"
+    );
+    peer.close().await;
+}
+
+jsonrpc_peer::notification!(Level = "level", i64);
+
+/// A typed notification of one value, sent by `send` and by a typed broadcast, reaches
+/// the typed handler of the same contract.
+#[tokio::test]
+async fn a_typed_notification_of_one_value_reaches_its_typed_handler() {
+    let (to_server, mut at_server) = tokio::sync::mpsc::unbounded_channel();
+    let server_router = Router::new().on(Level, move |_cx, level| {
+        let _ = to_server.send(level);
+        async {}
+    });
+    let (url, server) = serve(server_router).await;
+    let mut peers = connections(&server);
+    let (to_client, mut at_client) = tokio::sync::mpsc::unbounded_channel();
+    let client = Router::new().on(Level, move |_cx, level| {
+        let _ = to_client.send(level);
+        async {}
+    });
+    let peer = within(connect(&url, client)).await.unwrap();
+    within(peers.recv()).await.expect("the server's peer");
+    server.broadcast(Level, &7).unwrap();
+    assert_eq!(within(at_client.recv()).await, Some(7));
+    within(peer.send(Level, &8)).await.unwrap();
+    assert_eq!(within(at_server.recv()).await, Some(8));
+    peer.close().await;
+}

@@ -23,6 +23,13 @@ use super::Notification;
 pub trait NotificationName<P: ?Sized> {
     /// The notification's method.
     fn method(&self) -> &str;
+
+    /// Whether params that are one value go as a one-element array, as a contract's
+    /// handler reads them (true for a [`Notification`] contract).
+    #[doc(hidden)]
+    fn positional(&self) -> bool {
+        false
+    }
 }
 
 impl<P: ?Sized> NotificationName<P> for &str {
@@ -46,6 +53,10 @@ impl<P: ?Sized> NotificationName<P> for &String {
 impl<N: Notification> NotificationName<N::Params> for N {
     fn method(&self) -> &str {
         N::NAME
+    }
+
+    fn positional(&self) -> bool {
+        true
     }
 }
 
@@ -101,6 +112,13 @@ pub trait Topic<P: ?Sized> {
     fn method(&self) -> &str {
         self.name()
     }
+
+    /// Whether params that are one value go as a one-element array, as a contract's
+    /// handler reads them (true for a [`Notification`] contract).
+    #[doc(hidden)]
+    fn positional(&self) -> bool {
+        false
+    }
 }
 
 impl<P: ?Sized> Topic<P> for &str {
@@ -124,6 +142,10 @@ impl<P: ?Sized> Topic<P> for &String {
 impl<N: Notification> Topic<N::Params> for N {
     fn name(&self) -> &str {
         N::NAME
+    }
+
+    fn positional(&self) -> bool {
+        true
     }
 }
 
@@ -152,6 +174,10 @@ impl<N: Notification> Topic<N::Params> for OnTopic<N> {
     fn method(&self) -> &str {
         N::NAME
     }
+
+    fn positional(&self) -> bool {
+        true
+    }
 }
 
 impl<N: Notification> Topic<N::Params> for &OnTopic<N> {
@@ -161,5 +187,9 @@ impl<N: Notification> Topic<N::Params> for &OnTopic<N> {
 
     fn method(&self) -> &str {
         N::NAME
+    }
+
+    fn positional(&self) -> bool {
+        true
     }
 }
