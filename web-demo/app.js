@@ -23,8 +23,10 @@ function setStatus(state, text) {
 }
 
 // The module dials again by itself, with exponential backoff and full jitter; handlers
-// registered here serve every connection. The close code of the last drop is shown.
-let lastClose = null;
+// registered here serve every connection. The close code of the last drop is shown: it is
+// read from `closed` of the last connection that came up (a dial that fails keeps it).
+/** @type {import('jsonrpc-peer').Peer | null} */
+let lastUp = null;
 // Typed by the API the server describes (demo-api.d.ts, generated from its rpc.discover):
 // a call, handler or notification that does not match it fails `tsc --checkJs` in CI.
 const peer = /** @type {DemoPeer} */ (/** @type {unknown} */ (reconnecting(WS_URL, {
@@ -32,7 +34,7 @@ const peer = /** @type {DemoPeer} */ (/** @type {unknown} */ (reconnecting(WS_UR
   onFrame: logFrame,
   backoff: { initialMs: 250, maxMs: 8000 },
   onConnect: (p) => {
-    p.closed.then(({ code, reason }) => (lastClose = `${code}${reason ? ` ${reason}` : ''}`));
+    lastUp = p;
   },
 })))
   .notification('metrics', onMetrics)
@@ -42,7 +44,17 @@ peer.addEventListener('statechange', (/** @type {any} */ { detail: s }) => {
   if (s.state === 'connected') setStatus('open', 'connected');
   else if (s.state === 'connecting') setStatus('connecting', s.attempt ? `reconnecting (attempt ${s.attempt + 1})…` : 'connecting…');
   else if (s.state === 'waiting') {
-    setStatus('closed', `disconnected${lastClose ? ` (${lastClose})` : ''}, retrying in ${(s.retryInMs / 1000).toFixed(1)} s`);
+    const show = (why) => {
+      // Unless the link has moved on meanwhile (its states are new objects each time).
+      if (peer.state !== s) return;
+      setStatus('closed', `disconnected${why ? ` (${why})` : ''}, retrying in ${(s.retryInMs / 1000).toFixed(1)} s`);
+    };
+    // The link tells 'waiting' from its own reaction to the close, before a reaction of
+    // ours to that close could run: the code is read from the connection's `closed`
+    // (settled by now), so the text names this drop, not the one before.
+    const up = lastUp;
+    if (up?.isClosed) up.closed.then(({ code, reason }) => show(`${code}${reason ? ` ${reason}` : ''}`));
+    else show(null);
   } else setStatus('stopped', 'stopped');
 });
 
@@ -381,6 +393,15 @@ const chat = peer.topic('chat.message', {
   onPresence: (members) => showWho(members),
   onData: (line, { offset }) => onChatLine(line, offset),
   onSubscribed: (s) => {
+    if (reloadOwed) {
+      // A reload was cut short: the position had moved past lines never shown, so this
+      // answer (even "recovered") does not make the chat whole. Reload once more, unless
+      // onMissed (told right after this, if at all) already does.
+      queueMicrotask(() => {
+        if (reloadOwed && !arrivedWhileReloading) void reloadChat();
+      });
+      return;
+    }
     if (!s.history) showSync('live', 'live (no history kept: after a reconnect the chat reloads)');
     else if (s.from === null) showSync('live', 'live');
     else if (s.recovered) {
@@ -430,6 +451,8 @@ function showSync(state, text) {
 /** While `chat.recent` is on its way, the lines that arrive wait here: {line, offset}. */
 let arrivedWhileReloading = null;
 let reloadAgain = false;
+/** A reload failed: the chat lacks lines its position is past; the next subscribe reloads. */
+let reloadOwed = false;
 const CHAT_KEEP = 100;
 /** @type {{line: ChatLine, offset: number}[]} the lines shown, oldest first */
 let shown = [];
@@ -471,10 +494,13 @@ async function reloadChat() {
     shown = [];
     $('chat-log').replaceChildren();
     for (const { line, offset } of all) showChatLine(line, offset);
+    reloadOwed = false;
     showSync('missed', 'missed, reloaded');
   } catch (e) {
     for (const { line, offset } of arrivedWhileReloading) showChatLine(line, offset);
-    showSync('failed', `missed some lines; reloading failed: ${describeError(e)}`);
+    // Owed until one succeeds: the next (re)subscribe reloads, and is not "recovered".
+    reloadOwed = true;
+    showSync('failed', `missed some lines; reloading failed: ${describeError(e)} (again after the next reconnect)`);
   } finally {
     arrivedWhileReloading = null;
   }
@@ -521,15 +547,35 @@ $('chat-form').addEventListener('submit', async (e) => {
   // often arrives first, and what is typed after it is the next line, never to be lost.
   const box = $('chat-text');
   box.value = '';
+  refillChatBox(); // a line that failed before, if one waits
   try {
     const { delivered } = await peer.call('chat.send', { name, text });
     status.textContent = `delivered to ${delivered} page${delivered === 1 ? '' : 's'}`;
   } catch (err) {
-    if (!box.value) box.value = text; // not sent: back in the box, to send again
+    // Not sent: back in the box, to send again. What is there (a draft, or a line that
+    // failed before) stays: this one waits its turn, listed under the box.
+    unsent.push(text);
+    refillChatBox();
     status.classList.add('error');
     status.textContent = describeError(err);
   }
 });
+
+/** @type {string[]} the lines that failed to send and wait for the box, oldest first */
+const unsent = [];
+
+/** An empty box takes the oldest line that failed; those still waiting are listed under it. */
+function refillChatBox() {
+  const box = $('chat-text');
+  if (!box.value && unsent.length) box.value = unsent.shift();
+  $('chat-unsent').replaceChildren(...unsent.map((text) => {
+    const li = document.createElement('li');
+    li.setAttribute('data-testid', 'chat-unsent-line');
+    li.textContent = text;
+    return li;
+  }));
+  $('chat-unsent-box').hidden = unsent.length === 0;
+}
 
 // ---- 6. wire log ----------------------------------------------------------------
 

@@ -5,7 +5,8 @@
 // Env: DEMO_URL (required), SCREENSHOT_DIR (default ../target/screenshots),
 //      CHROMIUM (default /usr/bin/chromium), DEMO_BIN (the built web_demo example, default
 //      ../target/debug/examples/web_demo: the reconnect and chat resume tests run servers
-//      of their own, restart them under the page, and cut a page's link with a TCP proxy;
+//      of their own, restart them under the page, and cut a page's link with a TCP proxy
+//      or through Playwright's WebSocket route;
 //      the presence and cross-server resume tests run two over a Redis of their own, so it is built with
 //      `--features axum,redis` and needs `redis-server` on the PATH).
 import { test } from 'node:test';
@@ -27,15 +28,15 @@ const DEMO_BIN = path.resolve(process.env.DEMO_BIN ?? path.join(HERE, '..', 'tar
 
 /**
  * Starts the demo server on `listen` (with `args`); resolves with `{ url, stop }` once it
- * prints its first line (`listening on http://HOST:PORT ...`). `stop()` kills it and
- * resolves when it has exited.
+ * prints its first line (`listening on http://HOST:PORT ...`). `stop(signal)` kills it
+ * (SIGKILL; SIGINT shuts it down gracefully) and resolves when it has exited.
  */
 function startDemo(listen, args = []) {
   return new Promise((resolve, reject) => {
     const child = spawn(DEMO_BIN, ['--listen', listen, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
     const exited = new Promise((r) => child.once('exit', r));
-    const stop = () => {
-      child.kill('SIGKILL');
+    const stop = (signal = 'SIGKILL') => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
       return exited;
     };
     const timer = setTimeout(() => (stop(), reject(new Error(`web_demo did not listen within ${WAIT_MS} ms`))), WAIT_MS);
@@ -414,6 +415,64 @@ test('the page comes back by itself when the server restarts under it', { timeou
   assert.deepEqual(errors, []);
 });
 
+test('the status line names the close code of the drop that just happened, not of the one before', { timeout: 120000 }, async (t) => {
+  assert.ok(fs.existsSync(DEMO_BIN), `build the demo first (cargo build --example web_demo): ${DEMO_BIN}`);
+  let browser;
+  let server;
+  t.after(async () => {
+    await browser?.close().catch(() => {});
+    await server?.stop();
+  });
+  server = await startDemo('127.0.0.1:0');
+  const { port } = new URL(server.url);
+  browser = await launchChromium();
+  const context = await browser.newContext(LAPTOP);
+  // Every text the status line is given, in order, as it is set: the first one a drop
+  // shows is read, not whatever is there when the test looks.
+  await context.addInitScript(() => {
+    window.__statusTexts = [];
+    new MutationObserver((records) => {
+      for (const r of records) {
+        if (r.target instanceof Element && r.target.id === 'status-text') {
+          for (const n of r.addedNodes) if (n.nodeType === Node.TEXT_NODE) window.__statusTexts.push(n.data);
+        }
+      }
+    }).observe(document, { subtree: true, childList: true });
+  });
+  const page = await context.newPage();
+  page.setDefaultTimeout(WAIT_MS);
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(`${server.url}/`, { timeout: WAIT_MS });
+  await page.locator('[data-testid="status"][data-state="open"]').waitFor();
+  const shown = () => page.evaluate(() => window.__statusTexts.length);
+  /** The first "disconnected ..." text shown after the first `from` texts. */
+  const firstDisconnected = async (from) => (await page.waitForFunction(
+    (n) => window.__statusTexts.slice(n).find((s) => s.startsWith('disconnected')), from)).jsonValue();
+
+  // Drop 1: the server shuts down gracefully (SIGINT): the page's socket closes with 1001.
+  let from = await shown();
+  await server.stop('SIGINT');
+  server = null;
+  const first = await firstDisconnected(from);
+  // The page comes back to a new server on the same port.
+  server = await startDemo(`127.0.0.1:${port}`);
+  await page.locator('[data-testid="status"][data-state="open"]').waitFor({ timeout: WAIT_MS + 8000 });
+  // Drop 2: the server is killed: no close frame, 1006.
+  from = await shown();
+  await server.stop('SIGKILL');
+  server = null;
+  const second = await firstDisconnected(from);
+
+  // The link tells 'waiting' before a `closed` reaction of the page's own has run: the
+  // text showed the code of the drop before (none, the first time).
+  assert.deepEqual(
+    [first, second].map((s) => s.replace(/retrying in .*/, 'retrying in …')),
+    ['disconnected (1001 server shutting down), retrying in …', 'disconnected (1006), retrying in …'],
+  );
+  assert.deepEqual(errors, []);
+});
+
 /**
  * Two pages on a demo server of their own: `away`'s socket goes through a TCP proxy the
  * test can cut (its `?ws=` names the proxy; the page and its origin stay the server's),
@@ -526,6 +585,184 @@ test('chat: a page whose missed lines left the history shows "missed, reloaded" 
   await away.locator('[data-testid="chat-message"]', { hasText: 'live again' }).waitFor();
   assert.deepEqual(await chatLines(away), ['first', 'lost a', 'lost b', 'lost c', 'live again']);
   await away.getByTestId('panel-chat').screenshot({ path: path.join(SHOTS, 'chat-missed-reloaded.png') });
+  assert.deepEqual(errors, []);
+});
+
+/** A JSON-RPC frame's object, or null. */
+function parseFrame(m) {
+  try {
+    return JSON.parse(String(m));
+  } catch {
+    return null;
+  }
+}
+
+/** Resolves with `promise`, or fails the test after `ms` saying it waited for `what`. */
+async function within(promise, what, ms = WAIT_MS) {
+  let timer;
+  const late = new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`no ${what} within ${ms} ms`)), ms)));
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+test('chat: every line that fails to send is given back, none lost, the draft in the box kept', { timeout: 120000 }, async (t) => {
+  assert.ok(BASE, 'set DEMO_URL to the demo base URL, e.g. http://127.0.0.1:3000');
+  let browser;
+  t.after(async () => {
+    await browser?.close().catch(() => {});
+  });
+  browser = await launchChromium();
+  const page = await (await browser.newContext(LAPTOP)).newPage();
+  page.setDefaultTimeout(WAIT_MS);
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  // The page's socket goes through Playwright's route: while `hold`, chat.send calls are
+  // kept from the server (they wait for an answer) until the test drops the link.
+  let hold = true;
+  let routes = [];
+  let held = 0;
+  let heldChanged = () => {};
+  await page.routeWebSocket(/\/rpc$/, (ws) => {
+    const server = ws.connectToServer();
+    routes.push(ws);
+    ws.onMessage((m) => {
+      if (hold && parseFrame(m)?.method === 'chat.send') {
+        held += 1;
+        heldChanged();
+        return;
+      }
+      server.send(m);
+    });
+  });
+  const untilHeld = (n) => within(new Promise((r) => {
+    heldChanged = () => held >= n && r();
+    heldChanged();
+  }), `${n} chat.send calls held`);
+  /** Drops the link (all its calls fail at once), waits for the page to be back. */
+  const drop = async () => {
+    for (const ws of routes.splice(0)) await ws.close({ code: 4001, reason: 'link lost' });
+    await page.locator('[data-testid="chat-status"].error').waitFor();
+    await page.locator('[data-testid="status"][data-state="open"]').waitFor({ timeout: WAIT_MS + 8000 });
+  };
+  const box = () => page.getByTestId('chat-text').inputValue();
+  const unsentLines = () => page.getByTestId('chat-unsent-line').allTextContents();
+  /** Waits until the box holds `inBox` and the lines waiting for it are `waiting`. */
+  const untilGivenBack = (inBox, waiting) => page.waitForFunction(([inBox, waiting]) =>
+    document.querySelector('[data-testid="chat-text"]').value === inBox &&
+    JSON.stringify([...document.querySelectorAll('[data-testid="chat-unsent-line"]')].map((li) => li.textContent)) ===
+      JSON.stringify(waiting), [inBox, waiting]).catch(async (e) => {
+    throw new Error(`${e.message}: the box holds ${JSON.stringify(await box())}, waiting: ${JSON.stringify(await unsentLines())}, not ${JSON.stringify([inBox, waiting])}`);
+  });
+
+  await page.goto(`${BASE}/`, { timeout: WAIT_MS });
+  await page.locator('[data-testid="chat-sync"][data-state="live"]').waitFor();
+  const tag = `#${Date.now()}`; // the shared server's chat has other tests' lines
+  const [first, second, draft] = ['first line', 'second line', 'a draft'].map((w) => `${w} ${tag}`);
+  await page.getByTestId('chat-name').fill('dora');
+
+  // Two lines both wait for their answers, and both fail: the first is back in the box,
+  // the second waits for it (it was lost: only an empty box took a line back).
+  for (const line of [first, second]) {
+    await page.getByTestId('chat-text').fill(line);
+    await page.getByTestId('chat-text').press('Enter');
+  }
+  await untilHeld(2);
+  assert.equal(await box(), '');
+  await drop();
+  await untilGivenBack(first, [second]);
+
+  // Sent again, both wait again (the box takes the next as one leaves), and the person
+  // types a draft meanwhile: both fail, and the draft stays (each failure was hidden by it).
+  await page.getByTestId('chat-text').press('Enter');
+  await untilGivenBack(second, []);
+  await page.getByTestId('chat-text').press('Enter');
+  await untilHeld(4);
+  await page.getByTestId('chat-text').fill(draft);
+  await drop();
+  await untilGivenBack(draft, [first, second]);
+
+  // The link is good again: three sends, each line once, in the order sent.
+  hold = false;
+  for (const line of [draft, first, second]) {
+    assert.equal(await box(), line);
+    await page.getByTestId('chat-text').press('Enter');
+    await page.locator('[data-testid="chat-message"]', { hasText: line }).waitFor();
+  }
+  await untilGivenBack('', []);
+  assert.ok(await page.locator('#chat-unsent-box').isHidden());
+  assert.deepEqual((await chatLines(page)).filter((l) => l.endsWith(tag)), [draft, first, second]);
+  assert.deepEqual(errors, []);
+});
+
+test('chat: a reload cut short by a drop is made again after the next reconnect, never "recovered" without the missed lines', { timeout: 120000 }, async (t) => {
+  assert.ok(fs.existsSync(DEMO_BIN), `build the demo first (cargo build --example web_demo): ${DEMO_BIN}`);
+  let browser;
+  let server;
+  t.after(async () => {
+    await browser?.close().catch(() => {});
+    await server?.stop();
+  });
+  // The chat keeps one line: three typed while away cannot be replayed.
+  server = await startDemo('127.0.0.1:0', ['--chat-history', '1']);
+  browser = await launchChromium();
+  const errors = [];
+  // away's socket goes through Playwright's route: 'pass' forwards, 'refuse' closes each
+  // new socket at once (the server is unreachable), 'hold' keeps chat.recent from the
+  // server (its answer never comes).
+  let mode = 'pass';
+  let live = [];
+  let recentHeld;
+  const heldRecent = new Promise((r) => (recentHeld = r));
+  const awayContext = await browser.newContext(LAPTOP);
+  await awayContext.routeWebSocket(/\/rpc$/, (ws) => {
+    if (mode === 'refuse') return void ws.close({ code: 4002, reason: 'unreachable' });
+    const upstream = ws.connectToServer();
+    live.push(ws);
+    ws.onMessage((m) => {
+      if (mode === 'hold' && parseFrame(m)?.method === 'chat.recent') return void recentHeld(ws);
+      upstream.send(m);
+    });
+  });
+  const away = await awayContext.newPage();
+  away.setDefaultTimeout(WAIT_MS);
+  away.on('pageerror', (e) => errors.push(`[away] ${e.message}`));
+  await away.goto(`${server.url}/`, { timeout: WAIT_MS });
+  await away.locator('[data-testid="chat-sync"][data-state="live"]').waitFor();
+  const here = await openChat(browser, `${server.url}/`, 'here', errors);
+
+  await say(here, 'bob', 'first');
+  await away.locator('[data-testid="chat-message"]', { hasText: 'first' }).waitFor();
+
+  // away's link drops and stays down while bob types three lines.
+  mode = 'refuse';
+  for (const ws of live.splice(0)) await ws.close({ code: 4001, reason: 'link lost' });
+  await away.locator('[data-testid="status"]:not([data-state="open"])').waitFor();
+  for (const line of ['lost a', 'lost b', 'lost c']) await say(here, 'bob', line);
+
+  // It comes back, is told it missed lines, and reloads: that reload's answer never
+  // comes, the link drops again (the position had moved to the subscribe answer's).
+  mode = 'hold';
+  const stuck = await within(heldRecent, 'chat.recent after the miss', WAIT_MS + 8000);
+  mode = 'pass';
+  await stuck.close({ code: 4001, reason: 'link lost again' });
+
+  // The link comes back once more: resumed from the moved position, the server says
+  // "recovered" (nothing to replay); the page still owes the reload, and makes it. (Until
+  // the page has seen the drop its chat reads "reloading", then "failed": neither settles.)
+  await away.waitForFunction(() => ['recovered', 'missed', 'live'].includes(
+    document.querySelector('[data-testid="chat-sync"]').dataset.state), null, { timeout: WAIT_MS + 8000 });
+  await away.locator('[data-testid="status"][data-state="open"]').waitFor();
+  assert.deepEqual(
+    { sync: await away.getByTestId('chat-sync').textContent(), lines: await chatLines(away) },
+    { sync: 'missed, reloaded', lines: ['first', 'lost a', 'lost b', 'lost c'] },
+  );
+  // Live again: a line typed now arrives once, after them.
+  await say(here, 'bob', 'live again');
+  await away.locator('[data-testid="chat-message"]', { hasText: 'live again' }).waitFor();
+  assert.deepEqual(await chatLines(away), ['first', 'lost a', 'lost b', 'lost c', 'live again']);
   assert.deepEqual(errors, []);
 });
 
