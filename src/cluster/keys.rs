@@ -23,8 +23,12 @@
 //! The kinds: `t` the topic's channel (pub/sub), `h` its history (a Stream whose
 //! entry ids are the offsets, `<offset>-0`), `m` the history's meta (a hash: epoch,
 //! newest offset, bytes kept). The other channels of a cluster (`jp:all`, `jp:ctl`,
-//! `jp:n:<node>`) are per cluster or per node, not per topic. (The empty topic's names
-//! hold an empty `{}`, which Redis Cluster does not read as a tag.)
+//! `jp:n:<node>`) are per cluster or per node, not per topic.
+//!
+//! The empty topic would be wrapped as `{}`, which Redis Cluster does not read as a
+//! tag (its names would hash apart, and every script and pipeline over them fail with
+//! `CROSSSLOT`): its names end in `!{empty}`, a form no other topic's takes (wrapped
+//! names start with `{`, kept ones with `:`).
 
 use std::borrow::Cow;
 
@@ -40,15 +44,23 @@ pub(crate) fn has_hash_tag(name: &str) -> bool {
 /// The part of every bus name of `topic` after `<prefix>:<kind>:`: `{topic}` when it has
 /// no hash tag, `:topic` when it has one (see the module's table).
 pub(crate) fn tagged(topic: &str) -> Cow<'_, str> {
-    if has_hash_tag(topic) {
+    if topic.is_empty() {
+        Cow::Borrowed(EMPTY)
+    } else if has_hash_tag(topic) {
         Cow::Owned(format!(":{topic}"))
     } else {
         Cow::Owned(format!("{{{topic}}}"))
     }
 }
 
+/// What the empty topic's names end in (see the module's docs).
+const EMPTY: &str = "!{empty}";
+
 /// The topic of a `tagged` name: the inverse of [`tagged`].
 pub(crate) fn untagged(name: &str) -> Option<&str> {
+    if name == EMPTY {
+        return Some("");
+    }
     if let Some(topic) = name.strip_prefix(':') {
         return has_hash_tag(topic).then_some(topic);
     }
@@ -64,7 +76,9 @@ pub(crate) fn key(prefix: &str, kind: char, topic: &str) -> String {
     key.push(':');
     key.push(kind);
     key.push(':');
-    if has_hash_tag(topic) {
+    if topic.is_empty() {
+        key.push_str(EMPTY);
+    } else if has_hash_tag(topic) {
         key.push(':');
         key.push_str(topic);
     } else {
@@ -132,6 +146,7 @@ mod tests {
     #[test]
     fn every_name_of_a_topic_hashes_alike_and_reads_back() {
         for topic in [
+            "",
             "prices",
             "room:{42}:chat",
             "{prices}",
@@ -148,9 +163,11 @@ mod tests {
             assert_ne!(tag, keys.channel, "{topic:?}: a tag, not the whole name");
             assert_eq!(topic_of("jp", &keys.channel), Some(topic), "{topic:?}");
         }
-        // The empty topic reads back too (its names are `jp:t:{}`: an empty tag, so on
-        // Redis Cluster they would hash apart; no one names a topic "").
-        assert_eq!(topic_of("jp", &TopicKeys::new("jp", "").channel), Some(""));
+        assert_eq!(TopicKeys::new("jp", "").meta, "jp:m:!{empty}");
+        assert_eq!(
+            crate::cluster::member_store::PresenceKey::new("jp", "").part("a"),
+            "jp:pm:!{empty}|a"
+        );
         assert_eq!(TopicKeys::new("jp", "prices").channel, "jp:t:{prices}");
         assert_eq!(
             TopicKeys::new("jp", "room:{42}:chat").stream,
@@ -165,7 +182,17 @@ mod tests {
 
     #[test]
     fn two_topics_never_share_a_name() {
-        let topics = ["prices", "{prices}", ":{prices}", "{prices}}", "{{prices}}"];
+        let topics = [
+            "prices",
+            "{prices}",
+            ":{prices}",
+            "{prices}}",
+            "{{prices}}",
+            "",
+            "empty",
+            "{empty}",
+            "!{empty}",
+        ];
         let channels: std::collections::HashSet<String> = topics
             .iter()
             .map(|t| TopicKeys::new("jp", t).channel)

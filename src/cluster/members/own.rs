@@ -75,10 +75,8 @@ impl Task {
                         }
                     }
                 }
-                Err(e) => {
-                    tracing::debug!(error = %e, "presence not refreshed");
-                    return;
-                }
+                // The next chunks go on: theirs may be on other servers that answer.
+                Err(e) => tracing::debug!(error = %e, "presence not refreshed"),
             }
         }
         self.write_anew().await;

@@ -231,8 +231,27 @@ pub(crate) async fn refresh_per_topic<C: ConnectionLike + Clone + Send>(
         let mut conn = conn.clone();
         async move { refresh(&mut conn, std::slice::from_ref(key), node, ttl).await }
     });
-    let found = futures_util::future::try_join_all(runs).await?;
-    Ok(found.into_iter().flatten().collect())
+    // Each topic on its own: one whose shard does not answer costs no other its
+    // refresh. It counts as there (not written anew, which would fail as well); its
+    // part expires if its shard stays away, as the others' on that shard do.
+    let mut found = Vec::with_capacity(keys.len());
+    let (mut failures, mut first) = (0, None);
+    for (key, result) in keys.iter().zip(futures_util::future::join_all(runs).await) {
+        match result {
+            Ok(there) => found.extend(there),
+            Err(e) => {
+                tracing::debug!(index = %key.index, error = %e, "presence part not refreshed");
+                found.push(true);
+                failures += 1;
+                first.get_or_insert(e);
+            }
+        }
+    }
+    match first {
+        // None answered: the store is away.
+        Some(e) if failures == keys.len() => Err(e),
+        _ => Ok(found),
+    }
 }
 
 fn text(value: &Value) -> Option<String> {
