@@ -16,6 +16,7 @@ use jsonrpc_peer::cluster::{
 };
 use jsonrpc_peer::HistoryConfig;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 /// Fast probes and timeouts, with room for a loaded machine.
 fn options() -> RedisOptions {
@@ -507,4 +508,110 @@ async fn appends_go_on_while_their_slot_moves_with_one_order_of_offsets() {
     assert_eq!((read.first, read.last), (1, 30));
     assert_eq!(data, want, "every entry, on the slot's new master");
     assert_eq!(cluster.master_of(cluster.keyslot(&keys.stream)), to);
+}
+
+/// The masters disagree about one slot (its owner gave it away by `CLUSTER SETSLOT ..
+/// NODE` told to it alone, an operator's half-done move): every `SSUBSCRIBE` for a
+/// channel of that slot is refused with `MOVED`, whichever master the map names. The
+/// task backs off between tries, as it does for a master it cannot dial (it sent
+/// `SSUBSCRIBE` and fetched the slot map back to back: thousands a second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribe_refused_again_and_again_is_retried_with_backoff() {
+    let cluster = RedisCluster::start(3, 0);
+    let masters: Vec<u16> = cluster.masters().into_iter().map(|(p, _)| p).collect();
+    let (owner, other) = (masters[1], masters[2]);
+    let channel = (0..10_000)
+        .map(|n| format!("jp:t:s{n}"))
+        .find(|c| cluster.master_of(cluster.keyslot(c)) == owner)
+        .expect("a channel on the owner");
+    let slot = cluster.keyslot(&channel).to_string();
+    let (b, _b_events) = backplane(&cluster).await;
+    within(b.subscribe(&channel)).await.expect("subscribed");
+
+    // Slot map fetches, and commands refused with MOVED (not in commandstats).
+    let moved = |port: u16| -> u64 {
+        let stats = cluster.cli(port, &["INFO", "errorstats"]);
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("errorstat_MOVED:count="))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let count = || -> u64 {
+        masters
+            .iter()
+            .map(|m| moved(*m) + cluster.calls(*m, "cluster|slots"))
+            .sum()
+    };
+    let before = count();
+    // The owner alone is told that the slot is the other's.
+    let other_id = cluster.id(other);
+    assert_eq!(
+        cluster.cli(owner, &["CLUSTER", "SETSLOT", &slot, "NODE", &other_id]),
+        "OK"
+    );
+    // Three seconds of it: a task that backs off makes a few dozen tries at most.
+    let start = Instant::now();
+    let mut calls = 0;
+    while start.elapsed() < Duration::from_secs(3) && calls < 5_000 {
+        calls = count() - before;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took = start.elapsed();
+    let refused: u64 = masters.iter().map(|m| moved(*m)).sum();
+    let slots: u64 = masters
+        .iter()
+        .map(|m| cluster.calls(*m, "cluster|slots"))
+        .sum();
+    assert!(
+        calls < 500,
+        "{calls} MOVED answers and slot map fetches in {took:?} for one channel of slot \
+         {slot} (since the start: {refused} MOVED, {slots} CLUSTER SLOTS)"
+    );
+    assert!(b.is_up());
+}
+
+/// A channel left and joined again at once (the last subscriber of a topic leaves as a
+/// new one comes): once `subscribe` answered Ok, the subscription holds, and a message
+/// published after it arrives, with nothing interrupted (the two commands went out on
+/// tasks of their own, and the late `SUNSUBSCRIBE` undid the subscribe).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsubscribe_then_subscribe_at_once_leaves_the_channel_subscribed() {
+    let cluster = RedisCluster::start(3, 0);
+    let (a, _a_events) = backplane(&cluster).await;
+    let (b, mut b_events) = backplane(&cluster).await;
+    let channel = "jp:t:{churn}";
+    within(b.subscribe(channel)).await.expect("subscribed");
+    for round in 0..20u32 {
+        let (left, joined) = tokio::join!(b.unsubscribe(channel), b.subscribe(channel));
+        left.expect("unsubscribed");
+        joined.expect("subscribed");
+        let marker = Bytes::from(format!("after {round}"));
+        within(a.publish(channel, marker.clone()))
+            .await
+            .expect("published");
+        // Everything up to the marker (or 5 s without it).
+        let mut seen = Vec::new();
+        let arrived = loop {
+            match tokio::time::timeout(Duration::from_secs(5), b_events.recv()).await {
+                Ok(Some(BusEvent::Message { payload, .. })) if payload == marker => break true,
+                Ok(Some(BusEvent::Subscribed { .. })) => {}
+                Ok(Some(other)) => seen.push(other),
+                Ok(None) => panic!("the event stream ended"),
+                Err(_) => break false,
+            }
+        };
+        assert!(
+            arrived && seen.is_empty(),
+            "round {round}: subscribe answered Ok, then: {seen:?}; the message published \
+             after it {}",
+            if arrived {
+                "arrived"
+            } else {
+                "never arrived (5 s)"
+            }
+        );
+    }
+    let owner = cluster.master_of(cluster.keyslot(channel));
+    assert_eq!(shard_numsub(&cluster, owner, channel), 1);
 }

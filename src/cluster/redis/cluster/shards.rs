@@ -45,6 +45,11 @@ const TICK: Duration = Duration::from_millis(50);
 struct Link {
     id: u64,
     conn: MultiplexedConnection,
+    /// Its subscribes and unsubscribes, sent in order by one writer (`write_in_order`):
+    /// each spawned on its own, an unsubscribe and the subscribe right after it could
+    /// reach Redis the other way round, and the late unsubscribe undid a subscribe
+    /// already answered Ok.
+    out: mpsc::UnboundedSender<Outgoing>,
     /// Channels Redis confirmed on this link.
     have: HashSet<String>,
     /// Channels asked for and not confirmed yet, with when they were asked.
@@ -54,6 +59,42 @@ struct Link {
     /// A probe came back since the last probe tick; on-time ticks in a row without one.
     heard: bool,
     misses: u32,
+}
+
+/// A link's subscribe commands, in the order they are to reach Redis.
+enum Outgoing {
+    /// `SSUBSCRIBE`, one channel per command, in one pipeline.
+    Subscribe(Vec<String>),
+    Unsubscribe(String),
+}
+
+/// Sends a link's commands one after the other; a refused subscribe is told back.
+async fn write_in_order(
+    mut conn: MultiplexedConnection,
+    id: u64,
+    mut out: mpsc::UnboundedReceiver<Outgoing>,
+    internal: mpsc::UnboundedSender<Internal>,
+) {
+    while let Some(command) = out.recv().await {
+        match command {
+            Outgoing::Subscribe(channels) => {
+                let mut pipe = redis::pipe();
+                for channel in &channels {
+                    pipe.cmd("SSUBSCRIBE").arg(channel);
+                }
+                if let Err(e) = pipe.exec_async(&mut conn).await {
+                    let why = e.to_string();
+                    let _ = internal.send(Internal::Refused { id, channels, why });
+                }
+            }
+            Outgoing::Unsubscribe(channel) => {
+                let _ = redis::cmd("SUNSUBSCRIBE")
+                    .arg(&channel)
+                    .exec_async(&mut conn)
+                    .await;
+            }
+        }
+    }
 }
 
 /// What the link's connections and the task's own helpers report back.
@@ -93,6 +134,9 @@ pub(super) struct Shards {
     dialing: HashSet<String>,
     /// Masters whose last dial failed: not before then, and how many failures.
     dial_after: HashMap<String, (Instant, u32)>,
+    /// Channels Redis refused to subscribe (a slot between masters, the cluster down):
+    /// asked again only after a backoff, and refusals in a row.
+    refused: HashMap<String, (Instant, u32)>,
     waiters: HashMap<String, Vec<Done>>,
     /// Channels asked for while their slot's master had no link (a failover or a moved
     /// slot under way): their waiters wait for the link until then.
@@ -132,6 +176,7 @@ impl Shards {
             links: HashMap::new(),
             dialing: HashSet::new(),
             dial_after: HashMap::new(),
+            refused: HashMap::new(),
             waiters: HashMap::new(),
             unlinked: HashMap::new(),
             lost: BTreeSet::new(),
@@ -253,11 +298,19 @@ impl Shards {
         conn: MultiplexedConnection,
     ) {
         let probe = self.probe_for(topology, &addr, id);
+        let (out, commands) = mpsc::unbounded_channel();
+        tokio::spawn(write_in_order(
+            conn.clone(),
+            id,
+            commands,
+            self.internal.clone(),
+        ));
         self.links.insert(
             addr,
             Link {
                 id,
                 conn,
+                out,
                 have: HashSet::new(),
                 asked: HashMap::new(),
                 probe,
@@ -309,6 +362,7 @@ impl Shards {
                 };
                 if link.asked.remove(&channel).is_some() {
                     link.have.insert(channel.clone());
+                    self.refused.remove(&channel);
                     if let Some(waiters) = self.waiters.remove(&channel) {
                         // A subscribe asked for (not one made again after a redial or a
                         // slot's move): in the stream after what came on the channel
@@ -392,8 +446,15 @@ impl Shards {
                         link.asked.remove(channel);
                     }
                 }
+                // Asked again after a backoff: at once, a refusal that lasts (masters
+                // that disagree about a slot) made thousands of MOVED answers and slot
+                // map fetches a second.
+                let now = Instant::now();
                 for channel in &channels {
                     self.fail_waiters(channel, &why);
+                    let failures = self.refused.get(channel).map_or(0, |(_, n)| n + 1);
+                    let wait = self.options.backoff.delay(failures);
+                    self.refused.insert(channel.clone(), (now + wait, failures));
                 }
                 self.start_refresh();
                 self.dirty = true;
@@ -412,6 +473,18 @@ impl Shards {
         match cmd {
             Control::Subscribe(channel, done) => {
                 self.want.insert(channel.clone());
+                if self
+                    .refused
+                    .get(&channel)
+                    .is_some_and(|(at, _)| Instant::now() < *at)
+                {
+                    // Refused a moment ago: asked again after its backoff, told now.
+                    let _ = done.send(Err(BackplaneError::Unavailable(
+                        "redis refused this channel a moment ago; asked again shortly".into(),
+                    )));
+                    self.dirty = true;
+                    return;
+                }
                 let topology = self.map.get();
                 let link = topology
                     .master_of(slot(channel.as_bytes()))
@@ -441,18 +514,12 @@ impl Shards {
             Control::Unsubscribe(channel, done) => {
                 self.want.remove(&channel);
                 self.lost.remove(&channel);
+                self.refused.remove(&channel);
                 self.fail_waiters(&channel, "unsubscribed meanwhile");
                 for link in self.links.values_mut() {
                     let had = link.have.remove(&channel) | link.asked.remove(&channel).is_some();
                     if had {
-                        let mut conn = link.conn.clone();
-                        let channel = channel.clone();
-                        tokio::spawn(async move {
-                            let _ = redis::cmd("SUNSUBSCRIBE")
-                                .arg(&channel)
-                                .exec_async(&mut conn)
-                                .await;
-                        });
+                        let _ = link.out.send(Outgoing::Unsubscribe(channel.clone()));
                     }
                 }
                 let _ = done.send(Ok(()));
@@ -555,6 +622,15 @@ impl Shards {
         if self.dial_after.values().any(|(at, _)| now >= *at) {
             self.dirty = true;
         }
+        // A refused channel's wait is over: ask again (its entry stays, with its count,
+        // until Redis confirms it or it is not wanted any more).
+        if self
+            .refused
+            .iter()
+            .any(|(c, (at, _))| now >= *at && self.want.contains(c) && !self.is_asked_or_held(c))
+        {
+            self.dirty = true;
+        }
     }
 
     /// The link to `addr` is gone: its channels are lost until held again elsewhere;
@@ -577,6 +653,12 @@ impl Shards {
         }
         self.start_refresh();
         self.dirty = true;
+    }
+
+    fn is_asked_or_held(&self, channel: &str) -> bool {
+        self.links
+            .values()
+            .any(|l| l.have.contains(channel) || l.asked.contains_key(channel))
     }
 
     fn fail_waiters(&mut self, channel: &str, why: &str) {
@@ -694,6 +776,9 @@ impl Shards {
             let Some(link) = self.links.get_mut(addr) else {
                 continue;
             };
+            if self.refused.get(&channel).is_some_and(|(at, _)| now < *at) {
+                continue; // `on_tick` marks the task dirty once the wait is over
+            }
             if !link.have.contains(&channel) && !link.asked.contains_key(&channel) {
                 link.asked.insert(channel.clone(), now);
                 ask.entry(addr.to_owned()).or_default().push(channel);
@@ -708,22 +793,10 @@ impl Shards {
     }
 
     /// Sends SSUBSCRIBE for `channels` on `link`, one channel per command (each then
-    /// has one reply), in pipelines of 100.
+    /// has one reply), in pipelines of 100, after what the link was asked before.
     fn subscribe(&self, link: &Link, channels: Vec<String>) {
         for chunk in channels.chunks(100) {
-            let mut pipe = redis::pipe();
-            for channel in chunk {
-                pipe.cmd("SSUBSCRIBE").arg(channel);
-            }
-            let mut conn = link.conn.clone();
-            let internal = self.internal.clone();
-            let (id, channels) = (link.id, chunk.to_vec());
-            tokio::spawn(async move {
-                if let Err(e) = pipe.exec_async(&mut conn).await {
-                    let why = e.to_string();
-                    let _ = internal.send(Internal::Refused { id, channels, why });
-                }
-            });
+            let _ = link.out.send(Outgoing::Subscribe(chunk.to_vec()));
         }
     }
 
