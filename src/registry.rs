@@ -213,11 +213,7 @@ impl ServerHandle {
         method: impl NotificationName<P>,
         params: &P,
     ) -> Result<usize> {
-        let params = message::Params {
-            positional: method.positional(),
-            params,
-        };
-        let frame = Text::from(message::request(method.method(), &params, None)?);
+        let frame = notification_frame(&method, params)?;
         // The other nodes first: if the cluster cannot take it, no one gets it.
         if let Some(relay) = self.inner.relay.get() {
             relay.broadcast(&frame)?;
@@ -239,11 +235,7 @@ impl ServerHandle {
         method: impl NotificationName<P>,
         params: &P,
     ) -> Result<usize> {
-        let params = message::Params {
-            positional: method.positional(),
-            params,
-        };
-        let frame = Text::from(message::request(method.method(), &params, None)?);
+        let frame = notification_frame(&method, params)?;
         Ok(self.push_all(&frame))
     }
 
@@ -317,6 +309,23 @@ impl ServerHandle {
         };
         tokio::time::timeout(limit, empty).await.is_ok()
     }
+}
+
+/// The frame of a notification sent to many peers (a contract's one-value params as
+/// `[value]`, as its handler reads them).
+fn notification_frame<P: Serialize + ?Sized>(
+    method: &impl NotificationName<P>,
+    params: &P,
+) -> Result<Text> {
+    let params = message::Params {
+        positional: method.positional(),
+        params,
+    };
+    Ok(Text::from(message::request(
+        method.method(),
+        &params,
+        None,
+    )?))
 }
 
 /// A handshake being admitted; see [`ServerHandle::admission`].

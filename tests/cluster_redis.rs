@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::redis_server::RedisServer;
+use common::redis_server::{backplane, fast_options, RedisServer};
 use common::within;
 use jsonrpc_peer::cluster::{
     Backplane, BackplaneError, BusEvent, Cluster, ClusterError, ClusterState, RedisBackplane,
@@ -14,24 +14,6 @@ use jsonrpc_peer::cluster::{
 };
 use jsonrpc_peer::{Error, ServerHandle};
 use tokio::sync::mpsc;
-
-/// Fast probes so a silent link is found in well under a second, with room for a
-/// loaded machine (a busy test thread must not look like a frozen Redis).
-fn options() -> RedisOptions {
-    RedisOptions::default()
-        .probe_interval(Duration::from_millis(200))
-        .probe_misses(3)
-        .response_timeout(Duration::from_millis(500))
-        .connect_timeout(Duration::from_millis(500))
-}
-
-async fn backplane(redis: &RedisServer) -> (RedisBackplane, mpsc::Receiver<BusEvent>) {
-    let bus = within(RedisBackplane::connect(&redis.url(), options()))
-        .await
-        .expect("connect to the test redis");
-    let events = bus.events().expect("events are taken once");
-    (bus, events)
-}
 
 /// The next message event, passing over subscriptions taking effect: any other event
 /// fails the test.
@@ -337,7 +319,7 @@ async fn a_frozen_redis_is_found_by_the_probe_and_the_link_comes_back() {
 
 #[tokio::test]
 async fn a_bad_url_or_no_server_is_a_clear_error() {
-    let err = RedisBackplane::connect("http://nope", options())
+    let err = RedisBackplane::connect("http://nope", fast_options())
         .await
         .unwrap_err();
     assert!(matches!(err, BackplaneError::Unavailable(_)), "{err:?}");
@@ -346,7 +328,7 @@ async fn a_bad_url_or_no_server_is_a_clear_error() {
     let mut gone = RedisServer::start();
     let url = gone.url();
     gone.kill();
-    let err = within(RedisBackplane::connect(&url, options()))
+    let err = within(RedisBackplane::connect(&url, fast_options()))
         .await
         .unwrap_err();
     assert!(matches!(err, BackplaneError::Unavailable(_)), "{err:?}");
@@ -625,7 +607,7 @@ async fn appends_made_at_once_are_committed_together_each_at_its_own_offset() {
 /// this crate's, so one function returning `jsonrpc_peer::Result` dials Redis and
 /// starts the node.
 async fn start_node(url: &str) -> jsonrpc_peer::Result<Cluster> {
-    let bus = RedisBackplane::connect(url, options()).await?;
+    let bus = RedisBackplane::connect(url, fast_options()).await?;
     Cluster::builder(bus, ServerHandle::new())
         .node_id("a")
         .start()

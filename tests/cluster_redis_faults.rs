@@ -10,29 +10,11 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::redis_server::RedisServer;
+use common::redis_server::{backplane, RedisServer};
 use common::within;
-use jsonrpc_peer::cluster::{
-    Append, Backplane, BackplaneError, BusEvent, RedisBackplane, RedisOptions, TopicKeys,
-};
+use jsonrpc_peer::cluster::{Append, Backplane, BackplaneError, BusEvent, TopicKeys};
 use jsonrpc_peer::HistoryConfig;
 use tokio::sync::mpsc;
-
-fn options() -> RedisOptions {
-    RedisOptions::default()
-        .probe_interval(Duration::from_millis(200))
-        .probe_misses(3)
-        .response_timeout(Duration::from_millis(500))
-        .connect_timeout(Duration::from_millis(500))
-}
-
-async fn backplane(redis: &RedisServer) -> (RedisBackplane, mpsc::Receiver<BusEvent>) {
-    let bus = within(RedisBackplane::connect(&redis.url(), options()))
-        .await
-        .expect("connect to the test redis");
-    let events = bus.events().expect("events are taken once");
-    (bus, events)
-}
 
 /// The next message event, passing over subscriptions taking effect; `None` for any
 /// other event (Down, Up).
