@@ -2,17 +2,20 @@
 //! order, a Redis killed and restarted, a frozen Redis found by the probe.
 
 mod common;
+#[path = "common/redis_bus.rs"]
+mod redis_bus;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::redis_server::{backplane, fast_options, RedisServer};
+use common::redis_server::RedisServer;
 use common::within;
 use jsonrpc_peer::cluster::{
     Backplane, BackplaneError, BusEvent, Cluster, ClusterError, ClusterState, RedisBackplane,
     RedisOptions,
 };
 use jsonrpc_peer::{Error, ServerHandle};
+use redis_bus::{backplane, fast_options};
 use tokio::sync::mpsc;
 
 /// The next message event, passing over subscriptions taking effect: any other event

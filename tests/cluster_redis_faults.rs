@@ -4,16 +4,19 @@
 //! its own open from the start (`Admin`).
 
 mod common;
+#[path = "common/redis_bus.rs"]
+mod redis_bus;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::redis_server::{backplane, RedisServer};
+use common::redis_server::RedisServer;
 use common::within;
 use jsonrpc_peer::cluster::{Append, Backplane, BackplaneError, BusEvent, TopicKeys};
 use jsonrpc_peer::HistoryConfig;
+use redis_bus::backplane;
 use tokio::sync::mpsc;
 
 /// The next message event, passing over subscriptions taking effect; `None` for any

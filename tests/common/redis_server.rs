@@ -171,33 +171,3 @@ fn ping(socket: &Path) -> bool {
     let mut buf = [0u8; 7];
     stream.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }
-
-/// Fast probes so a silent link is found in well under a second, with room for a
-/// loaded machine (a busy test thread must not look like a frozen Redis).
-#[cfg(feature = "redis")]
-pub fn fast_options() -> jsonrpc_peer::cluster::RedisOptions {
-    jsonrpc_peer::cluster::RedisOptions::default()
-        .probe_interval(Duration::from_millis(200))
-        .probe_misses(3)
-        .response_timeout(Duration::from_millis(500))
-        .connect_timeout(Duration::from_millis(500))
-}
-
-/// A backplane on `redis` with [`fast_options`], and its events.
-#[cfg(feature = "redis")]
-pub async fn backplane(
-    redis: &RedisServer,
-) -> (
-    jsonrpc_peer::cluster::RedisBackplane,
-    tokio::sync::mpsc::Receiver<jsonrpc_peer::cluster::BusEvent>,
-) {
-    use jsonrpc_peer::cluster::Backplane;
-    let url = redis.url();
-    let connect = jsonrpc_peer::cluster::RedisBackplane::connect(&url, fast_options());
-    let bus = tokio::time::timeout(Duration::from_secs(10), connect)
-        .await
-        .expect("connected within 10 s")
-        .expect("connect to the test redis");
-    let events = bus.events().expect("events are taken once");
-    (bus, events)
-}
