@@ -615,3 +615,120 @@ async fn unsubscribe_then_subscribe_at_once_leaves_the_channel_subscribed() {
     let owner = cluster.master_of(cluster.keyslot(channel));
     assert_eq!(shard_numsub(&cluster, owner, channel), 1);
 }
+
+/// The replica of the master on `master`.
+fn replica_of(cluster: &RedisCluster, master: u16) -> u16 {
+    let id = cluster.id(master);
+    let nodes = cluster.cli(master, &["CLUSTER", "NODES"]);
+    nodes
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() > 3 && f[2].contains("slave") && f[3] == id)
+        .and_then(|f| f[1].split(['@', ':']).nth(1)?.parse().ok())
+        .expect("the master has a replica")
+}
+
+/// Waits (at most 30 s) until every node sees `port` as a master and says
+/// `cluster_state:ok` (a node's view may have no master for a slot for a moment).
+fn wait_promoted(cluster: &RedisCluster, port: u16) {
+    let id = cluster.id(port);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let done = cluster.ports().iter().all(|p| {
+            let nodes = cluster.cli(*p, &["CLUSTER", "NODES"]);
+            let master = nodes.lines().any(|l| {
+                l.starts_with(&id)
+                    && l.split_whitespace()
+                        .nth(2)
+                        .is_some_and(|f| f.contains("master"))
+            });
+            master
+                && cluster
+                    .cli(*p, &["CLUSTER", "INFO"])
+                    .contains("cluster_state:ok")
+        });
+        if done {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{port} not promoted in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A manual failover (`CLUSTER FAILOVER` on a replica) is one lost link: its channels
+/// are reported interrupted once (one `$/gap` per topic at the node), not once when
+/// they were subscribed again on the demoted master (now a replica, which takes
+/// `SSUBSCRIBE` for its master's slots) and once more on the promoted one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_failover_reports_its_channels_interrupted_once() {
+    let cluster = RedisCluster::start(3, 1);
+    let (a, _a_events) = backplane(&cluster).await;
+    // The slot map fetched every 5 s, the default.
+    let b = within(RedisClusterBackplane::connect(
+        cluster.seeds(),
+        options().topology_interval(Duration::from_secs(5)),
+    ))
+    .await
+    .expect("connect");
+    let mut b_events = b.events().expect("events");
+    let by_master = channels_per_master(&cluster, "jp:t:f", 2);
+    for channel in by_master.values().flatten() {
+        within(b.subscribe(channel)).await.expect("subscribe acked");
+    }
+    let victim = *by_master.keys().min().expect("a master");
+    let victims: BTreeSet<String> = by_master[&victim].iter().cloned().collect();
+    let replica = replica_of(&cluster, victim);
+    assert_eq!(cluster.cli(replica, &["CLUSTER", "FAILOVER"]), "OK");
+    let promoted = replica;
+    wait_promoted(&cluster, promoted);
+    // Wait until b holds the channels on the promoted master and nowhere else.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !victims
+        .iter()
+        .all(|c| shard_numsub(&cluster, promoted, c) == 1 && shard_numsub(&cluster, victim, c) == 0)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "b never subscribed on {promoted} alone: {:?}",
+            victims
+                .iter()
+                .map(|c| (
+                    c,
+                    shard_numsub(&cluster, victim, c),
+                    shard_numsub(&cluster, promoted, c)
+                ))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Markers after it: everything b reports about the failover comes before them.
+    for channel in &victims {
+        within(a.publish(channel, Bytes::from_static(b"marker")))
+            .await
+            .expect("published on the promoted master");
+    }
+    let mut interrupted = Vec::new();
+    let mut markers = BTreeSet::new();
+    while markers != victims {
+        match within(b_events.recv()).await {
+            Some(BusEvent::Message { channel, payload }) if &payload[..] == b"marker" => {
+                markers.insert(channel);
+            }
+            Some(BusEvent::Interrupted { channels }) => interrupted.push(channels),
+            Some(_) => {}
+            None => panic!("the event stream ended"),
+        }
+    }
+    assert_eq!(
+        interrupted.len(),
+        1,
+        "one failover, one Interrupted for {victims:?}; got {interrupted:?}"
+    );
+    assert_eq!(
+        interrupted[0].iter().cloned().collect::<BTreeSet<_>>(),
+        victims
+    );
+}

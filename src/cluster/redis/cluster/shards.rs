@@ -137,6 +137,12 @@ pub(super) struct Shards {
     /// Channels Redis refused to subscribe (a slot between masters, the cluster down):
     /// asked again only after a backoff, and refusals in a row.
     refused: HashMap<String, (Instant, u32)>,
+    /// Channels Redis unsubscribed by itself (their slot left that master), with the
+    /// slot map's fetch count then: asked again only on a map fetched since. On the
+    /// map from before, a demoted master (a replica now, which still takes
+    /// `SSUBSCRIBE` for its master's slots) was asked again, and the channels were
+    /// reported interrupted twice: there, and on the promoted one.
+    moved: HashMap<String, u64>,
     waiters: HashMap<String, Vec<Done>>,
     /// Channels asked for while their slot's master had no link (a failover or a moved
     /// slot under way): their waiters wait for the link until then.
@@ -177,6 +183,7 @@ impl Shards {
             dialing: HashSet::new(),
             dial_after: HashMap::new(),
             refused: HashMap::new(),
+            moved: HashMap::new(),
             waiters: HashMap::new(),
             unlinked: HashMap::new(),
             lost: BTreeSet::new(),
@@ -394,8 +401,9 @@ impl Shards {
                     if channel == link.probe {
                         link.heard = true; // it moved: a new one is picked
                     } else if self.up && self.want.contains(&channel) {
-                        self.lost.insert(channel);
+                        self.lost.insert(channel.clone());
                     }
+                    self.moved.insert(channel, self.map.fetched());
                     self.start_refresh();
                     self.dirty = true;
                 }
@@ -763,6 +771,8 @@ impl Shards {
             }
         }
         // Ask each link for what it should hold and neither holds nor awaits.
+        let fetched = self.map.fetched();
+        self.moved.retain(|_, seen| fetched <= *seen);
         let mut ask: HashMap<String, Vec<String>> = HashMap::new();
         let wanted = self
             .want
@@ -778,6 +788,13 @@ impl Shards {
             };
             if self.refused.get(&channel).is_some_and(|(at, _)| now < *at) {
                 continue; // `on_tick` marks the task dirty once the wait is over
+            }
+            if self
+                .moved
+                .get(&channel)
+                .is_some_and(|seen| fetched <= *seen)
+            {
+                continue; // the map being fetched again marks the task dirty
             }
             if !link.have.contains(&channel) && !link.asked.contains_key(&channel) {
                 link.asked.insert(channel.clone(), now);
