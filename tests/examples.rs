@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -13,25 +12,9 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
-/// An example binary, next to this test's own `deps/` folder.
-fn example_binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>");
-    let bin = dir.join("examples").join(name);
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build --example {name}` first",
-        bin.display()
-    );
-    bin
-}
-
 /// `chat server --listen 127.0.0.1:0` (killed when dropped) and its URL.
 async fn chat_server() -> (Child, String) {
-    let mut child = Command::new(example_binary("chat"))
+    let mut child = Command::new(common::example_binary("chat", ""))
         .args(["server", "--listen", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -55,7 +38,7 @@ async fn chat_server() -> (Child, String) {
 /// `chat client --url URL --name NAME` (killed when dropped), its stdout's lines, once it
 /// says it is connected.
 async fn chat_client(url: &str, name: &str) -> (Child, Lines<BufReader<ChildStdout>>) {
-    let mut child = Command::new(example_binary("chat"))
+    let mut child = Command::new(common::example_binary("chat", ""))
         .args(["client", "--url", url, "--name", name])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -143,7 +126,7 @@ async fn chat_client_prints_one_line_per_message_and_no_escape_sequences() {
 
 /// `web_demo --listen 127.0.0.1:0 ARGS` (killed when dropped) and its `ws://…/rpc` URL.
 async fn web_demo(args: &[&str]) -> (Child, String) {
-    let mut child = Command::new(example_binary("web_demo"))
+    let mut child = Command::new(common::example_binary("web_demo", "--features axum,redis "))
         .args(["--listen", "127.0.0.1:0"])
         .args(args)
         .stdout(Stdio::piped())

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Stdio;
 
 use common::{within, RawClient};
@@ -12,25 +11,9 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-/// The example binary, next to this test's own `deps/` folder.
-fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>");
-    let bin = dir.join("examples").join("push_ticker");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build --example push_ticker` first",
-        bin.display()
-    );
-    bin
-}
-
 /// A running `push_ticker` (killed when dropped) and its URL.
 async fn ticker(args: &[&str]) -> (Child, String) {
-    let mut child = Command::new(example_binary())
+    let mut child = Command::new(common::example_binary("push_ticker", ""))
         .args(["--listen", "127.0.0.1:0", "--interval-ms", "2"])
         .args(args)
         .stdout(Stdio::piped())

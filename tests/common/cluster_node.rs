@@ -4,8 +4,6 @@
 //! with the test's features; by hand: `cargo build --features redis-cluster --example
 //! cluster_node`.
 
-use std::path::PathBuf;
-
 use jsonrpc_peer::{connect, Caller, Context, Peer, Router, RpcError};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -90,22 +88,6 @@ impl Bus for RedisCluster {
     }
 }
 
-/// The example binary, next to this test's own `deps/` folder.
-fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>");
-    let bin = dir.join("examples").join("cluster_node");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build --features redis-cluster --example cluster_node` first",
-        bin.display()
-    );
-    bin
-}
-
 /// One `cluster_node` process; killed (SIGKILL) when dropped.
 pub struct Node {
     pub child: Child,
@@ -116,7 +98,8 @@ impl Node {
     /// A node named `name` on `bus`, with `--heartbeat-ms` and any `extra` flags;
     /// returns once it printed its first line.
     pub async fn start(bus: &dyn Bus, name: &str, heartbeat_ms: u64, extra: &[&str]) -> Node {
-        let mut child = Command::new(example_binary())
+        let bin = super::example_binary("cluster_node", "--features redis-cluster ");
+        let mut child = Command::new(bin)
             .args(["--listen", "127.0.0.1:0"])
             .args(bus.args())
             .args(["--node", name])

@@ -199,3 +199,21 @@ pub async fn raw_upgrade(url: &str) -> TcpStream {
     );
     tcp
 }
+
+/// An example's executable, next to the test's own `deps/` folder (`cargo test` builds
+/// the examples; `features` says which the example needs, for the message when it is
+/// missing).
+pub fn example_binary(name: &str, features: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>");
+    let bin = dir.join("examples").join(name);
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build {features}--example {name}` first",
+        bin.display()
+    );
+    bin
+}

@@ -275,24 +275,20 @@ impl Subscriber {
         conn: &mut MultiplexedConnection,
         cmd: Control,
     ) -> Result<(), String> {
-        let (result, done, unsubscribing, channel_of_refused) = match cmd {
+        // `added`: the channel, when this subscribe put it in the set (one subscribed
+        // before stays there if Redis refuses it now: its subscription stands).
+        let (result, done, unsubscribing, added) = match cmd {
             Control::Subscribe(channel, done) => {
                 let new = self.channels.insert(channel.clone());
                 if new {
                     self.fresh.insert(channel.clone());
                 }
                 let result = conn.subscribe(&channel).await;
-                // A channel subscribed before stays (its subscription stands).
-                (
-                    result,
-                    done,
-                    false,
-                    if new { channel } else { String::new() },
-                )
+                (result, done, false, new.then_some(channel))
             }
             Control::Unsubscribe(channel, done) => {
                 self.channels.remove(&channel);
-                (conn.unsubscribe(&channel).await, done, true, String::new())
+                (conn.unsubscribe(&channel).await, done, true, None)
             }
         };
         match result {
@@ -303,9 +299,9 @@ impl Subscriber {
             Err(e) if !(e.is_io_error() || e.is_unrecoverable_error() || e.is_timeout()) => {
                 // Redis answered, with a refusal: the link is fine. Kept in the set, the
                 // channel would fail every redial, and the link would stay down.
-                if !unsubscribing {
-                    self.channels.remove(&channel_of_refused);
-                    self.fresh.remove(&channel_of_refused);
+                if let Some(channel) = &added {
+                    self.channels.remove(channel);
+                    self.fresh.remove(channel);
                 }
                 let _ = done.send(if unsubscribing {
                     Ok(())
