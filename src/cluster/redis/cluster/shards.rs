@@ -137,12 +137,13 @@ pub(super) struct Shards {
     /// Channels Redis refused to subscribe (a slot between masters, the cluster down):
     /// asked again only after a backoff, and refusals in a row.
     refused: HashMap<String, (Instant, u32)>,
-    /// Channels Redis unsubscribed by itself (their slot left that master), with the
-    /// slot map's fetch count then: asked again only on a map fetched since. On the
-    /// map from before, a demoted master (a replica now, which still takes
-    /// `SSUBSCRIBE` for its master's slots) was asked again, and the channels were
+    /// Channels Redis unsubscribed by itself (their slot left that master), with that
+    /// master and when: not asked of it again while the slot map still names it, for
+    /// up to a `topology_interval` (a map fetched right after a failover may still be
+    /// the old one). Asked again there, a demoted master (a replica now, which still
+    /// takes `SSUBSCRIBE` for its master's slots) held them, and the channels were
     /// reported interrupted twice: there, and on the promoted one.
-    moved: HashMap<String, u64>,
+    moved: HashMap<String, (String, Instant)>,
     waiters: HashMap<String, Vec<Done>>,
     /// Channels asked for while their slot's master had no link (a failover or a moved
     /// slot under way): their waiters wait for the link until then.
@@ -388,6 +389,14 @@ impl Shards {
                 let Some(channel) = first_text(push.data) else {
                     return;
                 };
+                let Some(from) = self
+                    .links
+                    .iter()
+                    .find(|(_, l)| l.id == id)
+                    .map(|(a, _)| a.clone())
+                else {
+                    return;
+                };
                 let Some(link) = self.link_by_id(id) else {
                     return;
                 };
@@ -403,7 +412,7 @@ impl Shards {
                     } else if self.up && self.want.contains(&channel) {
                         self.lost.insert(channel.clone());
                     }
-                    self.moved.insert(channel, self.map.fetched());
+                    self.moved.insert(channel, (from, Instant::now()));
                     self.start_refresh();
                     self.dirty = true;
                 }
@@ -630,6 +639,11 @@ impl Shards {
         if self.dial_after.values().any(|(at, _)| now >= *at) {
             self.dirty = true;
         }
+        // A moved channel's hold is over.
+        let hold = self.options.topology_interval;
+        if self.moved.values().any(|(_, at)| now.duration_since(*at) >= hold) {
+            self.dirty = true;
+        }
         // A refused channel's wait is over: ask again (its entry stays, with its count,
         // until Redis confirms it or it is not wanted any more).
         if self
@@ -771,8 +785,11 @@ impl Shards {
             }
         }
         // Ask each link for what it should hold and neither holds nor awaits.
-        let fetched = self.map.fetched();
-        self.moved.retain(|_, seen| fetched <= *seen);
+        let hold = self.options.topology_interval;
+        self.moved.retain(|channel, (from, at)| {
+            now.duration_since(*at) < hold
+                && topology.master_of(slot(channel.as_bytes())) == Some(from.as_str())
+        });
         let mut ask: HashMap<String, Vec<String>> = HashMap::new();
         let wanted = self
             .want
@@ -789,12 +806,8 @@ impl Shards {
             if self.refused.get(&channel).is_some_and(|(at, _)| now < *at) {
                 continue; // `on_tick` marks the task dirty once the wait is over
             }
-            if self
-                .moved
-                .get(&channel)
-                .is_some_and(|seen| fetched <= *seen)
-            {
-                continue; // the map being fetched again marks the task dirty
+            if self.moved.contains_key(&channel) {
+                continue; // `on_tick` marks the task dirty once the hold is over
             }
             if !link.have.contains(&channel) && !link.asked.contains_key(&channel) {
                 link.asked.insert(channel.clone(), now);
