@@ -641,7 +641,11 @@ impl Shards {
         }
         // A moved channel's hold is over.
         let hold = self.options.topology_interval;
-        if self.moved.values().any(|(_, at)| now.duration_since(*at) >= hold) {
+        if self
+            .moved
+            .values()
+            .any(|(_, at)| now.duration_since(*at) >= hold)
+        {
             self.dirty = true;
         }
         // A refused channel's wait is over: ask again (its entry stays, with its count,
