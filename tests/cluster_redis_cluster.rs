@@ -732,3 +732,206 @@ async fn a_manual_failover_reports_its_channels_interrupted_once() {
         victims
     );
 }
+
+/// One topic on the master at `port`, by its channel's slot (its history's and
+/// presence's keys share it).
+fn topic_on(cluster: &RedisCluster, port: u16) -> String {
+    (0..10_000)
+        .map(|n| format!("t{n}"))
+        .find(|t| {
+            let channel = TopicKeys::new("jp", t).channel;
+            cluster.master_of(cluster.keyslot(&channel)) == port
+        })
+        .expect("a topic on every master within 10,000 names")
+}
+
+/// A topic's history and presence on the bus: one append, a read, the position, one
+/// member written and read back. Each call's time is returned with its outcome.
+async fn history_and_presence(
+    bus: &RedisClusterBackplane,
+    topic: &str,
+    n: u64,
+) -> Vec<(&'static str, Duration, Result<(), BackplaneError>)> {
+    let keys = TopicKeys::new("jp", topic);
+    let bounds = HistoryConfig::default();
+    let head = br#"{"v":1,"k":"x","o":"a","i":"i1","s":0,"#;
+    let data = format!("[{n}]");
+    let presence = jsonrpc_peer::cluster::PresenceKey::new("jp", topic);
+    let mut write = jsonrpc_peer::cluster::PartWrite::new(
+        presence.clone(),
+        "a",
+        "i1",
+        n,
+        Duration::from_secs(60),
+    );
+    write.replace = true;
+    write.set.push((n, Bytes::from_static(b"{}")));
+    let mut done = Vec::new();
+    let start = Instant::now();
+    let append = bus.append(Append::new(&keys, &bounds, "e1", head, data.as_bytes()));
+    let result = within_30s(append).await.map(|_| ());
+    done.push(("append", start.elapsed(), result));
+    let start = Instant::now();
+    let result = within_30s(bus.read_history(&keys, &bounds, 0, 10)).await;
+    done.push(("read_history", start.elapsed(), result.map(|_| ())));
+    let start = Instant::now();
+    let result = within_30s(bus.history_position(&keys, &bounds, "e1")).await;
+    done.push(("history_position", start.elapsed(), result.map(|_| ())));
+    let start = Instant::now();
+    let result = within_30s(bus.presence_write(vec![write])).await;
+    done.push(("presence_write", start.elapsed(), result.map(|_| ())));
+    let start = Instant::now();
+    let read = jsonrpc_peer::cluster::PresenceRead::new(presence);
+    let result = within_30s(bus.presence_read(read)).await;
+    let result = result.and_then(|stored| match stored.parts.len() {
+        1 => Ok(()),
+        n => Err(BackplaneError::Unavailable(format!("{n} parts read"))),
+    });
+    done.push(("presence_read", start.elapsed(), result));
+    done
+}
+
+/// A master dead with no replica to take over, in a cluster set to serve the other
+/// slots meanwhile (`cluster-require-full-coverage no`): history and presence of the
+/// topics on the other masters go on as before, each call at once, and all of them
+/// work again once it is back. `frozen`: the master's process stopped (SIGSTOP, as a
+/// host that stopped answering: connections open, nothing comes back) rather than
+/// killed (connections refused).
+async fn dead_master_fails_only_its_own_topics(frozen: bool) {
+    let mut cluster = RedisCluster::start(3, 0);
+    for (port, _) in cluster.masters() {
+        let set = ["CONFIG", "SET", "cluster-require-full-coverage", "no"];
+        assert_eq!(cluster.cli(port, &set), "OK");
+    }
+    let bus = within(RedisClusterBackplane::connect(cluster.seeds(), options()))
+        .await
+        .expect("connect to the test cluster");
+    let masters: Vec<u16> = cluster.masters().into_iter().map(|(p, _)| p).collect();
+    let victim = masters[0];
+    let dead = topic_on(&cluster, victim);
+    let live: Vec<String> = masters[1..]
+        .iter()
+        .map(|&m| topic_on(&cluster, m))
+        .collect();
+    for topic in live.iter().chain([&dead]) {
+        for (call, _, result) in history_and_presence(&bus, topic, 1).await {
+            assert!(result.is_ok(), "{call} on {topic} before: {result:?}");
+        }
+    }
+
+    let info = cluster.cli(victim, &["INFO", "server"]);
+    let pid = info
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .expect("the master's process id")
+        .trim()
+        .to_owned();
+    tokio::task::block_in_place(|| {
+        let id = cluster.id(victim);
+        if frozen {
+            signal(&pid, "-STOP");
+        } else {
+            cluster.kill(victim);
+        }
+        wait_failed(&cluster, masters[1], &id);
+    });
+    // The dead master's topics asked all along, while the others are: whatever the
+    // client does about the dead master (its recovery included) is under way then.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let dead_calls = async {
+        let mut failed = 0;
+        while !*stopped.borrow() {
+            for (call, _, result) in history_and_presence(&bus, &dead, 2).await {
+                assert!(
+                    result.is_err(),
+                    "{call} on the dead master's topic: {result:?}"
+                );
+                failed += 1;
+            }
+        }
+        failed
+    };
+    let live_calls = async {
+        for round in 3..=6 {
+            for topic in &live {
+                for (call, took, result) in history_and_presence(&bus, topic, round).await {
+                    assert!(result.is_ok(), "{call} on {topic}: {result:?}");
+                    assert!(
+                        took < Duration::from_millis(900),
+                        "{call} on {topic}, a live master's topic, took {took:?}"
+                    );
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        stop.send_replace(true);
+    };
+    let (failed, ()) = tokio::join!(dead_calls, live_calls);
+    assert!(failed >= 5, "the dead master's topic was asked meanwhile");
+
+    tokio::task::block_in_place(|| {
+        if frozen {
+            signal(&pid, "-CONT");
+            cluster.wait_ready();
+        } else {
+            cluster.restart_all();
+        }
+    });
+    for topic in live.iter().chain([&dead]) {
+        let start = Instant::now();
+        loop {
+            let calls = history_and_presence(&bus, topic, 5).await;
+            if calls.iter().all(|(_, _, result)| result.is_ok()) {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{topic} after the master came back: {:?}",
+                calls.iter().map(|(c, _, r)| (c, r)).collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_with_no_replica_fails_only_its_own_topics_history_and_presence() {
+    dead_master_fails_only_its_own_topics(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_with_no_replica_fails_only_its_own_topics_history_and_presence() {
+    dead_master_fails_only_its_own_topics(true).await;
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`) to the process `pid`.
+fn signal(pid: &str, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, pid])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// Waits (at most 30 s) until the node at `asked` takes the node `id` for failed
+/// (`fail` in its `CLUSTER NODES`, not only suspected).
+fn wait_failed(cluster: &RedisCluster, asked: u16, id: &str) {
+    let start = std::time::Instant::now();
+    loop {
+        let nodes = cluster.cli(asked, &["CLUSTER", "NODES"]);
+        let flags = nodes
+            .lines()
+            .find(|line| line.starts_with(id))
+            .and_then(|line| line.split(' ').nth(2))
+            .unwrap_or("")
+            .to_owned();
+        if flags.split(',').any(|f| f == "fail") {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{id} never failed: {flags}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

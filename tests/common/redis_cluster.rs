@@ -175,10 +175,16 @@ impl RedisCluster {
 
     /// The port of the master serving `slot`, as a live node sees it.
     pub fn master_of(&self, slot: u16) -> u16 {
-        self.master_of_seen_by(self.any_live(), slot)
+        let port = self.any_live();
+        self.master_of_seen_by(port, slot).unwrap_or_else(|| {
+            let nodes = self.cli(port, &["CLUSTER", "NODES"]);
+            panic!("no master serves slot {slot}: {nodes}")
+        })
     }
 
-    fn master_of_seen_by(&self, port: u16, slot: u16) -> u16 {
+    /// The master serving `slot` as the node on `port` sees it: none for a moment
+    /// while a failover goes on.
+    fn master_of_seen_by(&self, port: u16, slot: u16) -> Option<u16> {
         let nodes = self.cli(port, &["CLUSTER", "NODES"]);
         for line in nodes.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
@@ -195,11 +201,11 @@ impl RedisCluster {
             });
             if serves {
                 if let Some(port) = f[1].split(['@', ':']).nth(1).and_then(|p| p.parse().ok()) {
-                    return port;
+                    return Some(port);
                 }
             }
         }
-        panic!("no master serves slot {slot}: {nodes}");
+        None
     }
 
     /// The slot of a key or channel, as Redis computes it.
@@ -283,7 +289,7 @@ impl RedisCluster {
                 .filter(|s| s.child.is_some())
                 .map(|s| s.port)
                 .collect();
-            let seen: Vec<u16> = live
+            let seen: Vec<Option<u16>> = live
                 .iter()
                 .map(|p| self.master_of_seen_by(*p, slot))
                 .collect();
@@ -291,8 +297,11 @@ impl RedisCluster {
                 self.cli(*p, &["CLUSTER", "INFO"])
                     .contains("cluster_state:ok")
             });
-            if ok && seen.iter().all(|m| *m != old && *m == seen[0]) {
-                return seen[0];
+            match seen[0] {
+                Some(new) if ok && new != old && seen.iter().all(|m| *m == Some(new)) => {
+                    return new;
+                }
+                _ => {}
             }
             assert!(
                 Instant::now() < deadline,
