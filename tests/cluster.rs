@@ -1326,3 +1326,43 @@ async fn what_the_bus_lost_for_a_slow_node_is_counted_in_its_stats() {
     assert!((99..=100).contains(&lost), "lost {lost}");
     cluster.shutdown().await;
 }
+
+/// A channel the bus cannot reach for now while the rest of it works (a Redis Cluster
+/// shard with no master) holds back only its own messages: with more of them waiting
+/// than the outbox sends in one batch, a topic on another channel and broadcasts still
+/// go at once; once it is reachable again, the held ones arrive, every one, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_the_bus_cannot_reach_holds_back_only_itself() {
+    let hub = MemoryHub::new();
+    let [a, b, _c] = three(&hub, &Setup::default()).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (on_b, _) = client(&b.url, 1, &tx).await;
+    for topic in ["prices", "news"] {
+        let added: bool = within(on_b.call("subscribe", [topic])).await.unwrap();
+        assert!(added);
+        until_subscribers(&hub, &format!("jp:t:{{{topic}}}"), 1).await;
+    }
+    a.bus.unreach(&["jp:t:{prices}"]);
+    let topics = a.cluster.topics();
+    for i in 0..300u64 {
+        within(topics.publish("prices", &[i])).await.unwrap();
+    }
+    for i in 0..5u64 {
+        within(topics.publish("news", &[i])).await.unwrap();
+    }
+    a.cluster.handle().broadcast("done", &()).unwrap();
+    let got = until_done(&mut rx, &[1]).await;
+    assert_eq!(numbers(&got[&1], "news"), (0..5).collect::<Vec<_>>());
+    assert!(numbers(&got[&1], "prices").is_empty(), "{got:?}");
+    assert!(a.cluster.stats().outbox_len >= 300, "the held ones wait");
+
+    a.bus.reach();
+    let mut prices = Vec::new();
+    while prices.len() < 300 {
+        let (who, method, params) = within(rx.recv()).await.unwrap();
+        assert_eq!((who, method.as_str()), (1, "prices"), "{params}");
+        prices.push(params[0].as_u64().unwrap());
+    }
+    assert_eq!(prices, (0..300).collect::<Vec<_>>());
+    flushed(&a.cluster).await;
+}

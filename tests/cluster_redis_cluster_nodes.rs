@@ -473,3 +473,89 @@ async fn read_until(cb: &mut Client, got: &mut Vec<u64>, offset: u64) {
         got.push(params["offset"].as_u64().expect("an offset"));
     }
 }
+
+/// A node name whose channels (its own, `jp:n:NAME`, and the control and broadcast
+/// channels it publishes on, one of 16 spread over equal ranges of slots, picked by
+/// its name's slot) are all on the master at `port`.
+fn name_on(bus: &RedisCluster, port: u16, taken: &[&str]) -> String {
+    (0..1000)
+        .map(|n| format!("n{n}"))
+        .filter(|name| !taken.contains(&name.as_str()))
+        .find(|name| {
+            let pick = bus.keyslot(name) % 16;
+            let (first, last) = (pick * 1024, pick * 1024 + 1023);
+            bus.master_of(first) == port
+                && bus.master_of(last) == port
+                && bus.master_of(bus.keyslot(&format!("jp:n:{name}"))) == port
+        })
+        .expect("a name with its channels on the master within 1,000")
+}
+
+/// A master dead with no replica to take over, in a cluster set to serve the other
+/// slots meanwhile (`cluster-require-full-coverage no`). A node that publishes on a
+/// topic of the dead shard (its messages cannot reach the bus while the master is
+/// dead) gets everything else across as before: more messages waiting for the dead
+/// shard than the outbox sends in one batch hold up neither a topic on a live master,
+/// nor a broadcast, nor a call, nor its heartbeats (the other node keeps counting its
+/// connections). The two nodes' own channels are on a live master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_master_with_no_replica_holds_up_only_its_own_channels() {
+    let mut bus = RedisCluster::start(3, 0);
+    for (port, _) in bus.masters() {
+        let set = ["CONFIG", "SET", "cluster-require-full-coverage", "no"];
+        assert_eq!(bus.cli(port, &set), "OK");
+    }
+    let masters: Vec<u16> = bus.masters().into_iter().map(|(p, _)| p).collect();
+    let (home, victim) = (masters[1], masters[0]);
+    let name_a = name_on(&bus, home, &[]);
+    let name_b = name_on(&bus, home, &[&name_a]);
+    let a = Node::start(&bus, &name_a, 500, &[]).await;
+    let b = Node::start(&bus, &name_b, 500, &[]).await;
+    let ca = Client::connect(&a).await;
+    let mut cb = Client::connect(&b).await;
+    for client in [&ca, &cb] {
+        count_becomes(client, 2).await;
+    }
+    let on = |port: u16| {
+        TOPICS
+            .into_iter()
+            .find(|t| bus.master_of(bus.keyslot(&format!("jp:t:{{{t}}}"))) == port)
+    };
+    let (dead, live) = (
+        on(victim).expect("a topic on the victim"),
+        on(home)
+            .or_else(|| on(masters[2]))
+            .expect("a topic elsewhere"),
+    );
+    for topic in [dead, live] {
+        assert_eq!(cb.ok("subscribe", json!([topic])).await, json!(true));
+    }
+    tokio::task::block_in_place(|| bus.kill(victim));
+
+    // More than a batch (256) for the dead shard, ahead of everything else.
+    let publishes = (0..300).map(|i| ca.call("publish", json!([dead, {"i": i}])));
+    for answer in futures_util::future::join_all(publishes).await {
+        answer.expect("published here: the outbox took it");
+    }
+    let b_addr = cb.ok("whoami", json!([])).await;
+    for i in 0..5u64 {
+        ca.ok("publish", json!([live, {"i": i}])).await;
+        let (method, params) = cb.next_note().await;
+        assert_eq!((method.as_str(), &params), (live, &json!({"i": i})));
+        ca.ok("broadcast", json!([{"i": i}])).await;
+        let (method, params) = cb.next_note().await;
+        assert_eq!((method.as_str(), &params), ("broadcast", &json!({"i": i})));
+        let answer = ca
+            .call("call_peer", json!([b_addr, "add", [i, 1]]))
+            .await
+            .expect("a call to b's client");
+        assert_eq!(answer, json!(i + 1));
+        // Three heartbeats (500 ms each) go by over the five rounds: b still counts a.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            cb.ok("cluster_count", json!([])).await,
+            json!(2),
+            "round {i}"
+        );
+    }
+}

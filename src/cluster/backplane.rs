@@ -78,6 +78,19 @@ pub enum BackplaneError {
     /// rather than hold everything behind it.
     #[error("refused by the bus: {0}")]
     Refused(String),
+    /// Some messages of one [`Backplane::publish_many`] were not published, for now,
+    /// and the others were: the bus is up, but not where those messages go (on a Redis
+    /// Cluster, a shard with no master while a replica takes over, or for good when it
+    /// has none). `failed` are their places among the call's messages, in order. The
+    /// cluster's outbox sends them again later, holding back only their channels
+    /// meanwhile, so that one dead shard does not hold up what goes to the others.
+    #[error("backplane unavailable for {} of the messages: {why}", failed.len())]
+    Partial {
+        /// The places of the messages not published.
+        failed: Vec<usize>,
+        /// Why, as the bus said.
+        why: String,
+    },
 }
 
 /// One publication to record in a topic's history and publish, in one step
@@ -187,7 +200,9 @@ fn unsupported<'a, T: Send + 'a>(what: &str) -> BoxFuture<'a, Result<T, Backplan
 impl From<BackplaneError> for crate::Error {
     fn from(e: BackplaneError) -> Self {
         let reason = match e {
-            BackplaneError::Unavailable(reason) => reason,
+            BackplaneError::Unavailable(reason) | BackplaneError::Partial { why: reason, .. } => {
+                reason
+            }
             BackplaneError::Closed
             | BackplaneError::Unsupported(_)
             | BackplaneError::Protocol(_)
@@ -210,7 +225,8 @@ pub trait Backplane: Send + Sync + 'static {
     /// after another. A bus that can pipeline (Redis) overrides this to send them in one
     /// round trip; on an error, some of them may have been published (the cluster
     /// sends them again after the next [`BusEvent::Up`] and receivers drop duplicates;
-    /// after [`BackplaneError::Refused`] it gives them up).
+    /// after [`BackplaneError::Refused`] it gives them up). A bus that knows which
+    /// failed while the rest went through says so with [`BackplaneError::Partial`].
     fn publish_many(
         &self,
         messages: Vec<(String, Bytes)>,

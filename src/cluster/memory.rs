@@ -54,6 +54,8 @@ struct Link {
     lost: Mutex<Vec<String>>,
     /// Channels this link's publishes to are refused for good.
     refused: Mutex<Vec<String>>,
+    /// Channels this link's publishes to fail for now, the rest going through.
+    unreachable: Mutex<Vec<String>>,
     tx: mpsc::Sender<BusEvent>,
     rx: Mutex<Option<mpsc::Receiver<BusEvent>>>,
     cut: AtomicBool,
@@ -100,6 +102,7 @@ impl MemoryHub {
             subscriptions: Mutex::new(HashSet::new()),
             lost: Mutex::new(Vec::new()),
             refused: Mutex::new(Vec::new()),
+            unreachable: Mutex::new(Vec::new()),
             tx,
             rx: Mutex::new(Some(rx)),
             cut: AtomicBool::new(false),
@@ -283,6 +286,20 @@ impl MemoryBackplane {
         lock(&self.link.refused).extend(channels.iter().map(|c| (*c).to_owned()));
     }
 
+    /// Publishes from this link to `channels` fail with
+    /// [`BackplaneError::Unavailable`] and reach no one, while the others go through:
+    /// one shard of a Redis Cluster without a master. In a
+    /// [`publish_many`](Backplane::publish_many), those messages fail as
+    /// [`BackplaneError::Partial`]. Until [`reach`](Self::reach).
+    pub fn unreach(&self, channels: &[&str]) {
+        lock(&self.link.unreachable).extend(channels.iter().map(|c| (*c).to_owned()));
+    }
+
+    /// Ends [`unreach`](Self::unreach).
+    pub fn reach(&self) {
+        lock(&self.link.unreachable).clear();
+    }
+
     /// Ends [`lose`](Self::lose): the consumer gets [`BusEvent::Interrupted`] with the
     /// channels it was subscribed to among them.
     pub fn regain(&self) {
@@ -337,6 +354,11 @@ impl Backplane for MemoryBackplane {
             if lock(&self.link.refused).contains(&channel) {
                 return Err(BackplaneError::Refused(format!("{channel} is not allowed")));
             }
+            if lock(&self.link.unreachable).contains(&channel) {
+                return Err(BackplaneError::Unavailable(format!(
+                    "{channel} is unreachable"
+                )));
+            }
             self.hub.publish_to_links(&channel, &payload);
             let lost = self
                 .link
@@ -346,6 +368,32 @@ impl Backplane for MemoryBackplane {
                 return Err(BackplaneError::Unavailable("answer lost".into()));
             }
             Ok(())
+        })
+    }
+
+    /// One after another, as the trait's own; a message on an
+    /// [`unreach`](Self::unreach)ed channel fails alone ([`BackplaneError::Partial`]).
+    fn publish_many(
+        &self,
+        messages: Vec<(String, Bytes)>,
+    ) -> BoxFuture<'_, Result<(), BackplaneError>> {
+        Box::pin(async move {
+            let mut failed = Vec::new();
+            let mut why = String::new();
+            for (at, (channel, payload)) in messages.into_iter().enumerate() {
+                let unreachable = lock(&self.link.unreachable).contains(&channel);
+                match self.publish(&channel, payload).await {
+                    Err(BackplaneError::Unavailable(e)) if unreachable => {
+                        failed.push(at);
+                        why = e;
+                    }
+                    result => result?,
+                }
+            }
+            match failed.is_empty() {
+                true => Ok(()),
+                false => Err(BackplaneError::Partial { failed, why }),
+            }
         })
     }
 

@@ -16,6 +16,15 @@
 //! use up to twice the bound (they are small and few), so a node that publishes too
 //! much still answers and announces itself.
 //!
+//! **A channel the bus cannot reach holds back only itself.** When the bus says which
+//! messages of a batch it could not publish while it published the others
+//! ([`BackplaneError::Partial`]: a Redis Cluster shard with no master), the others
+//! leave the outbox and those channels are held back, each for its own backoff (20 ms
+//! doubling to 1 s), their envelopes kept in order; everything else goes on meanwhile.
+//! Their envelopes still count against the outbox's bound, so a shard dead for long
+//! fills it, and then new broadcasts and topic messages are refused as when the bus
+//! is too slow.
+//!
 //! After an outage, broadcasts and topic messages are held until every node known
 //! before it has been heard from again (each one listens again before it announces
 //! itself), at most one heartbeat window: flushed at once, they would reach only the
@@ -83,6 +92,16 @@ struct Queue {
     next_sweep: Option<Instant>,
     /// While set, only urgent envelopes go out.
     hold: Option<Hold>,
+    /// Channels the bus could not reach of late (see the module's doc).
+    blocked: HashMap<String, Blocked>,
+}
+
+/// A channel held back after the bus could not publish on it.
+struct Blocked {
+    /// Its envelopes wait until then.
+    until: Instant,
+    /// The wait the last time, doubled the next (from 20 ms to 1 s).
+    backoff: Duration,
 }
 
 struct Sequence {
@@ -279,22 +298,35 @@ impl Outbox {
         emptied
     }
 
-    /// The next batch (held envelopes left out) and, while a hold lasts, its end.
-    fn next_batch(&self) -> (Vec<Sending>, Option<Instant>) {
+    /// The next batch (held envelopes and blocked channels left out); when the
+    /// outbox should look again for what was left out (a hold's end, a channel's
+    /// backoff); and whether the batch is the front of the queue (nothing left out
+    /// before its last).
+    fn next_batch(&self) -> (Vec<Sending>, Option<Instant>, bool) {
         let mut queue = lock(&self.queue);
-        if queue
-            .hold
-            .as_ref()
-            .is_some_and(|h| Instant::now() >= h.until)
-        {
+        let now = Instant::now();
+        if queue.hold.as_ref().is_some_and(|h| now >= h.until) {
             queue.hold = None;
         }
         let held = queue.hold.as_ref().map(|h| h.until);
+        let blocked_until = queue
+            .blocked
+            .values()
+            .map(|b| b.until)
+            .filter(|until| *until > now)
+            .min();
         let mut bytes = 0;
+        let mut skipped = false;
         let batch = queue
             .items
             .iter()
-            .filter(|i| held.is_none() || i.urgent)
+            .filter(|i| {
+                let blocked = blocked_until.is_some()
+                    && queue.blocked.get(&i.channel).is_some_and(|b| b.until > now);
+                let goes = (held.is_none() || i.urgent) && !blocked;
+                skipped |= !goes;
+                goes
+            })
             .take(BATCH)
             .take_while(|i| {
                 let first = bytes == 0;
@@ -308,7 +340,11 @@ impl Outbox {
                 passable: i.passable,
             })
             .collect();
-        (batch, held)
+        let wake = match (held, blocked_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        (batch, wake, !skipped)
     }
 
     /// The bus accepted a batch: it leaves the outbox. `ids` is empty when the batch
@@ -316,27 +352,62 @@ impl Outbox {
     fn sent(&self, last: u64, ids: &HashSet<u64>) {
         let mut queue = lock(&self.queue);
         queue.sweep(Instant::now());
+        let queue = &mut *queue;
+        let mut freed = 0;
+        let blocked = &mut queue.blocked;
+        let mut went = |item: &Item| {
+            freed += item.payload.len();
+            if !blocked.is_empty() {
+                blocked.remove(&item.channel);
+            }
+        };
         if ids.is_empty() {
             while queue.items.front().is_some_and(|i| i.id <= last) {
                 if let Some(item) = queue.items.pop_front() {
-                    queue.bytes -= item.payload.len();
-                    crate::metrics::cluster_outbox_bytes(-(item.payload.len() as i64));
+                    went(&item);
                 }
             }
         } else {
-            let mut freed = 0;
             queue.items.retain(|i| {
                 let sent = ids.contains(&i.id);
                 if sent {
-                    freed += i.payload.len();
+                    went(i);
                 }
                 !sent
             });
-            queue.bytes -= freed;
-            crate::metrics::cluster_outbox_bytes(-(freed as i64));
         }
-        drop(queue);
+        queue.bytes -= freed;
+        crate::metrics::cluster_outbox_bytes(-(freed as i64));
         self.sent.send_replace(());
+    }
+
+    /// The bus published a batch but for the messages on `failed`: the rest of `batch`
+    /// leaves the outbox, and each of those channels waits out its backoff.
+    fn partly_sent(&self, batch: &[u64], failed: &HashSet<&str>) {
+        let batch: HashSet<u64> = batch.iter().copied().collect();
+        let sent: HashSet<u64> = lock(&self.queue)
+            .items
+            .iter()
+            .filter(|i| batch.contains(&i.id) && !failed.contains(i.channel.as_str()))
+            .map(|i| i.id)
+            .collect();
+        if !sent.is_empty() {
+            self.sent(0, &sent);
+        }
+        let now = Instant::now();
+        let mut queue = lock(&self.queue);
+        for channel in failed {
+            let blocked = queue
+                .blocked
+                .entry((*channel).to_owned())
+                .or_insert(Blocked {
+                    until: now,
+                    backoff: Duration::ZERO,
+                });
+            blocked.backoff =
+                (blocked.backoff * 2).clamp(Duration::from_millis(20), Duration::from_secs(1));
+            blocked.until = now + blocked.backoff;
+        }
     }
 }
 
@@ -441,19 +512,16 @@ pub(super) async fn run(
     let mut state = outbox.state.clone();
     let mut retry = Duration::from_millis(20);
     loop {
-        let (batch, held) = outbox.next_batch();
+        let (batch, wake, front) = outbox.next_batch();
         let Some(last) = batch.last().map(|s| s.id) else {
-            let until = held.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            let until = wake.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
                 _ = outbox.wake.notified() => continue,
                 _ = tokio::time::sleep_until(until) => continue,
             }
         };
-        let ids: HashSet<u64> = match held {
-            Some(_) => batch.iter().map(|s| s.id).collect(),
-            None => HashSet::new(),
-        };
+        let ids: Vec<u64> = batch.iter().map(|s| s.id).collect();
         if *state.borrow() != ClusterState::Up {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
@@ -464,13 +532,29 @@ pub(super) async fn run(
         // Kept for the rare batch the bus refuses part of (a few `String`s a batch).
         let again = messages.clone();
         let result = match bus.publish_many(messages).await {
-            Err(BackplaneError::Refused(_)) => one_by_one(&outbox, bus.as_ref(), again).await,
+            Err(BackplaneError::Refused(_)) => {
+                one_by_one(&outbox, bus.as_ref(), again.clone()).await
+            }
             result => result,
         };
         match result {
             Ok(()) => {
                 retry = Duration::from_millis(20);
+                let ids: HashSet<u64> = match front {
+                    true => HashSet::new(),
+                    false => ids.into_iter().collect(),
+                };
                 outbox.sent(last, &ids);
+            }
+            Err(BackplaneError::Partial { failed, why }) => {
+                let channels: HashSet<&str> = failed
+                    .iter()
+                    .filter_map(|&k| again.get(k))
+                    .map(|(channel, _)| channel.as_str())
+                    .collect();
+                tracing::debug!(error = %why, ?channels, "publish failed on some channels; they wait");
+                retry = Duration::from_millis(20);
+                outbox.partly_sent(&ids, &channels);
             }
             Err(e) => {
                 tracing::debug!(error = %e, "publish failed; will retry");

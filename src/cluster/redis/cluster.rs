@@ -154,6 +154,7 @@ impl RedisClusterBackplane {
             publish_rx,
             options.batch_max,
             config,
+            shared.clone(),
         ));
         tokio::spawn(shards.run(inputs));
         Ok(RedisClusterBackplane {
@@ -226,14 +227,23 @@ impl Backplane for RedisClusterBackplane {
     }
 
     fn publish(&self, channel: &str, payload: Bytes) -> BoxFuture<'_, Result<(), BackplaneError>> {
-        enqueue(
+        let sent = enqueue(
             &self.publish_tx,
             self.is_up(),
             vec![(channel.to_owned(), payload)],
-        )
+        );
+        Box::pin(async move {
+            sent.await.map_err(|e| match e {
+                // The one message: not a part.
+                BackplaneError::Partial { why, .. } => BackplaneError::Unavailable(why),
+                e => e,
+            })
+        })
     }
 
     /// One queue entry: split by master, one pipeline each (with whatever else waits).
+    /// Messages whose master failed while others answered fail as
+    /// [`BackplaneError::Partial`].
     fn publish_many(
         &self,
         messages: Vec<(String, Bytes)>,

@@ -4,9 +4,13 @@
 //! out as one pipeline of `SPUBLISH` to every master at once. A message Redis redirects
 //! (`MOVED`: its slot has another master now) or that meets a lost connection goes again
 //! after the slot map is fetched anew; what still fails after that fails the call, and
-//! the cluster's outbox sends it again (receivers drop what had gone through).
+//! the cluster's outbox sends it again (receivers drop what had gone through). A call
+//! whose messages failed only in part, or whose masters failed while the others answered
+//! (the cluster is up: one shard has no master), says which with
+//! [`BackplaneError::Partial`], so that the outbox holds back only those channels.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +21,7 @@ use tokio::sync::mpsc;
 
 use super::topology::{dial, Map};
 use crate::cluster::backplane::BackplaneError;
+use crate::cluster::redis::subscriber::Shared;
 use crate::cluster::redis::Publish;
 use crate::cluster::slot::slot;
 
@@ -29,6 +34,7 @@ pub(super) async fn write_loop(
     mut queue: mpsc::Receiver<Publish>,
     batch_max: usize,
     config: AsyncConnectionConfig,
+    shared: Arc<Shared>,
 ) {
     let mut writer = Writer {
         map,
@@ -43,11 +49,32 @@ pub(super) async fn write_loop(
             .map(|(channel, payload)| (channel.as_str(), payload))
             .collect();
         let result = writer.send(&messages).await;
+        // Up: every master was linked for pub/sub the last time that changed, so what
+        // failed failed where it went, not everywhere.
+        let up = shared.up.load(Ordering::Acquire);
+        let mut start = 0;
         for item in batch.drain(..) {
-            let _ = item.done.send(match &result {
+            let places = start..start + item.messages.len();
+            start = places.end;
+            let answer = match &result {
                 Ok(()) => Ok(()),
-                Err(why) => Err(BackplaneError::Unavailable(why.clone())),
-            });
+                Err((failed, why)) => {
+                    let mine: Vec<usize> = failed
+                        .iter()
+                        .filter(|i| places.contains(i))
+                        .map(|i| i - places.start)
+                        .collect();
+                    match mine.len() {
+                        0 => Ok(()),
+                        n if n < places.len() || up => Err(BackplaneError::Partial {
+                            failed: mine,
+                            why: why.clone(),
+                        }),
+                        _ => Err(BackplaneError::Unavailable(why.clone())),
+                    }
+                }
+            };
+            let _ = item.done.send(answer);
         }
     }
 }
@@ -69,9 +96,9 @@ struct Round {
 }
 
 impl Writer {
-    /// Sends every message to its slot's master; `Err` with the last reason when some
-    /// still failed after [`ATTEMPTS`] rounds.
-    async fn send(&mut self, messages: &[(&str, &Bytes)]) -> Result<(), String> {
+    /// Sends every message to its slot's master; `Err` with those that still failed
+    /// after [`ATTEMPTS`] rounds (their places, in order) and the last reason.
+    async fn send(&mut self, messages: &[(&str, &Bytes)]) -> Result<(), (Vec<usize>, String)> {
         let mut todo: Vec<usize> = (0..messages.len()).collect();
         let mut why = String::new();
         for attempt in 0..ATTEMPTS {
@@ -94,7 +121,7 @@ impl Writer {
                 tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
             }
         }
-        Err(why)
+        Err((todo, why))
     }
 
     /// One pipeline per master for the messages in `todo` (indices in order).
