@@ -350,34 +350,37 @@ impl Outbox {
     /// The bus accepted a batch: it leaves the outbox. `ids` is empty when the batch
     /// was the front (through `last`), else it names what was sent around held ones.
     fn sent(&self, last: u64, ids: &HashSet<u64>) {
-        let mut queue = lock(&self.queue);
-        queue.sweep(Instant::now());
-        let queue = &mut *queue;
-        let mut freed = 0;
-        let blocked = &mut queue.blocked;
-        let mut went = |item: &Item| {
-            freed += item.payload.len();
-            if !blocked.is_empty() {
-                blocked.remove(&item.channel);
-            }
-        };
-        if ids.is_empty() {
-            while queue.items.front().is_some_and(|i| i.id <= last) {
-                if let Some(item) = queue.items.pop_front() {
-                    went(&item);
+        {
+            let mut guard = lock(&self.queue);
+            guard.sweep(Instant::now());
+            let queue = &mut *guard;
+            let mut freed = 0;
+            let blocked = &mut queue.blocked;
+            let mut went = |item: &Item| {
+                freed += item.payload.len();
+                if !blocked.is_empty() {
+                    blocked.remove(&item.channel);
                 }
-            }
-        } else {
-            queue.items.retain(|i| {
-                let sent = ids.contains(&i.id);
-                if sent {
-                    went(i);
+            };
+            if ids.is_empty() {
+                while queue.items.front().is_some_and(|i| i.id <= last) {
+                    if let Some(item) = queue.items.pop_front() {
+                        went(&item);
+                    }
                 }
-                !sent
-            });
+            } else {
+                queue.items.retain(|i| {
+                    let sent = ids.contains(&i.id);
+                    if sent {
+                        went(i);
+                    }
+                    !sent
+                });
+            }
+            queue.bytes -= freed;
+            crate::metrics::cluster_outbox_bytes(-(freed as i64));
         }
-        queue.bytes -= freed;
-        crate::metrics::cluster_outbox_bytes(-(freed as i64));
+        // Not under the queue's lock: `drained` takes it inside the watch's.
         self.sent.send_replace(());
     }
 
