@@ -25,10 +25,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let topic = args.text("topic", "prices");
     let count = args.number("count", u64::MAX)?;
 
-    let (tx, mut ticks) = mpsc::unbounded_channel::<Value>();
+    // Bounded: while the output is slow, the handler waits for room, later ticks wait in
+    // the connection's notification queue, and then reading pauses (the server decides
+    // what a client that lags gets), instead of every tick piling up here.
+    let (tx, mut ticks) = mpsc::channel::<Value>(64);
     let router =
         Router::with_state(tx).notification("tick", |cx: Context<_>, params: Value| async move {
-            let _ = cx.state().send(params);
+            let _ = cx.state().send(params).await;
         });
     // The topic: subscribed after every connect, from the last offset once there is one.
     let (builder, mut events) = Reconnecting::builder(url.clone(), router).topic::<Value>(&topic);

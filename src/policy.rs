@@ -99,7 +99,10 @@ pub struct HandshakePolicy {
     /// How many connections one remote address may have open at once (default `None`:
     /// no limit, as behind a proxy or load balancer every connection comes from its
     /// address). IPv6 addresses count per /64. The next one is refused with
-    /// `429 Too Many Requests`.
+    /// `429 Too Many Requests`. The axum endpoint reads the address from
+    /// `ConnectInfo<SocketAddr>` (serve the app with
+    /// `into_make_service_with_connect_info`); without it every handshake is refused
+    /// with `500`, not let through unbounded.
     pub max_connections_per_address: Option<usize>,
     /// How many connections may be in their handshake at once (default 1,000), not
     /// counted in [`max_connections`](Self::max_connections). When one more arrives,
@@ -317,7 +320,16 @@ impl Slots {
                     "too many connections from this address",
                 )
             })?),
-            _ => None,
+            // Not skipped for want of the address: an axum app served without
+            // `into_make_service_with_connect_info` would let one address open any number.
+            (Some(_), None) => {
+                tracing::error!("a bound per address is set but the remote address is unknown: serve the axum app with into_make_service_with_connect_info::<SocketAddr>()");
+                return Err(Refusal::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the remote address is unknown",
+                ));
+            }
+            (None, _) => None,
         };
         let open =
             self.open.clone().try_acquire_owned().map_err(|_| {

@@ -71,3 +71,34 @@ async fn plain_http_to_the_endpoint_is_told_to_upgrade() {
     within(tcp.read_to_string(&mut response)).await.unwrap();
     assert!(response.starts_with("HTTP/1.1 426"), "{response}");
 }
+
+/// `max_connections_per_address` on the axum endpoint served the common way,
+/// `axum::serve(listener, app)`: without `into_make_service_with_connect_info` the
+/// endpoint does not know the remote address, and the bound was skipped without a
+/// word. One address opened as many connections as it liked, while the policy said
+/// "the next one is refused with 429".
+#[tokio::test]
+async fn the_axum_endpoint_does_not_skip_the_bound_per_address_silently() {
+    use jsonrpc_peer::axum::Endpoint;
+    use jsonrpc_peer::HandshakePolicy;
+
+    let policy = HandshakePolicy::default().max_connections_per_address(Some(1));
+    let endpoint = Endpoint::new(Router::new()).handshake_policy(policy);
+    let app = axum::Router::new().route("/rpc", endpoint.into_route());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/rpc", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        match within(tokio_tungstenite::connect_async(&url)).await {
+            Ok((ws, _)) => open.push(ws),
+            Err(_) => break,
+        }
+    }
+    assert!(
+        open.len() <= 1,
+        "{} connections open from 127.0.0.1 with a bound of one per address",
+        open.len()
+    );
+}

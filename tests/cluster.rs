@@ -1366,3 +1366,34 @@ async fn a_channel_the_bus_cannot_reach_holds_back_only_itself() {
     assert_eq!(prices, (0..300).collect::<Vec<_>>());
     flushed(&a.cluster).await;
 }
+
+/// A [`MemoryHub`] link whose consumer has fallen behind loses messages, counted, as
+/// its docs say ("as Redis drops a subscriber that falls too far behind"; the Redis
+/// backplane's `event_capacity`: "`Down` and `Up` are never dropped"). The link's `Down`
+/// and `Up` went the same way, uncounted: a cluster on it that missed the `Up` stayed
+/// down, delivering locally only, after the bus was back.
+#[tokio::test]
+async fn a_memory_link_behind_its_consumer_still_reports_down_and_up() {
+    use jsonrpc_peer::cluster::{Backplane, BusEvent, MemoryHub};
+
+    let hub = MemoryHub::new();
+    let bus = hub.backplane_with_capacity(2);
+    let mut events = bus.events().unwrap();
+    within(bus.subscribe("news")).await.unwrap();
+    let other = hub.backplane();
+    for n in 0..3u8 {
+        within(other.publish("news", vec![n].into())).await.unwrap();
+    }
+    // The stream is full: its consumer is behind. The bus goes away and comes back.
+    bus.cut();
+    bus.restore();
+    let mut seen = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        seen.push(event);
+    }
+    assert!(
+        seen.ends_with(&[BusEvent::Down, BusEvent::Up]),
+        "{seen:?}; {} messages dropped",
+        bus.dropped()
+    );
+}

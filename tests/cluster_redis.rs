@@ -645,3 +645,75 @@ async fn a_backplane_error_converts_with_question_mark_and_the_counters_outlive_
     assert!(node.stats().bus_reconnects >= 1, "{:?}", node.stats());
     node.shutdown().await;
 }
+
+/// `bus.dropped()` reaching `n`, looked at every 10 ms for at most 10 s: no event says
+/// when the subscribing task has handled what Redis pushed.
+async fn dropped_reaches(bus: &RedisBackplane, n: u64) {
+    for _ in 0..1000 {
+        if bus.dropped() >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(bus.dropped(), n);
+}
+
+/// A consumer that has fallen behind loses messages, counted (`event_capacity`). The
+/// `Subscribed` of a subscribe made meanwhile went too, uncounted: what came after it on
+/// the channel reached the consumer with no mark of where the subscription took effect
+/// (the cluster starts the channel's sequence marks afresh there, so that what was
+/// published while it was not subscribed is not reported as a gap).
+#[tokio::test]
+async fn a_subscribe_made_while_the_consumer_is_behind_is_still_placed_in_the_stream() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    // No probe during the test: its answer would count in `dropped` too.
+    let options = fast_options()
+        .event_capacity(4)
+        .probe_interval(Duration::from_secs(60));
+    let connect = RedisBackplane::connect(&url, options);
+    let bus = within(connect).await.unwrap();
+    let mut events = bus.events().unwrap();
+    let (other, _other_events) = backplane(&redis).await;
+
+    // The consumer falls behind: a's Subscribed and three messages fill the stream, the
+    // other 47 are dropped (and counted).
+    within(bus.subscribe("jp:t:a")).await.unwrap();
+    for n in 0..50u8 {
+        within(other.publish("jp:t:a", Bytes::from(vec![n])))
+            .await
+            .unwrap();
+    }
+    dropped_reaches(&bus, 47).await;
+    // Meanwhile b is subscribed. A message on b, after b's subscription in what Redis
+    // pushes, is dropped too: by then the subscription has been handled.
+    within(bus.subscribe("jp:t:b")).await.unwrap();
+    within(other.publish("jp:t:b", Bytes::from_static(b"lost")))
+        .await
+        .unwrap();
+    dropped_reaches(&bus, 48).await;
+
+    // The consumer catches up; b gets a message.
+    let first = within(events.recv()).await;
+    assert_eq!(
+        first,
+        Some(BusEvent::Subscribed {
+            channel: "jp:t:a".into()
+        })
+    );
+    for _ in 0..3 {
+        let message = within(events.recv()).await.unwrap();
+        assert!(matches!(message, BusEvent::Message { .. }), "{message:?}");
+    }
+    within(other.publish("jp:t:b", Bytes::from_static(b"kept")))
+        .await
+        .unwrap();
+    // Where b's subscription took effect comes first: before anything on b.
+    let next = within(events.recv()).await;
+    assert_eq!(
+        next,
+        Some(BusEvent::Subscribed {
+            channel: "jp:t:b".into()
+        })
+    );
+}

@@ -154,3 +154,32 @@ async fn a_client_that_fills_our_side_without_reading_then_closes_is_let_go_in_t
     );
     drop(tcp);
 }
+
+/// `Peer::close_with` takes any reason, but a WebSocket close frame carries at most
+/// 123 bytes of it (RFC 6455 5.5: a control frame's payload is at most 125 bytes). A
+/// longer one went out as it was: the other side took the frame for a protocol
+/// violation and never saw the code.
+#[tokio::test]
+async fn a_close_with_a_long_reason_still_reaches_the_other_side_with_its_code() {
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    let handle = server.handle();
+    let mut gone = common::disconnections(&handle);
+    tokio::spawn(server.serve(Router::new()));
+
+    let client = within(jsonrpc_peer::connect(&url, Router::new()))
+        .await
+        .unwrap();
+    let reason = "é".repeat(100); // 200 bytes
+    tokio::time::timeout(common::STEP, client.close_with(4000, &reason))
+        .await
+        .expect("close_with ends");
+    let peer = within(gone.recv()).await.unwrap();
+    match peer.close_reason() {
+        Some(CloseReason::Remote { code, reason: got }) => {
+            assert_eq!(code, 4000);
+            assert!(got.len() <= 123 && reason.starts_with(&got), "{got:?}");
+        }
+        other => panic!("the server saw {other:?}, not the client's 4000"),
+    }
+}

@@ -541,3 +541,37 @@ async fn once_shutdown_returns_the_port_is_free_to_bind_again() {
         within(serving).await.unwrap().unwrap();
     }
 }
+
+/// Keepalive after a stall: the connection's task did not run for 100 s (a process
+/// stopped and continued, a runtime starved by blocking code; paused time here). Its
+/// keepalive replayed the schedule it missed from the timer's deadlines: a ping "sent"
+/// at the first missed deadline was given up at the next one, both in the past, so the
+/// connection was closed with 1011 in the same instant the ping went out. The other
+/// side had no moment to answer; it was alive, and its calls failed. The keepalive's
+/// rule: a ping unanswered past the timeout (nothing heard since it was sent) means the
+/// other side is gone.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_connection_pings_and_waits_for_the_answer_before_giving_up() {
+    use jsonrpc_peer::{transport, Caller, Context, Peer, PeerConfig, Router, RpcError};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let (a, b) = transport::pair();
+    let router = Router::new().method("one", |_cx: Context, (): ()| async { Ok::<_, RpcError>(1) });
+    // The server keeps the defaults: a ping every 30 s, given up after 30 s.
+    let server = Peer::start(b, Arc::new(router), &PeerConfig::default());
+    let client = Peer::start(
+        a,
+        Arc::new(Router::new()),
+        &PeerConfig::default().ping_interval(None),
+    );
+    assert_eq!(within(client.call::<i64>("one", ())).await.unwrap(), 1);
+
+    tokio::time::advance(Duration::from_secs(100)).await;
+    let answer = within(client.call::<i64>("one", ())).await;
+    assert!(
+        matches!(answer, Ok(1)),
+        "{answer:?}; the server closed: {:?}",
+        server.close_reason()
+    );
+}

@@ -174,3 +174,69 @@ async fn with_history_push_ticker_answers_with_positions_and_replays_what_was_mi
     assert_eq!(reply["result"]["recovered"], false);
     assert_eq!(reply["result"]["epoch"], epoch.as_str());
 }
+
+/// The resident memory of process `pid`, in bytes (Linux).
+fn rss_of(pid: u32) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// examples/push_client.rs hands every `tick` to its printing loop through an unbounded
+/// channel: while its output is slow (a pipe nobody reads yet, a terminal paused with
+/// Ctrl-S) every tick the server pushes is kept, without bound. The library it shows
+/// off bounds every queue and pushes back on a reader that lags (notifications wait,
+/// then reading pauses); the example threw that away.
+#[tokio::test]
+async fn the_push_client_example_keeps_its_memory_bounded_while_its_output_is_slow() {
+    use jsonrpc_peer::{Caller, PeerConfig, Router, Server};
+    use std::process::Stdio;
+    use tokio::process::Command;
+
+    const TICKS: usize = 20_000;
+    let bin = common::example_binary("push_client", "");
+    // The server queues everything at once: the client alone decides what it holds.
+    let config = PeerConfig::default()
+        .outgoing_queue(TICKS + 10)
+        .outgoing_queue_bytes(1 << 30);
+    let server = Server::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .peer_config(config);
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    let mut connected = common::connections(&server.handle());
+    tokio::spawn(server.serve(Router::new()));
+
+    let mut child = Command::new(bin)
+        .args(["--url", &url, "--topic", "none"])
+        .stdout(Stdio::piped()) // never read: the client's output is slow
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("push_client starts");
+    let pid = child.id().unwrap();
+    let peer = within(connected.recv()).await.unwrap();
+    let pad = "x".repeat(4096);
+    for seq in 0..TICKS {
+        within(peer.notify("tick", serde_json::json!({ "seq": seq, "pad": pad })))
+            .await
+            .unwrap();
+    }
+    // Answered (-32601) once the client has read every tick before it; a client that
+    // pushes back is not there yet: then its memory is looked at after a while.
+    let marker = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        peer.call::<serde_json::Value>("marker", ()),
+    );
+    let _ = marker.await;
+    let rss = rss_of(pid);
+    let _ = child.start_kill();
+    assert!(
+        rss < 48 << 20,
+        "push_client holds {} MiB after {TICKS} ticks of 4 KiB it could not print yet",
+        rss >> 20
+    );
+}

@@ -74,6 +74,11 @@ struct Link {
 /// [`MemoryHub::backplane`]).
 const EVENT_CAPACITY: usize = 65_536;
 
+/// Room kept in a link's stream for the events that are not messages (`Down`, `Up`,
+/// `Subscribed`, `Interrupted`): a consumer that has fallen behind loses messages,
+/// counted, but still hears that the bus went away and came back.
+const RESERVED: usize = 64;
+
 impl MemoryHub {
     /// A hub with no links.
     pub fn new() -> Self {
@@ -97,7 +102,7 @@ impl MemoryHub {
     /// A new link that holds at most `capacity` unread events; past that, messages to it
     /// are lost (and counted), as Redis drops a subscriber that falls too far behind.
     pub fn backplane_with_capacity(&self, capacity: usize) -> MemoryBackplane {
-        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let (tx, rx) = mpsc::channel(capacity.max(1) + RESERVED);
         let link = Arc::new(Link {
             subscriptions: Mutex::new(HashSet::new()),
             lost: Mutex::new(Vec::new()),
@@ -205,6 +210,11 @@ impl Link {
     /// Hands `event` to the consumer now.
     fn hand_over(&self, event: BusEvent) {
         let message = matches!(event, BusEvent::Message { .. });
+        // Serialized by the `held` lock: the room seen is not taken meanwhile.
+        if message && self.tx.capacity() <= RESERVED {
+            self.overflowed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         if self.tx.try_send(event).is_err() && message {
             self.overflowed.fetch_add(1, Ordering::Relaxed);
         }

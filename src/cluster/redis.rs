@@ -117,7 +117,8 @@ impl RedisOptions {
     /// The bound of the event stream (default 4096 events). A consumer that falls that
     /// far behind loses messages (counted by
     /// [`Backplane::dropped`], [`ClusterStats::bus_dropped`](super::ClusterStats::bus_dropped)); `Down` and
-    /// `Up` are never dropped.
+    /// `Up` are never dropped, and room is kept beyond it for `Subscribed` and
+    /// `Interrupted`.
     pub fn event_capacity(mut self, capacity: usize) -> Self {
         self.event_capacity = capacity.max(1);
         self
@@ -241,7 +242,7 @@ impl RedisBackplane {
             .await
             .map_err(unavailable)?;
 
-        let (events_tx, events_rx) = mpsc::channel(options.event_capacity);
+        let (events_tx, events_rx) = mpsc::channel(options.event_capacity + subscriber::RESERVED);
         let subscriber = Subscriber::new(client, options.clone(), events_tx, shared.clone());
         let link = subscriber.dial().await.map_err(unavailable)?;
         shared.up.store(true, Ordering::Release);

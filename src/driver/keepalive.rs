@@ -52,10 +52,16 @@ impl Keepalive {
         self.unanswered = None;
     }
 
-    /// Ready with the timer's deadline when it fires.
+    /// Ready with the timer's deadline when it fires, or the clock's reading if it
+    /// fired late: a task that did not run for a while (a stopped process, a starved
+    /// runtime) must not replay the schedule it missed, where a ping "sent" at one past
+    /// deadline is given up at the next, in the instant it really goes out.
     pub(super) fn poll_tick(&mut self, cx: &mut TaskContext<'_>) -> Poll<Instant> {
         let deadline = self.timer.deadline();
-        self.timer.as_mut().poll(cx).map(|()| deadline)
+        self.timer
+            .as_mut()
+            .poll(cx)
+            .map(|()| deadline.max(Instant::now()))
     }
 
     /// The timer fired at `now`; `reading` says whether silence counts: not while this

@@ -38,11 +38,17 @@ pub(crate) struct CloseRequest {
 }
 
 impl CloseRequest {
-    /// A close with `code` and `reason` once what is queued has gone out.
+    /// A close with `code` and `reason` once what is queued has gone out. The reason
+    /// is cut to 123 bytes (at a character's end): a close frame's payload is at most
+    /// 125 (RFC 6455 5.5), and the other side takes a longer one for a protocol error.
     pub(crate) fn new(code: u16, reason: &str) -> Self {
+        let mut end = reason.len().min(123);
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
         CloseRequest {
             code,
-            reason: reason.to_owned(),
+            reason: reason[..end].to_owned(),
             drain_until: None,
             discard_queued: false,
         }

@@ -41,7 +41,7 @@ use tokio::sync::mpsc;
 
 use super::members;
 use super::scripts::Scripts;
-use super::subscriber::{Control, Shared};
+use super::subscriber::{Control, Shared, RESERVED};
 use super::{control, enqueue, unavailable, Publish, RedisOptions};
 use crate::cluster::backplane::{
     Append, Backplane, BackplaneError, BoxFuture, BusEvent, HistoryRead,
@@ -130,7 +130,7 @@ impl RedisClusterBackplane {
             .map_err(BackplaneError::Unavailable)?;
         let map = Arc::new(map);
         let shared = Arc::new(Shared::default());
-        let (events_tx, events_rx) = mpsc::channel(options.event_capacity);
+        let (events_tx, events_rx) = mpsc::channel(options.event_capacity + RESERVED);
         let (control_tx, control_rx) = mpsc::channel(64);
         let (mut shards, inputs) = Shards::new(
             map.clone(),

@@ -26,6 +26,20 @@ pub(super) struct Shared {
     pub reconnects: AtomicU64,
 }
 
+/// Room kept in the event stream for the events that are not messages (`Subscribed`,
+/// `Interrupted`, `Down`, `Up`): a consumer that has fallen behind loses messages,
+/// counted, but still learns where a subscription took effect.
+pub(super) const RESERVED: usize = 64;
+
+/// Hands a message to the consumer if the stream has room for it beside the reserve;
+/// else counts it dropped. (Each stream has one sender, its subscribing task: the room
+/// seen is not taken meanwhile.)
+pub(super) fn deliver(events: &mpsc::Sender<BusEvent>, message: BusEvent, shared: &Shared) {
+    if events.capacity() <= RESERVED || events.try_send(message).is_err() {
+        shared.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// A subscribe or unsubscribe, for the subscribing side to issue.
 pub(super) enum Control {
     Subscribe(String, oneshot::Sender<Result<(), BackplaneError>>),
@@ -244,12 +258,12 @@ impl Subscriber {
                 let (channel, payload) = message_parts(push.data)?;
                 if channel == self.probe {
                     *heard = true;
-                } else if self
-                    .events
-                    .try_send(BusEvent::Message { channel, payload })
-                    .is_err()
-                {
-                    self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    deliver(
+                        &self.events,
+                        BusEvent::Message { channel, payload },
+                        &self.shared,
+                    );
                 }
             }
             // In the stream after every message of an earlier subscription to the

@@ -32,7 +32,7 @@ use tokio::time::Instant;
 
 use super::topology::{Map, Topology};
 use crate::cluster::backplane::{BackplaneError, BusEvent};
-use crate::cluster::redis::subscriber::{first_text, message_parts, Control, Shared};
+use crate::cluster::redis::subscriber::{deliver, first_text, message_parts, Control, Shared};
 use crate::cluster::redis::RedisOptions;
 use crate::cluster::slot::{slot, tag_where};
 
@@ -355,10 +355,11 @@ impl Shards {
                 } else if self.want.contains(&channel) {
                     // From a link replaced meanwhile too: it arrived before that link
                     // closed, so before anything on the channel's new link.
-                    let event = BusEvent::Message { channel, payload };
-                    if self.events.try_send(event).is_err() {
-                        self.shared.dropped.fetch_add(1, Ordering::Relaxed);
-                    }
+                    deliver(
+                        &self.events,
+                        BusEvent::Message { channel, payload },
+                        &self.shared,
+                    );
                 }
             }
             PushKind::SSubscribe => {
