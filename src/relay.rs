@@ -105,6 +105,11 @@ pub(crate) trait Relay: Send + Sync {
         topic: &'a str,
         bounds: &'a HistoryConfig,
     ) -> BoxFuture<'a, Result<Position>>;
+
+    /// The bus has more of `topic` than this node's history (a resume saw it): have
+    /// what is missing read from the bus and applied, rather than wait for the next
+    /// publication to bring it (this node's link may have lost it). Resolves once asked.
+    fn look<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, ()>;
 }
 
 /// A publication of a topic's history read from the bus: its offset, its notification

@@ -205,8 +205,9 @@ impl Topics {
         let added = self.subscribe(peer, topic);
         if let Some(relay) = self.inner.relay.get() {
             relay.ready(topic).await?;
-            // A topic with history: its cache follows the bus from now on.
-            if self.history_follows(topic) == Some(false) {
+            // A topic with history: its cache follows the bus from now on (asked even
+            // when it follows now: see `subscribe_from`).
+            if self.history_follows(topic).is_some() {
                 relay.follow(topic).await?;
             }
         }

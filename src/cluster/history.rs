@@ -89,6 +89,8 @@ pub(super) enum Inbound {
     /// These topics' channels were interrupted while the bus stayed up (one shard of
     /// several): look at those followed again.
     Interrupted(Vec<String>),
+    /// A resume found the bus ahead of `topic`'s cache: look at it again, if followed.
+    Look(String),
 }
 
 /// The history room's handle: its inbox, the bus, the coalesced reads, and the bound
@@ -453,6 +455,11 @@ impl Room {
                     self.look(topic).await;
                 }
             }
+            Inbound::Look(topic) => {
+                if self.topics.history_follows(&topic) == Some(true) {
+                    self.look(&topic).await;
+                }
+            }
         }
     }
 
@@ -470,10 +477,20 @@ impl Room {
             match self.topics.apply(topic, epoch, offset, frame, bytes) {
                 Applied::Delivered(_) | Applied::Duplicate => return,
                 Applied::NotFollowing => {
-                    // No one here asked for it yet; a subscriber that does makes the
-                    // cache follow from the bus's position, which has this one.
-                    if self.topics.subscriber_count(topic) == 0 || self.look(topic).await.is_none()
-                    {
+                    // No one here wants it: a subscriber that comes asks the cache to
+                    // follow, from the bus's position, which has this one.
+                    if self.topics.subscriber_count(topic) == 0 {
+                        return;
+                    }
+                    // Subscribers that did not ask (`Topics::subscribe`, or there before
+                    // the topic kept history) were here when it came: the cache starts
+                    // right before it and catches up with the bus, so they get it.
+                    let before = Position {
+                        epoch: epoch.to_owned(),
+                        offset: offset.saturating_sub(1),
+                    };
+                    self.topics.follow_at(topic, &before, None, None, false);
+                    if self.look(topic).await.is_none() {
                         return;
                     }
                 }
@@ -582,6 +599,10 @@ impl Room {
                     Applied::Delivered(_) | Applied::Duplicate => after = entry.offset,
                     _ => return Filled::Failed,
                 }
+                // As the receive loop does per envelope: the peers' tasks drain their
+                // queues every so many (thousands read back after an outage and
+                // delivered without a pause would overflow a subscriber's queue).
+                tokio::task::consume_budget().await;
             }
         }
         Filled::Done

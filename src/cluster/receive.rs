@@ -137,11 +137,13 @@ impl Receive {
             return;
         }
         if header.k == Kind::Topic {
-            // Left over from before this node left the channel (its marks were
-            // forgotten then): no one here wants it, and it must not set a mark again,
-            // which the next subscription would take for a gap.
+            // No one here wants it (left over from before this node left the channel, or
+            // come while it still listens to a topic its last subscriber left): it must
+            // not set a mark, and the mark it passes by goes, or the next subscriber
+            // would take the number it skipped for a gap.
             let topic = self.me.channels.topic_of(channel);
             if topic.is_some_and(|topic| self.topics.subscriber_count(topic) == 0) {
+                self.marks.forget(Forget::Channel(channel.to_owned()));
                 return;
             }
         }
@@ -250,7 +252,13 @@ impl Receive {
                 if let Some(topic) = &topic {
                     self.members.gap(topic, &header.o);
                 }
-                if header.k == Kind::Broadcast || topic.is_some() {
+                // A topic with history numbers its publications on the bus, not here:
+                // what its channel lost was presence (read again just above), not a
+                // publication (as on a bus outage, its subscribers are not told).
+                let recorded = topic
+                    .as_deref()
+                    .is_some_and(|t| self.topics.keeps_history(t));
+                if header.k == Kind::Broadcast || (topic.is_some() && !recorded) {
                     self.gaps.report(Gap {
                         topic,
                         origin: Some(header.o.to_string()),

@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 use tokio::sync::watch;
 
 use super::envelope::{Kind, Me};
-use super::history::History;
+use super::history::{History, Inbound};
 use super::outbox::{Outbox, Refused};
 use super::status::ClusterState;
 use super::subscriptions::Subscriptions;
@@ -154,7 +154,14 @@ impl Relay for ClusterRelay {
     }
 
     fn follow<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move { self.history()?.follow(topic).await })
+        Box::pin(async move {
+            // Stopped: local delivery only, as `ready` says; the cache stays as it is
+            // (its room is gone).
+            if *self.state.borrow() == ClusterState::Stopped {
+                return Ok(());
+            }
+            self.history()?.follow(topic).await
+        })
     }
 
     fn read_history<'a>(
@@ -179,6 +186,14 @@ impl Relay for ClusterRelay {
         bounds: &'a HistoryConfig,
     ) -> BoxFuture<'a, Result<Position>> {
         Box::pin(async move { self.history()?.position(topic, bounds).await })
+    }
+
+    fn look<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Ok(history) = self.history() {
+                history.tell(Inbound::Look(topic.to_owned())).await;
+            }
+        })
     }
 }
 

@@ -208,10 +208,11 @@ impl Topics {
             joined.added |= self.join(peer, topic);
             if let Some(relay) = relay {
                 // In a cluster: this node hears the topic, and its cache follows the bus.
+                // Asked of the cluster even when the cache follows now: this node may have
+                // left the channel and be back on it, its cache not told yet (what it
+                // missed meanwhile then reaches no one).
                 relay.ready(topic).await?;
-                if !log.follows() {
-                    relay.follow(topic).await?;
-                }
+                relay.follow(topic).await?;
             }
             let subscription = self
                 .inner

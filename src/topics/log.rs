@@ -248,11 +248,23 @@ impl TopicLog {
         } else if !restart && epoch && last < at.offset {
             Followed::Behind { after: last }
         } else {
+            // Offsets that start over (another epoch, or gone back) look like ones the
+            // live subscribers had: without a gap notice to say they are new, those
+            // subscribers are closed, as a replay the loss cut short is, and resume.
+            let over = !epoch || last > at.offset;
             state.store.reset(at.epoch.clone(), at.offset);
-            if let Some(gap) = gap {
-                for peer in state.live.values() {
-                    peer.push(gap.clone());
+            match gap {
+                Some(gap) => {
+                    for peer in state.live.values() {
+                        peer.push(gap.clone());
+                    }
                 }
+                None if over => {
+                    for (_, peer) in state.live.drain() {
+                        peer.ask_close(1013, HISTORY_RESET);
+                    }
+                }
+                None => {}
             }
             Followed::Reset
         };
@@ -547,6 +559,9 @@ impl TopicLog {
                             return Ok(self.live_now(peer, subscription, Some(false)));
                         }
                         ahead_checked = true;
+                        // The bus has it. On its way here, or lost by this node's link:
+                        // then only the next publication would bring it.
+                        bus.relay.look(bus.topic).await;
                     }
                     if tokio::time::timeout(AHEAD_WAIT, moved).await.is_err() {
                         self.end_catch_up(id, subscription);
@@ -662,6 +677,9 @@ impl TopicLog {
 
 /// Why a subscriber is closed when the history is lost during its replay.
 const HISTORY_LOST: &str = "the topic's history was lost during the replay";
+
+/// Why a live subscriber is closed when the history is lost and no gap notice tells it.
+const HISTORY_RESET: &str = "the topic's history was lost";
 
 /// Closes a subscriber whose replay the loss of the history cut short, with 1013 (try
 /// again later) once what was queued has gone out: reconnected, it resumes from the
