@@ -9,11 +9,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::within;
+use common::{notes_client as client, within, Note};
 use jsonrpc_peer::cluster::{Cluster, ClusterError, ClusterState, Gap, MemoryBackplane, MemoryHub};
 use jsonrpc_peer::{
-    connect, Caller, Context, Error, HistoryConfig, Peer, Position, Router, RpcError, Server,
-    TopicMethods,
+    Caller, Context, Error, HistoryConfig, Peer, Position, Router, RpcError, Server, TopicMethods,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -76,24 +75,6 @@ async fn three(hub: &MemoryHub, history: HistoryConfig) -> [Node; 3] {
             .unwrap();
     }
     nodes
-}
-
-/// What a client got: (method, params).
-type Note = (String, Value);
-
-/// A client that forwards the notifications of `topics` and `$/gap` to a channel.
-async fn client(url: &str, topics: &[&'static str]) -> (Peer, mpsc::UnboundedReceiver<Note>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let mut router = Router::new();
-    for method in topics.iter().copied().chain(["$/gap"]) {
-        let tx = tx.clone();
-        router = router.notification(method, move |_cx: Context, params: Value| {
-            let _ = tx.send((method.to_owned(), params));
-            async {}
-        });
-    }
-    let peer = within(connect(url, router)).await.unwrap();
-    (peer, rx)
 }
 
 async fn subscribe(peer: &Peer, topic: &str, from: Option<&Position>) -> Value {

@@ -7,14 +7,12 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::within;
+use common::{notes_client as client, within, Note};
 use jsonrpc_peer::cluster::{
     Append, Backplane, BackplaneError, BoxFuture, BusEvent, Cluster, Gap, HistoryRead,
     MemoryBackplane, MemoryHub, PartWrite, PresenceKey, PresenceRead, StoredPresence, TopicKeys,
 };
-use jsonrpc_peer::{
-    connect, Caller, Context, HistoryConfig, Peer, Position, Router, RpcError, Server,
-};
+use jsonrpc_peer::{Caller, Context, HistoryConfig, Position, Router, RpcError, Server};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot, Notify};
 
@@ -267,24 +265,6 @@ async fn all_live(nodes: &[&Node]) {
             .await
             .unwrap();
     }
-}
-
-/// What a client got: (method, params).
-type Note = (String, Value);
-
-/// A client that forwards every notification of `methods` (and `$/gap`) to a channel.
-async fn client(url: &str, methods: &[&'static str]) -> (Peer, mpsc::UnboundedReceiver<Note>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let mut router = Router::new();
-    for method in methods.iter().copied().chain(["$/gap"]) {
-        let tx = tx.clone();
-        router = router.notification(method, move |_cx: Context, params: Value| {
-            let _ = tx.send((method.to_owned(), params));
-            async {}
-        });
-    }
-    let peer = within(connect(url, router)).await.unwrap();
-    (peer, rx)
 }
 
 /// Everything `rx` got up to (not including) the first `method` notification.

@@ -16,7 +16,7 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use jsonrpc_peer::{Peer, PeerConfig, Router, Server, ServerHandle};
+use jsonrpc_peer::{Context, Peer, PeerConfig, Router, Server, ServerHandle};
 use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -216,4 +216,26 @@ pub fn example_binary(name: &str, features: &str) -> std::path::PathBuf {
         bin.display()
     );
     bin
+}
+
+/// What a [`notes_client`] got: (method, params).
+pub type Note = (String, Value);
+
+/// A client of `url` that forwards every notification of `methods`, and `$/gap`, to a
+/// channel.
+pub async fn notes_client(
+    url: &str,
+    methods: &[&'static str],
+) -> (Peer, mpsc::UnboundedReceiver<Note>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut router = Router::new();
+    for method in methods.iter().copied().chain(["$/gap"]) {
+        let tx = tx.clone();
+        router = router.notification(method, move |_cx: Context, params: Value| {
+            let _ = tx.send((method.to_owned(), params));
+            async {}
+        });
+    }
+    let peer = within(jsonrpc_peer::connect(url, router)).await.unwrap();
+    (peer, rx)
 }
