@@ -862,6 +862,8 @@ async fn dead_master_fails_only_its_own_topics(frozen: bool) {
                     );
                 }
             }
+            // Time is the point: the rounds spread over more than a second of the dead
+            // master's tries (and any recovery of a client's) going on beside them.
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         stop.send_replace(true);
