@@ -348,7 +348,8 @@ impl Outbox {
     }
 
     /// The bus accepted a batch: it leaves the outbox. `ids` is empty when the batch
-    /// was the front (through `last`), else it names what was sent around held ones.
+    /// was the front (through `last`), else it names what was sent around envelopes
+    /// left out (held after an outage, or on a channel held back).
     fn sent(&self, last: u64, ids: &HashSet<u64>) {
         {
             let mut guard = lock(&self.queue);
