@@ -1367,6 +1367,66 @@ async fn a_channel_the_bus_cannot_reach_holds_back_only_itself() {
     flushed(&a.cluster).await;
 }
 
+/// A channel held back for long does not take the whole outbox: once what waits for
+/// the channels the bus cannot reach fills half the bound, a new publish on one of
+/// them fails at once (`Unavailable`: the bus cannot reach it), and the other half
+/// stays for the channels the bus reaches: a topic there still publishes without a
+/// refusal. Before, the held channel filled the bound, and every publish on every
+/// topic waited for room and then failed `Overloaded`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_held_back_fills_only_its_share_of_the_outbox() {
+    let hub = MemoryHub::new();
+    let setup = Setup {
+        outbox_limit: 64 << 10,
+        ..Setup::default()
+    };
+    let [a, b, _c] = three(&hub, &setup).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (on_b, _) = client(&b.url, 1, &tx).await;
+    for topic in ["prices", "news"] {
+        let added: bool = within(on_b.call("subscribe", [topic])).await.unwrap();
+        assert!(added);
+        until_subscribers(&hub, &format!("jp:t:{{{topic}}}"), 1).await;
+    }
+    a.bus.unreach(&["jp:t:{prices}"]);
+    let topics = a.cluster.topics();
+    let mut held = 0u64;
+    let refusal = loop {
+        assert!(held < 10_000, "never refused: the outbox holds 64 KiB");
+        match within(topics.publish("prices", &[held])).await {
+            Ok(_) => held += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(refusal, Error::Cluster(ClusterError::Unavailable(_))),
+        "{refusal:?}"
+    );
+    // Half the bound, or more when the publishes ran ahead of the outbox's first try.
+    let waiting = a.cluster.stats().outbox_bytes;
+    assert!(
+        (16 << 10..=64 << 10).contains(&waiting),
+        "{waiting} bytes wait, for a bound of 64 KiB"
+    );
+    // The other half: more than fits beside the held ones at once, every one taken.
+    for i in 0..(held * 2) {
+        within(topics.publish("news", &[i])).await.unwrap();
+    }
+    a.cluster.handle().broadcast("done", &()).unwrap();
+    let got = until_done(&mut rx, &[1]).await;
+    assert_eq!(numbers(&got[&1], "news"), (0..held * 2).collect::<Vec<_>>());
+
+    a.bus.reach();
+    let mut prices = Vec::new();
+    while prices.len() < held as usize {
+        let (who, method, params) = within(rx.recv()).await.unwrap();
+        assert_eq!((who, method.as_str()), (1, "prices"), "{params}");
+        prices.push(params[0].as_u64().unwrap());
+    }
+    assert_eq!(prices, (0..held).collect::<Vec<_>>());
+    flushed(&a.cluster).await;
+}
+
 /// A [`MemoryHub`] link whose consumer has fallen behind loses messages, counted, as
 /// its docs say ("as Redis drops a subscriber that falls too far behind"; the Redis
 /// backplane's `event_capacity`: "`Down` and `Up` are never dropped"). The link's `Down`

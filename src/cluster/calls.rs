@@ -209,6 +209,9 @@ fn refused(why: Refused) -> Error {
         Refused::Full => Error::Cluster(ClusterError::Overloaded(
             "the outbox is full: more is waiting for the bus than it may hold".into(),
         )),
+        Refused::Unreachable => Error::Cluster(ClusterError::Unavailable(
+            "the bus cannot reach the channel for now".into(),
+        )),
     }
 }
 

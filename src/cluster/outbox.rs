@@ -21,15 +21,19 @@
 //! ([`BackplaneError::Partial`]: a Redis Cluster shard with no master), the others
 //! leave the outbox and those channels are held back, each for its own backoff (20 ms
 //! doubling to 1 s), their envelopes kept in order; everything else goes on meanwhile.
-//! Their envelopes still count against the outbox's bound, so a shard dead for long
-//! fills it, and then new broadcasts and topic messages are refused as when the bus
-//! is too slow.
+//! Together they take at most half the outbox's bound ([`Refused::Unreachable`] past
+//! it, for a new broadcast or topic message on one of them), so a shard dead for long
+//! leaves the other half to the channels the bus reaches: their publishers go on
+//! unrefused while it lasts. What such channels took before the bus first failed on
+//! them may be more (up to the whole bound); the excess is not counted against the
+//! others, so the outbox then holds at most one and a half times its bound.
 //!
 //! After an outage, broadcasts and topic messages are held until every node known
 //! before it has been heard from again (each one listens again before it announces
 //! itself), at most one heartbeat window: flushed at once, they would reach only the
 //! nodes whose link came back first. Calls, replies and heartbeats are never held.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -94,6 +98,8 @@ struct Queue {
     hold: Option<Hold>,
     /// Channels the bus could not reach of late (see the module's doc).
     blocked: HashMap<String, Blocked>,
+    /// The bytes of `blocked`'s envelopes: the sum of their [`Blocked::bytes`].
+    blocked_bytes: usize,
 }
 
 /// A channel held back after the bus could not publish on it.
@@ -102,6 +108,8 @@ struct Blocked {
     until: Instant,
     /// The wait the last time, doubled the next (from 20 ms to 1 s).
     backoff: Duration,
+    /// Its envelopes' bytes in the outbox.
+    bytes: usize,
 }
 
 struct Sequence {
@@ -143,6 +151,9 @@ pub(super) enum Refused {
     Stopped,
     /// No room: the outbox holds its bound.
     Full,
+    /// The envelope's channel is held back, the bus unable to reach it for now, and
+    /// the channels held back fill their share of the outbox (half its bound).
+    Unreachable,
 }
 
 impl Outbox {
@@ -183,9 +194,12 @@ impl Outbox {
             self.limit
         };
         let mut queue = lock(&self.queue);
+        // What the channels held back took beyond their share before the bus said it
+        // could not reach them is not counted: the others keep their half.
+        let counted = queue.bytes - queue.blocked_bytes.saturating_sub(self.limit / 2);
         // The header's size is known only once it has its number; its number only once
         // it is taken. A header is under 200 bytes; the check is exact below.
-        if queue.bytes + body.len() > bound {
+        if counted + body.len() > bound {
             crate::metrics::cluster_outbox_dropped();
             return Err(Refused::Full);
         }
@@ -196,9 +210,20 @@ impl Outbox {
         header.s = seq;
         header.r = restart;
         let payload = envelope::write(&header, body);
-        if queue.bytes + payload.len() > bound {
+        if counted + payload.len() > bound {
             crate::metrics::cluster_outbox_dropped();
             return Err(Refused::Full);
+        }
+        if !queue.blocked.is_empty() {
+            let share = queue.blocked_bytes + payload.len() > self.limit / 2;
+            if let Some(blocked) = queue.blocked.get_mut(channel) {
+                if share && !urgent {
+                    crate::metrics::cluster_outbox_dropped();
+                    return Err(Refused::Unreachable);
+                }
+                blocked.bytes += payload.len();
+                queue.blocked_bytes += payload.len();
+            }
         }
         let sequence = Sequence {
             last: seq,
@@ -357,10 +382,15 @@ impl Outbox {
             let queue = &mut *guard;
             let mut freed = 0;
             let blocked = &mut queue.blocked;
+            let blocked_bytes = &mut queue.blocked_bytes;
             let mut went = |item: &Item| {
                 freed += item.payload.len();
+                // The bus took one of its envelopes: the channel goes again, and what
+                // it still holds counts like anyone's.
                 if !blocked.is_empty() {
-                    blocked.remove(&item.channel);
+                    if let Some(channel) = blocked.remove(&item.channel) {
+                        *blocked_bytes -= channel.bytes;
+                    }
                 }
             };
             if ids.is_empty() {
@@ -399,15 +429,26 @@ impl Outbox {
             self.sent(0, &sent);
         }
         let now = Instant::now();
-        let mut queue = lock(&self.queue);
+        let mut guard = lock(&self.queue);
+        let queue = &mut *guard;
         for channel in failed {
-            let blocked = queue
-                .blocked
-                .entry((*channel).to_owned())
-                .or_insert(Blocked {
-                    until: now,
-                    backoff: Duration::ZERO,
-                });
+            let blocked = match queue.blocked.entry((*channel).to_owned()) {
+                Entry::Occupied(entry) => entry.into_mut(),
+                Entry::Vacant(entry) => {
+                    let bytes = queue
+                        .items
+                        .iter()
+                        .filter(|i| i.channel == *channel)
+                        .map(|i| i.payload.len())
+                        .sum();
+                    queue.blocked_bytes += bytes;
+                    entry.insert(Blocked {
+                        until: now,
+                        backoff: Duration::ZERO,
+                        bytes,
+                    })
+                }
+            };
             blocked.backoff =
                 (blocked.backoff * 2).clamp(Duration::from_millis(20), Duration::from_secs(1));
             blocked.until = now + blocked.backoff;
@@ -650,6 +691,44 @@ mod tests {
             marks.check("x", "a", "inc", 9, false),
             Seen::Gap(2)
         ));
+    }
+
+    /// A channel that filled the whole bound before the bus first failed on it: the
+    /// other channels still get half the bound, it gets nothing more until it goes
+    /// again, and then what it holds counts like anyone's.
+    #[test]
+    fn channels_held_back_take_half_the_bound_and_no_more_from_the_others() {
+        let (_state, rx) = watch::channel(ClusterState::Up);
+        let outbox = Outbox::new(10_000, Duration::from_secs(1), rx);
+        let push = |channel: &str| {
+            let header = Header::new(Kind::Topic, "a", "inc");
+            outbox.push(channel, header, &[b' '; 100], true)
+        };
+        let mut x = 0;
+        while push("x").is_ok() {
+            x += 1;
+        }
+        assert!(x > 40, "{x} pushed");
+        assert_eq!(push("y"), Err(Refused::Full), "nothing held back yet");
+        let (batch, _, _) = outbox.next_batch();
+        let ids: Vec<u64> = batch.iter().map(|s| s.id).collect();
+        outbox.partly_sent(&ids, &HashSet::from(["x"]));
+        assert_eq!(push("x"), Err(Refused::Unreachable));
+        let mut y = 0;
+        while push("y").is_ok() {
+            y += 1;
+        }
+        let held = outbox.stats().bytes;
+        assert!((x / 2 - 2..=x / 2).contains(&y), "{y} pushed beside {x}");
+        assert!(
+            held <= 15_000,
+            "{held} bytes held: at most one and a half bounds"
+        );
+        // One of x's goes: x is reachable again, and everything counts.
+        let front = lock(&outbox.queue).items.front().map(|i| i.id).unwrap();
+        outbox.sent(front, &HashSet::new());
+        assert_eq!(lock(&outbox.queue).blocked_bytes, 0);
+        assert_eq!(push("y"), Err(Refused::Full));
     }
 
     fn sending(id: u64, channel: &str, passable: bool) -> Sending {

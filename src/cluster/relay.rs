@@ -55,12 +55,17 @@ impl ClusterRelay {
 /// to go on locally (the node is stopped: local delivery only, as without a cluster).
 fn refused(outbox: &Outbox, why: Refused) -> Option<Error> {
     let down = !outbox.bus_up();
-    if why == Refused::Full {
+    if matches!(why, Refused::Full | Refused::Unreachable) {
         outbox.count_refused();
     }
     let why = match why {
         Refused::Stopped => return None,
         Refused::Down => "the bus is down".to_owned(),
+        Refused::Unreachable => {
+            return Some(Error::Cluster(ClusterError::Unavailable(
+                "the bus cannot reach this channel for now, and what waits for it fills its share of the outbox".to_owned(),
+            )))
+        }
         Refused::Full if down => "the outbox is full and the bus is down".to_owned(),
         Refused::Full => "the outbox is full: the bus takes less than is published".to_owned(),
     };
