@@ -23,7 +23,7 @@ pub(crate) use crate::call::Reply;
 pub(crate) use info::Attached;
 pub use info::ConnectionInfo;
 pub(crate) use send::Waiting;
-pub(crate) use shared::{CloseRequest, Shared};
+pub(crate) use shared::{CloseRequest, Shared, NO_STATUS};
 
 /// A handle to one connection: call the other side, notify it, send it a batch, close.
 ///
@@ -116,6 +116,12 @@ impl Peer {
     }
 
     /// [`close`](Self::close) with a close code and reason of your own.
+    ///
+    /// The reason is cut to 123 bytes, at a character's end (a close frame carries at
+    /// most 125). A code a close frame may not carry (RFC 6455 7.4: below 1000, 1004
+    /// to 1006, 1014 to 2999, 5000 and above) sends a close frame without a code,
+    /// which the other side reads as 1005; [`closed`](Self::closed) then says
+    /// `Local { code: 1005, .. }`. Codes of your own go in 4000 to 4999.
     pub async fn close_with(&self, code: u16, reason: &str) {
         self.shared.ask_close(CloseRequest::new(code, reason));
         self.closed().await;

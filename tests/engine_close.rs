@@ -183,3 +183,35 @@ async fn a_close_with_a_long_reason_still_reaches_the_other_side_with_its_code()
         other => panic!("the server saw {other:?}, not the client's 4000"),
     }
 }
+
+/// A code a close frame may not carry (RFC 6455 7.4: 1005, 1006 and 1015 mean "none
+/// was sent" and are never sent; below 1000, 1004, 1016 to 2999, 5000 and up are not
+/// for a frame either) goes as a close frame without a code: the other side reads
+/// 1005, and the handshake ends cleanly. Sent as it was, the other side took the frame
+/// for a protocol violation and closed with 1002 instead.
+#[tokio::test]
+async fn a_code_a_close_frame_may_not_carry_goes_as_no_code_at_all() {
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    let handle = server.handle();
+    let mut gone = common::disconnections(&handle);
+    tokio::spawn(server.serve(Router::new()));
+
+    for code in [1005, 1006, 1015, 999, 1004, 2000, 5000] {
+        let client = within(jsonrpc_peer::connect(&url, Router::new()))
+            .await
+            .unwrap();
+        tokio::time::timeout(common::STEP, client.close_with(code, "bye"))
+            .await
+            .expect("close_with ends");
+        match client.closed().await {
+            CloseReason::Local { code: 1005, reason } => assert_eq!(reason, "", "{code}"),
+            other => panic!("asked for {code}, the client says {other:?}"),
+        }
+        let peer = within(gone.recv()).await.unwrap();
+        match peer.close_reason() {
+            Some(CloseReason::Remote { code: 1005, reason }) => assert_eq!(reason, "", "{code}"),
+            other => panic!("asked for {code}, the server saw {other:?}"),
+        }
+    }
+}

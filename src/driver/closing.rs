@@ -11,6 +11,7 @@ use std::task::{ready, Context as TaskContext, Poll};
 
 use super::writer::Writer;
 use crate::error::CloseReason;
+use crate::peer::NO_STATUS;
 use crate::transport::{Frame, Transport, TransportError};
 
 pub(super) struct Closing {
@@ -30,6 +31,10 @@ impl Closing {
     /// nothing more can be written.
     pub(super) fn new(reason: &CloseReason, write_failed: bool) -> Self {
         let close = match reason {
+            // A code a close frame may not carry (see `CloseRequest::new`): none.
+            CloseReason::Local {
+                code: NO_STATUS, ..
+            } => Some(Frame::Close(None)),
             CloseReason::Local { code, reason } => {
                 Some(Frame::Close(Some((*code, reason.clone()))))
             }

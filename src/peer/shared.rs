@@ -22,6 +22,11 @@ use crate::progress::Sinks;
 use crate::queue::{OutQueue, Outgoing, TrySendError};
 use crate::sync::lock;
 use crate::transport::Text;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+/// The code of a close frame without a status: RFC 6455 7.1.5 has the other side read
+/// 1005 for it.
+pub(crate) const NO_STATUS: u16 = 1005;
 
 /// A close asked for by this side.
 #[derive(Clone, Debug)]
@@ -41,7 +46,25 @@ impl CloseRequest {
     /// A close with `code` and `reason` once what is queued has gone out. The reason
     /// is cut to 123 bytes (at a character's end): a close frame's payload is at most
     /// 125 (RFC 6455 5.5), and the other side takes a longer one for a protocol error.
+    ///
+    /// A code a close frame may not carry (RFC 6455 7.4: below 1000, 1004 to 1006,
+    /// 1015 to 2999, 5000 and above; also 1014, which tungstenite does not take)
+    /// becomes [`NO_STATUS`]: a close frame without a code or reason, which the
+    /// other side reads as 1005. Sent as it was, the other side took it for a protocol
+    /// error (1002), and a browser fails the connection (1006).
     pub(crate) fn new(code: u16, reason: &str) -> Self {
+        if !CloseCode::from(code).is_allowed() {
+            tracing::debug!(
+                code,
+                "a close frame may not carry this code; sent without one"
+            );
+            return CloseRequest {
+                code: NO_STATUS,
+                reason: String::new(),
+                drain_until: None,
+                discard_queued: false,
+            };
+        }
         let mut end = reason.len().min(123);
         while !reason.is_char_boundary(end) {
             end -= 1;
