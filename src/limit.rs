@@ -24,7 +24,7 @@ use crate::sync::lock;
 /// the range RFC 6455 leaves to applications (4000-4999), after HTTP's 429.
 pub const RATE_LIMIT_CLOSE: u16 = 4029;
 
-/// Refusals are counted over windows of this length for [`RateLimit::close_after`].
+/// Refusals are counted over the last this long for [`RateLimit::close_after`].
 const ABUSE_WINDOW: Duration = Duration::from_secs(10);
 
 /// How many calls per second one connection may make to this side: a token bucket of
@@ -47,7 +47,9 @@ pub struct RateLimit {
     /// quiet spell (default: one second's worth, at least 1).
     pub burst: u32,
     /// Refusals within ten seconds past which the connection is closed with
-    /// [`RATE_LIMIT_CLOSE`] (default 1,000); `None` never closes.
+    /// [`RATE_LIMIT_CLOSE`] (default 1,000); `None` never closes. The ten seconds
+    /// slide: they are the last ten at each refusal (estimated from two fixed windows,
+    /// the earlier one weighted by its part still in them), not blocks from the start.
     pub close_after: Option<u32>,
 }
 
@@ -83,9 +85,47 @@ pub(crate) struct Limiter {
 struct Bucket {
     tokens: f64,
     refilled: Instant,
-    window: Instant,
-    refused: u32,
+    refused: Refusals,
     closing: bool,
+}
+
+/// The refusals of the last [`ABUSE_WINDOW`], estimated as a sliding window over two
+/// fixed ones: the current one's count, plus the previous one's weighted by how much
+/// of it the sliding window still covers. Two counters, and no way around it at a
+/// window's edge: with fixed windows alone, a burst split across the edge (the limit
+/// just before it, the limit again just after) was counted as two halves and never
+/// closed.
+struct Refusals {
+    /// Where the current fixed window began.
+    start: Instant,
+    current: u32,
+    previous: u32,
+}
+
+impl Refusals {
+    fn new(now: Instant) -> Self {
+        Refusals {
+            start: now,
+            current: 0,
+            previous: 0,
+        }
+    }
+
+    /// Counts one refusal at `now`; the refusals of the last window, this one included.
+    fn refuse(&mut self, now: Instant) -> f64 {
+        let since = now.saturating_duration_since(self.start);
+        if since >= ABUSE_WINDOW * 2 {
+            *self = Refusals::new(now);
+        } else if since >= ABUSE_WINDOW {
+            self.previous = self.current;
+            self.current = 0;
+            self.start += ABUSE_WINDOW;
+        }
+        self.current = self.current.saturating_add(1);
+        let into = now.saturating_duration_since(self.start).as_secs_f64();
+        let left = 1.0 - into / ABUSE_WINDOW.as_secs_f64();
+        f64::from(self.previous) * left.max(0.0) + f64::from(self.current)
+    }
 }
 
 impl Limiter {
@@ -96,8 +136,7 @@ impl Limiter {
             state: Mutex::new(Bucket {
                 tokens: f64::from(limit.burst.max(1)),
                 refilled: now,
-                window: now,
-                refused: 0,
+                refused: Refusals::new(now),
                 closing: false,
             }),
         }
@@ -117,12 +156,11 @@ impl Limiter {
             return Ok(());
         }
         let retry_after_ms = ((1.0 - bucket.tokens) / rate * 1000.0).ceil() as u64;
-        if now.duration_since(bucket.window) >= ABUSE_WINDOW {
-            bucket.window = now;
-            bucket.refused = 0;
-        }
-        bucket.refused = bucket.refused.saturating_add(1);
-        let abuse = self.limit.close_after.is_some_and(|n| bucket.refused > n);
+        let refused = bucket.refused.refuse(now);
+        let abuse = self
+            .limit
+            .close_after
+            .is_some_and(|n| refused > f64::from(n));
         if abuse && !bucket.closing {
             bucket.closing = true;
             drop(bucket);
@@ -216,6 +254,42 @@ fn address_key(addr: IpAddr) -> IpAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The limit just before a fixed window's end and again just after it: counted
+    /// within the last ten seconds, not as two halves.
+    #[test]
+    fn refusals_across_a_window_edge_count_together() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut refusals = Refusals::new(t0);
+        let mut last = 0.0;
+        for _ in 0..10 {
+            last = refusals.refuse(at(9_900));
+        }
+        assert_eq!(last, 10.0);
+        for _ in 0..5 {
+            last = refusals.refuse(at(10_100));
+        }
+        assert!(last > 14.0 && last <= 15.0, "{last}");
+        // Ten seconds on, the ten have slid out (the five, just about: the estimate
+        // spreads a window's count over it).
+        let later = refusals.refuse(at(20_200));
+        assert!(later > 1.0 && later < 7.0, "{later}");
+        // Long after, a refusal counts alone.
+        assert_eq!(refusals.refuse(at(60_000)), 1.0);
+    }
+
+    /// Fewer than the limit every ten seconds, for a minute: never past it.
+    #[test]
+    fn a_steady_rate_under_the_limit_is_never_past_it() {
+        let t0 = Instant::now();
+        let mut refusals = Refusals::new(t0);
+        let most = (0..60u64)
+            .map(|s| refusals.refuse(t0 + Duration::from_millis(s * 1_000 + 500)))
+            .fold(0.0, f64::max);
+        // One a second: ten in any ten seconds, and the estimate one more at most.
+        assert!(most <= 11.0, "{most}");
+    }
 
     #[test]
     fn an_address_has_room_again_once_its_connections_end() {
