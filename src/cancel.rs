@@ -121,9 +121,10 @@ impl Peer {
         self.shared.cancels_skipped()
     }
 
-    /// How many calls from the other side are running on a task of their own or
-    /// waiting in a lane: the calls a cancel can still stop. (Calls answered at once are
-    /// never counted.) Zero once the connection has ended.
+    /// How many calls from the other side are running on a task of their own, waiting
+    /// in a lane, or running in a batch (each of its calls): the calls a cancel can
+    /// still stop. (Calls answered at once are never counted.) Zero once the connection
+    /// has ended.
     pub fn calls_running(&self) -> usize {
         self.shared.running().len()
     }

@@ -543,3 +543,39 @@ async fn a_cancel_inside_a_batch_answers_the_call_alone() {
         (json!(7), json!(-32800))
     );
 }
+
+/// A call inside a batch is stopped by a cancel as a call alone is: its handler is
+/// dropped, and the batch's one array answers it `-32800` beside the others' answers.
+/// Over TCP on 127.0.0.1, from a raw client that writes the exact JSON.
+#[tokio::test]
+async fn a_cancel_stops_a_call_inside_a_batch_and_the_batch_answers_it_32800() {
+    let (router, mut events, _hold) = server_router();
+    let (url, handle) = common::serve(router).await;
+    let mut connected = common::connections(&handle);
+    let mut raw = common::RawClient::connect(&url).await;
+    let server = within(connected.recv()).await.expect("registered");
+    raw.send(
+        r#"[{"jsonrpc":"2.0","method":"slow","id":1},{"jsonrpc":"2.0","method":"quick","id":"q"}]"#,
+    )
+    .await;
+    assert_eq!(next(&mut events).await, "started slow");
+    raw.send(&cancel_lsp("1")).await;
+    let stopped = tokio::time::timeout(Duration::from_secs(5), events.recv()).await;
+    assert_eq!(
+        stopped.ok().flatten().as_deref(),
+        Some("dropped slow"),
+        "the batch's call still runs after its cancel"
+    );
+    let answer = raw.recv_json().await;
+    assert_eq!(
+        common::as_set(&answer),
+        common::as_set(&json!([
+            {"jsonrpc":"2.0","error":{"code":-32800,"message":"Request cancelled"},"id":1},
+            {"jsonrpc":"2.0","result":"quick","id":"q"}
+        ])),
+        "{answer}"
+    );
+    // Nothing else was answered for it: no second answer, alone.
+    raw.assert_nothing_before_marker().await;
+    assert_eq!(server.calls_running(), 0);
+}

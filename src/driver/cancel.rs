@@ -1,22 +1,24 @@
 //! Incoming cancels: the calls that can still be stopped, and stopping one.
 //!
-//! A call is in the map from the moment it waits (on its own task, or queued in a
-//! lane) until it has an answer. Whoever takes its entry out decides what is sent:
-//! the call's task when it finishes (its answer), or a cancel (`-32800`, or nothing in
-//! the MCP form). So a cancel racing the call's end gives one answer, never two. A call
-//! that finished in its first poll on the connection's task was answered there and was
-//! never in the map: a cancel for it, or for any id not in the map, changes nothing
-//! and is not answered.
+//! A call is in the map from the moment it waits (on its own task, queued in a lane,
+//! or read as a call of a batch) until it has an answer. Whoever takes its entry out
+//! decides what is sent: the call's task when it finishes (its answer), or a cancel
+//! (`-32800`, or nothing in the MCP form). So a cancel racing the call's end gives one
+//! answer, never two. A call that finished in its first poll on the connection's task
+//! was answered there and was never in the map: a cancel for it, or for any id not in
+//! the map, changes nothing and is not answered. A call of a batch is answered in the
+//! batch's one array: a cancel that takes it leaves its answer there (`-32800`; none
+//! in the MCP form).
 //!
-//! The map is bounded by what bounds running and queued calls (`max_in_flight`, the
-//! notification queue), and keyed by the id's raw text, as the other side wrote it in
-//! the request and writes it again in the cancel.
+//! The map is bounded by what bounds running and queued calls (`max_in_flight` and
+//! one batch, the notification queue), and keyed by the id's raw text, as the other
+//! side wrote it in the request and writes it again in the cancel.
 
 use std::future::Future;
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::FutureExt;
@@ -40,7 +42,13 @@ struct Entry {
     abort: AbortHandle,
     /// Set for cooperative handlers: they are told, not stopped.
     token: Option<Arc<CancelToken>>,
+    /// Set for a call of a batch: a cancel leaves its answer (`-32800`, or none in
+    /// the MCP form) here, for the batch's one array, instead of sending it alone.
+    batch: Option<BatchSlot>,
 }
+
+/// Where a cancel leaves the answer of a call of a batch it took.
+type BatchSlot = Arc<OnceLock<Option<String>>>;
 
 /// The incoming calls of one connection that a cancel can still reach.
 #[derive(Default)]
@@ -55,6 +63,16 @@ pub(super) struct Ticket {
     /// `None` when another call with the same id was already registered: this one
     /// cannot be cancelled, and always sends its answer.
     serial: Option<u64>,
+    /// For a call of a batch: the answer a cancel made for it, once one took it.
+    batch: Option<BatchSlot>,
+}
+
+impl Ticket {
+    /// For a call of a batch that a cancel took: the answer the cancel made for the
+    /// batch's array (`None` in the MCP form, or when no cancel took it).
+    pub(super) fn cancelled_answer(&self) -> Option<String> {
+        self.batch.as_ref()?.get().cloned().flatten()
+    }
 }
 
 impl Running {
@@ -72,15 +90,18 @@ impl Running {
         self.map().clear();
     }
 
-    /// Makes `fut` stoppable by a cancel for `id`.
+    /// Makes `fut` stoppable by a cancel for `id`. For a call of a batch (`batch`),
+    /// a cancel leaves its answer in the ticket rather than sending it alone.
     pub(super) fn register<F: Future>(
         &self,
         id: &str,
         fut: F,
         token: Option<Arc<CancelToken>>,
+        batch: bool,
     ) -> (Abortable<F>, Ticket) {
         let (abort, registration) = AbortHandle::new_pair();
         let serial = self.next.fetch_add(1, Ordering::Relaxed);
+        let slot = batch.then(BatchSlot::default);
         let mut map = self.map();
         let serial = (!map.contains_key(id)).then(|| {
             map.insert(
@@ -89,6 +110,7 @@ impl Running {
                     serial,
                     abort,
                     token,
+                    batch: slot.clone(),
                 },
             );
             serial
@@ -97,6 +119,7 @@ impl Running {
         let ticket = Ticket {
             id: id.into(),
             serial,
+            batch: slot,
         };
         (Abortable::new(fut, registration), ticket)
     }
@@ -126,15 +149,25 @@ impl Running {
             // LSP: the cooperative handler's own answer is the answer. MCP: none is
             // sent, so its answer is no longer wanted.
             if style == CancelStyle::Mcp {
-                map.remove(id);
+                if let Some(slot) = map.remove(id).and_then(|entry| entry.batch) {
+                    let _ = slot.set(None);
+                }
             }
             return None;
         }
         let entry = map.remove(id)?;
         drop(map);
         entry.abort.abort();
-        (style == CancelStyle::Lsp)
-            .then(|| message::error_response(Some(id), &RpcError::request_cancelled()))
+        let answer = (style == CancelStyle::Lsp)
+            .then(|| message::error_response(Some(id), &RpcError::request_cancelled()));
+        match entry.batch {
+            // The batch answers it, in its array.
+            Some(slot) => {
+                let _ = slot.set(answer);
+                None
+            }
+            None => answer,
+        }
     }
 }
 
@@ -184,7 +217,7 @@ pub(super) fn stoppable_call(
     let (fut, ticket) = peer
         .shared
         .running()
-        .register(&id_frame[id.clone()], fut, token);
+        .register(&id_frame[id.clone()], fut, token, false);
     let peer = peer.clone();
     async move {
         let answer = match AssertUnwindSafe(fut).catch_unwind().await {

@@ -165,7 +165,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         &mut self,
         frame: &Text,
         item: Item<'_>,
-        batch: Option<&mut Vec<BatchCall<S>>>,
+        batch: Option<&mut Vec<BatchCall>>,
     ) -> Option<String> {
         match item {
             Item::Request {
@@ -210,7 +210,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         method: &str,
         params: Option<Raw<'_>>,
         progress: Option<Raw<'_>>,
-        batch: Option<&mut Vec<BatchCall<S>>>,
+        batch: Option<&mut Vec<BatchCall>>,
     ) -> Option<String> {
         if self.draining() {
             let closing =
@@ -234,14 +234,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             call.unrouted = Some(method.into());
         }
         if let Some(batch) = batch {
-            let handler = route.handler().clone();
-            let method = method.into();
-            batch.push(BatchCall {
-                handler,
-                cx,
-                method,
-                call,
-            });
+            batch.push(BatchCall::new(route.handler().clone(), cx, method, call));
             return None;
         }
         let (handler, peer) = (&**route.handler(), &self.scope.peer);

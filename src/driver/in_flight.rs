@@ -9,21 +9,23 @@
 //! runs whole, so a connection runs at most `max_in_flight` plus one batch's calls.)
 
 use std::future::Future;
+use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
+use futures_util::future::Abortable;
 use futures_util::FutureExt;
 use tokio::task::JoinSet;
 use tokio::time::Sleep;
 
-use super::cancel;
+use super::cancel::{self, Ticket};
 use super::run::{panicked, poll_once, FirstPoll};
 use crate::error::CloseReason;
 use crate::message::span;
 use crate::peer::{CloseRequest, Peer};
-use crate::router::{Call, Context, MethodFn};
+use crate::router::{Call, Context, HandlerFuture, MethodFn};
 use crate::transport::Text;
 
 pub(super) struct InFlight {
@@ -207,11 +209,11 @@ impl InFlight {
 
     /// Runs the calls of a batch together on one task and sends their answers, with
     /// `answers` (those made at once), as one array.
-    pub(super) fn spawn_batch<S: Send + Sync + 'static>(
+    pub(super) fn spawn_batch(
         &mut self,
         peer: &Peer,
         mut answers: Vec<String>,
-        calls: Vec<BatchCall<S>>,
+        calls: Vec<BatchCall>,
     ) {
         let shared = peer.shared.clone();
         // Counted as many calls as it runs, until its task ends (whatever ends it:
@@ -220,8 +222,16 @@ impl InFlight {
         self.extra = self.extra.saturating_add(extra);
         self.tasks.spawn(async move {
             let running = calls.into_iter().map(BatchCall::run);
-            answers.extend(futures_util::future::join_all(running).await);
-            shared.send_answer(join_batch(&answers)).await;
+            answers.extend(
+                futures_util::future::join_all(running)
+                    .await
+                    .into_iter()
+                    .flatten(),
+            );
+            // Every call cancelled in the MCP form, and nothing else to answer: no array.
+            if !answers.is_empty() {
+                shared.send_answer(join_batch(&answers)).await;
+            }
             extra
         });
     }
@@ -237,31 +247,63 @@ impl InFlight {
     }
 }
 
-/// A call of a batch, ready to run with the others.
-pub(super) struct BatchCall<S> {
-    pub(super) handler: Arc<MethodFn<S>>,
-    pub(super) cx: Context<S>,
-    pub(super) method: Box<str>,
-    pub(super) call: Call,
+/// A call of a batch, ready to run with the others. A cancel can stop it from the
+/// moment it is read: the batch's array then answers it as the cancel says.
+pub(super) struct BatchCall {
+    run: Abortable<HandlerFuture<String>>,
+    ticket: Ticket,
+    peer: Peer,
+    method: Box<str>,
+    id: (Text, Range<usize>),
 }
 
-impl<S: Send + Sync + 'static> BatchCall<S> {
-    /// Runs the call to its answer frame. A panic in the handler answers -32603.
-    async fn run(self) -> String {
+impl BatchCall {
+    /// The call of `method` to `handler`, registered where a cancel finds it.
+    pub(super) fn new<S: Send + Sync + 'static>(
+        handler: Arc<MethodFn<S>>,
+        cx: Context<S>,
+        method: &str,
+        call: Call,
+    ) -> Self {
+        let peer = cx.peer().clone();
+        let id = (call.frame.clone(), call.id.clone());
+        let token = cx.cancel.clone();
+        // Made when the batch runs: making it runs the call layers' `on_call`, whose
+        // panic is the call's, caught with the handler's.
+        let fut: HandlerFuture<String> = Box::pin(async move { handler(cx, call).await });
+        let (run, ticket) = peer
+            .shared
+            .running()
+            .register(&id.0[id.1.clone()], fut, token, true);
+        BatchCall {
+            run,
+            ticket,
+            peer,
+            method: method.into(),
+            id,
+        }
+    }
+
+    /// Runs the call to its answer frame for the batch's array: `None` when a cancel
+    /// in the MCP form took it. A panic in the handler answers -32603.
+    async fn run(self) -> Option<String> {
         let BatchCall {
-            handler,
-            cx,
+            run,
+            ticket,
+            peer,
             method,
-            call,
+            id: (frame, id),
         } = self;
-        let (id_frame, id) = (call.frame.clone(), call.id.clone());
-        let peer = cx.peer().id();
-        match AssertUnwindSafe(async move { handler(cx, call).await })
-            .catch_unwind()
-            .await
-        {
-            Ok(answer) => answer,
-            Err(_) => panicked(Some(&id_frame[id]), &method, peer).unwrap_or_default(),
+        let answer = match AssertUnwindSafe(run).catch_unwind().await {
+            Ok(Ok(answer)) => answer,
+            // Stopped by a cancel: its answer is the one it made.
+            Ok(Err(_aborted)) => return ticket.cancelled_answer(),
+            Err(_) => panicked(Some(&frame[id]), &method, peer.id()).unwrap_or_default(),
+        };
+        if peer.shared.running().finish(&ticket) {
+            Some(answer)
+        } else {
+            ticket.cancelled_answer()
         }
     }
 }
