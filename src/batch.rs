@@ -112,17 +112,18 @@ impl<'p> Batch<'p> {
             .map_err(|_| message::invalid_utf8())?;
         // One deadline for every call of the batch; the connection's sweep keeps it
         // for each call it fits (see `pending.rs`), the others wait on a timer.
-        let deadline = tokio::time::Instant::now() + timeout;
-        let due = match shared.due(timeout) {
-            Due::Own => Due::Own,
-            _ => Due::At(deadline),
+        // A timeout too long to be an instant (`Duration::MAX`) has no deadline.
+        let deadline = tokio::time::Instant::now().checked_add(timeout);
+        let due = match (shared.due(timeout), deadline) {
+            (Due::Own, _) | (_, None) => Due::Own,
+            (_, Some(deadline)) => Due::At(deadline),
         };
         let mut calls = Vec::with_capacity(self.ids.len());
         for &id in &self.ids {
             calls.push(Waiting::register(shared, id, due)?);
         }
         shared
-            .send_by(frame, Some(deadline))
+            .send_by(frame, deadline)
             .await
             .ok_or_else(|| Error::timeout(None, timeout))??;
         for call in &calls {
@@ -132,10 +133,13 @@ impl<'p> Batch<'p> {
         for (call, method) in calls.iter_mut().zip(&self.methods) {
             let answer = match call.swept() {
                 Some(_) => call.answer(shared).await,
-                None => tokio::time::timeout_at(deadline, call.answer(shared))
-                    .await
-                    .ok()
-                    .flatten(),
+                None => match deadline {
+                    Some(deadline) => tokio::time::timeout_at(deadline, call.answer(shared))
+                        .await
+                        .ok()
+                        .flatten(),
+                    None => call.answer(shared).await,
+                },
             };
             outcomes.push(match answer {
                 Some(answer) => answer.and_then(|outcome| outcome.into_result(method)),

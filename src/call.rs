@@ -212,8 +212,8 @@ pub struct CallOptions {
     /// [cooperative](crate::MethodOptions::cooperative) handler reaches the caller
     /// (with the LSP form of cancel; a handler that is stopped answers `-32800`, which
     /// ends the call as the timeout it is). `None` (the default): the call ends at its
-    /// timeout, and an answer that comes later is dropped. Not carried to a peer on
-    /// another node of a cluster.
+    /// timeout, and an answer that comes later is dropped. `Duration::MAX` waits as long
+    /// as the answer takes. Not carried to a peer on another node of a cluster.
     pub cancel_grace: Option<Duration>,
     /// Progress values that may wait unread when the call asks for progress
     /// ([`Call::with_progress`]; default 64). The connection never waits for a slow

@@ -579,3 +579,44 @@ async fn a_cancel_stops_a_call_inside_a_batch_and_the_batch_answers_it_32800() {
     raw.assert_nothing_before_marker().await;
     assert_eq!(server.calls_running(), 0);
 }
+
+/// `Duration::MAX` is how a caller says "no limit": as a grace (wait for the partial
+/// result however long the handler takes to wrap up) and as a batch's timeout, it
+/// waits, and panics nowhere. Over TCP on 127.0.0.1.
+#[tokio::test]
+async fn a_grace_or_a_batch_timeout_of_duration_max_waits_without_panicking() {
+    let (router, _events, _hold) = server_router();
+    let (url, _handle) = common::serve(router).await;
+    let client = within(jsonrpc_peer::connect(&url, Router::new()))
+        .await
+        .expect("connected");
+    let caller = client.clone();
+    let graced = tokio::spawn(async move {
+        caller
+            .call::<Value>("count", ())
+            .timeout(Duration::from_millis(35))
+            .cancel_grace(Duration::MAX)
+            .await
+    });
+    let graced = within(graced).await;
+    assert!(
+        graced.is_ok(),
+        "a call with a grace of Duration::MAX panicked: {graced:?}"
+    );
+    let partial = graced.unwrap().expect("the partial result");
+    assert!(partial["partial"].is_u64(), "{partial}");
+    let caller = client.clone();
+    let batch = tokio::spawn(async move {
+        let mut batch = caller.batch();
+        batch.call("quick", ())?.timeout(Duration::MAX);
+        batch.send().await
+    });
+    let batch = within(batch).await;
+    assert!(
+        batch.is_ok(),
+        "a batch with a timeout of Duration::MAX panicked: {batch:?}"
+    );
+    let answers = batch.unwrap().expect("sent");
+    assert_eq!(answers[0].as_ref().unwrap().get(), r#""quick""#);
+    assert_eq!(client.pending_calls(), 0);
+}

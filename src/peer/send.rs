@@ -245,10 +245,13 @@ impl<'a> Waiting<'a> {
         if !self.cancel.cancel_now() {
             return None; // the request never went out
         }
-        let until = Instant::now() + grace;
-        tokio::time::timeout_at(until, self.answer(shared))
-            .await
-            .ok()
-            .flatten()
+        // A grace too long to be an instant (`Duration::MAX`) has no end.
+        match Instant::now().checked_add(grace) {
+            Some(until) => tokio::time::timeout_at(until, self.answer(shared))
+                .await
+                .ok()
+                .flatten(),
+            None => self.answer(shared).await,
+        }
     }
 }
