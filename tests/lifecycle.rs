@@ -547,3 +547,51 @@ async fn a_panic_that_reaches_the_connections_task_ends_the_connection_as_any_en
     assert!(matches!(call, Err(Error::Closed(_))), "{call:?}");
     assert!(peer.is_closed());
 }
+
+/// Sets its flag when the handler that owns it is gone, finished or stopped.
+struct GoneFlag(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for GoneFlag {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A notification handler (the ordered lane) still running when the other side goes
+/// is stopped and gone by the time the server forgets the connection, as a call's is:
+/// the `on_disconnect` hook, which cleans up after a connection, never runs beside a
+/// handler of that connection.
+#[tokio::test]
+async fn a_notification_handler_is_gone_before_the_server_forgets_its_connection() {
+    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let router = Router::with_state((gone.clone(), started_tx)).notification(
+        "hold",
+        |cx: Context<(
+            Arc<std::sync::atomic::AtomicBool>,
+            mpsc::UnboundedSender<()>,
+        )>,
+         (): ()| async move {
+            let _flag = GoneFlag(cx.state().0.clone());
+            // Not done in its first poll: it goes on on the ordered task.
+            tokio::task::yield_now().await;
+            let _ = cx.state().1.send(());
+            std::future::pending::<()>().await;
+        },
+    );
+    let (url, server) = serve(router).await;
+    let (seen_tx, mut seen) = mpsc::unbounded_channel();
+    server.on_disconnect(move |_peer, _info| {
+        let _ = seen_tx.send(gone.load(std::sync::atomic::Ordering::SeqCst));
+    });
+    let mut raw = RawClient::connect(&url).await;
+    raw.send(r#"{"jsonrpc":"2.0","method":"hold"}"#).await;
+    within(started.recv()).await.expect("the handler runs");
+    // The client goes without a close frame.
+    drop(raw);
+    let handler_gone = within(seen.recv()).await.expect("the hook ran");
+    assert!(
+        handler_gone,
+        "on_disconnect ran while the connection's notification handler was still there"
+    );
+}

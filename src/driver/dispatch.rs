@@ -112,6 +112,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     /// the connection outlives it.
     pub(super) async fn stopped(&mut self) {
         self.in_flight.stopped().await;
+        self.ordered.stopped().await;
     }
 
     /// Answers made by the last frame beside its own (see `loose`).

@@ -59,6 +59,8 @@ pub(super) struct Ordered<S> {
     /// Waits for room in the queue while the backlog is not empty.
     room: Option<Room<S>>,
     queue: usize,
+    /// The task, once stopped, until it is gone.
+    stopping: Option<JoinHandle<()>>,
 }
 
 impl<S: Send + Sync + 'static> Ordered<S> {
@@ -68,6 +70,7 @@ impl<S: Send + Sync + 'static> Ordered<S> {
             backlog: VecDeque::new(),
             room: None,
             queue,
+            stopping: None,
         }
     }
 
@@ -99,9 +102,18 @@ impl<S: Send + Sync + 'static> Ordered<S> {
     pub(super) fn stop(&mut self) {
         if let Some(task) = self.task.take() {
             task.task.abort();
+            self.stopping = Some(task.task);
         }
         self.backlog.clear();
         self.room = None;
+    }
+
+    /// Waits until the task stopped by [`stop`](Self::stop) is gone, with the handler
+    /// it was running.
+    pub(super) async fn stopped(&mut self) {
+        if let Some(task) = self.stopping.take() {
+            let _ = task.await;
+        }
     }
 
     /// Moves backlogged notifications into the queue as room appears. Ready when one
