@@ -450,7 +450,8 @@ impl<S: Send + Sync + 'static> Router<S> {
     /// specification calls a notification a request without an id), unless a
     /// [`notification`](Self::notification) handler of that name exists: that one
     /// takes precedence. Such a run is concurrent, like a call, not in the
-    /// notifications' order.
+    /// notifications' order; for a method added with
+    /// [`method_with`](Self::method_with), it runs in the method's lane, as its calls do.
     ///
     /// # Panics
     ///

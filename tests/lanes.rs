@@ -282,3 +282,35 @@ async fn calls_waiting_for_their_key_count_toward_max_in_flight() {
     assert_eq!(begun.elapsed(), Duration::from_millis(100));
     assert_eq!(raw.recv().await["result"], "a2");
 }
+
+/// A notification of a method with a lane (a request without an id) runs in that
+/// lane, as a call of it does: edits of one document sent as notifications keep their
+/// order, and a notification of an ordered method waits for the notifications before it.
+#[tokio::test(start_paused = true)]
+async fn notifications_of_a_method_run_in_its_lane() {
+    let (mut raw, _server, log) = server().await;
+    let edit_note = |doc: &str, seq: u32, ms: u64| {
+        json!({"jsonrpc":"2.0","method":"edit","params":{"doc":doc,"seq":seq,"ms":ms}}).to_string()
+    };
+    raw.send(&edit_note("a", 1, 20)).await;
+    raw.send(&edit_note("a", 2, 10)).await;
+    raw.send(&edit("a", 3, 0)).await;
+    assert_eq!(raw.recv().await["result"], "a3");
+    assert_eq!(
+        log.names(),
+        ["start a1", "end a1", "start a2", "end a2", "start a3", "end a3"],
+        "the edits of one key ran out of order"
+    );
+
+    let (mut raw, _server, log) = server().await;
+    raw.send(&note(1)).await;
+    raw.send(r#"{"jsonrpc":"2.0","method":"query"}"#).await;
+    raw.send(r#"{"jsonrpc":"2.0","method":"query","id":1}"#)
+        .await;
+    assert_eq!(raw.recv().await["result"], 3);
+    assert_eq!(
+        log.names(),
+        ["note 1", "query", "query"],
+        "the ordered method's notification did not wait for the one before it"
+    );
+}

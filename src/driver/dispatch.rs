@@ -22,8 +22,11 @@
 //!   notification handler falls behind, reading pauses, and the other side's writes
 //!   wait on TCP.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
+
+use futures_util::FutureExt;
 
 use crate::config::{CancelStyle, PeerConfig};
 use crate::error::{CloseReason, Error, ErrorCode, RpcError};
@@ -239,16 +242,10 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             return None;
         }
         let (handler, peer) = (&**route.handler(), &self.scope.peer);
-        let turn = match route.lane() {
-            Lane::Concurrent => Turn::Now,
-            Lane::Ordered => Turn::Ordered,
-            // Params that do not fit have no key: the call starts at once, and its
-            // handler answers -32602. The key function is the application's code: its
-            // panic answers -32603, as a handler's does.
-            Lane::Keyed(key) => match caught(|| key(frame, call.params.clone())) {
-                Some(key) => key.map_or(Turn::Now, Turn::Keyed),
-                None => return panicked(Some(id), method, peer.id()),
-            },
+        // The key function is the application's code: its panic answers -32603, as a
+        // handler's does.
+        let Some(turn) = Turn::of(route.lane(), frame, &call) else {
+            return panicked(Some(id), method, peer.id());
         };
         if let Turn::Now = turn {
             let id = Some((frame, id));
@@ -296,14 +293,39 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             return None;
         }
         // A notification is a request without an id: a method of that name runs, as a
-        // call whose answer (and failure) is dropped.
+        // call whose answer (and failure) is dropped, in the method's lane.
         if let Some(route) = self.scope.router.route(method) {
             let cx = Context::new(&self.scope);
             let call = Call::new(frame, None, params);
             let peer = &self.scope.peer;
-            let _ = self
-                .in_flight
-                .start(peer, &**route.handler(), cx, call, method, None);
+            let (handler, peer_id) = (route.handler(), peer.id());
+            // The key function's panic costs the notification, as a handler's does.
+            let Some(turn) = Turn::of(route.lane(), frame, &call) else {
+                let _ = panicked(None, method, peer_id);
+                return None;
+            };
+            if let Turn::Now = turn {
+                let _ = self
+                    .in_flight
+                    .start(peer, &**handler, cx, call, method, None);
+                return None;
+            }
+            let Some(run) = caught(|| handler(cx, call)) else {
+                let _ = panicked(None, method, peer_id);
+                return None;
+            };
+            let name = Box::<str>::from(method);
+            let job = async move {
+                if AssertUnwindSafe(run).catch_unwind().await.is_err() {
+                    let _ = panicked(None, &name, peer_id);
+                }
+            };
+            if let Turn::Keyed(key) = turn {
+                let keyed = self.keyed.get_or_insert_with(Default::default);
+                self.in_flight.spawn(keyed.queue(key, job));
+            } else {
+                self.ordered.push_call(Box::pin(job), &self.scope);
+            }
             return None;
         }
         // The fallback gets it in order, as notification handlers do: a bridge
@@ -376,4 +398,19 @@ enum Turn {
     Now,
     Ordered,
     Keyed(u64),
+}
+
+impl Turn {
+    /// The turn of `call` in `lane`; `None` when the lane's key function panicked.
+    /// Params that do not fit have no key: the call starts at once (and its handler
+    /// answers -32602).
+    fn of(lane: &Lane, frame: &Text, call: &Call) -> Option<Turn> {
+        Some(match lane {
+            Lane::Concurrent => Turn::Now,
+            Lane::Ordered => Turn::Ordered,
+            Lane::Keyed(key) => {
+                caught(|| key(frame, call.params.clone()))?.map_or(Turn::Now, Turn::Keyed)
+            }
+        })
+    }
 }
