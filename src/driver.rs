@@ -395,7 +395,7 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         // client that reads again sees its code, not a connection cut mid-stream.
         self.writer.close_queue(discard_queued);
         let mut closing = Closing::new(&reason, write_failed);
-        let deadline = Instant::now() + self.close_timeout;
+        let deadline = crate::deadline::after(self.close_timeout);
         let handshake = std::future::poll_fn(|cx| closing.poll(cx, &mut self.writer));
         let _ = tokio::time::timeout_at(deadline, handshake).await;
         // What the close timeout left queued will never go out: its memory (and its

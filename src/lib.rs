@@ -133,6 +133,7 @@ mod client;
 pub mod cluster;
 mod config;
 pub mod contract;
+mod deadline;
 #[cfg(feature = "schemars")]
 mod discover;
 mod driver;

@@ -240,7 +240,7 @@ impl Peer {
     /// `-32000`, then the connection closes with `code`. Waits until it has.
     pub async fn drain_and_close(&self, code: u16, reason: &str, grace: Duration) {
         self.shared.ask_close(CloseRequest {
-            drain_until: Some(tokio::time::Instant::now() + grace),
+            drain_until: Some(crate::deadline::after(grace)),
             ..CloseRequest::new(code, reason)
         });
         self.closed().await;

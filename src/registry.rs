@@ -108,7 +108,7 @@ impl ServerHandle {
                 // after the insert, so each peer is in the list, or sees the signal.
                 if let Some(grace) = *registry.inner.shutdown.borrow() {
                     peer.shared.ask_close(crate::peer::CloseRequest {
-                        drain_until: Some(tokio::time::Instant::now() + grace),
+                        drain_until: Some(crate::deadline::after(grace)),
                         ..crate::peer::CloseRequest::new(1001, "server shutting down")
                     });
                 }
@@ -288,7 +288,8 @@ impl ServerHandle {
         )
         .await;
         // closed() resolves before a connection's tasks are gone; wait for those too.
-        self.wait_gone(grace + Duration::from_secs(5)).await;
+        self.wait_gone(grace.saturating_add(Duration::from_secs(5)))
+            .await;
         // And for the accept loops to let their listeners go (they stop at the signal;
         // a loop whose task is not polled again, its runtime gone, cannot, hence the
         // bound): a server bound again on the same port right after does not find it

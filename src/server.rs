@@ -290,7 +290,10 @@ impl Server {
         // wait for them to be gone, and close any still open after that.
         let grace = (*shutdown.borrow()).unwrap_or_default();
         let registry = &self.registry;
-        if !registry.wait_gone(grace + Duration::from_secs(5)).await {
+        if !registry
+            .wait_gone(grace.saturating_add(Duration::from_secs(5)))
+            .await
+        {
             let peers = registry.peers();
             futures_util::future::join_all(
                 peers

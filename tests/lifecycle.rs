@@ -359,6 +359,51 @@ async fn closing_one_side_resolves_closed_on_both_with_the_cause() {
     );
 }
 
+/// `Duration::MAX` for "as long as it takes", wherever a close takes a duration: a
+/// graceful close's grace, the server's shutdown grace, the closing handshake's
+/// timeout. Each added it to the clock and panicked ("overflow when adding duration to
+/// instant"): the caller's task, or the connection's, which then never closed.
+#[tokio::test]
+async fn duration_max_as_a_close_grace_or_timeout_closes_without_panicking() {
+    let config = PeerConfig::default().close_timeout(Duration::MAX);
+    let (url, server) = common::serve_with(Router::new(), config.clone()).await;
+    let mut arrivals = common::connections(&server);
+
+    let client = within(jsonrpc_peer::connect_with_config(
+        &url,
+        Router::new(),
+        &config,
+    ))
+    .await
+    .unwrap();
+    let server_peer = within(arrivals.recv()).await.unwrap();
+    let closing = tokio::spawn(async move {
+        server_peer
+            .drain_and_close(4000, "done", Duration::MAX)
+            .await
+    });
+    within(closing)
+        .await
+        .expect("drain_and_close did not panic");
+    match within(client.closed()).await {
+        CloseReason::Remote { code, .. } => assert_eq!(code, 4000),
+        other => panic!("the client saw {other:?}"),
+    }
+
+    let client = within(jsonrpc_peer::connect(&url, Router::new()))
+        .await
+        .unwrap();
+    within(arrivals.recv()).await.unwrap();
+    let shutdown = tokio::spawn(async move { server.shutdown_within(Duration::MAX).await });
+    within(shutdown)
+        .await
+        .expect("shutdown_within did not panic");
+    match within(client.closed()).await {
+        CloseReason::Remote { code, .. } => assert_eq!(code, 1001),
+        other => panic!("the client saw {other:?}"),
+    }
+}
+
 /// The application's code that runs on the connection's own path, outside any handler:
 /// a call layer (here on a method nothing serves, and on a batch) and a lane's key
 /// function (here on params the peer chose).

@@ -103,7 +103,7 @@ impl Relay for ClusterRelay {
                 // Full while the bus is up: it drains, so wait for room (bounded).
                 if why == Refused::Full && outbox.bus_up() {
                     let Some((deadline, sent)) = &mut waiting else {
-                        let deadline = tokio::time::Instant::now() + self.timeout;
+                        let deadline = crate::deadline::after(self.timeout);
                         waiting = Some((deadline, outbox.sent_ticks()));
                         continue;
                     };

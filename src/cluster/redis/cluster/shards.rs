@@ -516,7 +516,7 @@ impl Shards {
                     // while the rest of the cluster is up. Wait for its link (the slot map
                     // is fetched again now) up to the response timeout.
                     None if self.up => {
-                        let deadline = Instant::now() + self.options.response_timeout;
+                        let deadline = crate::deadline::after(self.options.response_timeout);
                         self.unlinked.entry(channel.clone()).or_insert(deadline);
                         self.waiters.entry(channel).or_default().push(done);
                         self.start_refresh();

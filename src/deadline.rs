@@ -1,0 +1,15 @@
+//! Deadlines from durations the application sets. A duration too long for the clock
+//! (`Duration::MAX`, for "as long as it takes") is a deadline far away, never a panic:
+//! `Instant + Duration` panics on overflow.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// About thirty years, as far as tokio's own timers look ahead.
+const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
+
+/// The instant `wait` from now, at most [`FAR`] away.
+pub(crate) fn after(wait: Duration) -> Instant {
+    Instant::now() + wait.min(FAR)
+}
