@@ -509,3 +509,42 @@ async fn a_layer_is_given_what_it_wants() {
         ]
     );
 }
+
+/// A layer that writes down the id of each call made, when it starts and at its end.
+struct Ids(mpsc::UnboundedSender<String>);
+
+impl Layer for Ids {
+    fn on_call(&self, call: &CallInfo<'_>) -> Decision {
+        if !call.is_served() {
+            let _ = self.0.send(format!("call id={}", call.id().unwrap_or("-")));
+        }
+        Decision::Continue
+    }
+
+    fn on_outcome(&self, call: &CallInfo<'_>, _outcome: &CallOutcome<'_>, _took: Duration) {
+        if !call.is_served() {
+            let _ = self.0.send(format!("end id={}", call.id().unwrap_or("-")));
+        }
+    }
+}
+
+/// A call made with progress carries a progress token after its id: a layer still
+/// sees the id alone, as it went out, when the call starts and at its outcome.
+#[tokio::test]
+async fn a_layer_sees_the_id_of_a_call_made_with_progress() {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let (url, _handle) = serve_with(server_router(ran), PeerConfig::default()).await;
+    let (tx, mut events) = mpsc::unbounded_channel();
+    let config = PeerConfig::default().layer(Ids(tx));
+    let peer = within(connect_with_config(&url, client_router(), &config))
+        .await
+        .unwrap();
+
+    let sum: i64 = within(peer.call("add", [1, 2])).await.unwrap();
+    assert_eq!(sum, 3);
+    assert_eq!(next(&mut events, 2).await, ["call id=1", "end id=1"]);
+    let (_progress, call) = peer.call::<i64>("add", [3, 4]).with_progress();
+    assert_eq!(within(call).await.unwrap(), 7);
+    assert_eq!(next(&mut events, 2).await, ["call id=2", "end id=2"]);
+    peer.close().await;
+}

@@ -190,14 +190,21 @@ fn push_u64(out: &mut String, n: u64) {
 /// The raw `params` and `id` of a frame [`request`] wrote (`has_id` says whether it
 /// wrote an id): `params` follows the first `,"params":` (the method before it is a
 /// JSON string, where every quote is escaped, so it cannot hold that text), and `id` is
-/// the last member. For the call layers, which see calls made as they go out.
+/// the number after the last `,"id":`, which only the progress token (the same number,
+/// see [`finish_request`]) may follow. For the call layers, which see calls made as
+/// they go out.
 pub(crate) fn request_parts(frame: &str, has_id: bool) -> (Option<&str>, Option<&str>) {
     const PARAMS: &str = r#","params":"#;
     const ID: &str = r#","id":"#;
     let body = frame.strip_suffix('}').unwrap_or(frame);
     let (rest, id) = match has_id {
         true => match body.rfind(ID) {
-            Some(at) => (&body[..at], Some(&body[at + ID.len()..])),
+            Some(at) => {
+                let id = &body[at + ID.len()..];
+                // `,"progressToken":N` after it, when the call asked for progress.
+                let id = id.split_once(',').map_or(id, |(id, _)| id);
+                (&body[..at], Some(id))
+            }
             None => (body, None),
         },
         false => (body, None),
@@ -225,6 +232,10 @@ mod tests {
         );
         let frame = request("n", &(), Some(4)).unwrap();
         assert_eq!(request_parts(&frame, true), (None, Some("4")));
+        // A call that asked for progress: its token follows the id.
+        let (head, _) = request_head("p", &[5], 0).unwrap();
+        let frame = finish_request(head, Some(6), true);
+        assert_eq!(request_parts(&frame, true), (Some("[5]"), Some("6")));
     }
 
     #[test]
