@@ -41,7 +41,9 @@
 //! stops the call there: the layers after it and the handler (or, for a call made,
 //! the other side) never see it. [`on_outcome`](Layer::on_outcome) then runs for
 //! every layer whose `on_call` ran, the one that answered included, from the last to
-//! the first. The rate limit ([`PeerConfig::rate_limit`](crate::PeerConfig::rate_limit))
+//! the first. A layer whose `on_call` panics stops the call there too (a call served
+//! is answered `-32603`; a call made panics in its caller's task): the layers before
+//! it are told [`CallOutcome::Panicked`], the one that panicked is not. The rate limit ([`PeerConfig::rate_limit`](crate::PeerConfig::rate_limit))
 //! is the innermost step of calls served, after every layer: the layers see the calls
 //! it refuses, with their `-32005` error.
 //!
@@ -95,6 +97,7 @@
 mod made;
 mod serve;
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -429,21 +432,22 @@ impl Stack {
     }
 
     /// Runs `on_call` of each layer in order, then (for calls served) the rate limit.
-    /// Returns what was decided and how many layers saw the call.
-    pub(crate) fn on_call(&self, call: &CallInfo<'_>) -> (Decision, usize) {
+    /// Returns what was decided; `seen` counts the layers whose `on_call` returned, as
+    /// each does: if one panics, those before it still see the outcome (`Panicked`).
+    pub(crate) fn on_call(&self, call: &CallInfo<'_>, seen: &Cell<usize>) -> Decision {
         for (at, named) in self.layers.iter().enumerate() {
-            match named.layer.on_call(call) {
-                Decision::Continue => {}
-                answer => return (answer, at + 1),
+            let decision = named.layer.on_call(call);
+            seen.set(at + 1);
+            if !matches!(decision, Decision::Continue) {
+                return decision;
             }
         }
-        let seen = self.layers.len();
         if let (Some(limit), Direction::Served) = (&self.limit, call.direction) {
             if let Err(refusal) = limit.admit(call.peer) {
-                return (Decision::Error(refusal), seen);
+                return Decision::Error(refusal);
             }
         }
-        (Decision::Continue, seen)
+        Decision::Continue
     }
 
     /// Runs `on_outcome` of the first `seen` layers, from the last to the first;

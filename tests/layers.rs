@@ -548,3 +548,74 @@ async fn a_layer_sees_the_id_of_a_call_made_with_progress() {
     assert_eq!(next(&mut events, 2).await, ["call id=2", "end id=2"]);
     peer.close().await;
 }
+
+/// Counts the calls and notifications between their `on_call` and their outcome, in
+/// both directions: a gauge of what is in flight.
+struct InFlight(Arc<std::sync::atomic::AtomicI64>);
+
+impl Layer for InFlight {
+    fn on_call(&self, _call: &CallInfo<'_>) -> Decision {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Decision::Continue
+    }
+
+    fn on_outcome(&self, _call: &CallInfo<'_>, _outcome: &CallOutcome<'_>, _took: Duration) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Panics in `on_call` for the method `bad`.
+struct Faulty;
+
+impl Layer for Faulty {
+    fn on_call(&self, call: &CallInfo<'_>) -> Decision {
+        if call.method() == "bad" {
+            panic!("a layer's bug");
+        }
+        Decision::Continue
+    }
+}
+
+/// A layer whose `on_call` panics: the caller is answered -32603 (served), the caller's
+/// task sees the panic (made), and the layers before it, whose `on_call` ran, are told
+/// the outcome: a gauge they keep of the calls in flight comes back to zero.
+#[tokio::test]
+async fn the_layers_before_a_panicking_one_see_the_outcome() {
+    let served = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let config = PeerConfig::default()
+        .layer(InFlight(served.clone()))
+        .layer(Faulty);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let router = server_router(ran).method("bad", |_cx: Context<Arc<AtomicUsize>>, (): ()| async {
+        Ok::<_, RpcError>(0)
+    });
+    let (url, _handle) = serve_with(router, config).await;
+    let made = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let config = PeerConfig::default()
+        .layer(InFlight(made.clone()))
+        .layer(Faulty);
+    let peer = within(connect_with_config(&url, client_router(), &config))
+        .await
+        .unwrap();
+
+    // Served: a raw call, so that the client's own layers do not stop it first.
+    let mut raw = common::RawClient::connect(&url).await;
+    let answer = raw.ask(r#"{"jsonrpc":"2.0","method":"bad","id":1}"#).await;
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    let answer = raw
+        .ask(r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":2}"#)
+        .await;
+    assert_eq!(answer["result"], 3, "{answer}");
+    assert_eq!(served.load(Ordering::SeqCst), 0, "calls served in flight");
+
+    // Made: the panic reaches the caller's task.
+    let call = tokio::spawn({
+        let peer = peer.clone();
+        async move { peer.call::<i64>("bad", ()).await }
+    });
+    assert!(within(call).await.unwrap_err().is_panic());
+    let sum: i64 = within(peer.call("add", [1, 2])).await.unwrap();
+    assert_eq!(sum, 3);
+    assert_eq!(made.load(Ordering::SeqCst), 0, "calls made in flight");
+    peer.close().await;
+}

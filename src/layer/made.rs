@@ -4,6 +4,7 @@
 //! outcome only if a layer [wants](super::Wants::outcome_parts) them), and the call's `Result` at its end; a
 //! call whose future is dropped first reports [`CallOutcome::Cancelled`].
 
+use std::cell::Cell;
 use std::future::Future;
 
 use tokio::time::Instant;
@@ -20,7 +21,8 @@ struct Made<'a> {
     /// The frame, kept for the outcome if a layer wants its params and id.
     frame: Option<Text>,
     has_id: bool,
-    seen: usize,
+    /// How many layers saw `on_call` (see `serve.rs`).
+    seen: Cell<usize>,
     /// The clock at the start, if a layer wants the duration.
     started: Option<Instant>,
     ended: bool,
@@ -34,19 +36,17 @@ impl<'a> Made<'a> {
             method,
             frame: None,
             has_id,
-            seen: 0,
+            seen: Cell::new(0),
             started: None,
             ended: false,
         };
         let decision = match peer.shared.layers() {
             Some(stack) => {
                 made.started = stack.start_clock(!has_id);
-                let (decision, seen) = stack.on_call(&made.info(frame));
                 if stack.keeps_parts() {
                     made.frame = Some(frame.clone());
                 }
-                made.seen = seen;
-                decision
+                stack.on_call(&made.info(frame), &made.seen)
             }
             None => Decision::Continue,
         };
@@ -75,7 +75,7 @@ impl<'a> Made<'a> {
         self.ended = true;
         if let Some(stack) = self.peer.shared.layers() {
             let frame = self.frame.as_ref().map_or("", Text::as_str);
-            stack.on_outcome(self.seen, &self.info(frame), outcome, self.started);
+            stack.on_outcome(self.seen.get(), &self.info(frame), outcome, self.started);
         }
     }
 

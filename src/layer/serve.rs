@@ -7,6 +7,7 @@
 //! if the future is dropped before (a cancel, the connection's end, a panic), its
 //! `Drop` reports that instead.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
@@ -29,8 +30,9 @@ struct Served {
     id: Option<Range<usize>>,
     params: Option<Range<usize>>,
     known: bool,
-    /// How many layers saw `on_call`: they, and only they, see the outcome.
-    seen: usize,
+    /// How many layers saw `on_call`: they, and only they, see the outcome. Counted
+    /// as each returns, so a panic in a later one leaves it right.
+    seen: Cell<usize>,
     /// The clock at the start, if a layer wants the duration.
     started: Option<Instant>,
     ended: bool,
@@ -53,16 +55,14 @@ impl Served {
             id,
             params,
             known,
-            seen: 0,
+            seen: Cell::new(0),
             started: None,
             ended: false,
         };
         let decision = match peer.shared.layers() {
             Some(stack) => {
                 served.started = stack.start_clock(served.id.is_none());
-                let (decision, seen) = stack.on_call(&served.info());
-                served.seen = seen;
-                decision
+                stack.on_call(&served.info(), &served.seen)
             }
             None => Decision::Continue,
         };
@@ -104,7 +104,7 @@ impl Served {
     fn report(&mut self, outcome: &CallOutcome<'_>) {
         self.ended = true;
         if let Some(stack) = self.stack() {
-            stack.on_outcome(self.seen, &self.info(), outcome, self.started);
+            stack.on_outcome(self.seen.get(), &self.info(), outcome, self.started);
         }
     }
 
