@@ -43,7 +43,8 @@
 //! every layer whose `on_call` ran, the one that answered included, from the last to
 //! the first. A layer whose `on_call` panics stops the call there too (a call served
 //! is answered `-32603`; a call made panics in its caller's task): the layers before
-//! it are told [`CallOutcome::Panicked`], the one that panicked is not. The rate limit ([`PeerConfig::rate_limit`](crate::PeerConfig::rate_limit))
+//! it are told [`CallOutcome::Panicked`], the one that panicked is not. A panic in
+//! `on_outcome` is caught and logged: the answer stays, the other layers are told. The rate limit ([`PeerConfig::rate_limit`](crate::PeerConfig::rate_limit))
 //! is the innermost step of calls served, after every layer: the layers see the calls
 //! it refuses, with their `-32005` error.
 //!
@@ -341,7 +342,9 @@ pub trait Layer: Send + Sync + 'static {
         Decision::Continue
     }
 
-    /// Once it has ended, with how long it took since `on_call`.
+    /// Once it has ended, with how long it took since `on_call`. A panic here is
+    /// caught and logged: the call's answer stays as it was, and the other layers are
+    /// still told.
     fn on_outcome(&self, call: &CallInfo<'_>, outcome: &CallOutcome<'_>, took: Duration) {
         let _ = (call, outcome, took);
     }
@@ -452,6 +455,10 @@ impl Stack {
 
     /// Runs `on_outcome` of the first `seen` layers, from the last to the first;
     /// `started` is [`start_clock`](Self::start_clock)'s reading.
+    ///
+    /// A layer's panic here is caught and logged: the layers before it are still told,
+    /// the call's answer stays what it was, and a panic while a handler's panic unwinds
+    /// (this runs from the drop of its future) does not abort the process.
     pub(crate) fn on_outcome(
         &self,
         seen: usize,
@@ -461,7 +468,14 @@ impl Stack {
     ) {
         let took = started.map_or(Duration::ZERO, |started| started.elapsed());
         for named in self.layers[..seen.min(self.layers.len())].iter().rev() {
-            named.layer.on_outcome(call, outcome, took);
+            let told = std::panic::AssertUnwindSafe(|| named.layer.on_outcome(call, outcome, took));
+            if std::panic::catch_unwind(told).is_err() {
+                tracing::error!(
+                    layer = named.name,
+                    method = call.method,
+                    "a call layer's on_outcome panicked"
+                );
+            }
         }
     }
 

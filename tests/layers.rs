@@ -619,3 +619,45 @@ async fn the_layers_before_a_panicking_one_see_the_outcome() {
     assert_eq!(made.load(Ordering::SeqCst), 0, "calls made in flight");
     peer.close().await;
 }
+
+/// Panics in `on_outcome`, for every call.
+struct FaultyEnd;
+
+impl Layer for FaultyEnd {
+    fn on_outcome(&self, _call: &CallInfo<'_>, _outcome: &CallOutcome<'_>, _took: Duration) {
+        panic!("a layer's bug at the outcome");
+    }
+}
+
+/// A layer whose `on_outcome` panics, for a call that succeeds and for one whose
+/// handler panics: the process goes on (no panic while one unwinds), the caller gets
+/// the handler's answer or -32603, and the layers before it are still told.
+#[tokio::test]
+async fn a_layer_that_panics_at_the_outcome_stops_neither_the_others_nor_the_process() {
+    let counted = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let config = PeerConfig::default()
+        .layer(InFlight(counted.clone()))
+        .layer(FaultyEnd);
+    let router = Router::new()
+        .method("add", |_cx: Context, [a, b]: [i64; 2]| async move {
+            Ok::<_, RpcError>(a + b)
+        })
+        .method("boom", |_cx: Context, (): ()| async {
+            if true {
+                panic!("the handler fails");
+            }
+            Ok::<_, RpcError>(0)
+        });
+    let (url, _handle) = serve_with(router, config).await;
+    let mut raw = common::RawClient::connect(&url).await;
+
+    let answer = raw
+        .ask(r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1}"#)
+        .await;
+    assert_eq!(answer["result"], 3, "{answer}");
+    assert_eq!(counted.load(Ordering::SeqCst), 0, "calls in flight");
+
+    let answer = raw.ask(r#"{"jsonrpc":"2.0","method":"boom","id":2}"#).await;
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    assert_eq!(counted.load(Ordering::SeqCst), 0, "calls in flight");
+}
