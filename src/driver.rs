@@ -77,7 +77,7 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
         on_start(&peer);
     }
     let connection = Connection::new(transport, router, &peer, config);
-    let counted = crate::metrics::connection_opened();
+    let open = crate::metrics::connection_opened();
     // Everything the connection logs, and the handlers it runs, is inside this span.
     let span = tracing::info_span!(
         "connection",
@@ -86,7 +86,7 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
         path = peer.info().path.as_deref(),
     );
     tokio::spawn(tracing::Instrument::instrument(
-        task(connection, hooks.on_end, counted),
+        task(connection, hooks.on_end, open),
         span,
     ));
     peer
@@ -99,7 +99,7 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
 fn task<T: Transport, S: Send + Sync + 'static>(
     mut connection: Connection<T, S>,
     on_end: Option<ConnectionHook>,
-    counted: bool,
+    open: crate::metrics::OpenConnection,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     async move {
         // The loop borrows the connection. Moved into the loop's own future, it would
@@ -112,9 +112,9 @@ fn task<T: Transport, S: Send + Sync + 'static>(
         // leave a peer that nothing will ever close.
         let run = AssertUnwindSafe(connection.run()).catch_unwind().await;
         let peer = run.unwrap_or_else(|_| connection.panicked());
-        if counted {
-            crate::metrics::connection_closed();
-        }
+        // Counted closed before `on_end` runs. Dropped with the task if it never gets
+        // here (its runtime shut down), counted closed all the same.
+        drop(open);
         if let Some(on_end) = on_end {
             on_end(&peer);
         }
@@ -464,7 +464,11 @@ mod tests {
         let peer = Peer::handle(Arc::new(Shared::new(&config, Default::default())));
         let connection = Connection::new(end, Arc::new(Router::<()>::new()), &peer, &config);
         let one = std::mem::size_of_val(&connection);
-        let task = task(connection, None, false);
+        let task = task(
+            connection,
+            None,
+            crate::metrics::OpenConnection::uncounted(),
+        );
         let size = std::mem::size_of_val(&task);
         assert!(
             size <= one + 64,

@@ -52,20 +52,39 @@ pub(crate) fn on() -> bool {
     false
 }
 
-/// A connection's task started; whether it was counted (see [`on`]).
+/// A connection's task started: counted open (if metrics are on, see [`on`]) until
+/// the value returned is dropped.
 #[inline]
-pub(crate) fn connection_opened() -> bool {
+pub(crate) fn connection_opened() -> OpenConnection {
     with_engine!(|m| {
         m.connections_open.increment(1.0);
-        return true;
+        return OpenConnection { counted: true };
     });
-    false
+    OpenConnection { counted: false }
 }
 
-/// A connection's task, counted when it started, ended.
-#[inline]
-pub(crate) fn connection_closed() {
-    with_engine!(|m| m.connections_open.decrement(1.0));
+/// A connection counted open: counted closed when dropped, which its task does when
+/// it ends, and which also happens when the task is dropped before its end (its
+/// runtime shut down under it), so the gauge never keeps a connection that is gone.
+pub(crate) struct OpenConnection {
+    counted: bool,
+}
+
+impl OpenConnection {
+    /// A connection not counted (metrics off when it started).
+    #[cfg(test)]
+    pub(crate) fn uncounted() -> Self {
+        OpenConnection { counted: false }
+    }
+}
+
+impl Drop for OpenConnection {
+    #[inline]
+    fn drop(&mut self) {
+        if self.counted {
+            with_engine!(|m| m.connections_open.decrement(1.0));
+        }
+    }
 }
 
 /// How a server's handshake ended: `accepted`, `refused` (with the HTTP status sent),

@@ -276,6 +276,46 @@ async fn connections_are_counted_open_and_by_handshake_outcome() {
     until("both ends are closed", || open() == before).await;
 }
 
+/// A client in a runtime of its own (a blocking program's, or a test's) that is shut
+/// down under its connection: `jsonrpc_connections_open` comes back to where it was,
+/// as when the connection closes.
+#[tokio::test]
+async fn a_connection_whose_runtime_shuts_down_is_counted_closed() {
+    let _serial = serial().await;
+    let r = recorder();
+    let (url, handle) = serve_with(server_router(), config()).await;
+    let mut gone = common::disconnections(&handle);
+    let open = || r.gauge(names::CONNECTIONS_OPEN, &[]);
+    let before = open();
+
+    let client_config = config();
+    let client = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let peer = runtime
+            .block_on(within(connect_with_config(
+                &url,
+                Router::new(),
+                &client_config,
+            )))
+            .unwrap();
+        // A round trip (to a name no other test counts), so that both ends run.
+        let answer = runtime.block_on(within(peer.call::<i64>("m.absent", ())));
+        let both = open();
+        // The runtime goes with the connection's task in it; the server sees the end.
+        drop(runtime);
+        (answer.is_err(), both)
+    });
+    let (failed, both) = within(tokio::task::spawn_blocking(move || client.join().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!((failed, both), (true, before + 2.0));
+    within(gone.recv()).await.unwrap();
+    assert_eq!(open(), before, "connections counted open after both ended");
+}
+
 /// An axum endpoint's handshake whose upgrade fails after the 101 (the client reset the
 /// connection at once) is counted once, as `gone`, not also as `accepted`.
 #[cfg(feature = "axum")]
