@@ -252,10 +252,13 @@ pub enum CallOutcome<'a> {
     Cancelled,
     /// The connection ended first.
     Closed,
-    /// The handler panicked (the caller was answered `-32603`).
+    /// Served: the handler, or the `on_call` of a layer after this one, panicked (the
+    /// caller was answered `-32603`). Made: the task making the call panicked while it
+    /// ran (a layer's `on_call` after this one, or code beside the call in that task).
     Panicked,
-    /// A call made failed here: params that do not serialize, an answer that is not a
-    /// valid response.
+    /// A call made failed here after its `on_call`: an answer that is not a valid
+    /// response. (Params that do not serialize fail before any layer sees the call:
+    /// the caller gets the error, no layer is told.)
     Failed(&'a Error),
 }
 

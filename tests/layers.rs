@@ -543,6 +543,10 @@ async fn a_layer_sees_the_id_of_a_call_made_with_progress() {
     let sum: i64 = within(peer.call("add", [1, 2])).await.unwrap();
     assert_eq!(sum, 3);
     assert_eq!(next(&mut events, 2).await, ["call id=1", "end id=1"]);
+    // Params that are not an array or an object fail before any layer sees the call
+    // (`CallOutcome::Failed` says so): nothing is written down for it, no id is taken.
+    let refused = within(peer.call::<i64>("add", 5)).await.unwrap_err();
+    assert!(matches!(refused, Error::InvalidParams(_)), "{refused:?}");
     let (_progress, call) = peer.call::<i64>("add", [3, 4]).with_progress();
     assert_eq!(within(call).await.unwrap(), 7);
     assert_eq!(next(&mut events, 2).await, ["call id=2", "end id=2"]);
