@@ -316,6 +316,41 @@ async fn a_connection_whose_runtime_shuts_down_is_counted_closed() {
     assert_eq!(open(), before, "connections counted open after both ended");
 }
 
+/// A node shut down while its bus is down, with broadcasts waiting in its outbox: they
+/// will never go out, and `jsonrpc_cluster_outbox_bytes` comes back to where it was.
+#[tokio::test]
+async fn a_stopped_nodes_outbox_leaves_the_gauge() {
+    let _serial = serial().await;
+    let r = recorder();
+    let _ = config();
+    let outbox = || r.gauge(names::CLUSTER_OUTBOX_BYTES, &[]);
+    let before = outbox();
+    let hub = MemoryHub::new();
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let cluster = Cluster::builder(hub.backplane(), server.handle()).node_id("lone");
+    let node = within(cluster.start()).await.unwrap();
+    tokio::spawn(server.serve(Router::new()));
+
+    hub.cut_all();
+    let mut state = node.watch_state();
+    within(state.wait_for(|s| *s == ClusterState::Down))
+        .await
+        .unwrap();
+    node.handle()
+        .broadcast("news", &["kept for the bus"])
+        .unwrap();
+    assert!(outbox() > before, "the broadcast waits in the outbox");
+
+    within(node.shutdown()).await;
+    assert_eq!(node.state(), ClusterState::Stopped);
+    // Its tasks end; with the last handle, the outbox goes.
+    drop(node);
+    until("the stopped node's outbox is counted out", || {
+        outbox() == before
+    })
+    .await;
+}
+
 /// An axum endpoint's handshake whose upgrade fails after the 101 (the client reset the
 /// connection at once) is counted once, as `gone`, not also as `accepted`.
 #[cfg(feature = "axum")]

@@ -76,6 +76,9 @@ pub(super) struct Outbox {
     limit: usize,
     /// How long a flush after an outage waits for the nodes live before it.
     window: Duration,
+    /// Whether metrics were on when the outbox was made: its bytes are counted in the
+    /// process-wide gauge then, going in and coming out, and not at all otherwise.
+    metered: bool,
 }
 
 #[derive(Default)]
@@ -165,6 +168,14 @@ impl Outbox {
             state,
             limit,
             window,
+            metered: crate::metrics::on(),
+        }
+    }
+
+    /// Moves the process-wide gauge of outbox bytes by `delta`, if this outbox counts.
+    fn meter(&self, delta: i64) {
+        if self.metered {
+            crate::metrics::cluster_outbox_bytes(delta);
         }
     }
 
@@ -237,7 +248,7 @@ impl Outbox {
         }
         queue.high = queue.high.max(seq);
         queue.bytes += payload.len();
-        crate::metrics::cluster_outbox_bytes(payload.len() as i64);
+        self.meter(payload.len() as i64);
         let id = queue.next_item;
         queue.next_item += 1;
         queue.items.push_back(Item {
@@ -409,7 +420,7 @@ impl Outbox {
                 });
             }
             queue.bytes -= freed;
-            crate::metrics::cluster_outbox_bytes(-(freed as i64));
+            self.meter(-(freed as i64));
         }
         // Not under the queue's lock: `drained` takes it inside the watch's.
         self.sent.send_replace(());
@@ -452,6 +463,17 @@ impl Outbox {
             blocked.backoff =
                 (blocked.backoff * 2).clamp(Duration::from_millis(20), Duration::from_secs(1));
             blocked.until = now + blocked.backoff;
+        }
+    }
+}
+
+impl Drop for Outbox {
+    /// What a node's outbox still held at its end (a node stopped while its bus was
+    /// down) never goes out: it leaves the process-wide count.
+    fn drop(&mut self) {
+        let bytes = lock(&self.queue).bytes;
+        if bytes > 0 {
+            self.meter(-(bytes as i64));
         }
     }
 }
