@@ -456,6 +456,16 @@ impl Stack {
         Decision::Continue
     }
 
+    /// Takes a token of the rate limit, if there is one, for what is not a call but
+    /// costs an answer as one does (a request that is not valid, a frame that is not
+    /// JSON): the error to answer instead when past the limit.
+    pub(crate) fn admit(&self, peer: &Peer) -> Result<(), RpcError> {
+        match &self.limit {
+            Some(limit) => limit.admit(peer),
+            None => Ok(()),
+        }
+    }
+
     /// Runs `on_outcome` of the first `seen` layers, from the last to the first;
     /// `started` is [`start_clock`](Self::start_clock)'s reading.
     ///

@@ -30,7 +30,8 @@ const ABUSE_WINDOW: Duration = Duration::from_secs(10);
 /// How many calls per second one connection may make to this side: a token bucket of
 /// [`burst`](Self::burst) tokens refilled at [`per_second`](Self::per_second), each
 /// call and notification taking one (each item of a batch too: a batch is not a way
-/// around the limit).
+/// around the limit; nor are requests that are not valid and frames that are not JSON,
+/// which are answered as calls are and take one too).
 ///
 /// ```
 /// use jsonrpc_peer::{PeerConfig, RateLimit};

@@ -138,3 +138,50 @@ async fn a_flood_of_connections_from_one_address_is_refused_past_its_bound() {
     let sum: i64 = within(again.call("add", [1, 2])).await.unwrap();
     assert_eq!(sum, 3);
 }
+
+/// Requests that are not valid (a method that is not a string) and frames that are
+/// not JSON count as calls do: past the limit they are answered `-32005`, and a flood
+/// of them is closed with 4029 like a flood of calls.
+#[tokio::test]
+async fn invalid_requests_and_unreadable_frames_count_against_the_limit() {
+    let limit = RateLimit::per_second(1).burst(10).close_after(Some(60));
+    let config = PeerConfig::default().rate_limit(Some(limit));
+    let (url, _handle) = serve_with(router(), config).await;
+    let mut client = RawClient::connect(&url).await;
+
+    let items: Vec<String> = (1..=50)
+        .map(|id| format!(r#"{{"jsonrpc":"2.0","method":5,"id":{id}}}"#))
+        .collect();
+    client.send(&format!("[{}]", items.join(","))).await;
+    let answers = client.recv_json().await;
+    let answers = answers.as_array().expect("a batch answer");
+    let invalid = answers
+        .iter()
+        .filter(|a| a["error"]["code"] == -32600)
+        .count();
+    let limited = answers
+        .iter()
+        .filter(|a| a["error"]["code"] == -32005)
+        .count();
+    // The bucket refills at one a second: a slow machine may earn one more.
+    assert!((10..=11).contains(&invalid), "{invalid} answered -32600");
+    assert_eq!(invalid + limited, 50);
+
+    // Frames that are not JSON, past the limit: refused, then the close.
+    let mut code = None;
+    for _ in 0..30 {
+        client.send("not json").await;
+    }
+    for _ in 0..40 {
+        match within(futures_util::StreamExt::next(&mut client.ws)).await {
+            Some(Ok(Message::Text(_))) => continue,
+            Some(Ok(Message::Close(frame))) => {
+                code = frame.map(|f| u16::from(f.code));
+                break;
+            }
+            Some(Ok(_)) => continue,
+            other => panic!("the connection ended without a close frame: {other:?}"),
+        }
+    }
+    assert_eq!(code, Some(RATE_LIMIT_CLOSE));
+}

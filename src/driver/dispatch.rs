@@ -127,7 +127,10 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     /// gets at most one (a batch's answers are joined into one array).
     pub(super) fn on_text(&mut self, frame: Text) -> Option<String> {
         match message::classify(&frame, self.max_batch) {
-            Incoming::Reject(error) => Some(message::error_response(None, &error)),
+            Incoming::Reject(error) => {
+                let error = self.admit().err().unwrap_or(error);
+                Some(message::error_response(None, &error))
+            }
             // An answer alone in its frame takes the frame with it, rather than a
             // clone: a clone and its drop are two atomic read-modify-writes.
             Incoming::Single(Item::Response { id, outcome }) => {
@@ -201,7 +204,21 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 self.on_response(ours(id?)?, answer);
                 None
             }
-            Item::Invalid { id, error } => Some(message::error_response(id.map(Raw::get), &error)),
+            Item::Invalid { id, error } => {
+                let error = self.admit().err().unwrap_or(error);
+                Some(message::error_response(id.map(Raw::get), &error))
+            }
+        }
+    }
+
+    /// What is answered but is no call (a request that is not valid, a frame that is
+    /// not JSON) counts against the rate limit as a call does: else a flood of them
+    /// would be answered without end and never closed with 4029. The error to answer
+    /// instead when past the limit.
+    fn admit(&self) -> Result<(), RpcError> {
+        match self.scope.peer.shared.layers() {
+            Some(stack) => stack.admit(&self.scope.peer),
+            None => Ok(()),
         }
     }
 
