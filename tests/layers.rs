@@ -665,3 +665,81 @@ async fn a_layer_that_panics_at_the_outcome_stops_neither_the_others_nor_the_pro
     assert_eq!(answer["error"]["code"], -32603, "{answer}");
     assert_eq!(counted.load(Ordering::SeqCst), 0, "calls in flight");
 }
+
+/// Keeps the message of every warning and error logged on the thread it is set for.
+struct Warnings(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl tracing::Subscriber for Warnings {
+    fn register_callsite(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        *metadata.level() <= tracing::Level::WARN
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        self.0.lock().unwrap().push(message.0);
+    }
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// A notification whose params do not fit its handler is dropped with a warning, with
+/// a layer as without one: a layer (the `Metrics` one) does not silence it.
+#[tokio::test]
+async fn a_layer_does_not_silence_the_warning_of_a_notification_dropped() {
+    let warnings = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let _logged = tracing::subscriber::set_default(Warnings(warnings.clone()));
+    for layered in [false, true] {
+        let config = match layered {
+            true => PeerConfig::default().layer(Ids(mpsc::unbounded_channel().0)),
+            false => PeerConfig::default(),
+        };
+        let ran = Arc::new(AtomicUsize::new(0));
+        let (url, _handle) = serve_with(server_router(ran), config).await;
+        let mut raw = common::RawClient::connect(&url).await;
+        warnings.lock().unwrap().clear();
+        // `note` takes one number; `add` two. Each run as a notification.
+        raw.send(r#"{"jsonrpc":"2.0","method":"note","params":["x"]}"#)
+            .await;
+        raw.send(r#"{"jsonrpc":"2.0","method":"add","params":["x"]}"#)
+            .await;
+        // Handled in order: once this is answered, both were.
+        let answer = raw
+            .ask(r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1}"#)
+            .await;
+        assert_eq!(answer["result"], 3, "{answer}");
+        assert_eq!(
+            *warnings.lock().unwrap(),
+            [
+                "notification params do not fit; dropped",
+                "notification params do not fit the method; dropped",
+            ],
+            "layered: {layered}"
+        );
+    }
+}

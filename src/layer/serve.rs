@@ -189,6 +189,15 @@ where
     let fut = match start(cx, &call) {
         Ok(fut) => fut,
         Err(e) => {
+            // Logged as the plain path (`router.rs`) logs it: a layer silences nothing.
+            match served.id() {
+                None => {
+                    tracing::warn!(method = %served.method, error = %e, "notification params do not fit the method; dropped");
+                }
+                Some(id) => {
+                    tracing::debug!(method = %served.method, id, error = %e, "params do not fit; answered -32602");
+                }
+            }
             let frame = served.fail(&RpcError::invalid_params(e));
             return Box::pin(std::future::ready(frame));
         }
@@ -196,7 +205,12 @@ where
     Box::pin(async move {
         match fut.await {
             Ok(result) => served.succeed(&result),
-            Err(error) => served.fail(&error),
+            Err(error) => {
+                if served.id.is_none() {
+                    tracing::debug!(method = %served.method, %error, "a method run by a notification failed; nothing is answered");
+                }
+                served.fail(&error)
+            }
         }
     })
 }
@@ -224,6 +238,7 @@ where
             served.finish(&CallOutcome::Notified);
         }),
         Err(e) => {
+            tracing::warn!(method = %served.method, error = %e, "notification params do not fit; dropped");
             served.fail(&RpcError::invalid_params(e));
             Box::pin(std::future::ready(()))
         }
