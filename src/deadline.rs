@@ -11,5 +11,10 @@ const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
 
 /// The instant `wait` from now, at most [`FAR`] away.
 pub(crate) fn after(wait: Duration) -> Instant {
-    Instant::now() + wait.min(FAR)
+    from(Instant::now(), wait)
+}
+
+/// The instant `wait` after `start`, at most [`FAR`] after it.
+pub(crate) fn from(start: Instant, wait: Duration) -> Instant {
+    start + wait.min(FAR)
 }

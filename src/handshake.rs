@@ -317,7 +317,8 @@ impl Handshakes {
             };
             tokio::select! {
                 () = &mut ended => {}
-                () = tokio::time::sleep_until(oldest + self.grace) => {}
+                // A grace of `Duration::MAX` (never evict) waits far away, not a panic.
+                () = tokio::time::sleep_until(crate::deadline::from(oldest, self.grace)) => {}
             }
         }
     }

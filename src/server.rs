@@ -327,16 +327,11 @@ impl Server {
         router: &Arc<Router<S>>,
         gate: &Arc<Gate>,
     ) {
-        let now = Instant::now();
+        // `Duration::MAX` ("as long as it takes") is a deadline far away, not a panic.
+        let deadline = crate::deadline::after(gate.policy.handshake_timeout);
         match (gate.waiting() == 0).then(|| gate.handshakes.try_enter()) {
-            Some(Ok(ticket)) => {
-                let deadline = now + gate.policy.handshake_timeout;
-                self.start(stream, addr, deadline, ticket, router, gate);
-            }
-            _ => {
-                let deadline = now + gate.policy.handshake_timeout;
-                crate::sync::lock(&gate.line).push_back((stream, addr, deadline));
-            }
+            Some(Ok(ticket)) => self.start(stream, addr, deadline, ticket, router, gate),
+            _ => crate::sync::lock(&gate.line).push_back((stream, addr, deadline)),
         }
     }
 

@@ -450,6 +450,31 @@ async fn a_stalled_handshake_is_closed_at_the_timeout() {
     );
 }
 
+/// `Duration::MAX` as the handshake timeout and as the handshake grace means "as long
+/// as it takes": the server waits, it does not panic. One place, held by a connection
+/// that sends nothing and is never evicted; the next one waits in line with its request
+/// sent, and gets its `101` once the silent one goes.
+#[tokio::test]
+async fn a_handshake_timeout_and_grace_of_duration_max_wait_instead_of_panicking() {
+    let policy = HandshakePolicy::default()
+        .max_handshakes(1)
+        .handshake_grace(Duration::MAX)
+        .handshake_timeout(Duration::MAX);
+    let (addr, _) = server_with(policy).await;
+    let silent = within(TcpStream::connect(&addr)).await.unwrap();
+    let mut waiting = within(TcpStream::connect(&addr)).await.unwrap();
+    within(waiting.write_all(valid_upgrade().as_bytes()))
+        .await
+        .unwrap();
+    assert!(
+        !closed_by_server(&mut waiting, Duration::from_millis(200)).await,
+        "it waits for the place, open"
+    );
+    drop(silent);
+    assert_eq!(read_answer(&mut waiting).await.status, 101);
+    serves(&format!("ws://{addr}")).await;
+}
+
 #[tokio::test]
 async fn a_half_closed_handshake_ends_quietly() {
     let (addr, handle) = server_with(HandshakePolicy::default()).await;
