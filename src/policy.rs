@@ -209,7 +209,8 @@ impl HandshakePolicy {
     }
 
     /// Only browsers on these origins (`scheme://host[:port]`, compared without regard
-    /// to case) may connect; any other `Origin` is refused with `403 Forbidden`.
+    /// to case; `https://host:443` is `https://host`, as browsers write it) may
+    /// connect; any other `Origin` is refused with `403 Forbidden`.
     /// By default every origin may.
     pub fn allowed_origins<I, T>(mut self, origins: I) -> Self
     where
@@ -218,7 +219,7 @@ impl HandshakePolicy {
     {
         let set = origins
             .into_iter()
-            .map(|o| o.as_ref().trim_end_matches('/').to_ascii_lowercase())
+            .map(|o| normalize_origin(o.as_ref()))
             .collect();
         self.origins = Some(Arc::new(set));
         self
@@ -243,8 +244,8 @@ impl HandshakePolicy {
         if let Some(allowed) = &self.origins {
             match request.headers().get(header::ORIGIN) {
                 Some(origin) => {
-                    let origin = origin.to_str().unwrap_or_default().to_ascii_lowercase();
-                    if !allowed.contains(origin.trim_end_matches('/')) {
+                    let origin = normalize_origin(origin.to_str().unwrap_or_default());
+                    if !allowed.contains(&origin) {
                         return Err(Refusal::forbidden("origin not allowed"));
                     }
                 }
@@ -258,6 +259,24 @@ impl HandshakePolicy {
             Some(auth) => auth(request).map(Some),
             None => Ok(None),
         }
+    }
+}
+
+/// An origin as the allow-list compares it: lower case, without a trailing `/`, and
+/// without its scheme's default port (a browser's `Origin` never has one: `:443` of
+/// `https`, `:80` of `http`), so `https://host:443` and `https://host` are one origin.
+fn normalize_origin(origin: &str) -> String {
+    let origin = origin.trim().trim_end_matches('/').to_ascii_lowercase();
+    let default_port = if origin.starts_with("https://") {
+        ":443"
+    } else if origin.starts_with("http://") {
+        ":80"
+    } else {
+        return origin;
+    };
+    match origin.strip_suffix(default_port) {
+        Some(rest) => rest.to_owned(),
+        None => origin,
     }
 }
 

@@ -118,6 +118,38 @@ async fn origins_and_authentication_decide_at_the_handshake() {
     }
 }
 
+/// A browser never writes its scheme's default port in `Origin` (`https://host`, not
+/// `https://host:443`), so an allow-list entry written with it names the same origin:
+/// the browser on that site gets in, one on another port does not.
+#[tokio::test]
+async fn an_allowed_origin_written_with_its_default_port_lets_its_browsers_in() {
+    for axum_endpoint in [false, true] {
+        let policy = HandshakePolicy::default()
+            .allowed_origins(["https://app.example.com:443", "http://localhost:80"]);
+        let url = serve(axum_endpoint, policy, Arc::new(AtomicUsize::new(0))).await;
+        assert_eq!(
+            handshake(&url, Some("https://app.example.com")).await,
+            Ok(()),
+            "axum: {axum_endpoint}: https on 443"
+        );
+        assert_eq!(
+            handshake(&url, Some("http://localhost")).await,
+            Ok(()),
+            "axum: {axum_endpoint}: http on 80"
+        );
+        assert_eq!(
+            handshake(&url, Some("https://app.example.com:8443")).await,
+            Err(403),
+            "axum: {axum_endpoint}: another port"
+        );
+        assert_eq!(
+            handshake(&url, Some("http://app.example.com")).await,
+            Err(403),
+            "axum: {axum_endpoint}: another scheme"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_missing_origin_can_be_refused_too() {
     let calls = Arc::new(AtomicUsize::new(0));
