@@ -277,14 +277,17 @@ impl Topics {
         params: &P,
     ) -> Result<Published> {
         let (name, method) = (topic.name(), topic.method());
-        let params = &crate::message::Params {
-            positional: topic.positional(),
-            params,
-        };
+        // On a topic with history the payload is the envelope's `data`, any JSON value:
+        // kept as published (a contract's one value is not made `[value]`, which only
+        // params need), so the resuming client reads it as the contract's type.
         if let Some(published) = self.publish_recorded(name, method, params).await? {
             crate::metrics::topic_published(published.delivered);
             return Ok(published);
         }
+        let params = &crate::message::Params {
+            positional: topic.positional(),
+            params,
+        };
         let delivered = self.publish_plain(name, method, params).await?;
         crate::metrics::topic_published(delivered);
         Ok(Published {

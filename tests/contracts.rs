@@ -633,3 +633,35 @@ async fn a_typed_handler_with_options_is_told_of_the_cancel_and_its_partial_resu
     );
     peer.close().await;
 }
+
+jsonrpc_peer::notification!(Temperature = "temperature", f64);
+
+/// A contract whose params are one number, published with `Topics::publish` and followed
+/// by a `Reconnecting` client with `builder.topic(...)`: the client hands over the
+/// number, on a topic without history (where the params go as `[value]`, as the
+/// contract's own handler reads them) and on one with history.
+#[tokio::test]
+async fn a_reconnecting_client_follows_a_contract_of_one_value_with_and_without_history() {
+    use jsonrpc_peer::{HistoryConfig, TopicEvent};
+
+    let topics = Topics::new();
+    topics.keep_history("kept", HistoryConfig::default());
+    let (url, _server) = serve(Router::new().topics(TopicMethods::new(&topics))).await;
+    for topic in [Temperature.on_topic("plain"), Temperature.on_topic("kept")] {
+        let (builder, mut events) =
+            Reconnecting::builder(url.as_str(), Router::new()).topic(topic.clone());
+        let client = builder.start();
+        within(client.connected(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        // Connected means the hooks ran: the client is subscribed.
+        let name = jsonrpc_peer::Topic::<f64>::name(&topic).to_owned();
+        assert_eq!(topics.subscriber_count(&name), 1);
+        within(topics.publish(&topic, &21.5)).await.unwrap();
+        match within(events.recv()).await.unwrap() {
+            TopicEvent::Data(celsius) => assert_eq!(celsius, 21.5, "{name}"),
+            other => panic!("{name}: the client got {other:?} for a publication of 21.5"),
+        }
+        within(client.close()).await;
+    }
+}

@@ -114,7 +114,8 @@ pub trait Topic<P: ?Sized> {
     }
 
     /// Whether params that are one value go as a one-element array, as a contract's
-    /// handler reads them (true for a [`Notification`] contract).
+    /// handler reads them (true for a [`Notification`] contract). On a topic with
+    /// history the value is the envelope's `data`, kept as published.
     #[doc(hidden)]
     fn positional(&self) -> bool {
         false

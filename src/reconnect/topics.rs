@@ -541,7 +541,10 @@ impl<T: DeserializeOwned + Send + 'static> Follow<T> {
     }
 
     async fn deliver_plain(&self, state: &State, params: &RawValue) {
-        let event = match serde_json::from_str::<T>(params.get()) {
+        // The params as the router reads them for a handler of `T`: a contract of one
+        // value is published as `[value]` (params are an array or an object).
+        let text = params.get();
+        let event = match crate::router::decode_params::<T>(text, Some(0..text.len())) {
             Ok(data) => TopicEvent::Data(data),
             Err(e) => TopicEvent::Failed(Arc::new(Error::Serialization(e))),
         };
