@@ -305,6 +305,9 @@ impl Topics {
     ) -> Result<usize> {
         let relay = self.inner.relay.get();
         if relay.is_none() && !self.inner.topics.contains_key(topic) {
+            // No one to send it to, so not serialized; but params that could not be
+            // sent are refused now as they are once someone subscribes.
+            message::check_params(params)?;
             return Ok(0);
         }
         let frame = Text::from(message::request(method, params, None)?);

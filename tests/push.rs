@@ -574,3 +574,47 @@ async fn a_hundred_clients_dropped_together_spread_their_retries() {
         c.close().await;
     }
 }
+
+/// A topic without history carries params, an array or an object: a payload of another
+/// shape is refused by `publish` whether or not anyone is subscribed yet, so what a
+/// server does in development (no one subscribed) is what it does once clients come.
+#[tokio::test]
+async fn a_publication_that_is_not_params_is_refused_with_or_without_subscribers() {
+    let topics = Topics::new();
+    let before = topics.publish("temperature", &21.5).await;
+    assert!(
+        matches!(before, Err(jsonrpc_peer::Error::InvalidParams(_))),
+        "no subscriber yet: {before:?}"
+    );
+    assert!(topics.publish("temperature", &"warm").await.is_err());
+    // Arrays, objects and absent params are fine.
+    let nobody = topics
+        .publish("temperature", &serde_json::json!({"celsius": 21.5}))
+        .await
+        .unwrap();
+    assert_eq!(nobody.delivered, 0);
+    topics.publish("temperature", &[21.5]).await.unwrap();
+    topics.publish("temperature", &()).await.unwrap();
+
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let (url, _handle) = start(server, topic_router(topics.clone())).await;
+    let client = within(connect(&url, Router::new())).await.unwrap();
+    let subscribed: bool = within(client.call("subscribe", ("temperature",)))
+        .await
+        .unwrap();
+    assert!(subscribed);
+    let after = topics.publish("temperature", &21.5).await;
+    assert!(
+        matches!(after, Err(jsonrpc_peer::Error::InvalidParams(_))),
+        "a subscriber: {after:?}"
+    );
+    assert_eq!(
+        topics
+            .publish("temperature", &serde_json::json!([21.5]))
+            .await
+            .unwrap()
+            .delivered,
+        1
+    );
+    client.close().await;
+}

@@ -132,17 +132,54 @@ fn write_head<P: Serialize + ?Sized>(
     buf.extend_from_slice(br#","params":"#);
     let start = buf.len();
     serde_json::to_writer(&mut *buf, params)?;
-    match buf[start] {
-        b'[' | b'{' => Ok(Some(start..buf.len())),
-        b'n' => {
-            buf.truncate(before_params);
-            Ok(None)
-        }
+    if params_present(buf[start])? {
+        Ok(Some(start..buf.len()))
+    } else {
+        buf.truncate(before_params);
+        Ok(None)
+    }
+}
+
+/// Whether params whose JSON text begins with `first` are sent (an array or an object)
+/// or left out (`null`); any other value cannot be params.
+fn params_present(first: u8) -> Result<bool, crate::Error> {
+    match first {
+        b'[' | b'{' => Ok(true),
+        b'n' => Ok(false),
         other => Err(crate::Error::InvalidParams(match other {
             b'"' => "a string",
             b't' | b'f' => "a boolean",
             _ => "a number",
         })),
+    }
+}
+
+/// Checks that `params` can be a notification's params, as [`request`] would, without
+/// serializing them: the serializer is stopped after its first byte.
+pub(crate) fn check_params<P: Serialize + ?Sized>(params: &P) -> Result<(), crate::Error> {
+    /// Takes the first write, refuses the rest (which stops the serializer).
+    struct First(Option<u8>);
+    impl std::io::Write for First {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            match (self.0, bytes.first()) {
+                (None, Some(&byte)) => {
+                    self.0 = Some(byte);
+                    Ok(bytes.len())
+                }
+                (_, None) => Ok(0),
+                (Some(_), Some(_)) => Err(std::io::ErrorKind::WriteZero.into()),
+            }
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut first = First(None);
+    let written = serde_json::to_writer(&mut first, params);
+    match first.0 {
+        Some(byte) => params_present(byte).map(drop),
+        // The value failed before it wrote anything: its own error.
+        None => written.map_err(crate::Error::from),
     }
 }
 
@@ -216,6 +253,25 @@ pub(crate) fn request_parts(frame: &str, has_id: bool) -> (Option<&str>, Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checked_params_are_refused_as_a_request_refuses_them() {
+        let values = [
+            serde_json::json!([1, 2]),
+            serde_json::json!({"a": [1]}),
+            serde_json::json!(null),
+            serde_json::json!(21.5),
+            serde_json::json!("long string"),
+            serde_json::json!(true),
+        ];
+        for value in values {
+            let checked = check_params(&value).map_err(|e| e.to_string());
+            let written = request("m", &value, None)
+                .map(drop)
+                .map_err(|e| e.to_string());
+            assert_eq!(checked, written, "{value}");
+        }
+    }
 
     #[test]
     fn the_parts_of_a_request_are_found_in_the_frame_written() {
