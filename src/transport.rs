@@ -323,7 +323,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Frame> for WebSocket<S> {
     }
 
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        ready!(self.poll_pending(cx))?;
+        // What cannot be sent (the other side closed first) is dropped: closing still
+        // sends what tungstenite owes, the answer to that side's close frame.
+        if ready!(self.poll_pending(cx)).is_err() {
+            self.held = None;
+            self.rest = Bytes::new();
+        }
         match ready!(Pin::new(&mut self.inner).poll_close(cx)) {
             Ok(()) | Err(tungstenite::Error::ConnectionClosed) => Poll::Ready(Ok(())),
             Err(e) => Poll::Ready(Err(from_ws_error(e))),

@@ -215,3 +215,65 @@ async fn a_code_a_close_frame_may_not_carry_goes_as_no_code_at_all() {
         }
     }
 }
+
+/// A client that closes while the server has a frame queued for it gets the server's
+/// close frame back. The queued frame cannot go after the client's close (the WebSocket
+/// layer refuses it), and that refusal ended the server's side of the handshake before
+/// it closed its sink: the answer to the client's close frame, which closing the sink
+/// sends, never went, and the client saw the connection end without one (1006, an
+/// abnormal closure, where a browser reports `wasClean: false`).
+#[tokio::test]
+async fn a_client_that_closes_while_a_frame_is_queued_for_it_gets_its_close_answered() {
+    use futures_util::SinkExt;
+    use jsonrpc_peer::{Caller, Context, RpcError};
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+
+    // A notification whose method queues a frame for the client, and ends there.
+    let router = Router::new().method("push", |cx: Context, (): ()| async move {
+        let _ = cx.peer().notify("tick", ()).await;
+        Ok::<_, RpcError>(())
+    });
+    let (url, handle) = common::serve(router).await;
+    let mut gone = common::disconnections(&handle);
+    for round in 0..5 {
+        let (mut ws, _) = within(tokio_tungstenite::connect_async(&url))
+            .await
+            .unwrap();
+        // The notification and the close frame go in one write, so the server reads
+        // the close right behind it, with the tick still queued.
+        within(ws.feed(Message::text(r#"{"jsonrpc":"2.0","method":"push"}"#)))
+            .await
+            .unwrap();
+        within(ws.send(Message::Close(Some(CloseFrame {
+            code: CloseCode::Normal,
+            reason: "bye".into(),
+        }))))
+        .await
+        .unwrap();
+        let mut frames = 0;
+        let end = loop {
+            match within(ws.next()).await {
+                Some(Ok(Message::Close(frame))) => break Ok(frame.map(|f| u16::from(f.code))),
+                Some(Ok(_)) => frames += 1,
+                None => break Err("the stream ended".to_owned()),
+                Some(Err(e)) => break Err(e.to_string()),
+            }
+            assert!(frames < 10, "frames after the close");
+        };
+        assert_eq!(
+            end,
+            Ok(Some(1000)),
+            "round {round}: the server ended the connection without answering the close"
+        );
+        let peer = within(gone.recv()).await.unwrap();
+        assert!(
+            matches!(
+                peer.close_reason(),
+                Some(CloseReason::Remote { code: 1000, .. })
+            ),
+            "{:?}",
+            peer.close_reason()
+        );
+    }
+}

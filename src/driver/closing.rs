@@ -88,8 +88,16 @@ impl Closing {
         writer: &mut Writer<T>,
     ) -> Poll<Result<(), TransportError>> {
         if !self.drained {
-            ready!(writer.poll_drain(cx))?;
+            let drained = ready!(writer.poll_drain(cx));
             self.drained = true;
+            if let Err(e) = drained {
+                // Nothing more goes out, our close frame neither; but the sink is still
+                // closed. When the other side closed first, the WebSocket layer refuses
+                // what was queued, and closing its sink is what sends the answer it
+                // owes to that side's close frame (and flushes what it took before).
+                tracing::debug!(error = %e, "what was queued cannot be written");
+                self.close = None;
+            }
         }
         ready!(writer.poll_feed(cx, &mut self.close))?;
         writer.poll_close(cx)
