@@ -205,6 +205,7 @@ impl Peer {
 
     /// Runs `callback` once when the connection ends (at once if it already has),
     /// before [`closed`](Self::closed) resolves. Registries use it to forget the peer.
+    /// A callback that panics when the connection ends is logged; the others still run.
     pub fn on_close(&self, callback: impl FnOnce() + Send + 'static) {
         self.shared.on_close(Box::new(callback));
     }

@@ -277,3 +277,47 @@ async fn a_client_that_closes_while_a_frame_is_queued_for_it_gets_its_close_answ
         );
     }
 }
+
+/// `Peer::on_close` callbacks are the application's code, and one may panic. The
+/// panic stopped the connection's end where it stood: the callbacks after it never ran
+/// (a registry or a topic that forgets the peer in one keeps it forever), and the
+/// outgoing queue was never closed, so a notification waiting for room in it waited
+/// forever (and later ones were taken as sent). A panicking callback is logged, the
+/// others run, and the connection ends as any other does.
+#[tokio::test]
+async fn a_panicking_on_close_callback_does_not_leave_the_peer_half_ended() {
+    use common::unix::{config, start, ws_pair};
+    use jsonrpc_peer::{Caller, Error};
+
+    let (client, server) = ws_pair().await;
+    let peer = start(server, Router::new(), &config().outgoing_queue(4));
+    peer.on_close(|| panic!("a bug in the application's on_close callback"));
+    let (ran_tx, ran) = tokio::sync::oneshot::channel::<()>();
+    peer.on_close(move || {
+        let _ = ran_tx.send(());
+    });
+    // Notifications until one fails: the queue fills, then they wait for room.
+    let sender = tokio::spawn({
+        let peer = peer.clone();
+        async move {
+            for i in 0..100_000u64 {
+                if let Err(e) = peer.notify("item", [i]).await {
+                    return Some(e);
+                }
+            }
+            None
+        }
+    });
+    // The other side goes.
+    drop(client);
+    within(peer.closed()).await;
+    assert!(
+        within(ran).await.is_ok(),
+        "the callback registered after the panicking one never ran"
+    );
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(5), sender).await;
+    assert!(
+        matches!(ended, Ok(Ok(Some(Error::Closed(_))))),
+        "the notification waiting for room did not end with Closed: {ended:?}"
+    );
+}

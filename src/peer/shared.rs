@@ -373,11 +373,15 @@ impl Shared {
         }
     }
 
-    /// Runs the `on_close` callbacks, once. For the connection's task.
+    /// Runs the `on_close` callbacks, once. For the connection's task. Each is the
+    /// application's code (or a registry's): one that panics is logged, and the others
+    /// still run, so every registry forgets the peer and the connection still ends.
     pub(crate) fn run_on_close(&self) {
         let callbacks = lock(&self.on_close).take();
         for callback in callbacks.into_iter().flatten() {
-            callback();
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(callback)).is_err() {
+                tracing::error!("an on_close callback panicked");
+            }
         }
     }
 
