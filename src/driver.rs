@@ -218,7 +218,8 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
     }
 
     /// After a panic got out of [`run`](Self::run): ends the connection where it
-    /// stands. Its transport, handler tasks and queue go with the task.
+    /// stands. Its transport and handler tasks go with the task; its queue, which the
+    /// handles share, is closed and emptied here.
     fn panicked(&mut self) -> Peer {
         tracing::error!("the connection's task panicked; the connection ends (1011)");
         self.call_timer.stop();
@@ -228,6 +229,9 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
             reason: "the connection's task panicked".into(),
         });
         self.dispatch.stop();
+        // Nothing will write what is queued: it goes, and senders waiting for room (or
+        // coming later) are told the connection has ended.
+        self.writer.close_queue(true);
         Peer::handle(self.shared.clone())
     }
 

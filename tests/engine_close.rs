@@ -321,3 +321,96 @@ async fn a_panicking_on_close_callback_does_not_leave_the_peer_half_ended() {
         "the notification waiting for room did not end with Closed: {ended:?}"
     );
 }
+
+/// A transport of the application's own (here a WebSocket wrapped by code with a bug)
+/// that panics on the connection's task. The connection ends (1011) and its waiting
+/// calls fail, but its outgoing queue was left open: a notification waiting for room
+/// in it waited forever, and `notify` on the closed peer said `Ok` while its frame
+/// went nowhere.
+#[tokio::test]
+async fn a_panic_in_the_connections_task_closes_its_outgoing_queue_too() {
+    use std::pin::Pin;
+    use std::task::{Context as TaskContext, Poll};
+
+    use common::unix::{config, ws_pair, Raw};
+    use futures_util::{Sink, Stream};
+    use jsonrpc_peer::transport::{Frame, TransportError, WebSocket};
+    use jsonrpc_peer::{Caller, Error, Peer};
+    use tokio::net::UnixStream;
+
+    /// Panics when it reads the text `boom`.
+    struct Buggy(WebSocket<UnixStream>);
+
+    impl Stream for Buggy {
+        type Item = Result<Frame, TransportError>;
+        fn poll_next(
+            mut self: Pin<&mut Self>,
+            cx: &mut TaskContext<'_>,
+        ) -> Poll<Option<Self::Item>> {
+            let next = Pin::new(&mut self.0).poll_next(cx);
+            if let Poll::Ready(Some(Ok(Frame::Text(text)))) = &next {
+                assert_ne!(text.as_str(), "boom", "a bug in the transport");
+            }
+            next
+        }
+    }
+
+    impl Sink<Frame> for Buggy {
+        type Error = TransportError;
+        fn poll_ready(
+            mut self: Pin<&mut Self>,
+            cx: &mut TaskContext<'_>,
+        ) -> Poll<Result<(), TransportError>> {
+            Pin::new(&mut self.0).poll_ready(cx)
+        }
+        fn start_send(mut self: Pin<&mut Self>, frame: Frame) -> Result<(), TransportError> {
+            Pin::new(&mut self.0).start_send(frame)
+        }
+        fn poll_flush(
+            mut self: Pin<&mut Self>,
+            cx: &mut TaskContext<'_>,
+        ) -> Poll<Result<(), TransportError>> {
+            Pin::new(&mut self.0).poll_flush(cx)
+        }
+        fn poll_close(
+            mut self: Pin<&mut Self>,
+            cx: &mut TaskContext<'_>,
+        ) -> Poll<Result<(), TransportError>> {
+            Pin::new(&mut self.0).poll_close(cx)
+        }
+    }
+
+    let (client, server) = ws_pair().await;
+    let peer = Peer::start(
+        Buggy(WebSocket::new(server)),
+        Router::new(),
+        &config().outgoing_queue(4),
+    );
+    // Notifications until one fails; the client reads none, so they end up waiting
+    // for room.
+    let sender = tokio::spawn({
+        let peer = peer.clone();
+        async move {
+            for i in 0..100_000u64 {
+                if let Err(e) = peer.notify("item", [i]).await {
+                    return Some(e);
+                }
+            }
+            None
+        }
+    });
+    let mut raw = Raw(client);
+    raw.send("boom").await;
+    let reason = within(peer.closed()).await;
+    assert!(
+        matches!(reason, CloseReason::Local { code: 1011, .. }),
+        "{reason:?}"
+    );
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(5), sender).await;
+    assert!(
+        matches!(ended, Ok(Ok(Some(Error::Closed(_))))),
+        "the notification waiting for room did not end with Closed: {ended:?}"
+    );
+    let late = peer.notify("late", ()).await;
+    assert!(matches!(late, Err(Error::Closed(_))), "{late:?}");
+}
