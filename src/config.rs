@@ -57,7 +57,9 @@ pub struct PeerConfig {
     pub ping_interval: Option<Duration>,
     /// How long a ping may go unanswered (nothing at all heard from the other side
     /// since it was sent) before the connection is closed (default 30 s). A peer
-    /// that goes silent is caught within the ping interval plus this timeout.
+    /// that goes silent is caught within the ping interval plus this timeout. While
+    /// the outgoing queue is full (no ping fits), the other side taking frames from
+    /// it counts as hearing from it.
     pub keepalive_timeout: Duration,
     /// How long a closing handshake may take before the connection is dropped
     /// (default 2 s), whatever is still queued. A close frame from the other side is

@@ -204,7 +204,8 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                     self.writer.give_back_room();
                     match keepalive.tick(now, reading) {
                         Tick::Wait => {}
-                        // A full queue means the link is busy: the silence is timed anyway.
+                        // A full queue takes no ping: the silence is timed anyway, and
+                        // the other side taking frames from it counts (`poll_event`).
                         Tick::Ping => self.writer.ping(),
                         Tick::TimedOut => break (CloseReason::KeepaliveTimeout, false),
                     }
@@ -265,11 +266,19 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         }
         // Reading is held up by answers waiting for room, which only writing frees.
         let held_up = self.writer.waiting() > 0 && !self.may_read();
+        // A ping waits for its answer with the outgoing queue full: the ping did not go
+        // out (a full queue takes none), or waits behind frames the other side reads
+        // slower than this side makes them. A side that only reads (a browser) has
+        // nothing else to answer with. Looked at only while a ping waits: it locks.
+        let backed_up = held_up
+            || (self.keepalive.as_ref().is_some_and(Keepalive::awaiting)
+                && self.writer.queue_full());
         // After reading, so the answers to everything just read go out in one flush.
         let fed = self.writer.poll_write(cx);
-        if held_up && fed {
+        if backed_up && fed {
             // Held up by a side that does not read what it asked for, this side cannot
-            // read its pongs (they wait behind the calls not read yet): that it takes
+            // read its pongs (they wait behind the calls not read yet); backed up, the
+            // ping waits behind the queue. Either way, that the other side takes
             // frames again is its sign of life.
             if let Some(keepalive) = &mut self.keepalive {
                 keepalive.heard();

@@ -418,6 +418,11 @@ impl OutQueue {
         }
     }
 
+    /// Whether the queue is at one of its bounds (a sender would wait for room).
+    pub(crate) fn is_full(&self) -> bool {
+        self.state().full(self.max_frames, self.max_bytes)
+    }
+
     /// Whether the queue holds at most half of each bound.
     pub(crate) fn half_empty(&self) -> bool {
         !self.state().over_half(self.max_frames, self.max_bytes)

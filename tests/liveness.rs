@@ -575,3 +575,54 @@ async fn a_stalled_connection_pings_and_waits_for_the_answer_before_giving_up() 
         server.close_reason()
     );
 }
+
+/// A client that reads a long stream of notifications steadily, but slower than the
+/// server makes them, and sends nothing (a browser: it answers pings but sends none).
+/// The handler waits for room in the outgoing queue, so the queue is full at every
+/// keepalive tick and no ping can be queued; the client still reads a frame every
+/// 20 ms. The silence was timed all the same, and the server closed the connection
+/// with 1011 two seconds in, a live client that was reading. The sink taking frames
+/// while the queue is full is the sign of life, as for answers a client reads slowly.
+#[tokio::test(start_paused = true)]
+async fn a_client_reading_a_long_stream_steadily_is_not_closed_by_keepalive() {
+    use common::unix::{start, ws_pair, Raw};
+
+    const ITEMS: u64 = 300;
+    let second = Duration::from_secs(1);
+    let config = PeerConfig::default()
+        .outgoing_queue(4)
+        .ping_interval(Some(second))
+        .keepalive_timeout(second);
+    let router = Router::new().method("stream", |cx: Context, (n,): (u64,)| async move {
+        let chunk = "x".repeat(16 * 1024);
+        for i in 0..n {
+            if cx.peer().notify("item", (i, &chunk)).await.is_err() {
+                return Err(RpcError::internal_error("the connection ended"));
+            }
+        }
+        Ok::<_, RpcError>(n)
+    });
+    let (client, server) = ws_pair().await;
+    let peer = start(server, router, &config);
+    let mut raw = Raw(client);
+    raw.send(&format!(
+        r#"{{"jsonrpc":"2.0","method":"stream","params":[{ITEMS}],"id":1}}"#
+    ))
+    .await;
+
+    // 300 items, one every 20 ms: 6 s, six keepalive periods.
+    let began = tokio::time::Instant::now();
+    for i in 0..ITEMS {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            !peer.is_closed(),
+            "closed {:?} in, after the client read {i} items: {:?}",
+            began.elapsed(),
+            peer.close_reason()
+        );
+        let item = raw.recv().await;
+        assert_eq!(item["params"][0], i, "{}", item["method"]);
+    }
+    assert_eq!(raw.recv().await["result"], ITEMS);
+    assert!(!peer.is_closed(), "{:?}", peer.close_reason());
+}

@@ -52,6 +52,11 @@ impl Keepalive {
         self.unanswered = None;
     }
 
+    /// Whether a ping waits for its answer (or was due, and the queue took none).
+    pub(super) fn awaiting(&self) -> bool {
+        self.unanswered.is_some()
+    }
+
     /// Ready with the timer's deadline when it fires, or the clock's reading if it
     /// fired late: a task that did not run for a while (a stopped process, a starved
     /// runtime) must not replay the schedule it missed, where a ping "sent" at one past

@@ -138,6 +138,11 @@ impl<T: Transport> Writer<T> {
         self.waiting_bytes >= self.queue().max_bytes()
     }
 
+    /// Whether the outgoing queue is at one of its bounds.
+    pub(super) fn queue_full(&self) -> bool {
+        self.queue().is_full()
+    }
+
     /// Queues a keepalive ping, unless the queue is full (then the link is busy, and the
     /// silence is timed anyway).
     pub(super) fn ping(&self) {
