@@ -35,7 +35,8 @@ pub struct PeerConfig {
     /// -32600 error and none of its calls runs.
     pub max_batch_len: usize,
     /// How many incoming calls (or batches) may run at once on one connection
-    /// (default 256). Past it the peer stops reading until some finish.
+    /// (default 256). Past it the peer stops reading until some finish; answers to
+    /// its own calls are still read (a handler may be waiting on one).
     pub max_in_flight: usize,
     /// How many outgoing frames may wait for the socket (default 1,024). Calls and
     /// answers wait for room; a broadcast to a full queue applies the slow-peer policy.
@@ -63,8 +64,9 @@ pub struct PeerConfig {
     pub keepalive_timeout: Duration,
     /// How long a closing handshake may take before the connection is dropped
     /// (default 2 s), whatever is still queued. A close frame from the other side is
-    /// seen even while reading is paused because that side reads nothing (its answers
-    /// wait for room): the connection reads one message ahead then.
+    /// seen even while reading is paused (too many calls running, or that side reads
+    /// nothing and its answers wait for room): the connection reads on then, up to
+    /// one message that would start something.
     pub close_timeout: Duration,
     /// The WebSocket read buffer, in bytes (default 2 KiB). It is allocated for
     /// every connection; larger messages still arrive whole. JSON-RPC frames are

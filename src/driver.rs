@@ -287,15 +287,13 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         if self.writer.failed() {
             return Poll::Ready(Event::End(CloseReason::Eof));
         }
-        if held_up {
-            // Writing made room for the answers that held reading up.
-            if self.may_read() {
-                return Poll::Ready(Event::Again);
-            }
-            if self.writer.waiting() > 0 {
-                if let Poll::Ready(reason) = self.poll_ahead(cx) {
-                    return Poll::Ready(Event::End(reason));
-                }
+        // Writing made room for the answers that held reading up.
+        if held_up && self.may_read() {
+            return Poll::Ready(Event::Again);
+        }
+        if !self.may_read() {
+            if let Poll::Ready(reason) = self.poll_ahead(cx) {
+                return Poll::Ready(Event::End(reason));
             }
         }
         self.call_timer.poll(cx, self.shared.pending());
@@ -362,19 +360,26 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         Poll::Ready(Ok(frame))
     }
 
-    /// While reading is paused by answers waiting for room, which only the other side's
-    /// reading frees: reads one message ahead, so that the end of the connection right
-    /// behind what was read (a close frame, the transport's end or failure) is acted on
-    /// now, not once reading resumes, which it never does if the other side does not
-    /// read. (A pause of this side's own making, its handlers behind, ends by itself.)
-    /// The message waits in `ahead` for its turn, and is dropped if the connection ends
-    /// first: nothing could be answered after the other side's close. Pings, pongs and
-    /// binary frames do not take its place. Ready with the cause of the end.
+    /// While reading is paused (too many calls running, notifications behind, answers
+    /// waiting for room): reads on up to the first message that would start something.
+    /// Answers to this side's calls start nothing and are routed at once: a running
+    /// handler may be waiting for one (it called the other side back), and the pause
+    /// would last until its call timed out. The end of the connection right behind what
+    /// was read (a close frame, the transport's end or failure) is acted on now, not
+    /// once reading resumes, which it never does if the other side does not read its
+    /// answers (or this side's handlers wait on that side). The message that would
+    /// start something waits in `ahead` for its turn, and is dropped if the connection
+    /// ends first: nothing could be answered after the other side's close. Pings,
+    /// pongs and binary frames do not take its place. Ready with the cause of the end.
     fn poll_ahead(&mut self, cx: &mut TaskContext<'_>) -> Poll<CloseReason> {
         while self.ahead.is_none() {
             match std::task::ready!(self.poll_frame(cx)) {
                 Err(reason) => return Poll::Ready(reason),
-                Ok(Frame::Text(text)) => self.ahead = Some(text),
+                Ok(Frame::Text(text)) => {
+                    if let Err(text) = self.dispatch.answers_only(text) {
+                        self.ahead = Some(text);
+                    }
+                }
                 Ok(frame) => {
                     if let Some(reason) = on_control(frame) {
                         return Poll::Ready(reason);

@@ -626,3 +626,31 @@ async fn a_client_reading_a_long_stream_steadily_is_not_closed_by_keepalive() {
     assert_eq!(raw.recv().await["result"], ITEMS);
     assert!(!peer.is_closed(), "{:?}", peer.close_reason());
 }
+
+/// Handlers may call back the side that called them. With as many such handlers
+/// running as the in-flight limit allows, the server stopped reading, and the answers
+/// to their calls back waited unread behind the limit they held: each handler waited
+/// its whole call timeout (30 s) and the client's calls failed with -32603. Answers to
+/// this side's own calls start nothing, and are read while reading is paused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_at_the_in_flight_limit_get_the_answers_to_their_calls_back() {
+    let server_router = Router::new().method("ask", |cx: Context, (): ()| async move {
+        cx.peer()
+            .call::<u64>("confirm", ())
+            .await
+            .map_err(|e| RpcError::internal_error(e.to_string()))
+    });
+    let config = PeerConfig::default().max_in_flight(2);
+    let (url, _handle) = common::serve_with(server_router, config).await;
+    let client_router = Router::new().method("confirm", |_cx: Context, (): ()| async {
+        Ok::<_, RpcError>(7u64)
+    });
+    let client = within(connect(&url, client_router)).await.unwrap();
+
+    let both = async { tokio::join!(client.call::<u64>("ask", ()), client.call::<u64>("ask", ())) };
+    let answers = tokio::time::timeout(Duration::from_secs(5), both).await;
+    let Ok((first, second)) = answers else {
+        panic!("no answer within 5 s: the answers to the calls back are not read");
+    };
+    assert_eq!((first.unwrap(), second.unwrap()), (7, 7));
+}

@@ -123,6 +123,24 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         (!self.loose.is_empty()).then(|| self.loose.remove(0))
     }
 
+    /// While reading is paused: acts on `frame` at once if it holds only answers to
+    /// this side's calls (a response, or an array of them), which start nothing and
+    /// may be what a running handler waits for. Anything else is given back, to wait
+    /// for its turn.
+    pub(super) fn answers_only(&mut self, frame: Text) -> Result<(), Text> {
+        let only_answers = match message::classify(&frame, self.max_batch) {
+            Incoming::Single(item) => item.is_answer(),
+            Incoming::Batch(items) => items.iter().all(Item::is_answer),
+            Incoming::Reject(_) => false,
+        };
+        if !only_answers {
+            return Err(frame);
+        }
+        let answer = self.on_text(frame);
+        debug_assert!(answer.is_none(), "answers are never answered");
+        Ok(())
+    }
+
     /// Handles one text frame. Returns the one answer to write now, if any: a frame
     /// gets at most one (a batch's answers are joined into one array).
     pub(super) fn on_text(&mut self, frame: Text) -> Option<String> {
