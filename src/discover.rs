@@ -16,9 +16,12 @@
 //! struct reads named and positional params alike; a field is `"required": false` when
 //! it and every field after it may be left out, by name and by position alike); a
 //! tuple's elements are positional
-//! (`"by-position"`); `()` takes none. Any other params type (a `Vec`, an enum) is
-//! described whole, as one descriptor named `params` with `"x-params": "whole"`: the
-//! params value itself has that schema.
+//! (`"by-position"`); `()` takes none. One value that reads no sequence and is not an
+//! object (an `i64`, a `String`, an enum, an `Option` of one) goes in a one-element
+//! array (`[5]`, as the router reads it and typed calls send it): one positional
+//! descriptor, `arg0`. Any other params type (a `Vec`, a map) is described whole, as
+//! one descriptor named `params` with `"x-params": "whole"`: the params value itself
+//! has that schema.
 
 use std::sync::Arc;
 
@@ -46,7 +49,25 @@ pub(crate) struct EntrySchema {
     params: Schema,
     /// A struct's fields in declaration order, as serde reads them.
     fields: Option<&'static [&'static str]>,
+    /// How the router reads params of one value, for a type that reads no sequence.
+    one: OneValue,
     result: Option<Schema>,
+}
+
+/// Whether params are one value that goes in a one-element array (`[5]`, `["fast"]`:
+/// the router reads them so, and typed calls send them so), and whether that value may
+/// be left out.
+#[derive(Clone, Copy)]
+struct OneValue {
+    positional: bool,
+    optional: bool,
+}
+
+fn one_value<P: DeserializeOwned>() -> OneValue {
+    OneValue {
+        positional: crate::router::reads_no_sequence::<P>(),
+        optional: crate::router::reads_absent_params::<P>(),
+    }
 }
 
 pub(crate) fn method_schema<M: Method>(generator: &mut SchemaGenerator) -> EntrySchema
@@ -57,6 +78,7 @@ where
     EntrySchema {
         params: generator.subschema_for::<M::Params>(),
         fields: struct_fields::<M::Params>(),
+        one: one_value::<M::Params>(),
         result: Some(generator.subschema_for::<M::Result>()),
     }
 }
@@ -68,6 +90,7 @@ where
     EntrySchema {
         params: generator.subschema_for::<N::Params>(),
         fields: struct_fields::<N::Params>(),
+        one: one_value::<N::Params>(),
         result: None,
     }
 }
@@ -108,7 +131,7 @@ impl Api {
             let schema = (entry.schema)(&mut generator);
             let mut method = Map::new();
             method.insert("name".into(), entry.name.into());
-            describe_params(&mut generator, schema.params, schema.fields, &mut method);
+            describe_params(&mut generator, &schema, &mut method);
             if let Some(mut result) = schema.result {
                 transform(&mut generator, &mut result);
                 method.insert(
@@ -164,11 +187,11 @@ fn resolve(generator: &mut SchemaGenerator, schema: &Schema) -> Schema {
 
 fn describe_params(
     generator: &mut SchemaGenerator,
-    params: Schema,
-    fields: Option<&'static [&'static str]>,
+    schema: &EntrySchema,
     method: &mut Map<String, Value>,
 ) {
-    let resolved = resolve(generator, &params);
+    let (params, fields, one) = (&schema.params, schema.fields, schema.one);
+    let resolved = resolve(generator, params);
     let is = |t: &str| resolved.get("type").and_then(Value::as_str) == Some(t);
     let (descriptors, structure) = if is("null") {
         (Vec::new(), "either")
@@ -228,8 +251,16 @@ fn describe_params(
             .map(|(i, item)| json!({"name": format!("arg{i}"), "schema": item, "required": true}))
             .collect();
         (descriptors, "by-position")
+    } else if one.positional && !is("object") {
+        // One value that is not an object (a number, a string, an enum with unit
+        // variants): params are never a bare scalar, so it goes as `[value]`.
+        let mut value = params.clone();
+        transform(generator, &mut value);
+        let descriptor =
+            json!({"name": "arg0", "schema": value.to_value(), "required": !one.optional});
+        (vec![descriptor], "by-position")
     } else {
-        let mut whole = params;
+        let mut whole = params.clone();
         transform(generator, &mut whole);
         method.insert("x-params".into(), "whole".into());
         let descriptor = json!({"name": "params", "schema": whole.to_value(), "required": true});

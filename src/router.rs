@@ -256,11 +256,7 @@ pub(crate) fn decode_params<P: DeserializeOwned>(
         // enum's "expected value"), so a type that reads arrays itself, and fails on
         // one inside, is never second-guessed.
         if let Ok([only]) = serde_json::from_str::<[&serde_json::value::RawValue; 1]>(text) {
-            let reads_none = serde_json::from_str::<P>("[]").is_err_and(|e| {
-                let m = e.to_string();
-                m.starts_with("invalid type: sequence") || m.starts_with("expected value")
-            });
-            if reads_none {
+            if reads_no_sequence::<P>() {
                 return serde_json::from_str(only.get());
             }
         }
@@ -287,6 +283,22 @@ pub(crate) fn decode_params<P: DeserializeOwned>(
             None => Err(e),
         }
     })
+}
+
+/// Whether `P` reads no sequence at all (an empty one is refused as one: "invalid
+/// type: sequence", or an enum's "expected value"): then positional params `[x]` are
+/// its `x` (see [`decode_params`]).
+pub(crate) fn reads_no_sequence<P: DeserializeOwned>() -> bool {
+    serde_json::from_str::<P>("[]").is_err_and(|e| {
+        let m = e.to_string();
+        m.starts_with("invalid type: sequence") || m.starts_with("expected value")
+    })
+}
+
+/// Whether `P` reads absent params (see [`decode_params`]).
+#[cfg_attr(not(feature = "schemars"), allow(dead_code))]
+pub(crate) fn reads_absent_params<P: DeserializeOwned>() -> bool {
+    absent_params::<P>().is_ok()
 }
 
 /// Absent params: `null`, else `[]`, else `{}`.

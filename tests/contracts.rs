@@ -665,3 +665,74 @@ async fn a_reconnecting_client_follows_a_contract_of_one_value_with_and_without_
         within(client.close()).await;
     }
 }
+
+#[derive(Serialize, Deserialize, JsonSchema, Debug, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum Pace {
+    Fast,
+    Slow,
+}
+
+jsonrpc_peer::method!(Double = "double", i64 => i64);
+jsonrpc_peer::method!(Pick = "pick", Pace => String);
+jsonrpc_peer::method!(Maybe = "maybe", Option<u32> => u32);
+
+/// The params of `method` made as its `rpc.discover` entry describes them, from the
+/// values of its descriptors in order: the value itself for `"x-params": "whole"`, an
+/// array for `"by-position"`.
+fn params_as_described(method: &Value, values: Vec<Value>) -> Value {
+    if method["x-params"] == "whole" {
+        values.into_iter().next().unwrap()
+    } else {
+        assert_eq!(method["paramStructure"], "by-position", "{method:#}");
+        Value::Array(values)
+    }
+}
+
+/// A client that knows only the `rpc.discover` document (a generated client, the web
+/// demo's TypeScript types) makes its params as the document says: for a contract of
+/// one number, one string of an enum or an `Option` of one, what it sends must be
+/// what the server accepts.
+#[tokio::test]
+async fn params_of_one_value_are_described_as_the_server_reads_them() {
+    let api = Api::new("one", "1.0.0")
+        .serves(Double)
+        .serves(Pick)
+        .serves(Maybe)
+        .serves(Sum);
+    let router = Router::new()
+        .handle(Double, |_cx, n| async move { Ok(n * 2) })
+        .handle(Pick, |_cx, pace| async move { Ok(format!("{pace:?}")) })
+        .handle(Maybe, |_cx, n| async move { Ok(n.unwrap_or(7)) })
+        .handle(Sum, |_cx, values| async move { Ok(values.iter().sum()) })
+        .discover(&api);
+    let (url, _server) = serve(router).await;
+    let mut raw = common::RawClient::connect(&url).await;
+    let doc = raw
+        .ask(r#"{"jsonrpc":"2.0","method":"rpc.discover","id":0}"#)
+        .await["result"]
+        .clone();
+    for (id, name, values, expected) in [
+        (1, "double", vec![json!(21)], json!(42)),
+        (2, "pick", vec![json!("slow")], json!("Slow")),
+        (3, "maybe", vec![json!(5)], json!(5)),
+        (4, "sum", vec![json!([1, 2, 3])], json!(6)),
+    ] {
+        let described = method(&doc, name);
+        let params = params_as_described(described, values);
+        let frame = json!({"jsonrpc": "2.0", "method": name, "params": params, "id": id});
+        let answer = raw.ask(&frame.to_string()).await;
+        assert_eq!(
+            answer["result"], expected,
+            "`{name}` described as {described}; sent as described ({frame}), the server answered {answer}"
+        );
+    }
+    // The `Option` may be left out, as the server reads absent params.
+    let maybe = method(&doc, "maybe");
+    assert_eq!(maybe["params"][0]["required"], false, "{maybe:#}");
+    let answer = raw
+        .ask(r#"{"jsonrpc":"2.0","method":"maybe","params":[],"id":5}"#)
+        .await;
+    assert_eq!(answer["result"], 7, "{answer}");
+    assert_eq!(method(&doc, "double")["params"][0]["required"], true);
+}
