@@ -256,7 +256,7 @@ pub(crate) fn decode_params<P: DeserializeOwned>(
         // enum's "expected value"), so a type that reads arrays itself, and fails on
         // one inside, is never second-guessed.
         if let Ok([only]) = serde_json::from_str::<[&serde_json::value::RawValue; 1]>(text) {
-            if reads_no_sequence::<P>() {
+            if reads_no_sequence::<P>() || untagged_of_no_sequence::<P>() {
                 return serde_json::from_str(only.get());
             }
         }
@@ -292,6 +292,16 @@ pub(crate) fn reads_no_sequence<P: DeserializeOwned>() -> bool {
     serde_json::from_str::<P>("[]").is_err_and(|e| {
         let m = e.to_string();
         m.starts_with("invalid type: sequence") || m.starts_with("expected value")
+    })
+}
+
+/// Whether `P` is an untagged enum none of whose variants reads an empty sequence (a
+/// number or a name: `enum Key { Id(u64), Name(String) }`): its typed calls send a
+/// variant of one value as `[x]` too, and serde's own message for it names no type.
+fn untagged_of_no_sequence<P: DeserializeOwned>() -> bool {
+    serde_json::from_str::<P>("[]").is_err_and(|e| {
+        e.to_string()
+            .starts_with("data did not match any variant of untagged enum")
     })
 }
 

@@ -736,3 +736,36 @@ async fn params_of_one_value_are_described_as_the_server_reads_them() {
     assert_eq!(answer["result"], 7, "{answer}");
     assert_eq!(method(&doc, "double")["params"][0]["required"], true);
 }
+
+/// A key that is a number or a name: an untagged enum whose variants are one value.
+#[derive(Serialize, Deserialize, JsonSchema, Debug, PartialEq)]
+#[serde(untagged)]
+enum Key {
+    Id(u64),
+    Name(String),
+}
+
+jsonrpc_peer::method!(Lookup = "lookup", Key => String);
+
+/// A contract whose params are an untagged enum of a number or a string: the typed call
+/// sends the value as `[7]` (params are never a bare value), and the contract's own
+/// handler must read it back.
+#[tokio::test]
+async fn a_typed_call_of_an_untagged_enum_of_one_value_reaches_its_handler() {
+    let router = Router::new().handle(Lookup, |_cx, key| async move {
+        Ok(match key {
+            Key::Id(id) => format!("id {id}"),
+            Key::Name(name) => format!("name {name}"),
+        })
+    });
+    let (url, _server) = serve(router).await;
+    let peer = within(connect(&url, Router::new())).await.unwrap();
+    for (key, expected) in [(Key::Id(7), "id 7"), (Key::Name("ana".into()), "name ana")] {
+        let answer = within(peer.request(Lookup, &key)).await;
+        match answer {
+            Ok(text) => assert_eq!(text, expected),
+            Err(e) => panic!("request(Lookup, &{key:?}) failed: {e}"),
+        }
+    }
+    peer.close().await;
+}
