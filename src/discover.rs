@@ -15,9 +15,10 @@
 //! descriptor each, in declaration order, with `"paramStructure": "either"` (a derived
 //! struct reads named and positional params alike; a field is `"required": false` when
 //! it and every field after it may be left out, by name and by position alike); a
-//! tuple's elements are positional
-//! (`"by-position"`); `()` takes none. One value that reads no sequence and is not an
-//! object (an `i64`, a `String`, an enum, an `Option` of one) goes in a one-element
+//! tuple's elements are positional (`"by-position"`; its trailing `Option`s, which the
+//! router reads when left out, not required); `()` takes none. One value that reads no
+//! sequence and is not an object (an `i64`, a `String`, an enum, an `Option` of one)
+//! goes in a one-element
 //! array (`[5]`, as the router reads it and typed calls send it): one positional
 //! descriptor, `arg0`. Any other params type (a `Vec`, a map) is described whole, as
 //! one descriptor named `params` with `"x-params": "whole"`: the params value itself
@@ -245,10 +246,20 @@ fn describe_params(
         let structure = if by_position { "either" } else { "by-name" };
         (descriptors, structure)
     } else if let (true, Some(Value::Array(items))) = (is("array"), resolved.get("items")) {
+        // Positional params short of a tuple's length are read with `null`s after them:
+        // trailing elements that take `null` (`Option`s) may be left out. The first is
+        // needed all the same (`[]` reads as absent params, which a tuple does not).
+        let optional_from = items
+            .iter()
+            .rposition(|item| !nullable(generator, item, 0))
+            .map_or(1, |last| last + 1)
+            .max(1);
         let descriptors = items
             .iter()
             .enumerate()
-            .map(|(i, item)| json!({"name": format!("arg{i}"), "schema": item, "required": true}))
+            .map(|(i, item)| {
+                json!({"name": format!("arg{i}"), "schema": item, "required": i < optional_from})
+            })
             .collect();
         (descriptors, "by-position")
     } else if one.positional && !is("object") {
@@ -268,6 +279,49 @@ fn describe_params(
     };
     method.insert("params".into(), Value::Array(descriptors));
     method.insert("paramStructure".into(), structure.into());
+}
+
+/// Whether a value of `schema` may be `null` (an `Option`, `()`, any value), following
+/// `$ref`s into the components a few deep.
+fn nullable(generator: &SchemaGenerator, schema: &Value, depth: u8) -> bool {
+    let Value::Object(schema) = schema else {
+        return schema == &Value::Bool(true);
+    };
+    if depth > 8 {
+        return false;
+    }
+    if let Some(target) = schema
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix(&format!("#{COMPONENTS}/")))
+    {
+        return generator
+            .definitions()
+            .get(target)
+            .is_some_and(|target| nullable(generator, target, depth + 1));
+    }
+    match schema.get("type") {
+        Some(Value::String(t)) => return t == "null",
+        Some(Value::Array(types)) => return types.iter().any(|t| t == "null"),
+        _ => {}
+    }
+    let any = |key: &str| {
+        schema
+            .get(key)
+            .and_then(Value::as_array)
+            .map(|all| all.iter().any(|s| nullable(generator, s, depth + 1)))
+    };
+    if let Some(found) = any("anyOf").or_else(|| any("oneOf")) {
+        return found;
+    }
+    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
+        return values.contains(&Value::Null);
+    }
+    if let Some(value) = schema.get("const") {
+        return value.is_null();
+    }
+    // No constraint on the value's kind (`{}`, a description alone): any value.
+    !schema.contains_key("allOf") && !schema.contains_key("not")
 }
 
 /// The field names serde reads a struct with, in declaration order: asks `P` to

@@ -412,3 +412,35 @@ async fn a_typed_notification_of_one_value_reaches_its_typed_handler() {
     assert_eq!(within(at_server.recv()).await, Some(8));
     peer.close().await;
 }
+
+jsonrpc_peer::method!(Find = "find", (String, Option<u32>) => String);
+
+/// The router reads a tuple's trailing `Option` left out by position (`["rust"]` for
+/// `(String, Option<u32>)`, router.rs: "a tuple's trailing `Option`s may be left out"),
+/// as it does a struct's: the document says so too, as it does for a struct's field.
+#[tokio::test]
+async fn rpc_discover_calls_a_tuple_s_trailing_option_not_required() {
+    let api = Api::new("find", "1.0.0").serves(Find);
+    let router = Router::new()
+        .handle(Find, |_cx, (query, limit)| async move {
+            Ok(format!("{query}:{limit:?}"))
+        })
+        .discover(&api);
+    let (url, _server) = serve(router).await;
+    let peer = within(connect(&url, Router::new())).await.unwrap();
+    let short: jsonrpc_peer::Result<String> = within(peer.call("find", json!(["rust"]))).await;
+    assert_eq!(
+        short.unwrap(),
+        "rust:None",
+        "the server takes the short form"
+    );
+    let doc: Value = within(peer.call("rpc.discover", ())).await.unwrap();
+    let find = method(&doc, "find");
+    assert_eq!(find["paramStructure"], "by-position", "{find:#}");
+    assert_eq!(find["params"][0]["required"], true, "{find:#}");
+    assert_eq!(
+        find["params"][1]["required"], false,
+        "the server takes [\"rust\"], yet the document requires the second param: {find:#}"
+    );
+    peer.close().await;
+}
