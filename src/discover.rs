@@ -16,9 +16,9 @@
 //! struct reads named and positional params alike; a field is `"required": false` when
 //! it and every field after it may be left out, by name and by position alike); a
 //! tuple's elements are positional (`"by-position"`; its trailing `Option`s, which the
-//! router reads when left out, not required); `()` takes none. One value that reads no
-//! sequence and is not an object (an `i64`, a `String`, an enum, an `Option` of one)
-//! goes in a one-element
+//! router reads when left out, not required); `()` takes none. One value that may be
+//! other than an object and reads no sequence (an `i64`, a `String`, an enum, an
+//! untagged enum of a number or a string, an `Option` of one) goes in a one-element
 //! array (`[5]`, as the router reads it and typed calls send it): one positional
 //! descriptor, `arg0`. Any other params type (a `Vec`, a map) is described whole, as
 //! one descriptor named `params` with `"x-params": "whole"`: the params value itself
@@ -66,7 +66,8 @@ struct OneValue {
 
 fn one_value<P: DeserializeOwned>() -> OneValue {
     OneValue {
-        positional: crate::router::reads_no_sequence::<P>(),
+        positional: crate::router::reads_no_sequence::<P>()
+            || crate::router::untagged_of_no_sequence::<P>(),
         optional: crate::router::reads_absent_params::<P>(),
     }
 }
@@ -262,9 +263,11 @@ fn describe_params(
             })
             .collect();
         (descriptors, "by-position")
-    } else if one.positional && !is("object") {
-        // One value that is not an object (a number, a string, an enum with unit
-        // variants): params are never a bare scalar, so it goes as `[value]`.
+    } else if one.positional && !objects_only(generator, resolved.as_value(), 0) {
+        // One value that may be other than an object (a number, a string, an enum with
+        // unit variants, an untagged enum of a number or a string): params are never a
+        // bare scalar, so it goes as `[value]`. (One that is always an object, an
+        // untagged enum of structs, is still described whole: it goes as it is.)
         let mut value = params.clone();
         transform(generator, &mut value);
         let descriptor =
@@ -279,6 +282,44 @@ fn describe_params(
     };
     method.insert("params".into(), Value::Array(descriptors));
     method.insert("paramStructure".into(), structure.into());
+}
+
+/// Whether every value of `schema` is an object (following `$ref`s a few deep).
+fn objects_only(generator: &SchemaGenerator, schema: &Value, depth: u8) -> bool {
+    let Value::Object(schema) = schema else {
+        return false;
+    };
+    if depth > 8 {
+        return false;
+    }
+    if let Some(target) = schema
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix(&format!("#{COMPONENTS}/")))
+    {
+        return generator
+            .definitions()
+            .get(target)
+            .is_some_and(|target| objects_only(generator, target, depth + 1));
+    }
+    if let Some(t) = schema.get("type") {
+        return t == "object";
+    }
+    let each = |key: &str| {
+        schema
+            .get(key)
+            .and_then(Value::as_array)
+            .filter(|all| !all.is_empty())
+            .map(|all| all.iter().all(|s| objects_only(generator, s, depth + 1)))
+    };
+    if let Some(all) = each("anyOf").or_else(|| each("oneOf")) {
+        return all;
+    }
+    // allOf: every value meets each, so one that is objects only is enough.
+    schema
+        .get("allOf")
+        .and_then(Value::as_array)
+        .is_some_and(|all| all.iter().any(|s| objects_only(generator, s, depth + 1)))
 }
 
 /// Whether a value of `schema` may be `null` (an `Option`, `()`, any value), following

@@ -298,7 +298,7 @@ pub(crate) fn reads_no_sequence<P: DeserializeOwned>() -> bool {
 /// Whether `P` is an untagged enum none of whose variants reads an empty sequence (a
 /// number or a name: `enum Key { Id(u64), Name(String) }`): its typed calls send a
 /// variant of one value as `[x]` too, and serde's own message for it names no type.
-fn untagged_of_no_sequence<P: DeserializeOwned>() -> bool {
+pub(crate) fn untagged_of_no_sequence<P: DeserializeOwned>() -> bool {
     serde_json::from_str::<P>("[]").is_err_and(|e| {
         e.to_string()
             .starts_with("data did not match any variant of untagged enum")

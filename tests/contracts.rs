@@ -769,3 +769,27 @@ async fn a_typed_call_of_an_untagged_enum_of_one_value_reaches_its_handler() {
     }
     peer.close().await;
 }
+
+/// The untagged enum of a number or a string, as its `rpc.discover` entry describes it:
+/// what a client made from the document sends is what the server reads.
+#[tokio::test]
+async fn an_untagged_enum_of_one_value_is_described_as_the_server_reads_it() {
+    let api = Api::new("keys", "1.0.0").serves(Lookup);
+    let router = Router::new()
+        .handle(Lookup, |_cx, key| async move { Ok(format!("{key:?}")) })
+        .discover(&api);
+    let (url, _server) = serve(router).await;
+    let mut raw = common::RawClient::connect(&url).await;
+    let doc = raw
+        .ask(r#"{"jsonrpc":"2.0","method":"rpc.discover","id":0}"#)
+        .await["result"]
+        .clone();
+    let described = method(&doc, "lookup");
+    let params = params_as_described(described, vec![json!(7)]);
+    let frame = json!({"jsonrpc": "2.0", "method": "lookup", "params": params, "id": 1});
+    let answer = raw.ask(&frame.to_string()).await;
+    assert_eq!(
+        answer["result"], "Id(7)",
+        "`lookup` described as {described}; sent as described ({frame}), the server answered {answer}"
+    );
+}
