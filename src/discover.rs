@@ -284,6 +284,19 @@ fn describe_params(
     method.insert("paramStructure".into(), structure.into());
 }
 
+/// For a schema that is a `$ref` into the components: the schema it names (`None`
+/// when the components have no such name); `None` outright for any other schema.
+fn referenced<'g>(
+    generator: &'g SchemaGenerator,
+    schema: &Map<String, Value>,
+) -> Option<Option<&'g Value>> {
+    let name = schema
+        .get("$ref")
+        .and_then(Value::as_str)?
+        .strip_prefix(&format!("#{COMPONENTS}/"))?;
+    Some(generator.definitions().get(name))
+}
+
 /// Whether every value of `schema` is an object (following `$ref`s a few deep).
 fn objects_only(generator: &SchemaGenerator, schema: &Value, depth: u8) -> bool {
     let Value::Object(schema) = schema else {
@@ -292,15 +305,8 @@ fn objects_only(generator: &SchemaGenerator, schema: &Value, depth: u8) -> bool 
     if depth > 8 {
         return false;
     }
-    if let Some(target) = schema
-        .get("$ref")
-        .and_then(Value::as_str)
-        .and_then(|r| r.strip_prefix(&format!("#{COMPONENTS}/")))
-    {
-        return generator
-            .definitions()
-            .get(target)
-            .is_some_and(|target| objects_only(generator, target, depth + 1));
+    if let Some(target) = referenced(generator, schema) {
+        return target.is_some_and(|target| objects_only(generator, target, depth + 1));
     }
     if let Some(t) = schema.get("type") {
         return t == "object";
@@ -331,15 +337,8 @@ fn nullable(generator: &SchemaGenerator, schema: &Value, depth: u8) -> bool {
     if depth > 8 {
         return false;
     }
-    if let Some(target) = schema
-        .get("$ref")
-        .and_then(Value::as_str)
-        .and_then(|r| r.strip_prefix(&format!("#{COMPONENTS}/")))
-    {
-        return generator
-            .definitions()
-            .get(target)
-            .is_some_and(|target| nullable(generator, target, depth + 1));
+    if let Some(target) = referenced(generator, schema) {
+        return target.is_some_and(|target| nullable(generator, target, depth + 1));
     }
     match schema.get("type") {
         Some(Value::String(t)) => return t == "null",
