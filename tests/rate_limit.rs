@@ -37,6 +37,18 @@ fn split(answers: &Value) -> (usize, Vec<&Value>) {
     (ok, limited)
 }
 
+/// Reads past the answers, at most `frames` frames, to the close frame; its code.
+async fn close_code(client: &mut RawClient, frames: usize) -> Option<u16> {
+    for _ in 0..frames {
+        match within(futures_util::StreamExt::next(&mut client.ws)).await {
+            Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+            Some(Ok(_)) => continue,
+            other => panic!("the connection ended without a close frame: {other:?}"),
+        }
+    }
+    None
+}
+
 /// A burst of 10 and one call a second: a batch of 50 gets 10 answers and 40
 /// refusals, each with a retry-after; going on past the limit closes with 4029.
 #[tokio::test]
@@ -69,19 +81,7 @@ async fn each_batch_item_counts_and_abuse_closes_with_4029() {
     // Past 60 refusals within ten seconds: the answers already made still come, then
     // the close.
     client.send(&batch(100, 50)).await;
-    let mut code = None;
-    for _ in 0..10 {
-        match within(futures_util::StreamExt::next(&mut client.ws)).await {
-            Some(Ok(Message::Text(_))) => continue,
-            Some(Ok(Message::Close(frame))) => {
-                code = frame.map(|f| u16::from(f.code));
-                break;
-            }
-            Some(Ok(_)) => continue,
-            other => panic!("the connection ended without a close frame: {other:?}"),
-        }
-    }
-    assert_eq!(code, Some(RATE_LIMIT_CLOSE));
+    assert_eq!(close_code(&mut client, 10).await, Some(RATE_LIMIT_CLOSE));
 }
 
 /// Within the limit nothing is refused, and without one nothing ever is.
@@ -168,20 +168,8 @@ async fn invalid_requests_and_unreadable_frames_count_against_the_limit() {
     assert_eq!(invalid + limited, 50);
 
     // Frames that are not JSON, past the limit: refused, then the close.
-    let mut code = None;
     for _ in 0..30 {
         client.send("not json").await;
     }
-    for _ in 0..40 {
-        match within(futures_util::StreamExt::next(&mut client.ws)).await {
-            Some(Ok(Message::Text(_))) => continue,
-            Some(Ok(Message::Close(frame))) => {
-                code = frame.map(|f| u16::from(f.code));
-                break;
-            }
-            Some(Ok(_)) => continue,
-            other => panic!("the connection ended without a close frame: {other:?}"),
-        }
-    }
-    assert_eq!(code, Some(RATE_LIMIT_CLOSE));
+    assert_eq!(close_code(&mut client, 40).await, Some(RATE_LIMIT_CLOSE));
 }
