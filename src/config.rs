@@ -36,7 +36,9 @@ pub struct PeerConfig {
     pub max_batch_len: usize,
     /// How many incoming calls (or batches) may run at once on one connection
     /// (default 256). Past it the peer stops reading until some finish; answers to
-    /// its own calls are still read (a handler may be waiting on one).
+    /// its own calls are still read (a handler may be waiting on one), and so are
+    /// cancels (the call a cancel stops may be what holds reading up). A cancel
+    /// behind a call that waits for its turn is read at that call's turn.
     pub max_in_flight: usize,
     /// How many outgoing frames may wait for the socket (default 1,024). Calls and
     /// answers wait for room; a broadcast to a full queue applies the slow-peer policy.

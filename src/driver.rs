@@ -364,7 +364,10 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
     /// waiting for room): reads on up to the first message that would start something.
     /// Answers to this side's calls start nothing and are routed at once: a running
     /// handler may be waiting for one (it called the other side back), and the pause
-    /// would last until its call timed out. The end of the connection right behind what
+    /// would last until its call timed out. So are cancels: the call a cancel stops may
+    /// be what holds reading up, and one that never ends on its own would hold it for
+    /// good. (A cancel behind the message waiting in `ahead` is read when that message's
+    /// turn comes: reading cannot go past it without keeping more than one message.) The end of the connection right behind what
     /// was read (a close frame, the transport's end or failure) is acted on now, not
     /// once reading resumes, which it never does if the other side does not read its
     /// answers (or this side's handlers wait on that side). The message that would
@@ -375,11 +378,11 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
         while self.ahead.is_none() {
             match std::task::ready!(self.poll_frame(cx)) {
                 Err(reason) => return Poll::Ready(reason),
-                Ok(Frame::Text(text)) => {
-                    if let Err(text) = self.dispatch.answers_only(text) {
-                        self.ahead = Some(text);
-                    }
-                }
+                Ok(Frame::Text(text)) => match self.dispatch.starts_nothing(text) {
+                    Ok(Some(answer)) => self.writer.answer(cx, answer),
+                    Ok(None) => {}
+                    Err(text) => self.ahead = Some(text),
+                },
                 Ok(frame) => {
                     if let Some(reason) = on_control(frame) {
                         return Poll::Ready(reason);

@@ -250,6 +250,43 @@ async fn a_cancel_is_handled_at_once_while_an_ordered_notification_runs() {
     assert_eq!(next(&mut events).await, "released");
 }
 
+/// With `max_in_flight` reached, reading pauses; a cancel is read all the same, and
+/// stopping the call it names is what lets reading go on.
+#[tokio::test]
+async fn a_cancel_reaches_its_call_while_max_in_flight_pauses_reading() {
+    for style in ["lsp", "mcp"] {
+        let (router, mut events, _hold) = server_router();
+        let (a, b) = ws_pair().await;
+        let server = start(b, router, &config().max_in_flight(1));
+        let mut raw = Raw(a);
+        raw.send(r#"{"jsonrpc":"2.0","method":"slow","id":1}"#)
+            .await;
+        assert_eq!(next(&mut events).await, "started slow");
+        if style == "lsp" {
+            raw.send(&cancel_lsp("1")).await;
+            assert_eq!(
+                raw.recv().await,
+                json!({"jsonrpc":"2.0","error":{"code":-32800,"message":"Request cancelled"},"id":1})
+            );
+        } else {
+            raw.send(
+                r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#,
+            )
+            .await;
+        }
+        assert_eq!(next(&mut events).await, "dropped slow", "{style}");
+        assert_eq!(server.calls_running(), 0);
+        // Reading went on: the next call is served.
+        raw.send(r#"{"jsonrpc":"2.0","method":"quick","id":2}"#)
+            .await;
+        assert_eq!(
+            raw.recv().await,
+            json!({"jsonrpc":"2.0","result":"quick","id":2}),
+            "{style}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_cancel_racing_the_answer_gives_exactly_one_answer() {
     let (mut raw, _server, _events) = raw_client().await;

@@ -123,22 +123,24 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         (!self.loose.is_empty()).then(|| self.loose.remove(0))
     }
 
-    /// While reading is paused: acts on `frame` at once if it holds only answers to
-    /// this side's calls (a response, or an array of them), which start nothing and
-    /// may be what a running handler waits for. Anything else is given back, to wait
-    /// for its turn.
-    pub(super) fn answers_only(&mut self, frame: Text) -> Result<(), Text> {
-        let only_answers = match message::classify(&frame, self.max_batch) {
+    /// While reading is paused: acts on `frame` at once if it starts nothing: answers
+    /// to this side's calls (a response, or an array of them), which may be what a
+    /// running handler waits for, or a cancel, which may be what stops the handler that
+    /// holds reading up. Returns the answer a cancel makes (`-32800`), if any. Anything
+    /// else is given back, to wait for its turn.
+    pub(super) fn starts_nothing(&mut self, frame: Text) -> Result<Option<String>, Text> {
+        let starts_nothing = match message::classify(&frame, self.max_batch) {
+            Incoming::Single(Item::Notification { method, .. }) => {
+                CancelStyle::of_method(&method).is_some()
+            }
             Incoming::Single(item) => item.is_answer(),
             Incoming::Batch(items) => items.iter().all(Item::is_answer),
             Incoming::Reject(_) => false,
         };
-        if !only_answers {
+        if !starts_nothing {
             return Err(frame);
         }
-        let answer = self.on_text(frame);
-        debug_assert!(answer.is_none(), "answers are never answered");
-        Ok(())
+        Ok(self.on_text(frame))
     }
 
     /// Handles one text frame. Returns the one answer to write now, if any: a frame
