@@ -127,15 +127,17 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()
             .map(|c| c.0);
-        let slot = match self.slots.take(remote_addr.map(|a| a.ip())) {
-            Ok(slot) => slot,
-            Err(refusal) => return refuse(&refusal),
-        };
         let mut handshake = http::Request::new(());
         *handshake.uri_mut() = request.uri().clone();
         *handshake.headers_mut() = request.headers().clone();
+        // The request's own faults before the limits: a client told 403 or 401 stops
+        // dialling, one told 503 (full) dials again, and would for good.
         let auth = match self.policy.check(&handshake) {
             Ok(auth) => auth,
+            Err(refusal) => return refuse(&refusal),
+        };
+        let slot = match self.slots.take(remote_addr.map(|a| a.ip())) {
+            Ok(slot) => slot,
             Err(refusal) => return refuse(&refusal),
         };
         let (parts, ()) = handshake.into_parts();

@@ -228,6 +228,10 @@ impl HandshakePolicy {
     /// Runs `check` on every handshake request (path, query, headers). It accepts by
     /// returning a value, which handlers read with [`Peer::auth`](crate::Peer::auth),
     /// or refuses with a status (401, 403...). No handler runs for a refused request.
+    /// It runs after the origin check and before the connection limits, so a client
+    /// whose credentials are refused hears why even from a full server (a `503`
+    /// would have it dial again); a value it returns for a request that the limits
+    /// then refuse is dropped.
     pub fn authenticate<T, F>(mut self, check: F) -> Self
     where
         T: Send + Sync + 'static,

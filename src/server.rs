@@ -620,13 +620,15 @@ async fn decide<IO: tokio::io::AsyncRead + Unpin>(
             "shutting down",
         )));
     }
+    // The request's own faults first: a client told 403 or 401 stops dialling, one
+    // told 503 (full) dials again, and would for good.
+    let auth = gate.policy.check(&request).map_err(|r| Some(refuse(&r)))?;
     // The connection counts against the limit from here on: connections that never
     // complete a handshake take no slot.
     let slot = gate
         .slots
         .take(Some(addr.ip()))
         .map_err(|r| Some(refuse(&r)))?;
-    let auth = gate.policy.check(&request).map_err(|r| Some(refuse(&r)))?;
     Ok((request, tail, slot, auth, accept, admission))
 }
 

@@ -196,6 +196,30 @@ async fn past_the_connection_limit_the_handshake_gets_503_until_one_closes() {
     }
 }
 
+/// A refusal for the request's own fault (its origin, its credentials) is final: a
+/// client told 403 or 401 stops dialling, one told 503 dials again. A full server
+/// still says which.
+#[tokio::test]
+async fn a_full_server_still_answers_a_refused_origin_or_token_as_such() {
+    for axum_endpoint in [false, true] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let base = serve(axum_endpoint, policy().max_connections(1), calls).await;
+        let ok = format!("{base}?token=s3cret");
+        let _only = within(connect(&ok, Router::new())).await.unwrap();
+        assert_eq!(handshake(&ok, None).await, Err(503), "full");
+        assert_eq!(
+            handshake(&ok, Some("https://evil.example.net")).await,
+            Err(403),
+            "axum: {axum_endpoint}: foreign origin"
+        );
+        assert_eq!(
+            handshake(&base, None).await,
+            Err(401),
+            "axum: {axum_endpoint}: no token"
+        );
+    }
+}
+
 #[tokio::test]
 async fn an_oversized_handshake_is_refused() {
     let calls = Arc::new(AtomicUsize::new(0));
