@@ -22,7 +22,8 @@
 //! ignores the member (unknown members are ignored by most implementations, this one
 //! included) and simply sends none.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
@@ -97,6 +98,41 @@ impl Drop for SinkGuard<'_> {
     }
 }
 
+/// The caller's progress token (raw JSON, as it sent it) for one call served, and
+/// whether that call has ended. Made only for a call whose caller asked.
+pub(crate) struct Token {
+    raw: Box<str>,
+    ended: AtomicBool,
+}
+
+impl Token {
+    pub(crate) fn new(raw: &str) -> Arc<Self> {
+        Arc::new(Token {
+            raw: raw.into(),
+            ended: AtomicBool::new(false),
+        })
+    }
+}
+
+/// Held by the future that runs a call to its answer: when it goes (the answer made,
+/// the call cancelled, its handler panicked), the call's progress is over, whatever
+/// clones of its context live on.
+pub(crate) struct Ends(Option<Arc<Token>>);
+
+impl Ends {
+    pub(crate) fn of<S>(cx: &Context<S>) -> Self {
+        Ends(cx.progress.clone())
+    }
+}
+
+impl Drop for Ends {
+    fn drop(&mut self) {
+        if let Some(token) = &self.0 {
+            token.ended.store(true, Ordering::Release);
+        }
+    }
+}
+
 impl<S> Context<S> {
     /// Whether the caller asked for progress. Without it, [`progress`](Self::progress)
     /// sends nothing.
@@ -107,7 +143,9 @@ impl<S> Context<S> {
     /// Reports a progress value to the caller, if it asked for progress (see
     /// [`Call::with_progress`](crate::Call::with_progress)); does nothing
     /// otherwise. Values reach the caller in the order they were sent, and before the
-    /// call's answer. Waits while the outgoing queue is full.
+    /// call's answer: once the call has ended (answered, cancelled, or its handler
+    /// panicked), a clone of its context kept past it sends nothing either. Waits
+    /// while the outgoing queue is full.
     ///
     /// # Errors
     ///
@@ -117,6 +155,10 @@ impl<S> Context<S> {
         let Some(token) = &self.progress else {
             return Ok(());
         };
+        if token.ended.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let token = &token.raw;
         let value = serde_json::to_string(&value).map_err(Error::from)?;
         let frame = format!(
             r#"{{"jsonrpc":"2.0","method":"{METHOD}","params":{{"token":{token},"value":{value}}}}}"#

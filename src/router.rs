@@ -30,8 +30,8 @@ pub struct Context<S = ()> {
     scope: Arc<Scope<S>>,
     /// Set for a cooperative handler's call: its caller's cancel sets it.
     pub(crate) cancel: Option<Arc<crate::cancel::CancelToken>>,
-    /// The caller's progress token, as raw JSON, when it asked for progress.
-    pub(crate) progress: Option<Box<str>>,
+    /// The caller's progress token, when it asked for progress.
+    pub(crate) progress: Option<Arc<crate::progress::Token>>,
 }
 
 /// What every handler's context on one connection shares: the connection and its
@@ -189,6 +189,7 @@ where
     if cx.peer().shared.layers().is_some() {
         return crate::layer::run_method(cx, call, method.clone(), known, start);
     }
+    let ends = crate::progress::Ends::of(&cx);
     let fut = match start(cx, &call) {
         Ok(fut) => fut,
         Err(e) if call.notification => {
@@ -206,6 +207,7 @@ where
     let method = call.notification.then(|| method.clone());
     Box::pin(async move {
         let outcome = fut.await;
+        drop(ends);
         if let Some(method) = method {
             if let Err(error) = outcome {
                 tracing::debug!(method = %method, %error, "a method run by a notification failed; nothing is answered");

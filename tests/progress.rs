@@ -186,3 +186,48 @@ async fn progress_for_a_token_that_is_not_ours_is_an_ordinary_notification() {
     );
     assert!(!client.is_closed());
 }
+
+/// A handler may hand a clone of its context to a task that outlives it. Progress is
+/// for a call still running: once it has ended (answered, here, or cancelled), the
+/// clone sends nothing more, and says so by sending nothing, as for a caller that did
+/// not ask.
+#[tokio::test]
+async fn a_clone_of_the_context_sends_no_progress_after_the_answer() {
+    let (later_tx, later_rx) = tokio::sync::mpsc::unbounded_channel::<Context>();
+    let router = Router::new().method("leave", move |cx: Context, (): ()| {
+        let later = later_tx.clone();
+        async move {
+            cx.progress("while running").await.expect("open");
+            let _ = later.send(cx.clone());
+            Ok::<_, RpcError>("answered")
+        }
+    });
+    let (a, b) = ws_pair().await;
+    let _server = start(b, router);
+    let mut raw = a;
+    send(
+        &mut raw,
+        r#"{"jsonrpc":"2.0","method":"leave","id":3,"progressToken":"t"}"#,
+    )
+    .await;
+    assert_eq!(
+        recv(&mut raw).await,
+        json!({"jsonrpc":"2.0","method":"$/progress","params":{"token":"t","value":"while running"}})
+    );
+    assert_eq!(
+        recv(&mut raw).await,
+        json!({"jsonrpc":"2.0","result":"answered","id":3})
+    );
+    let mut later_rx = later_rx;
+    let kept = within(later_rx.recv())
+        .await
+        .expect("the handler kept a clone");
+    assert!(kept.wants_progress(), "the caller did ask");
+    within(kept.progress("after the answer"))
+        .await
+        .expect("nothing to send is no error");
+    // The next frame is the answer to a marker, not a late `$/progress`.
+    send(&mut raw, r#"{"jsonrpc":"2.0","method":"no.such","id":"m"}"#).await;
+    let next = recv(&mut raw).await;
+    assert_eq!(next["id"], "m", "sent after the answer: {next}");
+}

@@ -269,7 +269,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         if route.cooperative() {
             cx.cancel = Some(Default::default());
         }
-        cx.progress = progress.map(|token| token.get().into());
+        cx.progress = progress.map(|token| crate::progress::Token::new(token.get()));
         let mut call = Call::new(frame, Some(id), params.map(Raw::get));
         if unrouted {
             call.unrouted = Some(method.into());

@@ -186,6 +186,7 @@ where
     if !matches!(decision, Decision::Continue) {
         return Box::pin(std::future::ready(served.answer_instead(decision)));
     }
+    let ends = crate::progress::Ends::of(&cx);
     let fut = match start(cx, &call) {
         Ok(fut) => fut,
         Err(e) => {
@@ -203,7 +204,9 @@ where
         }
     };
     Box::pin(async move {
-        match fut.await {
+        let outcome = fut.await;
+        drop(ends);
+        match outcome {
             Ok(result) => served.succeed(&result),
             Err(error) => {
                 if served.id.is_none() {
