@@ -92,7 +92,11 @@ impl<'p> Batch<'p> {
 
     /// Sends the batch and waits for every call's outcome, in the order the calls were
     /// added, each within the call timeout. A batch of notifications only returns as
-    /// soon as it is sent; an empty batch sends nothing.
+    /// soon as it is sent; an empty batch sends nothing. When the other side refuses
+    /// the batch whole (one `-32600` or `-32700` with `id: null`: too long for it, say)
+    /// while it is the only batch of this peer's waiting, each call's outcome is that
+    /// error; with other batches waiting, which was refused cannot be told, and they
+    /// wait for their timeout.
     ///
     /// # Errors
     ///
@@ -122,6 +126,8 @@ impl<'p> Batch<'p> {
         for &id in &self.ids {
             calls.push(Waiting::register(shared, id, due)?);
         }
+        // Marked before it goes: its refusal may come back before this task runs again.
+        let _sent = shared.pending().batch_sent(&self.ids);
         shared
             .send_by(frame, deadline)
             .await

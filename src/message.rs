@@ -401,6 +401,10 @@ impl<'a> Envelope<'a> {
         };
         match readable_id {
             Some(id) if id.get() != "null" => Item::Response { id, outcome },
+            // The specification's answer to a request whose id could not be read (a
+            // parse error, an invalid request, a batch refused whole): valid, and
+            // answering nothing of ours by its id (see `Dispatch::refused_whole`).
+            Some(id) if matches!(outcome, Outcome::Error(_)) => Item::Response { id, outcome },
             _ => bad("a response without a usable id"),
         }
     }
@@ -477,7 +481,12 @@ mod tests {
         );
         let item = single(r#"{"jsonrpc":"2.0","result":1,"error":{},"id":3}"#);
         assert!(matches!(item, Item::BadResponse { .. }));
+        // An error may have a null id (the request's could not be read); a result not.
         let item = single(r#"{"jsonrpc":"2.0","error":{"code":1,"message":"x"},"id":null}"#);
+        assert!(
+            matches!(item, Item::Response { id, outcome: Outcome::Error(_) } if id.get() == "null")
+        );
+        let item = single(r#"{"jsonrpc":"2.0","result":1,"id":null}"#);
         assert!(matches!(item, Item::BadResponse { .. }));
     }
 

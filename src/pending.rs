@@ -127,6 +127,10 @@ struct State {
     /// When the connection's timer fires (or is about to be set to fire, once it
     /// has seen `rearm`); `None` when it has no timer. Never later than the front.
     timer: Option<Instant>,
+    /// The ids of each batch of calls sent and still waiting for its answers
+    /// ([`Pending::batch_sent`]): a batch the other side refuses whole is answered
+    /// with one error without an id.
+    batches: Vec<Box<[u64]>>,
 }
 
 impl State {
@@ -305,6 +309,47 @@ impl Pending {
         self.state().waiting()
     }
 
+    /// A batch of the calls `ids` has gone out. Until the returned mark is dropped
+    /// (the batch has its outcomes, or was given up), an error without an id is
+    /// taken as its refusal when it is the only batch waiting
+    /// ([`refused_batch`](Self::refused_batch)).
+    pub(crate) fn batch_sent(&self, ids: &[u64]) -> BatchMark<'_> {
+        let first = ids.first().copied();
+        if !ids.is_empty() {
+            self.state().batches.push(ids.into());
+        }
+        BatchMark {
+            pending: self,
+            first,
+        }
+    }
+
+    /// The other side refused a batch whole: it answered one error without an id
+    /// (a batch longer than it takes, or one it cannot read). The answer names no
+    /// batch, so it is taken as the refusal of the one batch waiting, if exactly one
+    /// is: each of its calls still waiting gets `answer()`. Returns how many did.
+    pub(crate) fn refused_batch(&self, answer: impl Fn() -> Answer) -> usize {
+        let mut state = self.state();
+        // None, or more than one: which was refused cannot be told. They wait on.
+        if state.batches.len() != 1 {
+            return 0;
+        }
+        let ids = std::mem::take(&mut state.batches);
+        let mut wakers = Vec::new();
+        for &id in ids.iter().flat_map(|ids| ids.iter()) {
+            if let Ok(waker) = state.fill(id, Some(answer())) {
+                wakers.push(waker);
+            }
+        }
+        // The lock is released before the wake-ups.
+        drop(state);
+        let filled = wakers.len();
+        for waker in wakers.into_iter().flatten() {
+            waker.wake();
+        }
+        filled
+    }
+
     /// For the connection's task, on every pass: whether a call asked it to set its
     /// timer again ([`rearm`](Self::rearm)).
     pub(crate) fn rearm_wanted(&self) -> bool {
@@ -361,6 +406,25 @@ impl Pending {
     #[cfg(test)]
     pub(crate) fn entries(&self) -> usize {
         self.state().map.len()
+    }
+}
+
+/// A batch of calls sent, among those an error without an id may refuse, until dropped.
+pub(crate) struct BatchMark<'a> {
+    pending: &'a Pending,
+    /// Its first call's id, which no other batch has.
+    first: Option<u64>,
+}
+
+impl Drop for BatchMark<'_> {
+    fn drop(&mut self) {
+        if let Some(first) = self.first {
+            let mut state = self.pending.state();
+            state.batches.retain(|ids| ids.first() != Some(&first));
+            if state.batches.is_empty() {
+                state.batches = Vec::new();
+            }
+        }
     }
 }
 
@@ -471,6 +535,28 @@ mod tests {
         assert!(matches!(call.guard.poll_answer(&mut cx), Poll::Ready(None)));
         drop(call);
         assert_eq!(woken.0.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_without_an_id_ends_the_one_batch_waiting_and_no_other_call() {
+        let pending = Pending::new();
+        let _single = register(&pending, 1, Due::After(T));
+        let _a = [2, 3].map(|id| register(&pending, id, Due::After(T)));
+        let first = pending.batch_sent(&[2, 3]);
+        assert_eq!(pending.refused_batch(answer), 2);
+        assert_eq!(pending.len(), 1, "the single call waits on");
+        drop(first);
+        // Two batches waiting: which one was refused cannot be told.
+        let _b = [4, 5].map(|id| register(&pending, id, Due::After(T)));
+        let _c = [6].map(|id| register(&pending, id, Due::After(T)));
+        let b = pending.batch_sent(&[4, 5]);
+        let _c_sent = pending.batch_sent(&[6]);
+        assert_eq!(pending.refused_batch(answer), 0);
+        assert_eq!(pending.len(), 4);
+        // One of them has its outcomes: the other is the one waiting.
+        drop(b);
+        assert_eq!(pending.refused_batch(answer), 1);
+        assert_eq!(pending.len(), 3);
     }
 
     #[tokio::test(start_paused = true)]

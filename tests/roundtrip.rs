@@ -262,6 +262,64 @@ async fn a_lone_response_to_a_batch_of_one_is_accepted() {
     );
 }
 
+/// A batch longer than the other side takes is refused whole, with one `-32600`
+/// without an id. That answer names no batch, but with one batch waiting it can only
+/// be that one's: its calls end with the error at once, not at their timeout.
+#[tokio::test]
+async fn a_batch_refused_whole_ends_its_calls_with_the_refusal() {
+    let (url, _server) = common::serve_with(
+        calculator(),
+        jsonrpc_peer::PeerConfig::default().max_batch_len(2),
+    )
+    .await;
+    let peer = within(connect(&url, Router::new())).await.unwrap();
+    let mut batch = peer.batch();
+    batch.timeout(Duration::from_secs(3600));
+    for _ in 0..3 {
+        batch.call("sum", [1, 2]).unwrap();
+    }
+    let outcomes = within(batch.send()).await.unwrap();
+    assert_eq!(outcomes.len(), 3);
+    for outcome in &outcomes {
+        let error = outcome.as_ref().unwrap_err().rpc().cloned();
+        assert_eq!(
+            error.map(|e| e.code),
+            Some(ErrorCode::INVALID_REQUEST),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(peer.pending_calls(), 0);
+    // A batch the other side takes is answered as ever.
+    let mut batch = peer.batch();
+    batch.call("sum", [1, 2]).unwrap().call("sum", [3]).unwrap();
+    let outcomes = within(batch.send()).await.unwrap();
+    assert_eq!(outcomes[0].as_ref().unwrap().decode::<i64>().unwrap(), 3);
+    assert_eq!(outcomes[1].as_ref().unwrap().decode::<i64>().unwrap(), 3);
+}
+
+/// An error without an id while no batch of ours waits answers nothing: the call in
+/// flight waits on for its own answer.
+#[tokio::test]
+async fn an_error_without_an_id_does_not_end_a_single_call() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+        if let Some(Ok(msg)) = ws.next().await {
+            let call: serde_json::Value = serde_json::from_str(msg.to_text().unwrap()).unwrap();
+            let refusal = r#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"Invalid Request"},"id":null}"#;
+            ws.send(refusal.into()).await.unwrap();
+            let answer = json!({"jsonrpc":"2.0","result":"mine","id":call["id"]});
+            ws.send(answer.to_string().into()).await.unwrap();
+            let _ = ws.next().await;
+        }
+    });
+    let peer = within(connect(&url, Router::new())).await.unwrap();
+    let answer: String = within(peer.call("x", ())).await.unwrap();
+    assert_eq!(answer, "mine");
+}
+
 #[tokio::test]
 async fn handlers_share_state_and_see_their_peer() {
     let hits = Arc::new(AtomicUsize::new(0));

@@ -32,7 +32,7 @@ use crate::config::{CancelStyle, PeerConfig};
 use crate::error::{CloseReason, Error, ErrorCode, RpcError};
 use crate::lanes::Lane;
 use crate::layer::Direction;
-use crate::message::{self, span, Incoming, Item, Raw};
+use crate::message::{self, span, Incoming, Item, Outcome, Raw};
 use crate::peer::{CloseRequest, Peer, Reply};
 use crate::pending::Answer;
 use crate::router::{Call, Context, Router, Scope};
@@ -154,7 +154,10 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             // An answer alone in its frame takes the frame with it, rather than a
             // clone: a clone and its drop are two atomic read-modify-writes.
             Incoming::Single(Item::Response { id, outcome }) => {
-                let id = ours(id)?;
+                let Some(id) = ours(id) else {
+                    self.refused_whole(&frame, id, outcome);
+                    return None;
+                };
                 let outcome = outcome.map(|raw| span(&frame, raw.get()));
                 self.on_response(id, Ok(outcome.map(|range| Reply::new(frame, range))));
                 None
@@ -214,8 +217,12 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                 }
             }
             Item::Response { id, outcome } => {
+                let Some(ours) = ours(id) else {
+                    self.refused_whole(frame, id, outcome);
+                    return None;
+                };
                 let outcome = outcome.map(|raw| Reply::new(frame.clone(), span(frame, raw.get())));
-                self.on_response(ours(id)?, Ok(outcome));
+                self.on_response(ours, Ok(outcome));
                 None
             }
             Item::BadResponse { id, reason } => {
@@ -409,6 +416,33 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             .unwrap_or_else(|| panicked(id, method, peer.id()).unwrap_or_default())
     }
 
+    /// An answer whose id is not one of ours. An Invalid Request or Parse error with
+    /// `id: null` is how the other side refuses a whole batch it will not read (too
+    /// long, not understood): it names no batch, so it ends the calls of the one batch
+    /// of ours waiting, if exactly one is (`Pending::refused_batch`), rather than leave
+    /// them to their timeout. Anything else is ignored.
+    fn refused_whole(&self, frame: &Text, id: Raw<'_>, outcome: Outcome<Raw<'_>>) {
+        if let (Outcome::Error(error), "null") = (outcome, id.get()) {
+            #[derive(serde::Deserialize)]
+            struct Code {
+                code: i64,
+            }
+            let code = serde_json::from_str::<Code>(error.get()).map(|e| e.code);
+            if matches!(code, Ok(-32600 | -32700)) {
+                let range = span(frame, error.get());
+                let refused =
+                    self.scope.peer.shared.pending().refused_batch(|| {
+                        Ok(Outcome::Error(Reply::new(frame.clone(), range.clone())))
+                    });
+                if refused > 0 {
+                    tracing::debug!(refused, "a batch of ours refused whole");
+                    return;
+                }
+            }
+        }
+        tracing::debug!(id = id.get(), "answer with an id we never send; ignored");
+    }
+
     /// An answer to one of our calls, handed to the call that waits for it.
     fn on_response(&self, id: u64, answer: Answer) {
         if !self.scope.peer.shared.pending().complete(id, answer) {
@@ -421,13 +455,9 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
 }
 
 /// An answer's id as one of ours. We only ever send numeric ids, so any other id
-/// answers nothing of ours: `None`, logged.
+/// answers nothing of ours (but see [`Dispatch::refused_whole`]).
 fn ours(id: Raw<'_>) -> Option<u64> {
-    let parsed = id.get().parse::<u64>().ok();
-    if parsed.is_none() {
-        tracing::debug!(id = id.get(), "answer with an id we never send; ignored");
-    }
-    parsed
+    id.get().parse::<u64>().ok()
 }
 
 /// When a call starts: now, or after those before it in its lane.
