@@ -9,6 +9,12 @@ use tokio::time::Instant;
 /// About thirty years, as far as tokio's own timers look ahead.
 const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
 
+/// `wait`, at most [`FAR`]: for a period the code adds to instants again and again
+/// (an interval, a timeout it compares with), so that no sum of a few overflows.
+pub(crate) fn capped(wait: Duration) -> Duration {
+    wait.min(FAR)
+}
+
 /// The instant `wait` from now, at most [`FAR`] away.
 pub(crate) fn after(wait: Duration) -> Instant {
     from(Instant::now(), wait)

@@ -402,6 +402,33 @@ async fn keepalive_pings_on_time_and_closes_a_silent_peer_with_1011() {
     );
 }
 
+/// `Duration::MAX` reads as "never": a ping interval that long sends no ping, and a
+/// timeout that long never gives up on one. Neither is a panic (adding it to an
+/// instant overflows), in `Peer::start` or in the connection's task.
+#[tokio::test(start_paused = true)]
+async fn keepalive_periods_of_duration_max_mean_never() {
+    let never = PeerConfig::default().ping_interval(Some(Duration::MAX));
+    let (peer, mut raw) = start(echo(), &never, 8);
+    tokio::time::sleep(Duration::from_secs(365 * 86_400)).await;
+    raw.send(call("echo", json!([1]), 1)).await;
+    match raw.next().await {
+        Some(Frame::Text(answer)) => assert!(answer.contains(r#""result":1"#), "{answer}"),
+        other => panic!("expected the answer, and no ping before it: {other:?}"),
+    }
+    assert!(!peer.is_closed());
+
+    let patient = PeerConfig::default()
+        .ping_interval(Some(Duration::from_secs(1)))
+        .keepalive_timeout(Duration::MAX);
+    let (peer, mut raw) = start(echo(), &patient, 8);
+    assert!(matches!(raw.next().await, Some(Frame::Ping(_))));
+    // The test reads nothing now: the pings go unanswered, for a year.
+    tokio::time::sleep(Duration::from_secs(365 * 86_400)).await;
+    assert!(!peer.is_closed(), "{:?}", peer.close_reason());
+    raw.send(call("echo", json!([2]), 2)).await;
+    assert_eq!(raw.recv().await["result"], 2);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_responsive_peer_stays_open_and_a_frozen_one_is_closed_within_interval_plus_timeout() {
     let second = Duration::from_secs(1);

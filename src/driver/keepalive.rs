@@ -34,13 +34,15 @@ pub(super) enum Tick {
 impl Keepalive {
     /// `None` when `interval` is: no pings, no timer.
     pub(super) fn new(interval: Option<Duration>, timeout: Duration) -> Option<Self> {
-        let interval = interval?.max(MIN_PERIOD);
+        // A period too long for the clock (`Duration::MAX`: "never, really") is capped,
+        // as every instant below adds one to another.
+        let interval = crate::deadline::capped(interval?).max(MIN_PERIOD);
         // One instant for the timer and the count it is compared with: the first ping
         // goes out one interval after the start, not one tick later.
         let now = Instant::now();
         Some(Keepalive {
             interval,
-            timeout: timeout.max(MIN_PERIOD),
+            timeout: crate::deadline::capped(timeout).max(MIN_PERIOD),
             timer: Box::pin(tokio::time::sleep_until(now + interval)),
             last_ping: now,
             unanswered: None,
