@@ -15,6 +15,12 @@ pub(crate) fn capped(wait: Duration) -> Duration {
     wait.min(FAR)
 }
 
+/// `n` periods (a heartbeat window: the interval times the beats it may miss), at
+/// most [`FAR`]: `Duration * u32` panics on overflow too.
+pub(crate) fn times(period: Duration, n: u32) -> Duration {
+    capped(period.saturating_mul(n))
+}
+
 /// The instant `wait` from now, at most [`FAR`] away.
 pub(crate) fn after(wait: Duration) -> Instant {
     from(Instant::now(), wait)

@@ -415,6 +415,28 @@ async fn two_publishers_on_one_topic_each_keep_their_order() {
     }
 }
 
+/// A heartbeat interval of `Duration::MAX` ("as seldom as can be", with as many beats
+/// missed as a `u32` holds) is a cluster that announces itself once and never drops a
+/// node for silence; not a panic in `start` (its windows overflowed the clock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_of_duration_max_starts_and_serves() {
+    let hub = MemoryHub::new();
+    let setup = Setup {
+        heartbeat: Duration::MAX,
+        missed: u32::MAX,
+        ..Setup::default()
+    };
+    let a = node(&hub, "a", &setup).await;
+    let c = node(&hub, "c", &setup).await;
+    all_live(&a, 2).await;
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let (_peer, addr) = client(&c.url, 7, &tx).await;
+    let doubled: i64 = within(a.cluster.peer(&addr).call("double", [21]))
+        .await
+        .unwrap();
+    assert_eq!(doubled, 42);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_on_another_node_is_called_and_notified_by_address() {
     let hub = MemoryHub::new();

@@ -58,7 +58,9 @@ impl ClusterBuilder {
     /// is also how long the outbox flush after a bus outage waits for the other nodes to
     /// come back: keep it longer than the bus's redial spread (the backoff's `max`).
     pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
-        self.options.heartbeat = interval.max(Duration::from_millis(1));
+        // `Duration::MAX` ("as seldom as can be") is capped: the windows and instants
+        // made of it must not overflow.
+        self.options.heartbeat = crate::deadline::capped(interval).max(Duration::from_millis(1));
         self
     }
 

@@ -151,7 +151,7 @@ impl Node {
             options.max_recording,
             state.subscribe(),
         );
-        let window = options.heartbeat * options.missed;
+        let window = crate::deadline::times(options.heartbeat, options.missed);
         let roster = Arc::new(Roster::new(&me.id));
         let outbox = Arc::new(Outbox::new(options.outbox_limit, window, state.subscribe()));
         let calls = Arc::new(Calls::new(

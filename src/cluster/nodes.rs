@@ -132,7 +132,7 @@ impl Nodes {
         forget: mpsc::UnboundedSender<Forget>,
         mut stop: watch::Receiver<bool>,
     ) {
-        let window = self.interval * self.missed;
+        let window = crate::deadline::times(self.interval, self.missed);
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
@@ -232,7 +232,7 @@ impl Nodes {
         self.heartbeat(false);
         self.drop_silent(window);
         let now = Instant::now();
-        let after = self.interval * FORGET_AFTER;
+        let after = crate::deadline::times(self.interval, FORGET_AFTER);
         self.table.departed.retain(|(node, incarnation, when)| {
             let keep = now.duration_since(*when) <= after;
             if !keep {

@@ -75,11 +75,14 @@ impl Backoff {
         self
     }
 
-    /// The wait before attempt `attempt` (counted from 0 since the last success).
+    /// The wait before attempt `attempt` (counted from 0 since the last success). At
+    /// most about thirty years, whatever the settings (`Duration::MAX` included): the
+    /// wait is added to the clock.
     pub fn delay(&self, attempt: u32) -> Duration {
         let cap = self.initial.as_secs_f64() * self.multiplier.powi(attempt.min(64) as i32);
         let cap = cap.min(self.max.as_secs_f64()).max(0.0);
-        Duration::from_secs_f64(fastrand::f64() * cap)
+        let wait = Duration::try_from_secs_f64(fastrand::f64() * cap).unwrap_or(self.max);
+        crate::deadline::capped(wait)
     }
 }
 
@@ -103,6 +106,20 @@ mod tests {
             total += t;
         }
         total / f64::from(runs)
+    }
+
+    #[test]
+    fn settings_too_large_for_the_clock_wait_long_and_never_panic() {
+        let endless = Backoff::default()
+            .initial(Duration::MAX)
+            .max(Duration::MAX)
+            .multiplier(f64::INFINITY);
+        for attempt in [0, 1, 64, u32::MAX] {
+            let wait = endless.delay(attempt);
+            assert!(wait <= Duration::from_secs(86_400 * 365 * 30), "{wait:?}");
+            // What the callers do with it.
+            let _ = tokio::time::Instant::now() + wait;
+        }
     }
 
     /// What the defaults' documentation says, computed from `delay` itself.

@@ -53,7 +53,7 @@ impl Task {
         interval: Duration,
         missed: u32,
     ) -> Self {
-        let window = interval * missed;
+        let window = crate::deadline::times(interval, missed);
         Task {
             members,
             topics,
@@ -303,7 +303,10 @@ impl Task {
         // own silence: the settle decides, as for every node it has not heard again
         // (`drop_departed` at its end).
         self.departed.clear();
-        self.settle_until = Some(Instant::now() + self.interval * self.missed);
+        self.settle_until = Some(crate::deadline::after(crate::deadline::times(
+            self.interval,
+            self.missed,
+        )));
         self.write_own().await;
         let topics: Vec<Box<str>> = self.own.keys().cloned().collect();
         self.rewrite.extend(topics);
@@ -396,7 +399,7 @@ impl Task {
     }
 
     async fn on_tick(&mut self, window: bool) {
-        let keep = self.interval * self.missed * 2;
+        let keep = crate::deadline::times(crate::deadline::times(self.interval, self.missed), 2);
         self.departed.retain(|_, when| when.elapsed() < keep);
         if self.settle_until.is_some_and(|t| Instant::now() >= t) {
             self.settle_until = None;
