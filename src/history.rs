@@ -29,7 +29,9 @@ pub struct HistoryConfig {
     pub max_len: usize,
     /// Bytes of publications' data kept (default 1 MiB).
     pub max_bytes: usize,
-    /// How long a publication is kept (default 5 minutes).
+    /// How long a publication is kept (default 5 minutes). Older ones are never
+    /// replayed, and their memory goes within a minute after, even on a topic where
+    /// nothing happens.
     pub max_age: Duration,
     /// How long a history made by
     /// [`keep_history_for_all`](crate::Topics::keep_history_for_all) is kept with no

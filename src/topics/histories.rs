@@ -21,8 +21,10 @@ use crate::transport::Text;
 /// found was retired meanwhile (it was idle: the next one found is new).
 const LOOKUPS: usize = 4;
 
-/// How often, at most, the histories idle past their `max_idle` are looked for (on a
-/// publication or an unsubscribe; each look goes over every history).
+/// How often the histories are swept: publications past their `max_age` let go of
+/// (a topic trims at each publication and read, but a quiet one has neither), and the
+/// histories idle past their `max_idle` forgotten. Each sweep goes over every history:
+/// at most this often on a publication or an unsubscribe, and on a timer.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// The topics with history.
@@ -38,11 +40,14 @@ pub(super) struct Histories {
     subscriptions: AtomicU64,
     /// When histories idle past their `max_idle` are next looked for.
     next_sweep: Mutex<Option<Instant>>,
+    /// Whether the timer that sweeps every [`SWEEP_EVERY`] runs.
+    sweeper: AtomicBool,
 }
 
 impl Histories {
-    /// Forgets the histories made by `keep_history_for_all` that are idle past their
-    /// `max_idle`, at most every [`SWEEP_EVERY`].
+    /// Trims every history to its `max_age` and forgets the histories made by
+    /// `keep_history_for_all` that are idle past their `max_idle`, at most every
+    /// [`SWEEP_EVERY`].
     fn sweep(&self) {
         let now = Instant::now();
         {
@@ -61,7 +66,11 @@ impl Histories {
                 }
             }
         }
-        self.logs.retain(|_, log| !log.retire_if_stale(now));
+        self.sweep_now(now);
+    }
+
+    fn sweep_now(&self, now: Instant) {
+        self.logs.retain(|_, log| !log.sweep(now));
     }
 
     fn for_all(&self) -> Option<HistoryConfig> {
@@ -79,6 +88,44 @@ impl Histories {
 }
 
 impl Topics {
+    /// Starts the timer that sweeps the histories every [`SWEEP_EVERY`], once, if there is
+    /// a runtime to run it (else the first publication on a topic with history starts
+    /// it). It holds the topics weakly: it ends once they are dropped.
+    fn start_sweeper(&self) {
+        let history = &self.inner.history;
+        if history.sweeper.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if history.sweeper.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = Arc::downgrade(&self.inner);
+        runtime.spawn(async move {
+            let mut ticks = tokio::time::interval(SWEEP_EVERY);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks.tick().await; // the first tick is now
+            loop {
+                ticks.tick().await;
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                let now = Instant::now();
+                {
+                    let mut next = inner
+                        .history
+                        .next_sweep
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    *next = Some(now + SWEEP_EVERY);
+                }
+                inner.history.sweep_now(now);
+            }
+        });
+    }
+
     /// Keeps history for `topic`, within `config`'s bounds: its publications get
     /// offsets, and a subscriber can resume from a [`Position`]
     /// ([`subscribe_from`](Self::subscribe_from)). Called again, it changes the bounds
@@ -117,6 +164,7 @@ impl Topics {
         if let Some(log) = created {
             self.adopt_subscribers(topic, &log);
         }
+        self.start_sweeper();
     }
 
     /// Keeps history for every topic that has none of its own
@@ -125,8 +173,8 @@ impl Topics {
     /// topics that start keeping history after that.
     ///
     /// A topic's history lasts until it has had no subscriber and no publication for
-    /// `config`'s [`max_idle`](HistoryConfig::max_idle) (a day by default; looked for at
-    /// most once a minute, on a publication or an unsubscribe); a topic that a client
+    /// `config`'s [`max_idle`](HistoryConfig::max_idle) (a day by default; looked for
+    /// once a minute); a topic that a client
     /// only subscribed to, on which nothing was published, is forgotten when its last
     /// subscriber leaves (so clients naming topics cannot make it grow).
     pub fn keep_history_for_all(&self, config: HistoryConfig) {
@@ -136,6 +184,7 @@ impl Topics {
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Some(config);
         history.used.store(true, Ordering::Release);
+        self.start_sweeper();
     }
 
     /// Whether `topic` keeps history (or will, at its first use, with
@@ -273,6 +322,7 @@ impl Topics {
         if !self.inner.history.used.load(Ordering::Acquire) {
             return Ok(None);
         }
+        self.start_sweeper();
         let mut data = None;
         for _ in 0..LOOKUPS {
             let Some(log) = self.log(topic, true) else {
@@ -476,5 +526,36 @@ impl Drop for Joined<'_> {
         if self.added {
             self.topics.unsubscribe(self.peer, self.topic);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a topic's history holds in memory now, without trimming it first.
+    fn held(topics: &Topics, topic: &str) -> usize {
+        topics.log(topic, false).map_or(0, |log| log.held())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_topic_lets_go_of_publications_past_max_age() {
+        let max_age = Duration::from_secs(10);
+        let topics = Topics::new();
+        topics.keep_history("quiet", HistoryConfig::default().max_age(max_age));
+        for i in 0..3 {
+            topics.publish("quiet", &[i]).await.unwrap();
+        }
+        assert_eq!(held(&topics, "quiet"), 3);
+        // Then nothing: no publication, no subscriber, no read, on any topic. (Paused
+        // time: the sleep moves the clock, every timer due meanwhile fires in order.)
+        tokio::time::sleep(max_age + 2 * SWEEP_EVERY).await;
+        assert_eq!(
+            held(&topics, "quiet"),
+            0,
+            "publications past max_age are still held in memory"
+        );
+        // Its position is kept: a resume from it continues.
+        assert_eq!(topics.position("quiet").map(|p| p.offset), Some(3));
     }
 }

@@ -635,6 +635,13 @@ impl TopicLog {
         }
     }
 
+    /// Trims what is past the bounds by `now` (a quiet topic's publications past
+    /// `max_age`), then retires the log if it is stale ([`retire_if_stale`](Self::retire_if_stale)).
+    pub(crate) fn sweep(&self, now: Instant) -> bool {
+        self.state().store.first(now);
+        self.retire_if_stale(now)
+    }
+
     /// Retires the log if it was made implicitly and has had no subscriber and no
     /// publication for its `max_idle` by `now` (in a cluster: and does not follow the
     /// bus, which a node does while it has subscribers).
@@ -663,6 +670,12 @@ impl TopicLog {
             state.retired = true;
         }
         idle
+    }
+
+    /// How many publications the store holds now, not trimmed first.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.state().store.held()
     }
 
     /// The epoch and newest offset (in a cluster, of this node's cache of the bus's).

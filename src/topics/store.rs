@@ -57,6 +57,9 @@ pub(crate) trait Store: Send {
     /// kept, as far as the bounds allow, newest first. Ignored unless they reach
     /// `first() - 1`.
     fn prepend(&mut self, older: &[Kept], now: Instant);
+    /// How many publications are held now, not trimmed first.
+    #[cfg(test)]
+    fn held(&self) -> usize;
 }
 
 /// One publication kept.
@@ -208,6 +211,11 @@ impl Store for MemoryStore {
                 at,
             });
         }
+    }
+
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.window.len()
     }
 }
 
