@@ -4,10 +4,10 @@
 
 mod common;
 
-use common::{serve, within};
+use common::{serve, within, RawClient};
 use jsonrpc_peer::{
-    connect, Caller, Context, Member, Peer, PresenceChange, PresenceEvent, PresenceJoin,
-    PresenceLeave, PresenceLimits, Router, RpcError, TopicMethods, Topics,
+    connect, Caller, Context, HistoryConfig, Member, Peer, PresenceChange, PresenceEvent,
+    PresenceJoin, PresenceLeave, PresenceLimits, Router, RpcError, TopicMethods, Topics,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -345,7 +345,7 @@ async fn topic_methods_serve_presence_in_the_cluster_node_wire_forms() {
         err.message.contains("over the limit of 64 bytes"),
         "{err:?}"
     );
-    // A refused join undoes the subscription: nothing published reaches it.
+    // A refused join leaves no subscription: nothing published reaches it.
     assert_eq!(
         ask(&cat, "unsubscribe", json!(["chat"])).await,
         json!(false)
@@ -369,4 +369,101 @@ async fn topic_methods_serve_presence_in_the_cluster_node_wire_forms() {
         ask(&dan, "subscribe", json!(["chat", null])).await,
         json!(true)
     );
+}
+
+/// Sends `request` (with id 1) and reads up to its answer: the notifications that came
+/// before it, and the answer.
+async fn notified_before_answer(client: &mut RawClient, request: Value) -> (Vec<Value>, Value) {
+    client.send(&request.to_string()).await;
+    let mut before = Vec::new();
+    for _ in 0..1_000 {
+        let frame = client.recv_json().await;
+        if frame.get("id").is_some() {
+            return (before, frame);
+        }
+        before.push(frame);
+    }
+    panic!("no answer to {request}");
+}
+
+/// A `subscribe` refused by a presence limit changes nothing: no notification of the
+/// topic (not even a replay asked for), no subscription, no join, no leave later, and a
+/// subscription there before stays as it was.
+#[tokio::test]
+async fn a_subscribe_refused_by_a_presence_limit_changes_nothing() {
+    let topics = Topics::new();
+    topics.keep_history("b", HistoryConfig::default());
+    topics.set_presence_limits(PresenceLimits::default().max_topics_per_peer(1));
+    let mut events = topics.presence_events();
+    let router = Router::new().topics(TopicMethods::new(&topics).presence());
+    let (url, _handle) = serve(router).await;
+    for i in 1..=3 {
+        topics.publish("b", &[i]).await.unwrap();
+    }
+    let epoch = topics.position("b").unwrap().epoch;
+    let subscribe = |topic: &str, from: Value, info: Value| json!({"jsonrpc": "2.0", "method": "subscribe", "params": [topic, from, info], "id": 1});
+    let mut ana = RawClient::connect(&url).await;
+
+    // A member of "a" that watches it: one topic, counted once.
+    let (before, answer) = notified_before_answer(
+        &mut ana,
+        subscribe("a", Value::Null, json!({"user": "ana", "presence": true})),
+    )
+    .await;
+    assert_eq!(
+        (before.len(), &answer["result"]),
+        (0, &json!(true)),
+        "{answer}"
+    );
+
+    // A member of "b" too is one topic too many: refused, and nothing of "b" is sent,
+    // though the call asked for a replay from 0.
+    let from = json!({"epoch": epoch, "offset": 0});
+    let (before, answer) = notified_before_answer(
+        &mut ana,
+        subscribe("b", from.clone(), json!({"user": "ana"})),
+    )
+    .await;
+    assert_eq!(answer["error"]["code"], -32000, "{answer}");
+    assert_eq!(
+        before,
+        Vec::<Value>::new(),
+        "a refused subscribe sent these"
+    );
+    assert_eq!(topics.subscriber_count("b"), 0);
+    assert!(within(topics.presence("b")).await.unwrap().is_empty());
+
+    // Subscribed to "b" (not a member): refused again, it stays live where it was, and
+    // is sent no replay.
+    let (_, answer) = notified_before_answer(
+        &mut ana,
+        json!({"jsonrpc": "2.0", "method": "subscribe", "params": ["b"], "id": 1}),
+    )
+    .await;
+    assert_eq!(answer["result"]["offset"], 3, "{answer}");
+    let (before, answer) =
+        notified_before_answer(&mut ana, subscribe("b", from, json!({"user": "ana"}))).await;
+    assert_eq!(answer["error"]["code"], -32000, "{answer}");
+    assert_eq!(
+        before,
+        Vec::<Value>::new(),
+        "a refused subscribe sent these"
+    );
+    topics.publish("b", &[4]).await.unwrap();
+    let next = ana.recv_json().await;
+    assert_eq!(next["params"]["offset"], 4, "{next}");
+    assert!(within(topics.presence("b")).await.unwrap().is_empty());
+
+    // The only presence change was ana's join of "a": a marker's join comes next.
+    let (marker, _) = client(&url).await;
+    ask(&marker, "subscribe", json!(["a", null, "marker"])).await;
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        match within(events.recv()).await.unwrap() {
+            PresenceEvent::Join(c) => seen.push(format!("+{} {}", c.topic, c.info.get())),
+            PresenceEvent::Leave(c) => seen.push(format!("-{} {}", c.topic, c.info.get())),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(seen, [r#"+a {"user":"ana"}"#, r#"+a "marker""#]);
 }

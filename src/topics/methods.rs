@@ -47,8 +47,11 @@ type Allow = Arc<dyn Fn(&str) -> Result<(), RpcError> + Send + Sync>;
 /// | `presence_count [topic]` | their number |
 ///
 /// A refused join (a limit of [`PresenceLimits`](crate::PresenceLimits)) answers
-/// `-32000` with the limit in the message, and undoes the subscription it made (a
-/// malformed info, `-32602`, subscribes nothing).
+/// `-32000` with the limit in the message, and changes nothing: the limits are checked
+/// before the call subscribes, so it is sent nothing of the topic (no replay), and a
+/// subscription there before stays as it was (a join refused by what changed meanwhile
+/// undoes the subscription the call made; a malformed info, `-32602`, subscribes
+/// nothing).
 ///
 /// ```
 /// use jsonrpc_peer::{HistoryConfig, Router, TopicMethods, Topics};
@@ -215,6 +218,13 @@ impl<S: Send + Sync + 'static> Router<S> {
                         Some(info) => Some(watching(info)?),
                         None => None,
                     };
+                    if let Some((info, _)) = &join {
+                        // Refused by a limit before anything is done: a refused
+                        // subscribe sends nothing (no replay) and changes nothing.
+                        topics
+                            .presence_admits(cx.peer(), &p.topic, info)
+                            .map_err(refused)?;
+                    }
                     let was = join.is_some() && topics.topics_of(cx.peer()).contains(&p.topic);
                     let answer = if topics.keeps_history(&p.topic) {
                         let from = p.from;

@@ -16,6 +16,7 @@ use dashmap::DashMap;
 use futures_util::Stream;
 use serde::Serialize;
 use serde_json::value::RawValue;
+use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::Topics;
@@ -314,6 +315,44 @@ impl Topics {
             return Ok(true);
         }
         Ok(false)
+    }
+
+    /// Whether `peer` may join `topic`'s presence with `info` (and watch it) within the
+    /// limits, as [`join_presence`](Self::join_presence) would find them now; changes
+    /// nothing. For a subscribe that joins: checked before it subscribes, so a refusal
+    /// sends and changes nothing (the join itself still decides, for what changed in
+    /// between; in a cluster it counts the other nodes' members as known before it
+    /// follows the topic).
+    pub(crate) fn presence_admits(&self, peer: &Peer, topic: &str, info: &Value) -> Result<()> {
+        let presence = &self.inner.presence;
+        let limits = presence.limits();
+        let bytes = serde_json::value::to_raw_value(info)?.get().len();
+        if bytes > limits.max_info_bytes {
+            return Err(Error::Presence(PresenceError::InfoTooLarge {
+                topic: topic.to_owned(),
+                bytes,
+                max: limits.max_info_bytes,
+            }));
+        }
+        let id = peer.id();
+        let max = limits.max_topics_per_peer;
+        let claimed = presence.by_peer.get(&id).map_or(Some(0), |topics| {
+            (!topics.contains(topic)).then_some(topics.len())
+        });
+        if max == 0 || claimed.is_some_and(|count| count >= max) {
+            return Err(Error::Presence(PresenceError::TooManyTopics { max }));
+        }
+        let (member, here) = presence.topics.get(topic).map_or((false, 0), |t| {
+            (t.members.contains_key(&id), t.members.len())
+        });
+        let elsewhere = presence.relay.get().map_or(0, |relay| relay.known(topic));
+        if !member && here + elsewhere >= limits.max_members {
+            return Err(Error::Presence(PresenceError::TooManyMembers {
+                topic: topic.to_owned(),
+                max: limits.max_members,
+            }));
+        }
+        Ok(())
     }
 
     /// Takes `peer` out of `topic`'s members (it stays subscribed); watchers get
