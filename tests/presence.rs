@@ -467,3 +467,49 @@ async fn a_subscribe_refused_by_a_presence_limit_changes_nothing() {
     }
     assert_eq!(seen, [r#"+a {"user":"ana"}"#, r#"+a "marker""#]);
 }
+
+/// `subscribe [topic, null, info]` again with another info: the member has the new one,
+/// as `TopicMethods`' table says ("the caller is a member with `info`"); watchers hear
+/// the old info leave and the new one join. The same info again tells no one.
+#[tokio::test]
+async fn subscribing_again_with_another_info_makes_it_the_members_info() {
+    let topics = Topics::new();
+    let router = Router::new().topics(TopicMethods::new(&topics).presence());
+    let (url, _handle) = serve(router).await;
+    let (watcher, mut heard) = client(&url).await;
+    let (ana, _) = client(&url).await;
+    let watch = json!(["room", null, {"user": "w", "presence": true}]);
+    ask(&watcher, "subscribe", watch).await;
+    ask(&ana, "subscribe", json!(["room", null, {"user": "ana"}])).await;
+    let (joined, change) = within(heard.recv()).await.unwrap();
+    assert!(
+        joined && change.info.get() == r#"{"user":"ana"}"#,
+        "{change:?}"
+    );
+
+    let away = json!({"user": "ana", "status": "away"});
+    // Subscribed already: `false`, as without an info.
+    assert_eq!(
+        ask(&ana, "subscribe", json!(["room", null, away])).await,
+        json!(false)
+    );
+    let members = within(topics.presence("room")).await.unwrap();
+    let infos: Vec<Value> = members.iter().map(|m| m.info_as().unwrap()).collect();
+    assert!(infos.contains(&away), "the member's info is {infos:?}");
+    let (joined, change) = within(heard.recv()).await.unwrap();
+    assert!(
+        !joined && change.info.get() == r#"{"user":"ana"}"#,
+        "{change:?}"
+    );
+    let (joined, change) = within(heard.recv()).await.unwrap();
+    assert!(joined, "{change:?}");
+    assert_eq!(change.info_as::<Value>().unwrap(), away);
+
+    // The same info again: no change, no one told (a marker's join is heard next).
+    ask(&ana, "subscribe", json!(["room", null, away])).await;
+    let (marker, _) = client(&url).await;
+    ask(&marker, "subscribe", json!(["room", null, "marker"])).await;
+    let (joined, change) = within(heard.recv()).await.unwrap();
+    assert!(joined && change.info.get() == r#""marker""#, "{change:?}");
+    assert_eq!(within(topics.presence_count("room")).await.unwrap(), 3);
+}

@@ -42,7 +42,7 @@ type Allow = Arc<dyn Fn(&str) -> Result<(), RpcError> + Send + Sync>;
 ///
 /// | call | answer |
 /// | --- | --- |
-/// | `subscribe [topic, position_or_null, info]` (named: `"info"`) | as above, and the caller is a member with `info` (any JSON but `null`); with `"presence": true` in an info object it also gets `presence.join` / `presence.leave` for the topic, and that member is taken out of the info the others see |
+/// | `subscribe [topic, position_or_null, info]` (named: `"info"`) | as above, and the caller is a member with `info` (any JSON but `null`); with `"presence": true` in an info object it also gets `presence.join` / `presence.leave` for the topic, and that member is taken out of the info the others see. Called again with another info, the member has the new one: watchers hear a `presence.leave` with the old info, then a `presence.join` with the new |
 /// | `presence [topic]` | `[{"addr":"b/7","info":{"user":"ana"}}, ...]`, every node's members |
 /// | `presence_count [topic]` | their number |
 ///
@@ -314,8 +314,9 @@ async fn enter(
     info: Value,
     watch: bool,
 ) -> Result<(), RpcError> {
+    // The info given is the member's: one there already with another takes it.
     topics
-        .join_presence(peer, topic, info)
+        .join_presence_with(peer, topic, info, true)
         .await
         .map_err(refused)?;
     if watch {

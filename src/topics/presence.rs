@@ -222,7 +222,9 @@ impl Topics {
     /// [`presence`](Self::presence) on every node, and watchers get `presence.join`
     /// (not `peer` itself). It leaves when it unsubscribes, when its connection ends,
     /// or with [`leave_presence`](Self::leave_presence). Returns false (and keeps the
-    /// first info) if it is a member already.
+    /// first info) if it is a member already; to change a member's info, leave and join
+    /// again ([`TopicMethods`](crate::TopicMethods)' `subscribe` with another info does
+    /// that in one step).
     ///
     /// A member is one connection: a user in two tabs is two members with one info. To
     /// count users, count distinct infos (or a field of them) in
@@ -261,6 +263,21 @@ impl Topics {
         topic: &str,
         info: impl Serialize,
     ) -> Result<bool> {
+        self.join_presence_with(peer, topic, info, false).await
+    }
+
+    /// [`join_presence`](Self::join_presence); with `replace`, a member already there
+    /// whose info is another takes `info`: watchers hear a leave with the old info and a
+    /// join with the new one (and in a cluster, the other nodes' watchers), as they would
+    /// for a leave and a join, and it returns true. For `TopicMethods`' `subscribe`,
+    /// where the info given is what the member is.
+    pub(crate) async fn join_presence_with(
+        &self,
+        peer: &Peer,
+        topic: &str,
+        info: impl Serialize,
+        replace: bool,
+    ) -> Result<bool> {
         let info: Arc<RawValue> = Arc::from(serde_json::value::to_raw_value(&info)?);
         let presence = &self.inner.presence;
         let limits = presence.limits();
@@ -286,8 +303,18 @@ impl Topics {
         };
         let added = {
             let mut entry = presence.topics.entry(topic.into()).or_default();
-            if entry.members.contains_key(&id) {
-                Ok(false)
+            if let Some(was) = entry.members.get(&id) {
+                if !replace || was.get() == info.get() {
+                    Ok(false)
+                } else {
+                    // Under the topic's entry: its watchers hear the two in this order,
+                    // with nothing of the topic's between them.
+                    let was = was.clone();
+                    entry.members.insert(id, info.clone());
+                    presence.emit(&entry, false, topic, &addr, &was, Some(id));
+                    presence.emit(&entry, true, topic, &addr, &info, Some(id));
+                    Ok(true)
+                }
             } else if entry.members.len() + elsewhere >= limits.max_members {
                 Err(Error::Presence(PresenceError::TooManyMembers {
                     topic: topic.to_owned(),
