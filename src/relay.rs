@@ -127,8 +127,15 @@ pub(crate) struct Kept {
 #[derive(Clone, Debug)]
 pub(crate) enum Replay {
     /// The publications asked for, from `after + 1` on, in offset order (fewer than
-    /// asked when the bus has no more).
-    Kept(Arc<[Kept]>),
+    /// asked when the bus has no more), up to `through`, the last offset read. An
+    /// entry that is not a publication (not JSON: no node wrote it) is left out, so
+    /// the offsets may jump; `through` covers it.
+    Kept {
+        /// The publications.
+        kept: Arc<[Kept]>,
+        /// The last offset read, kept or left out (`after` when nothing was read).
+        through: u64,
+    },
     /// What followed `after` is gone from the bus (trimmed).
     Gone,
     /// The bus's history has another epoch now: the one asked for is lost.

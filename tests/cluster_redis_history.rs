@@ -43,3 +43,120 @@ async fn a_thousand_clients_resuming_at_once_read_the_history_once_per_position(
     history_suite::a_thousand_clients_resuming_at_once_read_the_history_once_per_position(&redis)
         .await;
 }
+
+/// An entry in a topic's history that no node wrote, added to its Stream with `XADD` by
+/// another program (its data not JSON, in the layout of a node's entries, the meta
+/// moved on as a node's append would): a resume from before it gets every publication
+/// but that one, in order and `recovered`, and the node counts it as a gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_entry_in_the_history_is_skipped_and_the_ones_after_it_replayed() {
+    use jsonrpc_peer::cluster::{Cluster, RedisBackplane, TopicKeys};
+    use jsonrpc_peer::{HistoryConfig, Router, Server, TopicMethods};
+    use serde_json::{json, Value};
+
+    let redis = RedisServer::start();
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    let bus = common::within(RedisBackplane::connect(
+        &redis.url(),
+        jsonrpc_peer::cluster::RedisOptions::default(),
+    ))
+    .await
+    .unwrap();
+    let cluster = common::within(Cluster::builder(bus, server.handle()).node_id("a").start())
+        .await
+        .unwrap();
+    let topics = cluster.topics();
+    topics.keep_history("t", HistoryConfig::default());
+    tokio::spawn(server.serve(Router::new().topics(TopicMethods::new(&topics))));
+
+    for i in 1..=3 {
+        common::within(topics.publish("t", &json!(i)))
+            .await
+            .unwrap();
+    }
+    // Offset 4: written by someone else.
+    let keys = TopicKeys::new("jp", "t");
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut redis_link = common::within(client.get_multiplexed_async_connection())
+        .await
+        .unwrap();
+    let (epoch, recorded): (String, u64) = redis::cmd("HMGET")
+        .arg(&keys.meta)
+        .arg("e")
+        .arg("c")
+        .query_async(&mut redis_link)
+        .await
+        .unwrap();
+    let foreign = b"not json";
+    let mut data = (foreign.len() as u32).to_be_bytes().to_vec();
+    data.extend_from_slice(foreign);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let _: String = redis::cmd("XADD")
+        .arg(&keys.stream)
+        .arg("4-0")
+        .arg("t")
+        .arg(now_ms)
+        .arg("n")
+        .arg(1)
+        .arg("s")
+        .arg(recorded)
+        .arg("d")
+        .arg(data)
+        .query_async(&mut redis_link)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(&keys.meta)
+        .arg("o")
+        .arg(4)
+        .arg("c")
+        .arg(recorded + foreign.len() as u64)
+        .query_async(&mut redis_link)
+        .await
+        .unwrap();
+    for i in 5..=7 {
+        let published = common::within(topics.publish("t", &json!(i)))
+            .await
+            .unwrap();
+        assert_eq!(published.offset, Some(i));
+    }
+
+    // A client resumes from before all of it.
+    let mut client = common::RawClient::connect(&url).await;
+    let resume = json!({"jsonrpc": "2.0", "method": "subscribe",
+        "params": ["t", {"epoch": epoch, "offset": 0}], "id": 1});
+    client.send(&resume.to_string()).await;
+    let mut replayed = Vec::new();
+    let answer = loop {
+        assert!(
+            replayed.len() <= 10,
+            "more than was published: {replayed:?}"
+        );
+        let Some(text) = client.recv_text().await else {
+            panic!("the connection ended after offsets {replayed:?}");
+        };
+        let frame: Value = serde_json::from_str(&text).unwrap();
+        if frame.get("id").is_some() {
+            break frame;
+        }
+        assert_eq!(frame["params"]["data"], frame["params"]["offset"], "{text}");
+        replayed.push(frame["params"]["offset"].as_u64().unwrap());
+    };
+    assert_eq!(replayed, [1, 2, 3, 5, 6, 7]);
+    assert_eq!(
+        answer["result"],
+        json!({"epoch": epoch, "offset": 7, "recovered": true}),
+        "{answer}"
+    );
+    assert!(cluster.stats().gaps >= 1, "{:?}", cluster.stats());
+    // Live from there.
+    common::within(topics.publish("t", &json!(8)))
+        .await
+        .unwrap();
+    let next = client.recv_json().await;
+    assert_eq!(next["params"]["offset"], 8, "{next}");
+}

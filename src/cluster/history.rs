@@ -294,7 +294,7 @@ impl Reads {
                 let answer = self
                     .fetch(history, topic, bounds, after, max)
                     .await
-                    .map(|read| replay(topic, epoch, after, read));
+                    .map(|read| replay(topic, epoch, after, read, &self.counters));
                 (answer, tokio::time::Instant::now())
             })
             .await
@@ -325,21 +325,38 @@ impl Reads {
     }
 }
 
-/// What a read of the bus means to a resume after `after` in `epoch`.
-fn replay(topic: &str, epoch: &str, after: u64, read: HistoryRead) -> Replay {
+/// What a read of the bus means to a resume after `after` in `epoch`. An entry that is
+/// not JSON (no node wrote it) is skipped, logged and counted as a gap (as `fill`
+/// skips it for the live subscribers): the resume gets the publications around it,
+/// and the jump in offsets shows the one it could not have.
+fn replay(
+    topic: &str,
+    epoch: &str,
+    after: u64,
+    read: HistoryRead,
+    counters: &super::status::Counters,
+) -> Replay {
     if read.epoch != epoch {
         return Replay::Epoch;
     }
     if after.saturating_add(1) < read.first {
         return Replay::Gone;
     }
+    let through = read.entries.last().map_or(after, |entry| entry.offset);
     let kept: Vec<Kept> = read
         .entries
         .into_iter()
-        // An entry that is not JSON (not a node's) ends what is kept: the resume
-        // reads on from it, and `fill` skips it with a gap notice.
-        .map_while(|entry| {
-            let (frame, bytes) = frame_of(topic, entry.offset, &entry.data)?;
+        .filter_map(|entry| {
+            let Some((frame, bytes)) = frame_of(topic, entry.offset, &entry.data) else {
+                tracing::warn!(
+                    topic,
+                    offset = entry.offset,
+                    "a recorded publication that is not JSON; skipped in a replay"
+                );
+                counters.gaps.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::cluster_gap();
+                return None;
+            };
             Some(Kept {
                 offset: entry.offset,
                 frame,
@@ -348,7 +365,10 @@ fn replay(topic: &str, epoch: &str, after: u64, read: HistoryRead) -> Replay {
             })
         })
         .collect();
-    Replay::Kept(kept.into())
+    Replay::Kept {
+        kept: kept.into(),
+        through,
+    }
 }
 
 /// The notification of a recorded publication, and its data's size; `None` when the

@@ -508,11 +508,11 @@ impl TopicLog {
                         .relay
                         .read_history(bus.topic, &epoch, after, &config)
                         .await?;
-                    let kept = match read {
-                        Replay::Kept(kept) if kept.first().map(|k| k.offset) == Some(after + 1) => {
-                            kept
-                        }
-                        Replay::Kept(_) | Replay::Gone if replayed => {
+                    let (kept, through) = match read {
+                        // From `after + 1` on (the bus said so, or it was gone), with the
+                        // entries that are no publication left out.
+                        Replay::Kept { kept, through } if through > after => (kept, through),
+                        Replay::Kept { .. } | Replay::Gone if replayed => {
                             // Trimmed on the bus while it read: it fell behind.
                             if peer.fell_behind(FELL_BEHIND) {
                                 self.end_catch_up(id, subscription);
@@ -528,7 +528,7 @@ impl TopicLog {
                         }
                         // Not on the bus any more, or its history was lost: nothing is
                         // replayed, and the subscription goes live.
-                        Replay::Kept(_) | Replay::Gone | Replay::Epoch => {
+                        Replay::Kept { .. } | Replay::Gone | Replay::Epoch => {
                             return Ok(self.live_now(peer, subscription, Some(false)));
                         }
                     };
@@ -541,8 +541,8 @@ impl TopicLog {
                     for one in kept.iter() {
                         peer.push_waiting(one.frame.clone()).await?;
                         crate::metrics::topic_replayed();
-                        after = one.offset;
                     }
+                    after = through;
                     replayed = true;
                 }
                 (Next::Ahead, Some(bus)) => {

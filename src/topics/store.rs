@@ -54,8 +54,8 @@ pub(crate) trait Store: Send {
     /// following the bus, or whose history the bus lost).
     fn reset(&mut self, epoch: String, last: u64);
     /// Keeps the publications of `older` (in offset order) that come before the oldest
-    /// kept, as far as the bounds allow, newest first. Ignored unless they reach
-    /// `first() - 1`.
+    /// kept, as far as the bounds allow, newest first, down to the first jump in their
+    /// offsets (an entry left out). Ignored unless they reach `first() - 1`.
     fn prepend(&mut self, older: &[Kept], now: Instant);
     /// How many publications are held now, not trimmed first.
     #[cfg(test)]
@@ -194,7 +194,13 @@ impl Store for MemoryStore {
         if older.last().map(|k| k.offset + 1) != Some(first) {
             return;
         }
+        let mut next = first;
         for kept in older.iter().rev() {
+            // The window holds offsets one apart: it stops at a hole.
+            if kept.offset + 1 != next {
+                break;
+            }
+            next = kept.offset;
             let Some(at) = now.checked_sub(kept.age) else {
                 break;
             };
