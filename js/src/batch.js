@@ -45,7 +45,11 @@ export class Batch {
 
   /**
    * Send the batch as one array frame. An empty batch sends nothing; a batch of only
-   * notifications resolves to `[]` once sent.
+   * notifications resolves to `[]` once sent. When the other side refuses the batch
+   * whole (one -32600 or -32700 with `id: null`: longer than its batch limit, say) while
+   * it is the only batch of this peer's with calls waiting, each call still waiting ends
+   * at once with that error, an RpcError; with other batches waiting, which was refused
+   * cannot be told, and they wait for their timeout.
    * @param {{ timeoutMs?: number }} [options] timeout for each call in the batch (default
    *   the peer's `timeoutMs`)
    * @returns {Promise<Array<{ok: true, result: *} | {ok: false, error: Error}>>}

@@ -5,7 +5,9 @@
 //
 // Choices the specification leaves to us, beside those in wire.js (the same as the Rust
 // peer where it has them):
-// - A response whose id is not one of ours (a late answer, `id: null`) is dropped.
+// - A response whose id is not one of ours (a late answer, `id: null`) is dropped; but
+//   an Invalid Request or Parse error with `id: null` while exactly one batch of our
+//   calls waits is that batch's refusal, and ends its calls (pending.js).
 // - Binary frames are ignored (no answer).
 // - A notification for a name that has only a method runs the method and drops its
 //   answer (the specification calls a notification a request without an id); a
@@ -379,6 +381,7 @@ export class Peer {
       const { promise, entry } = this.#pending.add(id, it.method, timeoutMs, (e) => this.#giveUp(id, e));
       answers.push({ id, promise, entry });
     }
+    this.#pending.batch(answers.map((a) => a.id));
     try {
       this.#send(JSON.stringify(msgs), `a batch of ${items.length}`);
     } catch (e) {

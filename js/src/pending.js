@@ -2,7 +2,7 @@
 // abort or the close settles each one exactly once, and it then leaves the map, so a
 // late answer is simply unmatched.
 import { InvalidResponseError, LimitError, TimeoutError } from './errors.js';
-import { MAX_TIMER_MS, RpcError, has, responseProblem } from './wire.js';
+import { ErrorCode, MAX_TIMER_MS, RpcError, has, responseProblem } from './wire.js';
 
 /**
  * @typedef {object} Entry
@@ -12,11 +12,17 @@ import { MAX_TIMER_MS, RpcError, has, responseProblem } from './wire.js';
  * @property {boolean} sent whether the request left (only then is a cancel worth sending)
  * @property {(value: any) => void} [onProgress]
  * @property {() => void} [unlisten] removes the abort listener
+ * @property {Set<number>} [batch] the ids of its batch still waiting, itself included
+ *   (see `batch`)
  */
 
 export class Pending {
   /** @type {Map<number, Entry>} */
   #calls = new Map();
+  // Each batch of calls sent that still has calls waiting, as the set of their ids: a
+  // batch the other side refuses whole is answered with one error without an id.
+  /** @type {Set<Set<number>>} */
+  #batches = new Set();
   #max;
 
   /** @param {number} max how many calls may wait at once (`maxPendingCalls`) */
@@ -60,6 +66,21 @@ export class Pending {
     return { promise, entry };
   }
 
+  /**
+   * The calls `ids` (added, and about to be sent) go out as one batch. While it is the
+   * only batch with calls waiting, an Invalid Request or Parse error without an id is
+   * taken as its refusal (see `answer`). @param {number[]} ids
+   */
+  batch(ids) {
+    if (ids.length === 0) return;
+    const batch = new Set(ids);
+    this.#batches.add(batch);
+    for (const id of ids) {
+      const entry = this.#calls.get(id);
+      if (entry) entry.batch = batch;
+    }
+  }
+
   /** @param {number} id @returns {Entry | undefined} */
   get(id) {
     return this.#calls.get(id);
@@ -74,6 +95,8 @@ export class Pending {
     const entry = this.#calls.get(id);
     if (!entry) return false;
     this.#calls.delete(id);
+    // The last of its batch to end takes the batch with it.
+    if (entry.batch?.delete(id) && entry.batch.size === 0) this.#batches.delete(entry.batch);
     clearTimeout(entry.timer);
     entry.unlisten?.();
     fn(entry);
@@ -87,11 +110,16 @@ export class Pending {
 
   /**
    * A response: the call it answers resolves with its result, or rejects with its
-   * RpcError (or InvalidResponseError when it is malformed). Unknown ids are dropped.
+   * RpcError (or InvalidResponseError when it is malformed). Unknown ids are dropped,
+   * but an error with `id: null` may be a batch's refusal (see `batch`).
    * @param {any} m
    */
   answer(m) {
-    // Our ids are numbers; anything else (null included) cannot be one of our calls.
+    if (m.id === null) {
+      this.#refused(m);
+      return;
+    }
+    // Our ids are numbers; anything else cannot be one of our calls.
     if (typeof m.id !== 'number') return;
     this.settle(m.id, (p) => {
       const problem = responseProblem(m);
@@ -99,6 +127,23 @@ export class Pending {
       else if (has(m, 'error')) p.reject(new RpcError(m.error.code, m.error.message, m.error.data));
       else p.resolve(m.result);
     });
+  }
+
+  /**
+   * An answer with `id: null`. An Invalid Request or Parse error is how the other side
+   * refuses a whole batch it will not read (longer than it takes, not understood): it
+   * names no batch, so each call still waiting of the one batch of ours with calls
+   * waiting, if exactly one has, rejects with it. With several, which was refused cannot
+   * be told: they wait on. Anything else is dropped; a single call is never ended by it.
+   * @param {any} m
+   */
+  #refused(m) {
+    if (this.#batches.size !== 1 || responseProblem(m) || !has(m, 'error')) return;
+    const { code, message, data } = m.error;
+    if (code !== ErrorCode.INVALID_REQUEST && code !== ErrorCode.PARSE_ERROR) return;
+    const [batch] = this.#batches;
+    // Each settle takes its id out of `batch`: go over a copy.
+    for (const id of [...batch]) this.settle(id, (p) => p.reject(new RpcError(code, message, data)));
   }
 
   /**

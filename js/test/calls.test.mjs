@@ -2,7 +2,7 @@
 import { test, describe, mock } from 'node:test';
 import assert from 'node:assert/strict';
 import { Peer, RpcError, TimeoutError, ClosedError, InvalidResponseError } from 'jsonrpc-peer';
-import { FakeSocket, within } from './helpers.mjs';
+import { FakeSocket, socketPair, within } from './helpers.mjs';
 
 function client(options = {}) {
   const socket = new FakeSocket();
@@ -264,6 +264,61 @@ describe('batch', () => {
     socket.closedByServer(1001, 'going away');
     const out = await within(sending);
     assert.ok(out.every((o) => !o.ok && o.error instanceof ClosedError));
+  });
+
+  test('a batch the other side refuses whole (past its maxBatchLen) ends each call with the -32600', async (t) => {
+    // Two peers wired to each other; the other side takes batches of 2 at most.
+    const [sa, sb] = socketPair();
+    const peer = new Peer(sa, { onHandlerError: () => {} });
+    new Peer(sb, { maxBatchLen: 2 }).method('sum', (_cx, p) => p.reduce((s, n) => s + n, 0));
+    // Closed at the end either way, or a failure would leave the hour's timers running.
+    t.after(() => peer.close());
+    const sending = peer.batch().call('sum', [1, 2]).call('sum', [3]).call('sum', [4]).send({ timeoutMs: 3_600_000 });
+    // One -32600 with id null answers the whole batch: without it taken as the refusal,
+    // the calls would wait their hour.
+    const out = await within(sending, 1000, 'the refused batch');
+    assert.equal(out.length, 3);
+    for (const o of out) {
+      assert.equal(o.ok, false);
+      assert.ok(o.error instanceof RpcError, String(o.error));
+      assert.equal(o.error.code, -32600);
+      assert.equal(o.error.data, 'batch of 3 exceeds the limit of 2');
+    }
+    assert.equal(peer.pendingCount, 0);
+    // A batch the other side takes is answered as ever.
+    const taken = await within(peer.batch().call('sum', [1, 2]).call('sum', [3]).send());
+    assert.deepEqual(taken, [{ ok: true, result: 3 }, { ok: true, result: 3 }]);
+  });
+
+  test('an error with id null ends no single call, nor a batch when two wait', async (t) => {
+    const { socket, peer } = client();
+    t.after(() => peer.close());
+    const refusal = (code) => JSON.stringify({ jsonrpc: '2.0', error: { code, message: 'refused' }, id: null });
+    const single = peer.call('mine', [], { timeoutMs: 5000 });
+    const { id } = await socket.frame(0);
+    await socket.expectSilence(refusal(-32600));
+    await socket.expectSilence(refusal(-32700));
+    // Two batches waiting: which was refused cannot be told, so neither ends.
+    const first = peer.batch().call('a').send({ timeoutMs: 5000 });
+    const second = peer.batch().call('b').send({ timeoutMs: 5000 });
+    const [[a], [b]] = [JSON.parse(socket.sent.at(-2)), JSON.parse(socket.sent.at(-1))];
+    await socket.expectSilence(refusal(-32600));
+    assert.equal(peer.pendingCount, 3);
+    // The single call's own answer still arrives.
+    socket.receive(JSON.stringify({ jsonrpc: '2.0', result: 'its own', id }));
+    assert.equal(await within(single), 'its own');
+    // Once one batch has its answer, the other is the one waiting; a null-id error of
+    // another code is still no refusal.
+    socket.receive(JSON.stringify({ jsonrpc: '2.0', result: 1, id: a.id }));
+    assert.deepEqual(await within(first), [{ ok: true, result: 1 }]);
+    await socket.expectSilence(refusal(-32601));
+    assert.equal(peer.pendingCount, 1);
+    socket.receive(refusal(-32700));
+    const [outcome] = await within(second);
+    assert.equal(outcome.ok, false);
+    assert.equal(outcome.error.code, -32700);
+    assert.equal(b.method, 'b');
+    assert.equal(peer.pendingCount, 0);
   });
 });
 

@@ -6,6 +6,8 @@
  * @property {boolean} sent whether the request left (only then is a cancel worth sending)
  * @property {(value: any) => void} [onProgress]
  * @property {() => void} [unlisten] removes the abort listener
+ * @property {Set<number>} [batch] the ids of its batch still waiting, itself included
+ *   (see `batch`)
  */
 export class Pending {
     /** @param {number} max how many calls may wait at once (`maxPendingCalls`) */
@@ -28,6 +30,12 @@ export class Pending {
         promise: Promise<any>;
         entry: Entry;
     };
+    /**
+     * The calls `ids` (added, and about to be sent) go out as one batch. While it is the
+     * only batch with calls waiting, an Invalid Request or Parse error without an id is
+     * taken as its refusal (see `answer`). @param {number[]} ids
+     */
+    batch(ids: number[]): void;
     /** @param {number} id @returns {Entry | undefined} */
     get(id: number): Entry | undefined;
     /**
@@ -40,7 +48,8 @@ export class Pending {
     rejectAll(error: Error): void;
     /**
      * A response: the call it answers resolves with its result, or rejects with its
-     * RpcError (or InvalidResponseError when it is malformed). Unknown ids are dropped.
+     * RpcError (or InvalidResponseError when it is malformed). Unknown ids are dropped,
+     * but an error with `id: null` may be a batch's refusal (see `batch`).
      * @param {any} m
      */
     answer(m: any): void;
@@ -66,5 +75,10 @@ export type Entry = {
      * removes the abort listener
      */
     unlisten?: () => void;
+    /**
+     * the ids of its batch still waiting, itself included
+     * (see `batch`)
+     */
+    batch?: Set<number>;
 };
 import { TimeoutError } from './errors.js';
