@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request};
+use axum::extract::{ConnectInfo, OriginalUri, Request};
 use axum::http::{self, header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
@@ -128,7 +128,12 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
             .get::<ConnectInfo<SocketAddr>>()
             .map(|c| c.0);
         let mut handshake = http::Request::new(());
-        *handshake.uri_mut() = request.uri().clone();
+        // Nested under a prefix (`Router::nest`), the request's URI is what the nesting
+        // left of it: the hook and the handlers see the one the client asked for.
+        *handshake.uri_mut() = match request.extensions().get::<OriginalUri>() {
+            Some(OriginalUri(uri)) => uri.clone(),
+            None => request.uri().clone(),
+        };
         *handshake.headers_mut() = request.headers().clone();
         // The request's own faults before the limits: a client told 403 or 401 stops
         // dialling, one told 503 (full) dials again, and would for good.

@@ -102,3 +102,36 @@ async fn the_axum_endpoint_does_not_skip_the_bound_per_address_silently() {
         open.len()
     );
 }
+
+/// Mounted under a prefix (`Router::nest`), the endpoint still tells its handlers, and
+/// the authentication hook, the path the client asked for, not what the nesting left
+/// of it.
+#[tokio::test]
+async fn a_nested_endpoint_sees_the_path_the_client_asked_for() {
+    let rpc = Router::new().method("path", |cx: Context, (): ()| async move {
+        Ok::<_, RpcError>(cx.peer().info().path.clone())
+    });
+    let (seen_tx, mut seen_rx) = mpsc::unbounded_channel();
+    let policy = jsonrpc_peer::HandshakePolicy::default().authenticate(move |request| {
+        let _ = seen_tx.send(request.uri().to_string());
+        Ok(())
+    });
+    let endpoint = Endpoint::new(rpc).handshake_policy(policy);
+    let app = axum::Router::new().nest(
+        "/api",
+        axum::Router::new().route("/rpc", endpoint.into_route()),
+    );
+    let addr = common::serve_axum(app).await;
+    let peer = within(connect(
+        &format!("ws://{addr}/api/rpc?room=1"),
+        Router::new(),
+    ))
+    .await
+    .unwrap();
+    let path: Option<String> = within(peer.call("path", ())).await.unwrap();
+    assert_eq!(path.as_deref(), Some("/api/rpc?room=1"));
+    assert_eq!(
+        within(seen_rx.recv()).await.as_deref(),
+        Some("/api/rpc?room=1")
+    );
+}
