@@ -34,6 +34,8 @@ struct Setup {
     /// flush after an outage waits for the nodes live before it.
     missed: u32,
     outbox_limit: usize,
+    /// Calls from other nodes each node runs at once.
+    max_remote_calls: usize,
     /// Each server's peers' settings.
     peers: PeerConfig,
 }
@@ -44,6 +46,7 @@ impl Default for Setup {
             heartbeat: Duration::from_millis(100),
             missed: 3,
             outbox_limit: 8 << 20,
+            max_remote_calls: 1024,
             peers: PeerConfig::default(),
         }
     }
@@ -63,6 +66,7 @@ async fn node(hub: &MemoryHub, name: &str, setup: &Setup) -> Node {
             .heartbeat_interval(setup.heartbeat)
             .missed_heartbeats(setup.missed)
             .outbox_limit(setup.outbox_limit)
+            .max_remote_calls(setup.max_remote_calls)
             .gap_notification("$/gap")
             .on_gap({
                 let gaps = gaps.clone();
@@ -519,6 +523,55 @@ async fn a_peer_on_another_node_is_called_and_notified_by_address() {
         .unwrap();
     let (who, method, params) = within(rx.recv()).await.unwrap();
     assert_eq!((who, method.as_str(), params), (7, "toast", json!(["hi"])));
+}
+
+/// Calls from other nodes to this node's peers are bounded: past
+/// `max_remote_calls` running at once, one more is refused at once with
+/// `ClusterError::Remote`, and never reaches the peer; the one running is not disturbed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_from_other_nodes_past_max_remote_calls_are_refused_at_once() {
+    let hub = MemoryHub::new();
+    let setup = Setup {
+        max_remote_calls: 1,
+        ..Setup::default()
+    };
+    let a = node(&hub, "a", &setup).await;
+    let c = node(&hub, "c", &setup).await;
+    all_live(&a, 2).await;
+    all_live(&c, 2).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (_peer, addr) = client(&c.url, 0, &tx).await;
+    let running = {
+        let cluster = a.cluster.clone();
+        let addr = addr.clone();
+        tokio::spawn(async move {
+            cluster
+                .peer(&addr)
+                .call::<String>("slow", (500, "first"))
+                .await
+        })
+    };
+    // The first runs on c's client, holding c's one place.
+    let (_, method, tag) = within(rx.recv()).await.unwrap();
+    assert_eq!((method.as_str(), tag), ("slow", json!("first")));
+    let started = Instant::now();
+    let err = within(a.cluster.peer(&addr).call::<String>("slow", (0, "second")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Cluster(ClusterError::Remote(ref m)) if m.contains("too many calls")),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "at once, not at the call timeout: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(within(running).await.unwrap().unwrap(), "first");
+    assert!(
+        rx.try_recv().is_err(),
+        "the refused call never reached the peer"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
