@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::{notes_client as client, within, Note};
 use jsonrpc_peer::cluster::{
-    Append, Backplane, BackplaneError, BoxFuture, BusEvent, Cluster, Gap, HistoryRead,
-    MemoryBackplane, MemoryHub, PartWrite, PresenceKey, PresenceRead, StoredPresence, TopicKeys,
+    Append, Backplane, BackplaneError, BoxFuture, BusEvent, Cluster, Gap, HistoryRead, MemoryHub,
+    PartWrite, PresenceKey, PresenceRead, StoredPresence, TopicKeys,
 };
 use jsonrpc_peer::{Caller, Context, HistoryConfig, Position, Router, RpcError, Server};
 use serde_json::{json, Value};
@@ -23,14 +23,16 @@ enum Gate {
     Subscribe,
     /// `history_position` of the topic of the channel (the history room waits on it).
     Position,
+    /// `unsubscribe` of the channel (the node's subscriptions task waits on it).
+    Unsubscribe,
 }
 
-/// A memory link that holds one operation on one channel until the test opens the gate
-/// (a slow bus), says when it got there, and tells every subscription it changed on the
-/// bus, once done: `+channel` or `-channel`.
+/// A link (a memory one, or another `Gated`) that holds one operation on one channel
+/// until the test opens the gate (a slow bus), says when it got there, and tells every
+/// subscription it changed on the bus, once done: `+channel` or `-channel`.
 #[derive(Clone)]
 struct Gated {
-    inner: MemoryBackplane,
+    inner: Arc<dyn Backplane>,
     gate: Gate,
     channel: String,
     entered: Arc<Mutex<Option<oneshot::Sender<()>>>>,
@@ -40,14 +42,14 @@ struct Gated {
 
 impl Gated {
     fn new(
-        inner: MemoryBackplane,
+        inner: impl Backplane,
         gate: Gate,
         channel: &str,
     ) -> (Self, oneshot::Receiver<()>, mpsc::UnboundedReceiver<String>) {
         let (tx, rx) = oneshot::channel();
         let (changed, changes) = mpsc::unbounded_channel();
         let gated = Gated {
-            inner,
+            inner: Arc::new(inner),
             gate,
             channel: channel.to_owned(),
             entered: Arc::new(Mutex::new(Some(tx))),
@@ -96,6 +98,7 @@ impl Backplane for Gated {
     fn unsubscribe(&self, channel: &str) -> BoxFuture<'_, Result<(), BackplaneError>> {
         let channel = channel.to_owned();
         Box::pin(async move {
+            self.pass(Gate::Unsubscribe, &channel).await;
             let done = self.inner.unsubscribe(&channel).await;
             let _ = self.changed.send(format!("-{channel}"));
             done
@@ -662,4 +665,69 @@ async fn a_lost_presence_change_is_not_a_publication_gap_on_a_topic_with_history
     let got = until(&mut b_rx, "mark").await;
     assert!(got.is_empty(), "no publication was lost: {got:?}");
     assert_eq!(b.cluster.stats().gaps, 0, "{:?}", b.gaps.lock().unwrap());
+}
+
+/// A client that subscribes to a topic with history (every topic keeps one) and goes
+/// away while its node reads the topic's position on the bus leaves nothing behind: the
+/// read, ending after the last subscriber left, makes no history for the topic, which no
+/// one would leave again (it would be kept, for no one, for `max_idle`: a day by
+/// default). Before the fix it made one, and a client naming topics could make it grow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribe_given_up_while_its_position_is_read_leaves_no_history_behind() {
+    let hub = MemoryHub::new();
+    // b's history room waits on the position of "gone"; its subscriptions task waits
+    // on leaving the channel of "gone" (so the room is not told before the test looks).
+    let (unsubscribing, left, _) = Gated::new(hub.backplane(), Gate::Unsubscribe, "jp:t:{gone}");
+    let leave = unsubscribing.open.clone();
+    let (gated, reading, _) = Gated::new(unsubscribing, Gate::Position, "jp:t:{gone}");
+    let read = gated.open.clone();
+    let b = node(gated, "b", Some(HistoryConfig::default())).await;
+    all_live(&[&b]).await;
+    let topics = b.cluster.topics();
+
+    // Another client, subscribed before: its subscribe asked again goes through the
+    // history room after whatever the room was asked before it.
+    let (marker, _marker_rx) = client(&b.url, &[]).await;
+    let _: Value = within(marker.call("subscribe", json!(["marker", null])))
+        .await
+        .unwrap();
+
+    let (gone, _gone_rx) = client(&b.url, &["gone"]).await;
+    let subscribing = {
+        let gone = gone.clone();
+        tokio::spawn(async move { gone.call::<Value>("subscribe", json!(["gone", null])).await })
+    };
+    // The room reads the position of "gone" for that subscribe; its client goes.
+    within(reading).await.unwrap();
+    within(gone.close()).await;
+    subscribing.abort();
+    // The node leaves the channel once "gone" has no subscriber: the client is gone.
+    within(left).await.unwrap();
+    assert_eq!(topics.subscriber_count("gone"), 0);
+
+    read.notify_one();
+    let _: Value = within(marker.call("subscribe", json!(["marker", null])))
+        .await
+        .unwrap();
+    // The room is done with "gone": it made no history for a topic no one is in.
+    assert_eq!(
+        topics.position("gone"),
+        None,
+        "a history was made for a topic with no subscriber"
+    );
+    leave.notify_one();
+    assert_eq!(topics.subscriber_count("gone"), 0);
+
+    // The topic serves the next subscriber as any other (its position read let through).
+    read.notify_one();
+    let (next, mut next_rx) = client(&b.url, &["gone"]).await;
+    let _: Value = within(next.call("subscribe", json!(["gone", null])))
+        .await
+        .unwrap();
+    assert!(topics.position("gone").is_some());
+    topics.publish("gone", &[1]).await.unwrap();
+    assert_eq!(
+        publication(within(next_rx.recv()).await.unwrap(), "gone"),
+        (1, json!([1]))
+    );
 }

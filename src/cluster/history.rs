@@ -454,6 +454,10 @@ impl Room {
                 }
                 let looked = match self.look(&topic).await {
                     Some(_) => Ok(()),
+                    // Its subscribers left while it looked, and no history was made for
+                    // no one: nothing to follow. A subscribe still waiting finds its
+                    // history gone and makes a new one, which it asks to follow.
+                    None if self.topics.history_follows(&topic).is_none() => Ok(()),
                     None => Err(ClusterError::Unavailable(format!(
                         "could not read topic {topic:?}'s history position from the bus"
                     ))),

@@ -394,7 +394,8 @@ impl Topics {
 
     /// For the cluster: `topic`'s cache follows the bus, which is at `at` (`gap`, the
     /// notice for the live subscribers should the history be lost; `restart`: it is,
-    /// start over at `at`); `None` if the topic keeps no history.
+    /// start over at `at`); `None` if the topic keeps no history, or has no subscriber
+    /// here and no history yet.
     pub(crate) fn follow_at(
         &self,
         topic: &str,
@@ -403,8 +404,19 @@ impl Topics {
         gap: Option<&Text>,
         restart: bool,
     ) -> Option<Followed> {
-        self.log(topic, true)
-            .map(|log| log.follow(at, seen, gap, restart))
+        // A history is made here only for a topic with subscribers: the look at the bus
+        // that calls this may end after the last one left (its subscribe given up), and
+        // no one would leave a history made then, kept for `max_idle` (clients naming
+        // topics would make them add up). One made as the last left goes again.
+        let log = self.log(topic, self.inner.topics.contains_key(topic))?;
+        let followed = log.follow(at, seen, gap, restart);
+        if !self.inner.topics.contains_key(topic) {
+            self.inner
+                .history
+                .logs
+                .remove_if(topic, |_, log| log.retire_if_idle());
+        }
+        Some(followed)
     }
 
     /// For the cluster: this node no longer hears `topic` on the bus.
