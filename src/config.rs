@@ -38,10 +38,12 @@ pub struct PeerConfig {
     /// (default 256). Past it the peer stops reading until some finish; answers to
     /// its own calls are still read (a handler may be waiting on one), and so are
     /// cancels (the call a cancel stops may be what holds reading up). A cancel
-    /// behind a call that waits for its turn is read at that call's turn.
+    /// behind a call that waits for its turn is read at that call's turn. 0 counts as
+    /// 1 (0 would never read a call).
     pub max_in_flight: usize,
     /// How many outgoing frames may wait for the socket (default 1,024). Calls and
     /// answers wait for room; a broadcast to a full queue applies the slow-peer policy.
+    /// 0 counts as 1 (0 would never send).
     pub outgoing_queue: usize,
     /// How many bytes of outgoing frames may wait for the socket (default 1 MiB),
     /// beside the frame bound. A frame goes in while the queue holds less, so one
@@ -51,10 +53,11 @@ pub struct PeerConfig {
     /// stops reading until they are queued. With the defaults, a peer that never
     /// reads costs the queue at most 1 MiB plus one frame, and its answers waiting
     /// at most as much again (plus the answers of calls still running and one
-    /// incoming message read ahead).
+    /// incoming message read ahead). 0 counts as 1.
     pub outgoing_queue_bytes: usize,
     /// How many incoming notifications may wait for their ordered handler
     /// (default 256). Past it the peer stops reading until the handler catches up.
+    /// 0 counts as 1.
     pub notification_queue: usize,
     /// How often to ping the other side (default every 30 s); `None` sends no pings.
     pub ping_interval: Option<Duration>,

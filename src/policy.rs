@@ -114,7 +114,7 @@ pub struct HandshakePolicy {
     /// for, the next ones wait in the listen queue). Its
     /// [`handshake_timeout`](Self::handshake_timeout) runs from when it was accepted.
     /// [`Server`](crate::Server) only: for the axum endpoint, the HTTP server reads
-    /// the request.
+    /// the request. 0 counts as 1 (0 would never let a client in).
     pub max_handshakes: usize,
     /// How long a handshake is safe from being dropped for a newer one when
     /// [`max_handshakes`](Self::max_handshakes) are under way (default 2 s). A herd of
