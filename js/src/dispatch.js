@@ -24,6 +24,17 @@ export class Dispatch {
   // a stream of updates must not be applied out of order by async handlers.
   /** @type {Promise<any>} */
   #notifyChain = Promise.resolve();
+  // Bounds on the work the other side starts here (a browser cannot stop reading, as the
+  // Rust peer does): handlers of its calls running, notifications waiting in the chain.
+  #runningCalls = 0;
+  #maxRunningCalls;
+  #queuedNotifications = 0;
+  #maxQueuedNotifications;
+  // Whether the frame being handled arrived while the chain had room: a frame that did
+  // is queued whole (a batch of notifications is never cut), so at most the limit plus
+  // one batch wait.
+  #roomForNotifications = true;
+  #overflow;
   #pending;
   #reply;
   #notice;
@@ -42,9 +53,21 @@ export class Dispatch {
    * @param {(error: unknown, method: string) => void} parts.onHandlerError
    * @param {number} [parts.maxBatchLen] the longest incoming batch run; a longer one is
    *   answered with one -32600 and runs nothing
+   * @param {number} [parts.maxRunningCalls] how many handlers of incoming calls run at
+   *   once; a call past it is answered -32001 and does not run
+   * @param {number} [parts.maxQueuedNotifications] how many notifications may wait for
+   *   their ordered handler; one more calls `overflow`
+   * @param {(reason: string) => void} [parts.overflow] closes the connection: the
+   *   notification queue is full, and dropping one would break their order
    */
-  constructor({ peer, pending, reply, notice, onHandlerError, maxBatchLen = Infinity }) {
+  constructor({
+    peer, pending, reply, notice, onHandlerError, maxBatchLen = Infinity,
+    maxRunningCalls = Infinity, maxQueuedNotifications = Infinity, overflow = () => {}
+  }) {
     this.#maxBatchLen = maxBatchLen;
+    this.#maxRunningCalls = maxRunningCalls;
+    this.#maxQueuedNotifications = maxQueuedNotifications;
+    this.#overflow = overflow;
     this.#peer = peer;
     this.#pending = pending;
     this.#reply = reply;
@@ -67,7 +90,7 @@ export class Dispatch {
 
   /** Number of incoming calls whose handlers are still running. */
   get runningCount() {
-    return this.#running.size;
+    return this.#runningCalls;
   }
 
   /** @param {string} name @param {Handler} handler */
@@ -86,6 +109,7 @@ export class Dispatch {
 
   /** One text frame from the other side. @param {string} text */
   receive(text) {
+    this.#roomForNotifications = this.#queuedNotifications < this.#maxQueuedNotifications;
     let msg;
     try {
       msg = JSON.parse(text);
@@ -119,6 +143,8 @@ export class Dispatch {
    * @param {any} m @returns {Promise<string | null>}
    */
   async #handleOne(m) {
+    // Closed while this frame is handled (its notifications overflowed): nothing more runs.
+    if (this.#peer.isClosed) return null;
     if (isResponse(m)) {
       this.#pending.answer(m);
       return null;
@@ -140,6 +166,12 @@ export class Dispatch {
     }
     const handler = this.#methods.get(m.method);
     if (!handler) return errorResponse(m.id, new RpcError(ErrorCode.METHOD_NOT_FOUND));
+    // Each call counts, also inside a batch; past the limit it is refused, not queued
+    // (the other side may try again later).
+    if (this.#runningCalls >= this.#maxRunningCalls) {
+      const why = `the limit of ${this.#maxRunningCalls} running calls is reached`;
+      return errorResponse(m.id, new RpcError(ErrorCode.OVERLOADED, undefined, why));
+    }
     const key = JSON.stringify(m.id);
     // A second call with the id of one still running cannot be told apart by a cancel:
     // it runs, but only the first is cancellable.
@@ -156,13 +188,18 @@ export class Dispatch {
       progress: (value) => token !== undefined && !running.style && !running.done && this.#notice(progressNotification(token, value)),
     });
     let answer;
+    this.#runningCalls += 1;
     try {
-      answer = resultResponse(m.id, await handler(cx, m.params));
+      // A handler that returns a plain value is done at once: a batch of synchronous
+      // calls never counts up toward the limit.
+      const out = handler(cx, m.params);
+      answer = resultResponse(m.id, typeof out?.then === 'function' ? await out : out);
     } catch (e) {
       answer = cx.signal.aborted
         ? errorResponse(m.id, new RpcError(ErrorCode.REQUEST_CANCELLED))
         : errorResponse(m.id, this.#asRpcError(e, m.method));
     } finally {
+      this.#runningCalls -= 1;
       running.done = true;
       if (own) this.#running.delete(key);
     }
@@ -202,8 +239,16 @@ export class Dispatch {
       }
       return;
     }
+    if (!this.#roomForNotifications) {
+      this.#overflow(`too many notifications queued (limit ${this.#maxQueuedNotifications})`);
+      return;
+    }
+    this.#queuedNotifications += 1;
     this.#notifyChain = this.#notifyChain
-      .then(() => handler(cx, params))
+      .then(() => {
+        this.#queuedNotifications -= 1; // running now, no longer waiting
+        return handler(cx, params);
+      })
       .catch((e) => {
         if (!(e instanceof RpcError)) this.#onHandlerError(e, method);
       });

@@ -17,6 +17,13 @@ export const LIMITS = Object.freeze({
   maxBufferedAmount: 1024 * 1024,
   /** Calls and notifications in one incoming batch (the Rust peer's `max_batch_len`). */
   maxBatchLen: 1000,
+  /** Handlers of incoming calls running at once (the Rust peer's `max_in_flight`). */
+  maxRunningCalls: 256,
+  /**
+   * Incoming notifications waiting for their ordered handler (the Rust peer's
+   * `notification_queue`).
+   */
+  maxQueuedNotifications: 256,
   /**
    * Notifications a followed topic (`ReconnectingPeer.topic`) holds while its subscribe
    * answer is awaited: ten times the Rust server's default history (1,000), which it

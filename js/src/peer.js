@@ -15,7 +15,8 @@
 // - Incoming cancels and progress are handled as they arrive, before the ordered
 //   notifications.
 // - What waits is bounded (limits.js): our calls awaiting answers, frames sent while the
-//   socket connects, and what the socket buffers.
+//   socket connects, and what the socket buffers; and so is the work the other side
+//   starts here: handlers of its calls running, its notifications waiting in order.
 import { Batch } from './batch.js';
 import { ClosedError, LimitError } from './errors.js';
 import { WaitingSends, limitOf } from './limits.js';
@@ -82,6 +83,18 @@ export function webSocketClass(options) {
  * @property {number} [maxBatchLen=1000] the longest incoming batch (calls and
  *   notifications in one array) this peer runs; a longer one is answered with one
  *   -32600 error saying so and runs nothing, as the Rust peer's `max_batch_len`
+ * @property {number} [maxRunningCalls=256] how many handlers of the other side's calls
+ *   may run at once (each call of a batch counts; a handler that returns a plain value
+ *   is done at once); a call that arrives past it is answered at once with -32001 Too
+ *   many calls running (`ErrorCode.OVERLOADED`) and its handler does not run. A
+ *   browser cannot stop reading, as the Rust peer does past its `max_in_flight`.
+ *   Notifications do not count.
+ * @property {number} [maxQueuedNotifications=256] how many of the other side's
+ *   notifications may wait for their ordered handler (`notification`), as the Rust
+ *   peer's `notification_queue`; a frame with one more closes the connection with 4008
+ *   `too many notifications queued (limit N)`, since dropping one would break their
+ *   order. A frame that arrives with room is queued whole, so at most the limit plus
+ *   one batch wait.
  * @property {number} [maxBufferedAmount=1048576] how many bytes the socket may buffer
  *   (its `bufferedAmount`: sent but not yet on the network) before our sends are
  *   refused at once with LimitError (`call` and `batch().send()` reject, `notify`
@@ -156,6 +169,11 @@ export class Peer {
       reply: (text) => this.#reply(text),
       notice: (text) => this.#notice(text),
       maxBatchLen: limitOf(options, 'maxBatchLen'),
+      maxRunningCalls: limitOf(options, 'maxRunningCalls'),
+      maxQueuedNotifications: limitOf(options, 'maxQueuedNotifications'),
+      // The Rust peer closes a peer it cannot keep up with by 1008; a browser's WebSocket
+      // may only send 1000 and 3000-4999, hence 4008 (as for `maxBufferedAmount`).
+      overflow: (reason) => this.close(4008, reason),
       onHandlerError: options.onHandlerError ?? ((e, m) => console.error(`jsonrpc-peer: handler "${m}" failed:`, e)),
     });
 

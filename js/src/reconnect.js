@@ -121,6 +121,9 @@ export class ReconnectingPeer extends EventTarget {
     // Every limit is checked now: a bad one throws here, not at each dial.
     limitOf(options, 'maxPendingCalls');
     limitOf(options, 'maxBufferedAmount');
+    limitOf(options, 'maxBatchLen');
+    limitOf(options, 'maxRunningCalls');
+    limitOf(options, 'maxQueuedNotifications');
     this.#waiting = new WaitingSends(limitOf(options, 'maxQueued'), limitOf(options, 'maxQueuedBytes'));
     /** Default per-call timeout in ms, covering the wait for the link. */
     this.timeoutMs = options.timeoutMs ?? 30000;

@@ -22,6 +22,12 @@ export const ErrorCode = Object.freeze({
   INTERNAL_ERROR: -32603,
   /** The caller cancelled the call (the Language Server Protocol's RequestCancelled). */
   REQUEST_CANCELLED: -32800,
+  /**
+   * A server error of this package's (the specification's -32000..-32099): too many of
+   * the other side's calls already run here (`maxRunningCalls`); the call did not run,
+   * and may be tried again later.
+   */
+  OVERLOADED: -32001,
 });
 
 export const CANCEL_LSP = '$/cancelRequest';
@@ -35,6 +41,7 @@ const MESSAGES = {
   [ErrorCode.INVALID_PARAMS]: 'Invalid params',
   [ErrorCode.INTERNAL_ERROR]: 'Internal error',
   [ErrorCode.REQUEST_CANCELLED]: 'Request cancelled',
+  [ErrorCode.OVERLOADED]: 'Too many calls running',
 };
 
 /**

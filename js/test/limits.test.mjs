@@ -1,18 +1,20 @@
 // The bounds: calls waiting for their answers, sends waiting for the socket to open, and
 // what the socket buffers. Each has a default and an option; past it a send is refused at
-// once with LimitError and nothing is sent.
+// once with LimitError and nothing is sent. And the bounds on the work the other side
+// starts here: handlers of its calls running (past it -32001), its notifications waiting
+// for their ordered handler (past it the connection closes).
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
-import { Peer, LIMITS, LimitError, ClosedError } from 'jsonrpc-peer';
-import { FakeSocket, within, signal } from './helpers.mjs';
+import { Peer, LIMITS, LimitError, ClosedError, ErrorCode } from 'jsonrpc-peer';
+import { FakeSocket, socketPair, within, signal, nextTurn, byId } from './helpers.mjs';
 
 const limitError = (limit, value) => (e) =>
   e instanceof LimitError && e.limit === limit && e.value === value;
 
-test('the defaults are the Rust peer\'s bounds: 1,024, 1 MiB, a batch of 1,000', () => {
+test('the defaults are the Rust peer\'s bounds: 1,024, 1 MiB, a batch of 1,000, 256 running and queued', () => {
   assert.deepEqual({ ...LIMITS }, {
     maxPendingCalls: 1024, maxQueued: 1024, maxQueuedBytes: 1048576, maxBufferedAmount: 1048576,
-    maxBatchLen: 1000,
+    maxBatchLen: 1000, maxRunningCalls: 256, maxQueuedNotifications: 256,
     maxHeld: 10000, maxHeldBytes: 67108864, // a followed topic's, checked in topics.test.mjs
   });
   assert.ok(Object.isFrozen(LIMITS));
@@ -192,5 +194,189 @@ describe("the socket's buffer (maxBufferedAmount)", () => {
     assert.deepEqual(JSON.parse(socket.sent[1]), { jsonrpc: '2.0', method: '$/progress', params: { token: 't', value: 'sent' } });
     assert.deepEqual(sent, [false, true]);
     assert.equal(peer.isClosed, false);
+  });
+});
+
+const callText = (method, id, params = []) => JSON.stringify({ jsonrpc: '2.0', method, params, id });
+const noteText = (method, params) => JSON.stringify({ jsonrpc: '2.0', method, params });
+const overloaded = (id, max) => ({
+  jsonrpc: '2.0', id,
+  error: { code: -32001, message: 'Too many calls running', data: `the limit of ${max} running calls is reached` },
+});
+
+describe("the other side's calls running here (maxRunningCalls)", () => {
+  test('past the limit a call is answered -32001 at once and does not run; once one ends, calls run again', async () => {
+    const socket = new FakeSocket();
+    const peer = new Peer(socket, { maxRunningCalls: 2 });
+    const gates = new Map(); // id -> what ends that call's handler
+    peer.method('wait', (_cx, [id]) => {
+      gates.set(id, signal());
+      return gates.get(id).promise;
+    });
+    socket.receive(callText('wait', 1, [1]));
+    socket.receive(callText('wait', 2, [2]));
+    assert.equal(peer.runningCount, 2);
+    assert.deepEqual(await socket.exchange(callText('wait', 3, [3])), overloaded(3, 2));
+    assert.deepEqual([...gates.keys()], [1, 2], 'the refused call did not run');
+    assert.equal(peer.runningCount, 2, 'the first two still run');
+    assert.equal(ErrorCode.OVERLOADED, -32001);
+    // One ends: a new call runs again.
+    gates.get(1).resolve('one');
+    assert.deepEqual(await socket.frame(1), { jsonrpc: '2.0', result: 'one', id: 1 });
+    socket.receive(callText('wait', 4, [4]));
+    assert.deepEqual([...gates.keys()], [1, 2, 4]);
+    assert.equal(peer.runningCount, 2);
+    gates.get(2).resolve('two');
+    gates.get(4).resolve('four');
+    assert.deepEqual(await socket.frame(2), { jsonrpc: '2.0', result: 'two', id: 2 });
+    assert.deepEqual(await socket.frame(3), { jsonrpc: '2.0', result: 'four', id: 4 });
+    assert.equal(peer.runningCount, 0);
+    assert.equal(peer.isClosed, false);
+  });
+
+  test("a batch's calls count each; a synchronous handler is done at once; notifications do not count", async () => {
+    const socket = new FakeSocket();
+    const peer = new Peer(socket, { maxRunningCalls: 2 });
+    const gates = new Map();
+    peer.method('wait', (_cx, [id]) => {
+      gates.set(id, signal());
+      return gates.get(id).promise;
+    });
+    peer.method('now', (_cx, [id]) => `now ${id}`);
+    let notes = 0;
+    peer.notification('note', () => { notes += 1; });
+    socket.receive(callText('wait', 1, [1]));
+    // With one running: two synchronous calls run and are done, one more waits, the
+    // last is refused; the notification runs regardless.
+    const n = socket.sent.length;
+    socket.receive(JSON.stringify([
+      JSON.parse(callText('now', 'a', ['a'])), JSON.parse(callText('now', 'b', ['b'])),
+      JSON.parse(noteText('note', [])),
+      JSON.parse(callText('wait', 2, [2])), JSON.parse(callText('wait', 3, [3])),
+    ]));
+    assert.deepEqual([...gates.keys()], [1, 2]);
+    assert.equal(peer.runningCount, 2);
+    gates.get(2).resolve('two');
+    assert.deepEqual(byId(await socket.frame(n)), byId([
+      { jsonrpc: '2.0', result: 'now a', id: 'a' },
+      { jsonrpc: '2.0', result: 'now b', id: 'b' },
+      { jsonrpc: '2.0', result: 'two', id: 2 },
+      overloaded(3, 2),
+    ]));
+    assert.equal(notes, 1);
+    gates.get(1).resolve('one');
+    assert.deepEqual(await socket.frame(n + 1), { jsonrpc: '2.0', result: 'one', id: 1 });
+  });
+
+  test('the default lets 256 handlers run: a batch of 300 waiting calls has 44 refused; 300 synchronous ones all run', async () => {
+    const socket = new FakeSocket();
+    const peer = new Peer(socket);
+    const release = signal();
+    let runs = 0;
+    peer.method('wait', () => { runs += 1; return release.promise; });
+    peer.method('now', () => 'now');
+    const batch = (method) => JSON.stringify(Array.from({ length: 300 }, (_, i) => JSON.parse(callText(method, i))));
+    socket.receive(batch('wait'));
+    assert.equal(runs, 256);
+    assert.equal(peer.runningCount, 256);
+    release.resolve('done');
+    const answers = await socket.frame(0, 5000);
+    assert.equal(answers.filter((a) => a.result === 'done').length, 256);
+    assert.deepEqual(answers.filter((a) => a.error).map((a) => a.error), Array(44).fill(overloaded(0, 256).error));
+    const quick = await socket.exchange(batch('now'), 5000);
+    assert.equal(quick.filter((a) => a.result === 'now').length, 300);
+  });
+});
+
+describe("the other side's notifications waiting here (maxQueuedNotifications)", () => {
+  test('one past the limit closes the connection with 4008 and says why; our calls end with ClosedError', async () => {
+    const socket = new FakeSocket();
+    const peer = new Peer(socket, { maxQueuedNotifications: 3 });
+    const hold = signal();
+    const fourth = signal();
+    const seen = [];
+    peer.notification('tick', async (_cx, [n]) => {
+      seen.push(n);
+      if (n === 4) fourth.resolve();
+      await hold.promise;
+    });
+    const ours = peer.call('mine', [], { timeoutMs: 0 }).catch((e) => e);
+    socket.receive(noteText('tick', [1]));
+    await nextTurn();
+    assert.deepEqual(seen, [1], 'the first runs, and blocks');
+    for (const n of [2, 3, 4]) socket.receive(noteText('tick', [n]));
+    assert.equal(peer.isClosed, false, 'three may wait');
+    socket.receive(noteText('tick', [5]));
+    assert.equal(peer.isClosed, true, 'the fourth to wait closes the connection');
+    const reason = 'too many notifications queued (limit 3)';
+    assert.deepEqual(await within(peer.closed), { code: 4008, reason, wasClean: true });
+    const e = await within(ours);
+    assert.ok(e instanceof ClosedError && e.message.includes(`closed locally with code 4008 (${reason})`), String(e));
+    // The ones that waited still run, in order; the one past the limit never does.
+    hold.resolve();
+    await within(fourth.promise, 1000, 'notification 4');
+    await nextTurn();
+    assert.deepEqual(seen, [1, 2, 3, 4]);
+  });
+
+  test('a batch with one past the limit closes too, and nothing more of it runs', async () => {
+    const socket = new FakeSocket();
+    const peer = new Peer(socket, { maxQueuedNotifications: 1 });
+    const hold = signal();
+    let calls = 0;
+    peer.notification('tick', () => hold.promise);
+    peer.method('work', () => { calls += 1; return 1; });
+    socket.receive(noteText('tick', [1]));
+    await nextTurn();
+    socket.receive(noteText('tick', [2])); // the one that may wait
+    socket.receive(JSON.stringify([JSON.parse(noteText('tick', [3])), JSON.parse(callText('work', 1))]));
+    assert.deepEqual(await within(peer.closed), { code: 4008, reason: 'too many notifications queued (limit 1)', wasClean: true });
+    assert.equal(calls, 0);
+    hold.resolve();
+  });
+
+  test('a flood under the limit is handled in order, as before; a batch that arrives with room is queued whole', async () => {
+    // Frames one after another, as a socket delivers them: each is handled before the next.
+    const [a, b] = socketPair();
+    const sender = new Peer(a);
+    const receiver = new Peer(b);
+    const seen = [];
+    const all = signal();
+    receiver.notification('tick', async (_cx, [n]) => {
+      await null;
+      seen.push(n);
+      if (seen.length === 1000) all.resolve();
+    });
+    for (let n = 0; n < 1000; n++) sender.notify('tick', [n]);
+    await within(all.promise, 10000, '1,000 notifications');
+    assert.deepEqual(seen, Array.from({ length: 1000 }, (_, n) => n));
+    // A batch of 600 (more than the default 256, within maxBatchLen) with nothing waiting.
+    seen.length = 0;
+    const batch = signal();
+    receiver.notification('late', (_cx, [n]) => {
+      seen.push(n);
+      if (n === 599) batch.resolve();
+    });
+    b.receive(JSON.stringify(Array.from({ length: 600 }, (_, n) => JSON.parse(noteText('late', [n])))));
+    await within(batch.promise, 10000, 'a batch of 600');
+    assert.deepEqual(seen, Array.from({ length: 600 }, (_, n) => n));
+    // With a handler that blocks: one runs and three wait, within a limit of 3.
+    const socket = new FakeSocket();
+    const peer = new Peer(socket, { maxQueuedNotifications: 3 });
+    const hold = signal();
+    const order = [];
+    const last = signal();
+    peer.notification('tick', async (_cx, [n]) => {
+      order.push(n);
+      await hold.promise;
+      if (n === 4) last.resolve();
+    });
+    socket.receive(noteText('tick', [1]));
+    await nextTurn(); // it runs
+    for (const n of [2, 3, 4]) socket.receive(noteText('tick', [n]));
+    hold.resolve();
+    await within(last.promise, 1000, 'notification 4');
+    assert.deepEqual(order, [1, 2, 3, 4]);
+    assert.equal(peer.isClosed || receiver.isClosed, false);
   });
 });

@@ -12,14 +12,23 @@ export class Dispatch {
      * @param {(error: unknown, method: string) => void} parts.onHandlerError
      * @param {number} [parts.maxBatchLen] the longest incoming batch run; a longer one is
      *   answered with one -32600 and runs nothing
+     * @param {number} [parts.maxRunningCalls] how many handlers of incoming calls run at
+     *   once; a call past it is answered -32001 and does not run
+     * @param {number} [parts.maxQueuedNotifications] how many notifications may wait for
+     *   their ordered handler; one more calls `overflow`
+     * @param {(reason: string) => void} [parts.overflow] closes the connection: the
+     *   notification queue is full, and dropping one would break their order
      */
-    constructor({ peer, pending, reply, notice, onHandlerError, maxBatchLen }: {
+    constructor({ peer, pending, reply, notice, onHandlerError, maxBatchLen, maxRunningCalls, maxQueuedNotifications, overflow }: {
         peer: import("./peer.js").Peer;
         pending: import("./pending.js").Pending;
         reply: (text: string) => void;
         notice: (text: string) => boolean;
         onHandlerError: (error: unknown, method: string) => void;
         maxBatchLen?: number;
+        maxRunningCalls?: number;
+        maxQueuedNotifications?: number;
+        overflow?: (reason: string) => void;
     });
     /** Number of incoming calls whose handlers are still running. */
     get runningCount(): number;

@@ -3,7 +3,7 @@
  * `Infinity` turns it off.
  * @param {Record<string, any>} options @param {keyof LIMITS} name @returns {number}
  */
-export function limitOf(options: Record<string, any>, name: "maxPendingCalls" | "maxQueued" | "maxQueuedBytes" | "maxBufferedAmount" | "maxBatchLen" | "maxHeld" | "maxHeldBytes"): number;
+export function limitOf(options: Record<string, any>, name: "maxPendingCalls" | "maxQueued" | "maxQueuedBytes" | "maxBufferedAmount" | "maxBatchLen" | "maxRunningCalls" | "maxQueuedNotifications" | "maxHeld" | "maxHeldBytes"): number;
 /**
  * The limits' defaults, those of the Rust peer where it has the same bound: 1,024 frames
  * and 1 MiB for what waits to be sent (its `outgoing_queue` and `outgoing_queue_bytes`).
@@ -19,6 +19,13 @@ export const LIMITS: Readonly<{
     maxBufferedAmount: number;
     /** Calls and notifications in one incoming batch (the Rust peer's `max_batch_len`). */
     maxBatchLen: 1000;
+    /** Handlers of incoming calls running at once (the Rust peer's `max_in_flight`). */
+    maxRunningCalls: 256;
+    /**
+     * Incoming notifications waiting for their ordered handler (the Rust peer's
+     * `notification_queue`).
+     */
+    maxQueuedNotifications: 256;
     /**
      * Notifications a followed topic (`ReconnectingPeer.topic`) holds while its subscribe
      * answer is awaited: ten times the Rust server's default history (1,000), which it

@@ -41,6 +41,18 @@ export function webSocketClass(options: {
  * @property {number} [maxBatchLen=1000] the longest incoming batch (calls and
  *   notifications in one array) this peer runs; a longer one is answered with one
  *   -32600 error saying so and runs nothing, as the Rust peer's `max_batch_len`
+ * @property {number} [maxRunningCalls=256] how many handlers of the other side's calls
+ *   may run at once (each call of a batch counts; a handler that returns a plain value
+ *   is done at once); a call that arrives past it is answered at once with -32001 Too
+ *   many calls running (`ErrorCode.OVERLOADED`) and its handler does not run. A
+ *   browser cannot stop reading, as the Rust peer does past its `max_in_flight`.
+ *   Notifications do not count.
+ * @property {number} [maxQueuedNotifications=256] how many of the other side's
+ *   notifications may wait for their ordered handler (`notification`), as the Rust
+ *   peer's `notification_queue`; a frame with one more closes the connection with 4008
+ *   `too many notifications queued (limit N)`, since dropping one would break their
+ *   order. A frame that arrives with room is queued whole, so at most the limit plus
+ *   one batch wait.
  * @property {number} [maxBufferedAmount=1048576] how many bytes the socket may buffer
  *   (its `bufferedAmount`: sent but not yet on the network) before our sends are
  *   refused at once with LimitError (`call` and `batch().send()` reject, `notify`
@@ -223,6 +235,24 @@ export type PeerOptions = {
      * -32600 error saying so and runs nothing, as the Rust peer's `max_batch_len`
      */
     maxBatchLen?: number;
+    /**
+     * how many handlers of the other side's calls
+     * may run at once (each call of a batch counts; a handler that returns a plain value
+     * is done at once); a call that arrives past it is answered at once with -32001 Too
+     * many calls running (`ErrorCode.OVERLOADED`) and its handler does not run. A
+     * browser cannot stop reading, as the Rust peer does past its `max_in_flight`.
+     * Notifications do not count.
+     */
+    maxRunningCalls?: number;
+    /**
+     * how many of the other side's
+     * notifications may wait for their ordered handler (`notification`), as the Rust
+     * peer's `notification_queue`; a frame with one more closes the connection with 4008
+     * `too many notifications queued (limit N)`, since dropping one would break their
+     * order. A frame that arrives with room is queued whole, so at most the limit plus
+     * one batch wait.
+     */
+    maxQueuedNotifications?: number;
     /**
      * how many bytes the socket may buffer
      * (its `bufferedAmount`: sent but not yet on the network) before our sends are

@@ -66,6 +66,12 @@ export const ErrorCode: Readonly<{
     INTERNAL_ERROR: -32603;
     /** The caller cancelled the call (the Language Server Protocol's RequestCancelled). */
     REQUEST_CANCELLED: -32800;
+    /**
+     * A server error of this package's (the specification's -32000..-32099): too many of
+     * the other side's calls already run here (`maxRunningCalls`); the call did not run,
+     * and may be tried again later.
+     */
+    OVERLOADED: -32001;
 }>;
 export const CANCEL_LSP: "$/cancelRequest";
 export const CANCEL_MCP: "notifications/cancelled";
