@@ -54,7 +54,8 @@ export class Dispatch {
    * @param {number} [parts.maxBatchLen] the longest incoming batch run; a longer one is
    *   answered with one -32600 and runs nothing
    * @param {number} [parts.maxRunningCalls] how many handlers of incoming calls run at
-   *   once; a call past it is answered -32001 and does not run
+   *   once (a notification that runs a method counts); a call past it is answered
+   *   -32001 and does not run, such a notification is dropped
    * @param {number} [parts.maxQueuedNotifications] how many notifications may wait for
    *   their ordered handler; one more calls `overflow`
    * @param {(reason: string) => void} [parts.overflow] closes the connection: the
@@ -230,13 +231,24 @@ export class Dispatch {
       // would (not in the notifications' order), and its answer is dropped. Unknown:
       // dropped, never answered, not even an error.
       const asMethod = this.#methods.get(method);
-      if (asMethod) {
-        Promise.resolve()
-          .then(() => asMethod(cx, params))
-          .catch((e) => {
-            if (!(e instanceof RpcError)) this.#onHandlerError(e, method);
-          });
+      if (!asMethod) return;
+      // It runs as a call does, so it counts as one: past the limit it cannot be
+      // refused with an answer, so it is dropped, and `onHandlerError` hears why (a
+      // flood of them must not run without bound, and a browser cannot stop reading).
+      if (this.#runningCalls >= this.#maxRunningCalls) {
+        const why = `dropped: the limit of ${this.#maxRunningCalls} running calls is reached`;
+        this.#onHandlerError(new RpcError(ErrorCode.OVERLOADED, undefined, why), method);
+        return;
       }
+      this.#runningCalls += 1;
+      Promise.resolve()
+        .then(() => asMethod(cx, params))
+        .catch((e) => {
+          if (!(e instanceof RpcError)) this.#onHandlerError(e, method);
+        })
+        .finally(() => {
+          this.#runningCalls -= 1;
+        });
       return;
     }
     if (!this.#roomForNotifications) {

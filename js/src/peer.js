@@ -88,7 +88,9 @@ export function webSocketClass(options) {
  *   is done at once); a call that arrives past it is answered at once with -32001 Too
  *   many calls running (`ErrorCode.OVERLOADED`) and its handler does not run. A
  *   browser cannot stop reading, as the Rust peer does past its `max_in_flight`.
- *   Notifications do not count.
+ *   Notifications for a notification handler do not count; one that runs a method
+ *   (there is no notification handler of its name) counts as a call, and past the
+ *   limit it is dropped and `onHandlerError` gets an RpcError -32001 saying so.
  * @property {number} [maxQueuedNotifications=256] how many of the other side's
  *   notifications may wait for their ordered handler (`notification`), as the Rust
  *   peer's `notification_queue`; a frame with one more closes the connection with 4008

@@ -5,7 +5,7 @@
 // for their ordered handler (past it the connection closes).
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
-import { Peer, LIMITS, LimitError, ClosedError, ErrorCode } from 'jsonrpc-peer';
+import { Peer, LIMITS, LimitError, ClosedError, ErrorCode, RpcError } from 'jsonrpc-peer';
 import { FakeSocket, socketPair, within, signal, nextTurn, byId } from './helpers.mjs';
 
 const limitError = (limit, value) => (e) =>
@@ -266,6 +266,36 @@ describe("the other side's calls running here (maxRunningCalls)", () => {
     assert.equal(notes, 1);
     gates.get(1).resolve('one');
     assert.deepEqual(await socket.frame(n + 1), { jsonrpc: '2.0', result: 'one', id: 1 });
+  });
+
+  test('a notification that runs a method counts as a call; past the limit it is dropped and said', async () => {
+    const socket = new FakeSocket();
+    const failures = [];
+    const peer = new Peer(socket, {
+      maxRunningCalls: 2,
+      onHandlerError: (e, method) => failures.push([method, e]),
+    });
+    const gates = [];
+    peer.method('wait', () => {
+      gates.push(signal());
+      return gates.at(-1).promise;
+    });
+    for (let i = 0; i < 3; i += 1) socket.receive(noteText('wait', []));
+    await nextTurn();
+    assert.equal(gates.length, 2, 'two run, the third is dropped');
+    assert.equal(peer.runningCount, 2);
+    assert.equal(failures.length, 1);
+    assert.equal(failures[0][0], 'wait');
+    assert.ok(failures[0][1] instanceof RpcError && failures[0][1].code === ErrorCode.OVERLOADED, String(failures[0][1]));
+    // A call past the limit is refused as before; once they end, one runs again.
+    assert.deepEqual(await socket.exchange(callText('wait', 9, [])), overloaded(9, 2));
+    for (const gate of gates) gate.resolve('done');
+    await nextTurn();
+    assert.equal(peer.runningCount, 0);
+    socket.receive(noteText('wait', []));
+    await nextTurn();
+    assert.equal(gates.length, 3);
+    gates[2].resolve('done');
   });
 
   test('the default lets 256 handlers run: a batch of 300 waiting calls has 44 refused; 300 synchronous ones all run', async () => {

@@ -13,7 +13,8 @@ export class Dispatch {
      * @param {number} [parts.maxBatchLen] the longest incoming batch run; a longer one is
      *   answered with one -32600 and runs nothing
      * @param {number} [parts.maxRunningCalls] how many handlers of incoming calls run at
-     *   once; a call past it is answered -32001 and does not run
+     *   once (a notification that runs a method counts); a call past it is answered
+     *   -32001 and does not run, such a notification is dropped
      * @param {number} [parts.maxQueuedNotifications] how many notifications may wait for
      *   their ordered handler; one more calls `overflow`
      * @param {(reason: string) => void} [parts.overflow] closes the connection: the
