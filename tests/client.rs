@@ -475,3 +475,37 @@ async fn last_error_says_what_failed_while_down_and_clears_once_the_link_is_back
     );
     within(client.close()).await;
 }
+
+/// A server that accepts each connection and closes it at once (shedding load with
+/// 1013) is dialed with growing waits, as a server that is down is: a link lost sooner
+/// than the longest wait counts as a failed attempt instead of starting the count over.
+#[tokio::test]
+async fn a_server_that_closes_every_link_at_once_is_dialed_with_growing_waits() {
+    let (url, server) = serve(Router::new()).await;
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = accepted.clone();
+    server.on_connect(move |peer, _| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        let peer = peer.clone();
+        tokio::spawn(async move { peer.close_with(1013, "try again later").await });
+    });
+    // Waits of at most 1, 2, 4, 8, 16 and 32 ms for the first six attempts.
+    let client = Reconnecting::builder(url, Router::new())
+        .backoff(
+            Backoff::default()
+                .initial(Duration::from_millis(1))
+                .max(Duration::from_secs(60)),
+        )
+        .start();
+    let mut state = client.watch_state();
+    within(state.wait_for(|s| matches!(s, LinkState::Waiting { attempt, .. } if *attempt >= 6)))
+        .await
+        .expect("the count grows while every link is closed at once");
+    assert!(accepted.load(Ordering::SeqCst) >= 6, "each attempt got in");
+    let why = client
+        .last_error()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(why.contains("1013"), "last_error: {why}");
+    within(client.close()).await;
+}

@@ -7,8 +7,10 @@ use std::time::Duration;
 ///
 /// Attempt `n` (from 0) waits a random time between zero and
 /// `min(max, initial * multiplier^n)`, so clients that lost the same server at the
-/// same moment do not all come back at the same moment. A connection that succeeds
-/// starts the count again.
+/// same moment do not all come back at the same moment. A connection that stays up for
+/// `max` or longer starts the count again; one lost sooner counts as one more failed
+/// attempt, so a server that accepts and closes at once (shedding load) is dialed with
+/// growing waits, as one that is down is, not every `initial` for ever.
 ///
 /// **The defaults** (250 ms growing to 3 s, doubling) are for a browser or a service
 /// behind a load balancer, where the usual outage is a restart or a rolling deploy of

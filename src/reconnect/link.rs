@@ -26,7 +26,8 @@ pub enum LinkState {
     /// Dialing; `attempt` counts failures since the last success.
     Connecting {
         /// Failed attempts since the last success; a link that was up and was lost
-        /// counts as the first.
+        /// counts as the first, and one lost sooner than [`Backoff::max`] after it
+        /// opened counts as one more.
         attempt: u32,
     },
     /// Connected, and the `on_connect` hook has run.
@@ -34,7 +35,8 @@ pub enum LinkState {
     /// Waiting before the next attempt.
     Waiting {
         /// Failed attempts since the last success; a link that was up and was lost
-        /// counts as the first.
+        /// counts as the first, and one lost sooner than [`Backoff::max`] after it
+        /// opened counts as one more.
         attempt: u32,
         /// How long the wait is.
         retry_in: Duration,
@@ -230,9 +232,10 @@ struct Link<S> {
 
 /// How one attempt ended.
 enum Attempt {
-    /// The connection was up and ended: dial again at once (attempt 0).
+    /// The connection was up for at least the longest wait and ended: the count starts
+    /// again (the wait of attempt 0).
     Lost,
-    /// It failed: back off.
+    /// It failed, or the connection ended sooner: back off.
     Failed,
     /// Stopped: by the handle, a refusal for good, or a request that cannot be made.
     Done,
@@ -339,6 +342,7 @@ impl<S: Send + Sync + 'static> Link<S> {
 
     /// Runs the hooks, offers the connection to calls until it ends.
     async fn serve(&mut self, peer: Peer, url: &str) -> Attempt {
+        let opened = tokio::time::Instant::now();
         let hooks = async {
             use futures_util::FutureExt;
             for hook in &self.on_connect {
@@ -373,6 +377,14 @@ impl<S: Send + Sync + 'static> Link<S> {
         };
         self.current.send_replace(None);
         match ended {
+            // A link lost sooner than the longest wait is no success: a server that
+            // accepts and closes at once (shedding load) is dialed with growing waits, at
+            // the pace of a server that is down, not every `initial` for ever.
+            Some(reason) if opened.elapsed() < self.backoff.max => {
+                tracing::debug!(%url, %reason, "link lost soon after it opened; backing off");
+                self.remember(Error::Closed(reason));
+                Attempt::Failed
+            }
             Some(reason) => {
                 tracing::info!(%url, %reason, "link lost; reconnecting");
                 self.remember(Error::Closed(reason));
