@@ -509,3 +509,54 @@ async fn a_server_that_closes_every_link_at_once_is_dialed_with_growing_waits() 
     assert!(why.contains("1013"), "last_error: {why}");
     within(client.close()).await;
 }
+
+/// A hook whose closure panics before it returns its future (a lookup that fails, say)
+/// costs what a hook whose future panics costs: an `on_connect` hook its connection, a
+/// `before_dial` hook its attempt. The client goes on dialing, says why in
+/// `last_error`, and `close` ends it; it does not die with its state stuck at
+/// `Connecting`.
+#[tokio::test]
+async fn a_hook_that_panics_before_its_future_starts_costs_an_attempt_not_the_client() {
+    let (url, handle) = serve(Router::new()).await;
+    let mut made = connections(&handle);
+    let subscriptions: Vec<&str> = Vec::new();
+    let client = Reconnecting::builder(url.as_str(), Router::new())
+        .backoff(fast())
+        .on_connect(move |_peer| {
+            let first = subscriptions[0].to_owned();
+            async move { drop(first) }
+        })
+        .start();
+    within(made.recv()).await.unwrap();
+    within(made.recv()).await.expect("the client dials again");
+    let why = client
+        .last_error()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(why.contains("1011"), "last_error: {why}");
+    within(client.close()).await;
+    assert_eq!(client.state(), LinkState::Stopped);
+
+    let tokens: Vec<String> = Vec::new();
+    let client = Reconnecting::builder(url.as_str(), Router::new())
+        .backoff(fast())
+        .before_dial(move |request| {
+            let _token = tokens[0].clone();
+            async move { Ok(request) }
+        })
+        .start();
+    let mut state = client.watch_state();
+    within(state.wait_for(|s| matches!(s, LinkState::Waiting { attempt, .. } if *attempt >= 2)))
+        .await
+        .expect("the client tries again after each panic");
+    let why = client
+        .last_error()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        why.contains("before_dial hook panicked"),
+        "last_error: {why}"
+    );
+    within(client.close()).await;
+    assert_eq!(client.state(), LinkState::Stopped);
+}

@@ -148,10 +148,10 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
     /// and put it in `Authorization`, so a redial after the token rotated gets in
     /// instead of ending in a 401 and [`LinkState::Refused`].
     ///
-    /// An error from the hook (the token service is down), or no request within
-    /// [`PeerConfig::connect_timeout`], counts as a failed attempt: it is kept in
-    /// [`last_error`](Reconnecting::last_error) and the client tries again after the
-    /// backoff.
+    /// An error from the hook (the token service is down), no request within
+    /// [`PeerConfig::connect_timeout`], or a panic of the hook, counts as a failed
+    /// attempt: it is kept in [`last_error`](Reconnecting::last_error) and the client
+    /// tries again after the backoff.
     ///
     /// ```no_run
     /// use std::sync::{Arc, Mutex};
@@ -292,12 +292,20 @@ impl<S: Send + Sync + 'static> Link<S> {
         let Some(hook) = &self.before_dial else {
             return Ok(base);
         };
-        // A hook that hangs must not stall the client: it has the connect timeout.
+        // A hook that hangs must not stall the client: it has the connect timeout. One
+        // that panics (in the closure or in its future) fails this attempt, not the
+        // client's task.
         let limit = self.config.connect_timeout;
         let made = async {
-            tokio::time::timeout(limit, hook(base))
-                .await
-                .unwrap_or_else(|_| Err(Error::timeout(None, limit)))
+            use futures_util::FutureExt;
+            let run = std::panic::AssertUnwindSafe(async { hook(base).await }).catch_unwind();
+            match tokio::time::timeout(limit, run).await {
+                Ok(Ok(made)) => made,
+                Ok(Err(_)) => Err(Error::Transport(Box::new(std::io::Error::other(
+                    "the before_dial hook panicked",
+                )))),
+                Err(_) => Err(Error::timeout(None, limit)),
+            }
         };
         tokio::select! {
             biased;
@@ -346,7 +354,9 @@ impl<S: Send + Sync + 'static> Link<S> {
         let hooks = async {
             use futures_util::FutureExt;
             for hook in &self.on_connect {
-                if std::panic::AssertUnwindSafe(hook(peer.clone()))
+                // Called inside: a closure that panics before it returns its future is
+                // caught as one whose future panics.
+                if std::panic::AssertUnwindSafe(async { hook(peer.clone()).await })
                     .catch_unwind()
                     .await
                     .is_err()
