@@ -113,19 +113,34 @@ impl Reconnecting {
         Ok(())
     }
 
-    /// Where the link stands now.
+    /// Where the link stands now. [`LinkState::Stopped`] once the client's task is gone,
+    /// also when the runtime it was started in shut down under it.
     pub fn state(&self) -> LinkState {
-        self.state.borrow().clone()
+        let now = self.state.borrow().clone();
+        if self.ended() && !now.is_final() {
+            return LinkState::Stopped;
+        }
+        now
     }
 
-    /// A receiver that sees every change of [`state`](Self::state).
+    /// A receiver that sees each change of [`state`](Self::state) (the latest, when
+    /// several came at once); its `changed` fails once the client's task is gone.
     pub fn watch_state(&self) -> watch::Receiver<LinkState> {
         self.state.clone()
     }
 
     /// The current connection, if the link is up.
     pub fn peer(&self) -> Option<Peer> {
+        if self.ended() {
+            return None;
+        }
         self.current.borrow().clone().filter(|p| !p.is_closed())
+    }
+
+    /// Whether the client's task is gone: it stopped, or the runtime it was started in
+    /// shut down (then its connection's task went too, unmarked: its peer would look open).
+    fn ended(&self) -> bool {
+        self.state.has_changed().is_err()
     }
 
     /// Waits until the link is up (at most `timeout`) and returns its peer.
@@ -133,14 +148,16 @@ impl Reconnecting {
     /// # Errors
     ///
     /// [`Error::Timeout`]; [`Error::Refused`] once the server refused the handshake
-    /// for good ([`LinkState::Refused`]); [`Error::Closed`] once the client is stopped.
+    /// for good ([`LinkState::Refused`]); [`Error::Closed`] once the client is stopped
+    /// (also by the shutdown of the runtime it was started in).
     pub async fn connected(&self, timeout: Duration) -> Result<Peer> {
         let mut current = self.current.clone();
         let mut state = self.state.clone();
         let wait = async {
             loop {
+                let ended = state.has_changed().is_err();
                 if let Some(peer) = current.borrow_and_update().clone() {
-                    if !peer.is_closed() {
+                    if !peer.is_closed() && !ended {
                         return Ok(peer);
                     }
                 }
@@ -152,7 +169,7 @@ impl Reconnecting {
                     };
                     return Err(Error::Refused { status, body });
                 }
-                if now == LinkState::Stopped {
+                if now == LinkState::Stopped || ended {
                     return Err(stopped());
                 }
                 tokio::select! {

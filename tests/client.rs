@@ -560,3 +560,55 @@ async fn a_hook_that_panics_before_its_future_starts_costs_an_attempt_not_the_cl
     within(client.close()).await;
     assert_eq!(client.state(), LinkState::Stopped);
 }
+
+/// A client kept beyond the runtime it was started in (one shared by the tests of a
+/// file, each with its own runtime, say) says it stopped: its task and its connection's
+/// went with that runtime, so it does not claim to be connected, hand out that dead
+/// connection, or let a call wait past its timeout on it.
+#[test]
+fn a_client_outliving_its_runtime_says_it_stopped_and_its_calls_end() {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let server_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (url, _server) = server_runtime.block_on(serve(
+        Router::new().method("ping", |_: Context, (): ()| async {
+            Ok::<_, RpcError>("pong")
+        }),
+    ));
+    let first = runtime();
+    let client = first.block_on(async {
+        let client = Reconnecting::builder(url.as_str(), Router::new()).start();
+        within(client.connected(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        client
+    });
+    drop(first);
+
+    assert_eq!(client.state(), LinkState::Stopped);
+    assert!(client.peer().is_none());
+    runtime().block_on(async {
+        let e = within(client.connected(Duration::from_secs(1)))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::Closed(_)), "{e:?}");
+        let e = within(
+            client
+                .call::<String>("ping", ())
+                .timeout(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, Error::Closed(_)), "{e:?}");
+        within(client.close()).await;
+    });
+    assert_eq!(client.state(), LinkState::Stopped);
+}
