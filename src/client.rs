@@ -1,6 +1,7 @@
 //! Dialing a WebSocket server.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -62,7 +63,9 @@ pub async fn connect_with_config<S: Send + Sync + 'static>(
     config: &PeerConfig,
 ) -> Result<Peer> {
     let request = client_request(request)?;
-    let peer = dial(request, Arc::new(router), config, None).await?;
+    let peer = dial(request, Arc::new(router), config, None)
+        .await
+        .map_err(|failed| failed.error)?;
     Ok(peer.close_on_drop())
 }
 
@@ -81,7 +84,9 @@ pub async fn connect_with_tls<S: Send + Sync + 'static>(
     tls: Arc<rustls::ClientConfig>,
 ) -> Result<Peer> {
     let request = client_request(request)?;
-    let peer = dial(request, Arc::new(router), config, Some(tls)).await?;
+    let peer = dial(request, Arc::new(router), config, Some(tls))
+        .await
+        .map_err(|failed| failed.error)?;
     Ok(peer.close_on_drop())
 }
 
@@ -112,8 +117,32 @@ pub(crate) async fn connect_shared<S: Send + Sync + 'static>(
     request: Request,
     router: Arc<Router<S>>,
     config: &PeerConfig,
-) -> Result<Peer> {
+) -> Result<Peer, DialFailed> {
     dial(request, router, config, None).await
+}
+
+/// A dial that failed, and how long the server asked the client to wait before the
+/// next one (a refusal's `Retry-After`).
+#[derive(Debug)]
+pub(crate) struct DialFailed {
+    pub(crate) error: Error,
+    pub(crate) retry_after: Option<Duration>,
+}
+
+impl From<Error> for DialFailed {
+    fn from(error: Error) -> Self {
+        DialFailed {
+            error,
+            retry_after: None,
+        }
+    }
+}
+
+/// A refusal's `Retry-After` in seconds (RFC 9110 10.2.3). The other form, an HTTP
+/// date, is not read: the backoff alone applies then.
+fn retry_after(headers: &crate::http::HeaderMap) -> Option<Duration> {
+    let seconds = headers.get("retry-after")?.to_str().ok()?.trim();
+    seconds.parse::<u64>().ok().map(Duration::from_secs)
 }
 
 #[cfg(feature = "rustls")]
@@ -125,7 +154,7 @@ type TlsConfig = std::convert::Infallible;
 const MAX_REFUSAL_BODY: usize = 1024;
 
 /// A handshake error as this crate's: an HTTP refusal gets its own variant.
-fn handshake_error(e: tungstenite::Error) -> Error {
+fn handshake_error(e: tungstenite::Error) -> DialFailed {
     match e {
         tungstenite::Error::Http(response) => {
             let body = response
@@ -134,12 +163,15 @@ fn handshake_error(e: tungstenite::Error) -> Error {
                 .filter(|b| b.len() <= MAX_REFUSAL_BODY)
                 .and_then(|b| std::str::from_utf8(b).ok())
                 .map(str::to_owned);
-            Error::Refused {
-                status: response.status(),
-                body,
+            DialFailed {
+                error: Error::Refused {
+                    status: response.status(),
+                    body,
+                },
+                retry_after: retry_after(response.headers()),
             }
         }
-        other => Error::Transport(Box::new(other)),
+        other => Error::Transport(Box::new(other)).into(),
     }
 }
 
@@ -148,7 +180,7 @@ async fn dial<S: Send + Sync + 'static>(
     router: Arc<Router<S>>,
     config: &PeerConfig,
     tls: Option<TlsConfig>,
-) -> Result<Peer> {
+) -> Result<Peer, DialFailed> {
     // Frames are coalesced by the connection's task, so Nagle's delay is turned off.
     #[cfg(feature = "rustls")]
     let dial = tokio_tungstenite::connect_async_tls_with_config(

@@ -612,3 +612,63 @@ fn a_client_outliving_its_runtime_says_it_stopped_and_its_calls_end() {
     });
     assert_eq!(client.state(), LinkState::Stopped);
 }
+
+/// A front that refuses every handshake with `status` and `Retry-After: 30`, as a load
+/// balancer shedding load does; counts the handshakes.
+async fn shedding(status: &'static str) -> (String, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let handshakes = Arc::new(AtomicUsize::new(0));
+    let counted = handshakes.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.ends_with(b"\r\n\r\n") && request.len() < 16 * 1024 {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 {status}\r\nRetry-After: 30\r\nContent-Length: 4\r\n\r\nbusy"
+                );
+                let _ = socket.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (url, handshakes)
+}
+
+/// A refusal that asks for a wait (`Retry-After` in seconds, with a 429 or a 503) gets
+/// it: the client waits at least that long before it dials again, instead of coming
+/// back after its first backoff step (a quarter second by default); `close` ends the
+/// wait at once.
+#[tokio::test]
+async fn a_refusal_with_retry_after_is_not_redialed_sooner() {
+    for status in ["429 Too Many Requests", "503 Service Unavailable"] {
+        let (url, handshakes) = shedding(status).await;
+        let client = Reconnecting::builder(url, Router::new()).start();
+        let mut state = client.watch_state();
+        let waiting = within(state.wait_for(|s| matches!(s, LinkState::Waiting { .. })))
+            .await
+            .unwrap()
+            .clone();
+        let LinkState::Waiting { attempt, retry_in } = waiting else {
+            unreachable!()
+        };
+        assert_eq!(attempt, 1, "{status}");
+        assert!(
+            retry_in >= Duration::from_secs(30),
+            "{status}: retries in {retry_in:?}"
+        );
+        let last = client.last_error().expect("the refusal is kept");
+        assert!(last.refused_status().is_some(), "{status}: {last:?}");
+        within(client.close()).await;
+        assert_eq!(client.state(), LinkState::Stopped);
+        assert_eq!(handshakes.load(Ordering::SeqCst), 1, "{status}");
+    }
+}

@@ -48,7 +48,9 @@ pub enum LinkState {
     /// change (a 4xx other than 408 and 429: 401, 403, 404...), so the client stopped
     /// trying. Calls fail with [`Error::Refused`]; [`Reconnecting::last_error`] has the
     /// body. A refusal with any other status (503 when the server is full, 5xx) is
-    /// retried with the backoff, as any failure to connect is. (A token that expires
+    /// retried with the backoff, as any failure to connect is, after the wait its
+    /// `Retry-After` asks for in seconds, if it has one (the backoff's wait is added,
+    /// for jitter; a `Retry-After` that is a date is not read). (A token that expires
     /// is refreshed by [`ReconnectingBuilder::before_dial`], so a 401 means the fresh
     /// one was refused too.)
     Refused {
@@ -237,6 +239,9 @@ enum Attempt {
     Lost,
     /// It failed, or the connection ended sooner: back off.
     Failed,
+    /// The server refused the handshake for now and asked for this wait first
+    /// (`Retry-After`): back off after it.
+    FailedAsked(Duration),
     /// Stopped: by the handle, a refusal for good, or a request that cannot be made.
     Done,
 }
@@ -246,12 +251,19 @@ impl<S: Send + Sync + 'static> Link<S> {
         let mut attempt = 0u32;
         loop {
             self.state.send_replace(LinkState::Connecting { attempt });
-            match self.attempt().await {
+            let asked = match self.attempt().await {
                 Attempt::Done => break,
-                Attempt::Lost => attempt = 0,
-                Attempt::Failed => {}
-            }
-            let retry_in = self.backoff.delay(attempt);
+                Attempt::Lost => {
+                    attempt = 0;
+                    Duration::ZERO
+                }
+                Attempt::Failed => Duration::ZERO,
+                Attempt::FailedAsked(wait) => wait,
+            };
+            // At least what the server asked for; the backoff's jitter on top, so that
+            // the clients it refused together do not all come back together.
+            let retry_in =
+                crate::deadline::capped(asked.saturating_add(self.backoff.delay(attempt)));
             attempt = attempt.saturating_add(1);
             self.state
                 .send_replace(LinkState::Waiting { attempt, retry_in });
@@ -331,19 +343,25 @@ impl<S: Send + Sync + 'static> Link<S> {
             _ = self.stopped() => return Attempt::Done,
             connected = dial => connected,
         };
-        match connected {
-            Ok(peer) => self.serve(peer, &url).await,
-            Err(Error::Refused { status, body }) if !retry_refusal(status) => {
+        let failed = match connected {
+            Ok(peer) => return self.serve(peer, &url).await,
+            Err(failed) => failed,
+        };
+        match failed.error {
+            Error::Refused { status, body } if !retry_refusal(status) => {
                 tracing::warn!(%url, %status, body = body.as_deref().unwrap_or(""), "the server refused the handshake; not trying again");
                 self.remember(Error::Refused { status, body });
                 self.current.send_replace(None);
                 self.state.send_replace(LinkState::Refused { status });
                 Attempt::Done
             }
-            Err(e) => {
-                tracing::debug!(%url, error = %e, "connect failed");
+            e => {
+                tracing::debug!(%url, error = %e, retry_after = ?failed.retry_after, "connect failed");
                 self.remember(e);
-                Attempt::Failed
+                match failed.retry_after {
+                    Some(wait) => Attempt::FailedAsked(wait),
+                    None => Attempt::Failed,
+                }
             }
         }
     }
