@@ -11,7 +11,9 @@ pub use backoff::Backoff;
 pub use link::{LinkState, ReconnectingBuilder};
 pub use topics::{TopicEvent, TopicEvents, TopicOptions};
 
+use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -32,10 +34,10 @@ use link::{BaseRequest, LastError};
 /// [`Backoff`], runs the `on_connect` hook (to subscribe again, say), and carries on.
 ///
 /// Calls in flight when the link drops end with [`Error::Closed`]; calls made while it
-/// is down wait for the next connection, up to their timeout. Cheap to clone; the
-/// client stops when [`close`](Self::close) is called or every clone is dropped, and
-/// when the server refuses it for good ([`LinkState::Refused`]: a 401 or 403 is not
-/// retried forever).
+/// is down wait for the next connection, up to their timeout, and go out on it in the
+/// order they were made. Cheap to clone; the client stops when [`close`](Self::close)
+/// is called or every clone is dropped, and when the server refuses it for good
+/// ([`LinkState::Refused`]: a 401 or 403 is not retried forever).
 ///
 /// The request may carry headers, as with [`connect`](crate::connect): every attempt
 /// sends them (with a fresh `Sec-WebSocket-Key`). A token that expires is made afresh
@@ -67,6 +69,8 @@ pub struct Reconnecting {
     last_error: LastError,
     base: BaseRequest,
     call_timeout: Duration,
+    /// Whose turn it is to wait for the link and queue a frame.
+    turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Reconnecting {
@@ -151,36 +155,38 @@ impl Reconnecting {
     /// for good ([`LinkState::Refused`]); [`Error::Closed`] once the client is stopped
     /// (also by the shutdown of the runtime it was started in).
     pub async fn connected(&self, timeout: Duration) -> Result<Peer> {
-        let mut current = self.current.clone();
-        let mut state = self.state.clone();
-        let wait = async {
-            loop {
-                let ended = state.has_changed().is_err();
-                if let Some(peer) = current.borrow_and_update().clone() {
-                    if !peer.is_closed() && !ended {
-                        return Ok(peer);
-                    }
-                }
-                let now = state.borrow_and_update().clone();
-                if let LinkState::Refused { status } = now {
-                    let body = match self.last_error().as_deref() {
-                        Some(Error::Refused { body, .. }) => body.clone(),
-                        _ => None,
-                    };
-                    return Err(Error::Refused { status, body });
-                }
-                if now == LinkState::Stopped || ended {
-                    return Err(stopped());
-                }
-                tokio::select! {
-                    changed = current.changed() => if changed.is_err() { return Err(stopped()) },
-                    changed = state.changed() => if changed.is_err() { return Err(stopped()) },
-                }
-            }
-        };
-        tokio::time::timeout(timeout, wait)
+        tokio::time::timeout(timeout, self.up())
             .await
             .map_err(|_| Error::timeout(None, timeout))?
+    }
+
+    /// Waits until the link is up, as long as it takes.
+    async fn up(&self) -> Result<Peer> {
+        let mut current = self.current.clone();
+        let mut state = self.state.clone();
+        loop {
+            let ended = state.has_changed().is_err();
+            if let Some(peer) = current.borrow_and_update().clone() {
+                if !peer.is_closed() && !ended {
+                    return Ok(peer);
+                }
+            }
+            let now = state.borrow_and_update().clone();
+            if let LinkState::Refused { status } = now {
+                let body = match self.last_error().as_deref() {
+                    Some(Error::Refused { body, .. }) => body.clone(),
+                    _ => None,
+                };
+                return Err(Error::Refused { status, body });
+            }
+            if now == LinkState::Stopped || ended {
+                return Err(stopped());
+            }
+            tokio::select! {
+                changed = current.changed() => if changed.is_err() { return Err(stopped()) },
+                changed = state.changed() => if changed.is_err() { return Err(stopped()) },
+            }
+        }
     }
 
     /// Stops reconnecting and closes the current connection.
@@ -202,20 +208,34 @@ impl Caller for Reconnecting {
         let method = request.method();
         let timeout = options.timeout.unwrap_or(self.call_timeout);
         let deadline = Instant::now().checked_add(timeout);
-        let peer = self
-            .connected(timeout)
+        // Calls and notifications leave in the order they were made, those that waited
+        // for the link too: each takes its turn (a fair lock, first come first served)
+        // for the wait and until its frame is queued, which the first poll of the
+        // peer's send does when the queue has room.
+        let turn = async {
+            let turn = self.turn.lock().await;
+            self.up().await.map(|peer| (turn, peer))
+        };
+        let (turn, peer) = tokio::time::timeout(timeout, turn)
             .await
+            .map_err(|_| Error::timeout(Some(method), timeout))?
             .map_err(|e| e.in_call(method))?;
         let left = deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
-        peer.send_request(
+        let send = peer.send_request(
             request,
             CallOptions {
                 timeout: Some(left),
                 ..options
             },
-        )
-        .await
-        .map_err(|e| match e {
+        );
+        let mut send = std::pin::pin!(send);
+        let sent = std::future::poll_fn(|cx| Poll::Ready(send.as_mut().poll(cx))).await;
+        drop(turn);
+        let sent = match sent {
+            Poll::Ready(sent) => sent,
+            Poll::Pending => send.await,
+        };
+        sent.map_err(|e| match e {
             Error::Timeout { .. } => Error::timeout(Some(method), timeout),
             other => other,
         })

@@ -672,3 +672,47 @@ async fn a_refusal_with_retry_after_is_not_redialed_sooner() {
         assert_eq!(handshakes.load(Ordering::SeqCst), 1, "{status}");
     }
 }
+
+/// Calls and notifications made while the link is down, from tasks of their own (the
+/// handlers of an application sharing one client), go out once it is up in the order
+/// they were made, as they do on a link that is up.
+#[tokio::test]
+async fn what_waited_for_the_link_goes_out_in_the_order_it_was_made() {
+    type Seen = Arc<Mutex<Vec<u32>>>;
+    let seen = Seen::default();
+    let router = Router::with_state(seen.clone())
+        .method("record", |cx: Context<Seen>, (n,): (u32,)| async move {
+            cx.state().lock().unwrap().push(n);
+            Ok::<_, RpcError>(n)
+        })
+        .notification("note", |cx: Context<Seen>, (n,): (u32,)| async move {
+            cx.state().lock().unwrap().push(n);
+        });
+    let (url, _server) = serve(router).await;
+    let proxy = Proxy::start(url.trim_start_matches("ws://").parse().unwrap()).await;
+    proxy.refuse(true);
+    let client = Reconnecting::builder(proxy.url(), Router::new())
+        .backoff(fast())
+        .start();
+    let mut sent = Vec::new();
+    for n in 0..10u32 {
+        let client = client.clone();
+        sent.push(tokio::spawn(async move {
+            if n % 2 == 0 {
+                client.call::<u32>("record", (n,)).await.map(drop)
+            } else {
+                client.notify("note", (n,)).await
+            }
+        }));
+        // Its task runs up to its wait before the next one is made.
+        tokio::task::yield_now().await;
+    }
+    proxy.refuse(false);
+    for done in sent {
+        within(done).await.unwrap().unwrap();
+    }
+    // After every notification too: the server reads in order.
+    let _: u32 = within(client.call("record", (10,))).await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), (0..=10).collect::<Vec<_>>());
+    within(client.close()).await;
+}

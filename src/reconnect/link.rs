@@ -214,6 +214,7 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
             last_error,
             base,
             call_timeout,
+            turn: Default::default(),
         }
     }
 }
