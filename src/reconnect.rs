@@ -106,7 +106,9 @@ impl Reconnecting {
     /// Replaces the handshake request that the next attempts send (a new token in its
     /// headers, say): the connection that is up now stays as it is, and the next redial
     /// sends `request` (through [`before_dial`](ReconnectingBuilder::before_dial), if
-    /// set).
+    /// set). A client that has stopped for good ([`LinkState::is_final`]: closed, or
+    /// [`Refused`](LinkState::Refused)) makes no more attempts, whatever the request:
+    /// build another one with the new request.
     ///
     /// # Errors
     ///
