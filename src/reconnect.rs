@@ -191,7 +191,10 @@ impl Reconnecting {
         }
     }
 
-    /// Stops reconnecting and closes the current connection.
+    /// Stops reconnecting and closes the current connection: calls waiting for the link
+    /// end with [`Error::Closed`], and a dial or a wait under way ends at once. Returns
+    /// when [`state`](Self::state) is final, the connection closed (within
+    /// [`PeerConfig::close_timeout`]).
     pub async fn close(&self) {
         self.stop.send_replace(true);
         let mut state = self.state.clone();

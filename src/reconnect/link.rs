@@ -42,7 +42,8 @@ pub enum LinkState {
         retry_in: Duration,
     },
     /// [`Reconnecting::close`] was called, or every handle was dropped, or the request
-    /// could not be made (a malformed URL: see [`Reconnecting::last_error`]).
+    /// could not be made (a malformed URL: see [`Reconnecting::last_error`]), or the
+    /// runtime the client was started in shut down.
     Stopped,
     /// The server refused the handshake with a status that trying again will not
     /// change (a 4xx other than 408 and 429: 401, 403, 404...), so the client stopped
