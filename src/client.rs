@@ -92,9 +92,13 @@ pub async fn connect_with_tls<S: Send + Sync + 'static>(
 
 /// The handshake request, checked once: a bad URL is an error here, not at each dial.
 pub(crate) fn client_request(request: impl IntoClientRequest) -> Result<Request> {
-    request
+    let request = request
         .into_client_request()
-        .map_err(|e| Error::Transport(Box::new(e)))
+        .map_err(|e| Error::Transport(Box::new(e)))?;
+    // tungstenite checks the scheme only once the TCP connection is up: an `http://`
+    // URL would fail every attempt of a reconnecting client, never its request.
+    tungstenite::client::uri_mode(request.uri()).map_err(|e| Error::Transport(Box::new(e)))?;
+    Ok(request)
 }
 
 /// The same request for another attempt, with a fresh `Sec-WebSocket-Key` (a key is
@@ -127,6 +131,10 @@ pub(crate) async fn connect_shared<S: Send + Sync + 'static>(
 pub(crate) struct DialFailed {
     pub(crate) error: Error,
     pub(crate) retry_after: Option<Duration>,
+    /// The request cannot be dialed at all, however often it is tried: its URL is not
+    /// one tungstenite dials (a scheme other than `ws` or `wss`, no host, `wss` without
+    /// TLS support).
+    pub(crate) for_good: bool,
 }
 
 impl From<Error> for DialFailed {
@@ -134,6 +142,7 @@ impl From<Error> for DialFailed {
         DialFailed {
             error,
             retry_after: None,
+            for_good: false,
         }
     }
 }
@@ -169,9 +178,27 @@ fn handshake_error(e: tungstenite::Error) -> DialFailed {
                     body,
                 },
                 retry_after: retry_after(response.headers()),
+                for_good: false,
             }
         }
-        other => Error::Transport(Box::new(other)).into(),
+        other => {
+            use tungstenite::error::UrlError;
+            let for_good = matches!(
+                &other,
+                tungstenite::Error::Url(
+                    UrlError::TlsFeatureNotEnabled
+                        | UrlError::NoHostName
+                        | UrlError::UnsupportedUrlScheme
+                        | UrlError::EmptyHostName
+                        | UrlError::NoPathOrQuery
+                )
+            );
+            DialFailed {
+                error: Error::Transport(Box::new(other)),
+                retry_after: None,
+                for_good,
+            }
+        }
     }
 }
 

@@ -78,8 +78,9 @@ impl Reconnecting {
     /// [`start`](ReconnectingBuilder::start).
     ///
     /// `request` is a URL or a handshake request with headers, as [`connect`](crate::connect)
-    /// takes; one that is not valid stops the client at once ([`LinkState::Stopped`],
-    /// the reason in [`last_error`](Self::last_error)).
+    /// takes; one that is not valid, or that no attempt can dial (`http://`, `wss://`
+    /// without TLS support), stops the client at once ([`LinkState::Stopped`], the
+    /// reason in [`last_error`](Self::last_error)).
     pub fn builder<S: Send + Sync + 'static>(
         request: impl IntoClientRequest,
         router: Router<S>,

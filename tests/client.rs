@@ -158,6 +158,41 @@ async fn a_reconnecting_client_with_a_bad_url_stops_at_once() {
     ));
 }
 
+/// A URL that parses but that no attempt can dial (an `http://` one where `ws://` was
+/// meant, `wss://` without TLS support) stops the client at once, as a malformed one
+/// does, instead of failing every attempt for ever.
+#[tokio::test]
+async fn a_reconnecting_client_with_a_url_it_cannot_dial_stops_at_once() {
+    let (listening, _server) = serve(Router::new()).await;
+    let mut urls = vec![
+        "http://127.0.0.1:9/rpc".to_owned(),
+        listening.replace("ws://", "https://"),
+    ];
+    if cfg!(not(feature = "rustls")) {
+        urls.push(listening.replace("ws://", "wss://"));
+    }
+    for url in urls {
+        let client = Reconnecting::builder(url.as_str(), Router::new())
+            .backoff(fast())
+            .start();
+        let mut state = client.watch_state();
+        within(state.wait_for(LinkState::is_final))
+            .await
+            .unwrap_or_else(|_| panic!("{url}: the client's task ended"));
+        assert_eq!(client.state(), LinkState::Stopped, "{url}");
+        let why = client
+            .last_error()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            why.contains("scheme") || why.contains("TLS"),
+            "{url}: last_error: {why}"
+        );
+        let e = within(client.call::<String>("ping", ())).await.unwrap_err();
+        assert!(matches!(e, Error::Closed(_)), "{url}: {e:?}");
+    }
+}
+
 #[tokio::test]
 async fn dropping_the_last_client_handle_closes_the_connection() {
     let (url, server) = serve(Router::new().method("ping", |_cx: Context, (): ()| async {

@@ -42,8 +42,9 @@ pub enum LinkState {
         retry_in: Duration,
     },
     /// [`Reconnecting::close`] was called, or every handle was dropped, or the request
-    /// could not be made (a malformed URL: see [`Reconnecting::last_error`]), or the
-    /// runtime the client was started in shut down.
+    /// could not be made or dialed (a malformed URL, a scheme other than `ws` and `wss`,
+    /// `wss` without TLS support: see [`Reconnecting::last_error`]), or the runtime the
+    /// client was started in shut down.
     Stopped,
     /// The server refused the handshake with a status that trying again will not
     /// change (a 4xx other than 408 and 429: 401, 403, 404...), so the client stopped
@@ -349,6 +350,11 @@ impl<S: Send + Sync + 'static> Link<S> {
             Ok(peer) => return self.serve(peer, &url).await,
             Err(failed) => failed,
         };
+        if failed.for_good {
+            tracing::warn!(%url, error = %failed.error, "reconnecting client: the request cannot be dialed; stopped");
+            self.remember(failed.error);
+            return Attempt::Done;
+        }
         match failed.error {
             Error::Refused { status, body } if !retry_refusal(status) => {
                 tracing::warn!(%url, %status, body = body.as_deref().unwrap_or(""), "the server refused the handshake; not trying again");
