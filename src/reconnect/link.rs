@@ -132,6 +132,12 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
     /// [`last_error`](crate::Reconnecting::last_error) says so, and the link dials
     /// again after its backoff.
     ///
+    /// A hook calls through the `peer` it is given: a call through the client itself (a
+    /// clone captured by the hook) waits for the link, which waits for the hook, so it
+    /// ends only at its timeout. Nothing times the hook out: one that never ends keeps
+    /// the link at [`LinkState::Connecting`] (calls wait their timeouts; `close` still
+    /// ends it), so give its own waits a timeout (calls on `peer` have one).
+    ///
     /// (The server's [`ServerHandle::on_connect`](crate::ServerHandle::on_connect) is a
     /// plain function instead: it runs on the connection's path before its first frame
     /// is read, must not hold that up, and spawns whatever it wants to await.)
