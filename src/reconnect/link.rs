@@ -194,7 +194,10 @@ impl<S: Send + Sync + 'static> ReconnectingBuilder<S> {
         self
     }
 
-    /// Starts dialing in the background (within a tokio runtime).
+    /// Starts dialing in the background (within a tokio runtime). The client stops when
+    /// every handle of it is dropped: keep the one returned while the client is used
+    /// (by the [`TopicEvents`](crate::TopicEvents) of its topics too).
+    #[must_use = "the client stops as soon as every handle of it is dropped"]
     pub fn start(self) -> Reconnecting {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (current_tx, current_rx) = watch::channel(None);
