@@ -751,3 +751,44 @@ async fn what_waited_for_the_link_goes_out_in_the_order_it_was_made() {
     assert_eq!(*seen.lock().unwrap(), (0..=10).collect::<Vec<_>>());
     within(client.close()).await;
 }
+
+/// The other side of the rule above: a link that stayed up at least the longest wait
+/// starts the count over when it is lost, however many attempts it took to come up.
+#[tokio::test]
+async fn a_link_that_stayed_up_starts_the_count_over_when_lost() {
+    let (url, _server) = serve(Router::new()).await;
+    let proxy = Proxy::start(url.trim_start_matches("ws://").parse().unwrap()).await;
+    proxy.refuse(true);
+    let longest = Duration::from_millis(50);
+    let client = Reconnecting::builder(proxy.url(), Router::new())
+        .backoff(
+            Backoff::default()
+                .initial(Duration::from_millis(1))
+                .max(longest),
+        )
+        .start();
+    let mut state = client.watch_state();
+    within(state.wait_for(|s| matches!(s, LinkState::Waiting { attempt, .. } if *attempt >= 4)))
+        .await
+        .unwrap();
+    proxy.refuse(false);
+    let peer = within(client.connected(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    // The link stays up as long as the longest wait: that is what the rule looks at.
+    tokio::time::sleep(longest).await;
+    proxy.refuse(true);
+    assert_eq!(*state.borrow_and_update(), LinkState::Connected);
+    proxy.cut();
+    within(peer.closed()).await;
+    within(state.changed()).await.unwrap();
+    let after = state.borrow_and_update().clone();
+    assert!(
+        matches!(
+            after,
+            LinkState::Waiting { attempt: 1, .. } | LinkState::Connecting { attempt: 1 }
+        ),
+        "after the loss of a link that lasted: {after:?}"
+    );
+    within(client.close()).await;
+}
