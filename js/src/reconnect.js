@@ -16,15 +16,19 @@ import { MAX_TIMER_MS, checkName, request, utf8Length } from './wire.js';
 /**
  * @typedef {object} Backoff
  * @property {number} [initialMs=250] the cap of the first wait
- * @property {number} [maxMs=3000] the largest cap
+ * @property {number} [maxMs=3000] the largest cap; also how long a link must stay up
+ *   for its loss to start the count again: one lost sooner after it opened counts as
+ *   one more failed attempt, so a server that accepts and closes at once (shedding
+ *   load) is dialed with growing waits, as one that is down is, not every `initialMs`
  * @property {number} [multiplier=2] how much the cap grows per failed attempt
  */
 
 /**
- * The wait before attempt `attempt` (counted from 0 since the last success): a random
- * time between zero and `min(maxMs, initialMs * multiplier ** attempt)` ("full jitter"),
- * so pages that lost the same server at the same moment do not all come back at once.
- * The same rule as the Rust `Backoff`.
+ * The wait before attempt `attempt` (failures counted from 0 since the last link that
+ * stayed up `maxMs`; see `Backoff`): a random time between zero and
+ * `min(maxMs, initialMs * multiplier ** attempt)` ("full jitter"), so pages that lost
+ * the same server at the same moment do not all come back at once. The same rule as the
+ * Rust `Backoff`.
  * @param {Backoff | undefined} backoff
  * @param {number} attempt
  * @param {() => number} [random] a number in [0, 1)
@@ -55,7 +59,9 @@ export function backoffDelay({ initialMs = 250, maxMs = 3000, multiplier = 2 } =
  * Where a ReconnectingPeer stands: `{ state: 'connecting', attempt }`,
  * `{ state: 'connected' }` (the onConnect hook has run), `{ state: 'waiting', attempt,
  * retryInMs }` (before the next attempt), `{ state: 'stopped' }` (after `close()`).
- * `attempt` counts failures since the last success.
+ * `attempt` counts failures since the last success: a link that was up and was lost
+ * counts as the first, and one lost sooner than `backoff.maxMs` after it opened counts
+ * as one more.
  * @typedef {{state: 'connecting'|'connected'|'waiting'|'stopped', attempt?: number, retryInMs?: number}} LinkState
  */
 
@@ -101,6 +107,8 @@ export class ReconnectingPeer extends EventTarget {
   /** @type {LinkState} */
   #state = { state: 'connecting', attempt: 0 };
   #attempt = 0;
+  /** @type {number | null} when the current connection, once connected, opened (Date.now()) */
+  #openedAt = null;
   #retryTimer = null;
   #stopped = false;
   /** @type {Set<(outcome: Peer | Error) => void>} whoever waits for the link */
@@ -365,6 +373,12 @@ export class ReconnectingPeer extends EventTarget {
     let refused = null; // why it never opened, when it did not (a refused socket: ECONNREFUSED)
     peer.closed.then(({ code, reason }) => {
       if (this.#peer !== peer) return;
+      // A link that stayed up the longest wait starts the count again; one lost sooner
+      // (or never connected) counts as one more failure, so a server that accepts and
+      // closes at once is dialed with growing waits, not every `initialMs` for ever.
+      const openedAt = this.#openedAt;
+      this.#openedAt = null;
+      if (openedAt !== null && Date.now() - openedAt >= longestWait(this.#options.backoff)) this.#attempt = 0;
       // A close of ours after onConnect failed keeps that failure as the reason.
       if (code !== 4000 || reason !== ON_CONNECT_FAILED) {
         this.#lastFailure = refused ?? `closed with code ${code}${reason ? ` (${reason})` : ''}`;
@@ -424,6 +438,7 @@ export class ReconnectingPeer extends EventTarget {
    * @param {Peer} peer
    */
   async #setUp(peer) {
+    const opened = Date.now(); // the link's life counts from here, the hooks included
     this.#settingUp = peer;
     // Each follower handles its own failures; a subscribe that timed out closed `peer`.
     await Promise.all([...this.#followers.values()].map((f) => followers.subscribe(f, peer)));
@@ -437,7 +452,7 @@ export class ReconnectingPeer extends EventTarget {
       return;
     }
     if (this.#peer !== peer || peer.isClosed) return;
-    this.#attempt = 0;
+    this.#openedAt = opened;
     this.#lastFailure = null;
     this.#setState({ state: 'connected' });
     for (const w of [...this.#waiters]) w(peer);
@@ -445,13 +460,22 @@ export class ReconnectingPeer extends EventTarget {
 
   #retry() {
     if (this.#stopped) return;
-    // A link that came up starts the count again; one that never did counts a failure.
+    // The closed handler restarted the count (#attempt 0) if the link stayed up long enough.
     const retryInMs = backoffDelay(this.#options.backoff, this.#attempt, this.#random);
     this.#attempt += 1;
     // Armed before the state is told: a statechange listener that closes the link clears it.
     this.#retryTimer = setTimeout(() => this.#dial(), retryInMs);
     this.#setState({ state: 'waiting', attempt: this.#attempt, retryInMs });
   }
+}
+
+/**
+ * How long a link must stay up for its loss to start the backoff count again: the
+ * backoff's `maxMs`, as the Rust `Backoff::max`.
+ * @param {Backoff | undefined} backoff
+ */
+function longestWait({ maxMs = 3000 } = {}) {
+  return maxMs;
 }
 
 /** The reason of the close (4000) that follows a failed onConnect. */

@@ -89,6 +89,71 @@ describe('reconnecting', () => {
     link.close();
   });
 
+  test('a server that accepts and closes every link at once is dialed with growing waits', async (t) => {
+    // The clock (Date and the retry timer) moves only when the test moves it: each link
+    // is lost 0 ms after it opened, far sooner than maxMs.
+    t.mock.timers.enable({ apis: ['setTimeout', 'Date'] });
+    const s = server();
+    // Shedding load: every socket opens, and the server closes it at once (1013).
+    class Shedding extends s.WebSocket {
+      open() {
+        super.open();
+        setImmediate(() => this.closedByServer(1013, 'try again later', true));
+      }
+    }
+    let hooks = 0;
+    const link = reconnecting('ws://x/rpc', {
+      WebSocket: Shedding,
+      backoff: { initialMs: 100, maxMs: 1000, multiplier: 2 },
+      random: () => 0.5,
+      onConnect: () => void (hooks += 1),
+    });
+    const st = states(link);
+    const waits = () => st.seen.filter(isState('waiting'));
+    for (let n = 1; n <= 5; n++) {
+      await st.until(() => waits().length >= n, `wait #${n}`);
+      assert.equal(s.made.length, n, 'one dial per wait');
+      if (n < 5) t.mock.timers.tick(waits()[n - 1].retryInMs); // the retry dials
+    }
+    assert.equal(hooks, 5, 'every link opened and onConnect ran on it');
+    // Each lost link counts as one more failed attempt: the cap doubles (100, 200, 400,
+    // 800, 1000), not the first wait for ever.
+    assert.deepEqual(waits(), [
+      { state: 'waiting', attempt: 1, retryInMs: 50 },
+      { state: 'waiting', attempt: 2, retryInMs: 100 },
+      { state: 'waiting', attempt: 3, retryInMs: 200 },
+      { state: 'waiting', attempt: 4, retryInMs: 400 },
+      { state: 'waiting', attempt: 5, retryInMs: 500 },
+    ]);
+    assert.equal(st.seen.filter(isState('connected')).length, 5);
+    link.close();
+  });
+
+  test('a link that stayed up maxMs starts the count over when it is lost', async (t) => {
+    t.mock.timers.enable({ apis: ['setTimeout', 'Date'] });
+    const s = server(['fail', 'fail', 'fail', 'open']);
+    const link = reconnecting('ws://x/rpc', {
+      WebSocket: s.WebSocket,
+      backoff: { initialMs: 100, maxMs: 1000, multiplier: 2 },
+      random: () => 0.5,
+    });
+    const st = states(link);
+    const waits = () => st.seen.filter(isState('waiting'));
+    // Three refused attempts: waits of 50, 100 and 200 ms; the fourth dial opens.
+    for (let n = 1; n <= 3; n++) {
+      await st.until(() => waits().length >= n, `wait #${n}`);
+      t.mock.timers.tick(waits()[n - 1].retryInMs);
+    }
+    await st.until(isState('connected'), 'the fourth dial');
+    assert.deepEqual(waits().map((w) => w.attempt), [1, 2, 3]);
+    // Up exactly maxMs (the boundary counts as having stayed up), then lost.
+    t.mock.timers.tick(1000);
+    (await s.socket(3)).closedByServer(1006, '', false);
+    await st.until(() => waits().length >= 4, 'the wait after the loss');
+    assert.deepEqual(waits()[3], { state: 'waiting', attempt: 1, retryInMs: 50 }, 'the count starts over');
+    link.close();
+  });
+
   test('a call made while the link stays down rejects with TimeoutError after its timeout', async () => {
     const s = server(Array(1000).fill('fail'));
     const link = reconnecting('ws://x/rpc', { WebSocket: s.WebSocket, backoff: { initialMs: 5, maxMs: 5 } });

@@ -1,14 +1,18 @@
 /**
  * @typedef {object} Backoff
  * @property {number} [initialMs=250] the cap of the first wait
- * @property {number} [maxMs=3000] the largest cap
+ * @property {number} [maxMs=3000] the largest cap; also how long a link must stay up
+ *   for its loss to start the count again: one lost sooner after it opened counts as
+ *   one more failed attempt, so a server that accepts and closes at once (shedding
+ *   load) is dialed with growing waits, as one that is down is, not every `initialMs`
  * @property {number} [multiplier=2] how much the cap grows per failed attempt
  */
 /**
- * The wait before attempt `attempt` (counted from 0 since the last success): a random
- * time between zero and `min(maxMs, initialMs * multiplier ** attempt)` ("full jitter"),
- * so pages that lost the same server at the same moment do not all come back at once.
- * The same rule as the Rust `Backoff`.
+ * The wait before attempt `attempt` (failures counted from 0 since the last link that
+ * stayed up `maxMs`; see `Backoff`): a random time between zero and
+ * `min(maxMs, initialMs * multiplier ** attempt)` ("full jitter"), so pages that lost
+ * the same server at the same moment do not all come back at once. The same rule as the
+ * Rust `Backoff`.
  * @param {Backoff | undefined} backoff
  * @param {number} attempt
  * @param {() => number} [random] a number in [0, 1)
@@ -33,7 +37,9 @@ export function backoffDelay({ initialMs, maxMs, multiplier }: Backoff | undefin
  * Where a ReconnectingPeer stands: `{ state: 'connecting', attempt }`,
  * `{ state: 'connected' }` (the onConnect hook has run), `{ state: 'waiting', attempt,
  * retryInMs }` (before the next attempt), `{ state: 'stopped' }` (after `close()`).
- * `attempt` counts failures since the last success.
+ * `attempt` counts failures since the last success: a link that was up and was lost
+ * counts as the first, and one lost sooner than `backoff.maxMs` after it opened counts
+ * as one more.
  * @typedef {{state: 'connecting'|'connected'|'waiting'|'stopped', attempt?: number, retryInMs?: number}} LinkState
  */
 /**
@@ -135,7 +141,10 @@ export type Backoff = {
      */
     initialMs?: number;
     /**
-     * the largest cap
+     * the largest cap; also how long a link must stay up
+     * for its loss to start the count again: one lost sooner after it opened counts as
+     * one more failed attempt, so a server that accepts and closes at once (shedding
+     * load) is dialed with growing waits, as one that is down is, not every `initialMs`
      */
     maxMs?: number;
     /**
@@ -175,7 +184,9 @@ export type ReconnectOptions = {
  * Where a ReconnectingPeer stands: `{ state: 'connecting', attempt }`,
  * `{ state: 'connected' }` (the onConnect hook has run), `{ state: 'waiting', attempt,
  * retryInMs }` (before the next attempt), `{ state: 'stopped' }` (after `close()`).
- * `attempt` counts failures since the last success.
+ * `attempt` counts failures since the last success: a link that was up and was lost
+ * counts as the first, and one lost sooner than `backoff.maxMs` after it opened counts
+ * as one more.
  */
 export type LinkState = {
     state: "connecting" | "connected" | "waiting" | "stopped";
