@@ -144,16 +144,23 @@ impl Client {
             .expect("the client is alive")
     }
 
-    /// Hears exactly `want` (in any order), then the marker `+addr "marker"` and nothing
-    /// between: no duplicate came before the marker.
+    /// Hears exactly `want` (in any order) and the marker `+addr "marker"`, and nothing
+    /// else until it has heard both: no duplicate came before the marker. The marker may
+    /// overtake some of `want`: a node tells a remote change just after its view has it
+    /// (which `converge` reads), and the marker, joined after that, can be told first.
     async fn hears(&mut self, want: &[String], marker: &str) {
         let mut got = Vec::new();
+        let mut marked = false;
         for _ in 0..want.len() + 50 {
-            let line = self.next().await;
-            if line == marker {
+            if marked && got.len() >= want.len() {
                 break;
             }
-            got.push(line);
+            let line = self.next().await;
+            if line == marker {
+                marked = true;
+            } else {
+                got.push(line);
+            }
         }
         let mut want = want.to_vec();
         want.sort();
