@@ -298,6 +298,13 @@ impl Task {
             self.was_up = false;
             return;
         }
+        // Roster changes made while the bus was down that this task has not looked at
+        // yet (it was busy, and the control that says the bus is back goes first) are
+        // this node's own silence too: taken as seen now, so `on_roster` does not count
+        // them as departures once `was_up` is set (it dropped a live node's members, and
+        // watchers heard them leave and join again). The settle decides, as for every
+        // node not heard again (`drop_departed` at its end).
+        self.seen_live = self.members.live.borrow().clone();
         self.was_up = true;
         // Departures seen just before the outage was noticed may have been this node's
         // own silence: the settle decides, as for every node it has not heard again
