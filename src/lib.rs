@@ -148,6 +148,7 @@ mod history;
 mod lanes;
 pub mod layer;
 mod limit;
+mod logs;
 mod message;
 #[cfg(feature = "metrics")]
 pub mod metrics;

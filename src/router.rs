@@ -193,7 +193,7 @@ where
     let fut = match start(cx, &call) {
         Ok(fut) => fut,
         Err(e) if call.notification => {
-            tracing::warn!(method = %method, error = %e, "notification params do not fit the method; dropped");
+            crate::logs::throttled!(warn, method = %method, error = %e, "notification params do not fit the method; dropped");
             return Box::pin(std::future::ready(String::new()));
         }
         Err(e) => {
@@ -553,7 +553,7 @@ impl<S: Send + Sync + 'static> Router<S> {
             match decode_params::<P>(frame, params) {
                 Ok(p) => Box::pin(handler(cx, p)) as HandlerFuture<()>,
                 Err(e) => {
-                    tracing::warn!(method = %method, error = %e, "notification params do not fit; dropped");
+                    crate::logs::throttled!(warn, method = %method, error = %e, "notification params do not fit; dropped");
                     Box::pin(std::future::ready(()))
                 }
             }

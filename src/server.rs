@@ -521,7 +521,7 @@ impl<S: Send + Sync + 'static> Shaker<S> {
             Some(Ok(Err(Some(rejection)))) => {
                 crate::metrics::handshake("refused", Some(rejection.status.as_u16()));
                 // Not DEBUG-only: a refusal is what an operator looks for first.
-                tracing::info!(%addr, status = %rejection.status, "handshake refused");
+                crate::logs::throttled!(info, %addr, status = %rejection.status, "handshake refused");
                 // The answer gets what is left of the deadline.
                 let _ = timeout_at(deadline, handshake::reject(&mut io, &rejection)).await;
                 return;

@@ -221,3 +221,90 @@ async fn a_batch_over_the_limit_is_one_error_and_runs_nothing() {
         runs.load(Ordering::SeqCst).saturating_sub(10)
     );
 }
+
+/// The WARN lines a subscriber saw whose message starts with `what`: each line's
+/// `skipped` field.
+#[derive(Clone)]
+struct WarnLines {
+    what: &'static str,
+    lines: Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+impl tracing::Subscriber for WarnLines {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Fields {
+            message: String,
+            skipped: Option<u64>,
+        }
+        impl tracing::field::Visit for Fields {
+            fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+                if field.name() == "skipped" {
+                    self.skipped = Some(value);
+                }
+            }
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.message = format!("{value:?}");
+                }
+            }
+        }
+        if *event.metadata().level() != tracing::Level::WARN {
+            return;
+        }
+        let mut fields = Fields {
+            message: String::new(),
+            skipped: None,
+        };
+        event.record(&mut fields);
+        if fields.message.starts_with(self.what) {
+            let skipped = fields
+                .skipped
+                .expect("a throttled line says what it skipped");
+            self.lines.lock().unwrap().push(skipped);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+// The runtime is the test's thread alone, so the subscriber set for it sees the
+// server's lines (and no other test's).
+#[tokio::test(flavor = "current_thread")]
+async fn a_flood_of_notifications_nothing_serves_writes_a_line_a_second_not_one_each() {
+    let seen = WarnLines {
+        what: "notification without a handler",
+        lines: Arc::default(),
+    };
+    let _guard = tracing::subscriber::set_default(seen.clone());
+    let mut c = spec_client().await;
+    let started = Instant::now();
+    let flood: String = (0..20)
+        .map(|i| format!(r#"{{"jsonrpc":"2.0","method":"no.such.notification","params":[{i}]}}"#))
+        .collect::<Vec<_>>()
+        .join(",");
+    for _ in 0..250 {
+        c.send(&format!("[{flood}]")).await;
+    }
+    // Every notification was read before the marker's answer.
+    c.assert_nothing_before_marker().await;
+    let took = started.elapsed();
+    let lines = seen.lines.lock().unwrap().clone();
+    // 5,000 dropped: one line, and one more for each second the flood lasted.
+    assert!(!lines.is_empty(), "the first one is written");
+    assert!(
+        lines.len() as u64 <= took.as_secs() + 1,
+        "{} lines in {took:?}",
+        lines.len()
+    );
+    assert_eq!(lines[0], 0);
+    let told: u64 = lines.iter().map(|skipped| skipped + 1).sum();
+    assert!(told <= 5_000, "{lines:?}");
+}

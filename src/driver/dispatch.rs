@@ -388,7 +388,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             self.ordered.push_call(job, &self.scope);
             return None;
         }
-        tracing::warn!(%method, "notification without a handler; dropped");
+        crate::logs::throttled!(warn, %method, "notification without a handler; dropped");
         self.not_found(frame, None, method, params);
         None
     }

@@ -193,7 +193,7 @@ where
             // Logged as the plain path (`router.rs`) logs it: a layer silences nothing.
             match served.id() {
                 None => {
-                    tracing::warn!(method = %served.method, error = %e, "notification params do not fit the method; dropped");
+                    crate::logs::throttled!(warn, method = %served.method, error = %e, "notification params do not fit the method; dropped");
                 }
                 Some(id) => {
                     tracing::debug!(method = %served.method, id, error = %e, "params do not fit; answered -32602");
@@ -241,7 +241,7 @@ where
             served.finish(&CallOutcome::Notified);
         }),
         Err(e) => {
-            tracing::warn!(method = %served.method, error = %e, "notification params do not fit; dropped");
+            crate::logs::throttled!(warn, method = %served.method, error = %e, "notification params do not fit; dropped");
             served.fail(&RpcError::invalid_params(e));
             Box::pin(std::future::ready(()))
         }
