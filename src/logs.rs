@@ -2,8 +2,8 @@
 //! params that do not fit, a refused handshake) are written at most once a second per
 //! place in the code: a client without a rate limit must not be able to flood the
 //! logs. Each line written says in `skipped` how many like it were not written since
-//! the last one. The interval is fixed ([`INTERVAL`]); to see every one, count them
-//! with the `metrics` feature, or serve the method (a fallback route sees them all).
+//! the last one. The interval is fixed ([`INTERVAL`]); to see every one, serve the
+//! method, or install a fallback route (it sees every notification nothing serves).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
