@@ -513,3 +513,31 @@ async fn subscribing_again_with_another_info_makes_it_the_members_info() {
     assert!(joined && change.info.get() == r#""marker""#, "{change:?}");
     assert_eq!(within(topics.presence_count("room")).await.unwrap(), 3);
 }
+
+/// `presence` and `presence_count` keep `max_topic_bytes` as `subscribe` does: a name no
+/// one could subscribe to is answered `-32602`, not looked up (in a cluster, a key in
+/// Redis as long as a message may be).
+#[tokio::test]
+async fn presence_methods_refuse_a_topic_name_longer_than_max_topic_bytes() {
+    let topics = Topics::new();
+    let methods = TopicMethods::new(&topics).presence().max_topic_bytes(8);
+    let (url, _handle) = serve(Router::new().topics(methods)).await;
+    let (ana, _heard) = client(&url).await;
+    for method in ["subscribe", "presence", "presence_count"] {
+        let error = refused(&ana, method, json!(["123456789"])).await;
+        assert_eq!(error.code.get(), -32602, "{method}: {error:?}");
+        assert!(
+            error
+                .data
+                .as_ref()
+                .is_some_and(|d| d.to_string().contains("at most 8 bytes, not 9")),
+            "{method}: {error:?}"
+        );
+    }
+    // Within the bound, the same calls are served.
+    assert_eq!(
+        ask(&ana, "presence_count", json!(["12345678"])).await,
+        json!(0)
+    );
+    assert_eq!(ask(&ana, "presence", json!(["12345678"])).await, json!([]));
+}

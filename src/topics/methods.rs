@@ -31,7 +31,7 @@ type Allow = Arc<dyn Fn(&str) -> Result<(), RpcError> + Send + Sync>;
 ///
 /// What one connection may take is bounded: a topic's name at most
 /// [`max_topic_bytes`](Self::max_topic_bytes) (default 256; a longer one is answered
-/// `-32602`), and at most [`max_topics_per_peer`](Self::max_topics_per_peer) topics
+/// `-32602`, by `presence` and `presence_count` too), and at most [`max_topics_per_peer`](Self::max_topics_per_peer) topics
 /// (default 1,000; one more is answered `-32000` with the limit in the message,
 /// subscribing again to one it has is not refused). These bound what a client can make
 /// the server keep; the application's own [`Topics::subscribe`] has no such bound.
@@ -254,7 +254,8 @@ impl<S: Send + Sync + 'static> Router<S> {
         router
             .method("presence", move |_cx: Context<S>, (topic,): (String,)| {
                 let topics = list.clone();
-                let allowed = allow_list.as_ref().map_or(Ok(()), |allow| allow(&topic));
+                let allowed = named_within(&topic, max_topic_bytes)
+                    .and_then(|()| allow_list.as_ref().map_or(Ok(()), |allow| allow(&topic)));
                 async move {
                     allowed?;
                     topics.presence(&topic).await.map_err(refused)
@@ -264,7 +265,8 @@ impl<S: Send + Sync + 'static> Router<S> {
                 "presence_count",
                 move |_cx: Context<S>, (topic,): (String,)| {
                     let topics = count.clone();
-                    let allowed = allow_count.as_ref().map_or(Ok(()), |allow| allow(&topic));
+                    let allowed = named_within(&topic, max_topic_bytes)
+                        .and_then(|()| allow_count.as_ref().map_or(Ok(()), |allow| allow(&topic)));
                     async move {
                         allowed?;
                         topics.presence_count(&topic).await.map_err(refused)
@@ -282,12 +284,7 @@ fn within_bounds(
     topic: &str,
     (max_topics, max_bytes): (usize, usize),
 ) -> Result<(), RpcError> {
-    if topic.len() > max_bytes {
-        return Err(RpcError::invalid_params(format!(
-            "a topic's name may have at most {max_bytes} bytes, not {}",
-            topic.len()
-        )));
-    }
+    named_within(topic, max_bytes)?;
     match topics.subscribed(peer, topic) {
         (count, false) if count >= max_topics => Err(RpcError::new(
             -32000,
@@ -295,6 +292,18 @@ fn within_bounds(
         )),
         _ => Ok(()),
     }
+}
+
+/// Whether `topic`'s name is within `max_topic_bytes` (`-32602` if not): for every
+/// method that names a topic, so that none looks up a name no one could subscribe to.
+fn named_within(topic: &str, max_bytes: usize) -> Result<(), RpcError> {
+    if topic.len() > max_bytes {
+        return Err(RpcError::invalid_params(format!(
+            "a topic's name may have at most {max_bytes} bytes, not {}",
+            topic.len()
+        )));
+    }
+    Ok(())
 }
 
 /// `info` without its `presence` member, and whether that member asks to watch.
