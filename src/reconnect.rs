@@ -121,7 +121,10 @@ impl Reconnecting {
     }
 
     /// Where the link stands now. [`LinkState::Stopped`] once the client's task is gone,
-    /// also when the runtime it was started in shut down under it.
+    /// also when the runtime it was started in shut down under it. Once it says
+    /// [`LinkState::Connected`], [`peer`](Self::peer) has the link's peer (unless the link
+    /// was lost since: the state says so a moment after the peer closes); once
+    /// [`connected`](Self::connected) returns a peer, it says `Connected`.
     pub fn state(&self) -> LinkState {
         let now = self.state.borrow().clone();
         if self.ended() && !now.is_final() {
@@ -169,12 +172,14 @@ impl Reconnecting {
         let mut state = self.state.clone();
         loop {
             let ended = state.has_changed().is_err();
+            let now = state.borrow_and_update().clone();
+            // Up when the state says so too: the link task puts the peer in place
+            // first, so whoever sees either finds the other.
             if let Some(peer) = current.borrow_and_update().clone() {
-                if !peer.is_closed() && !ended {
+                if !peer.is_closed() && !ended && now == LinkState::Connected {
                     return Ok(peer);
                 }
             }
-            let now = state.borrow_and_update().clone();
             if let LinkState::Refused { status } = now {
                 let body = match self.last_error().as_deref() {
                     Some(Error::Refused { body, .. }) => body.clone(),

@@ -792,3 +792,27 @@ async fn a_link_that_stayed_up_starts_the_count_over_when_lost() {
     );
     within(client.close()).await;
 }
+
+/// Whoever sees the state turn `Connected` finds the link's peer at once, on any thread,
+/// after each of several drops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connected_in_the_state_means_a_peer_is_there() {
+    let (url, _server) = serve(Router::new()).await;
+    let proxy = Proxy::start(url.trim_start_matches("ws://").parse().unwrap()).await;
+    let client = Reconnecting::builder(proxy.url(), Router::new())
+        .backoff(fast())
+        .start();
+    let mut state = client.watch_state();
+    for round in 0..30 {
+        within(state.wait_for(|s| *s == LinkState::Connected))
+            .await
+            .unwrap();
+        let peer = client.peer();
+        assert!(peer.is_some(), "round {round}: Connected without a peer");
+        proxy.cut();
+        within(state.wait_for(|s| *s != LinkState::Connected))
+            .await
+            .unwrap();
+    }
+    within(client.close()).await;
+}

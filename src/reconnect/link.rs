@@ -413,8 +413,10 @@ impl<S: Send + Sync + 'static> Link<S> {
         }
         // Up again: what failed before is no longer the state of the link.
         *lock(&self.last_error) = None;
-        self.state.send_replace(LinkState::Connected);
+        // The peer first: whoever sees `Connected` (a `watch_state` woken on another
+        // thread) finds it in `peer()`.
         self.current.send_replace(Some(peer.clone()));
+        self.state.send_replace(LinkState::Connected);
         let ended = tokio::select! {
             biased;
             _ = self.stopped() => None,
