@@ -35,12 +35,22 @@ pub struct PeerConfig {
     /// -32600 error and none of its calls runs.
     pub max_batch_len: usize,
     /// How many incoming calls (or batches) may run at once on one connection
-    /// (default 256). Past it the peer stops reading until some finish; answers to
-    /// its own calls are still read (a handler may be waiting on one), and so are
-    /// cancels (the call a cancel stops may be what holds reading up). A cancel
-    /// behind a call that waits for its turn is read at that call's turn. 0 counts as
-    /// 1 (0 would never read a call).
+    /// (default 256). Past it the peer stops starting calls until some finish;
+    /// answers to its own calls are still read (a handler may be waiting on one), and
+    /// so are cancels (the call a cancel stops may be what holds reading up), also
+    /// behind calls waiting for their turn, up to [`read_ahead`](Self::read_ahead)
+    /// of them. A cancel for a call still waiting takes it: it never starts, and is
+    /// answered `-32800` (none in the MCP form). 0 counts as 1 (0 would never read a
+    /// call).
     pub max_in_flight: usize,
+    /// While calls wait for their turn (past [`max_in_flight`](Self::max_in_flight),
+    /// or behind notifications), how many messages that start something are read
+    /// ahead and kept (default 64), so that cancels and answers behind them are acted
+    /// on; their bytes are bounded by [`max_message_size`](Self::max_message_size)
+    /// too (one message is always kept, whatever its size). Past either, reading stops
+    /// until they have had their turn: the other side feels the back-pressure. 0
+    /// counts as 1.
+    pub read_ahead: usize,
     /// How many outgoing frames may wait for the socket (default 1,024). Calls and
     /// answers wait for room; a broadcast to a full queue applies the slow-peer policy.
     /// 0 counts as 1 (0 would never send).
@@ -142,6 +152,7 @@ impl Default for PeerConfig {
             max_message_size: 1 << 20,
             max_batch_len: 1000,
             max_in_flight: 256,
+            read_ahead: 64,
             outgoing_queue: 1024,
             outgoing_queue_bytes: 1 << 20,
             notification_queue: 256,
@@ -174,6 +185,7 @@ impl PeerConfig {
     setting!(max_message_size: usize);
     setting!(max_batch_len: usize);
     setting!(max_in_flight: usize);
+    setting!(read_ahead: usize);
     setting!(outgoing_queue: usize);
     setting!(outgoing_queue_bytes: usize);
     setting!(notification_queue: usize);

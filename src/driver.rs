@@ -33,6 +33,7 @@
 //! - A full queue is the slow-peer signal: senders wait for room, pushes apply the
 //!   [`SlowPeer`](crate::SlowPeer) policy.
 
+mod ahead;
 mod cancel;
 mod closing;
 mod deadlines;
@@ -56,11 +57,13 @@ use crate::config::PeerConfig;
 use crate::error::CloseReason;
 use crate::peer::{CloseRequest, Peer, Shared};
 use crate::router::Router;
-use crate::transport::{Frame, Text, Transport, TransportError};
+use crate::transport::{Frame, Transport, TransportError};
+use ahead::Ahead;
 pub(crate) use cancel::Running;
 use closing::Closing;
 use deadlines::CallTimer;
 use dispatch::Dispatch;
+use dispatch::Waits;
 use keepalive::{Keepalive, Tick};
 use writer::Writer;
 
@@ -144,8 +147,8 @@ struct Connection<T, S> {
     /// The task's side of the state its handles share: close requests, wake-ups, the
     /// pending calls' deadlines, the end.
     shared: Arc<Shared>,
-    /// A message read ahead while reading is paused, waiting for its turn.
-    ahead: Option<Text>,
+    /// Messages read ahead while reading is paused, waiting for their turn.
+    ahead: Ahead,
     /// `None` when no pings are sent.
     keepalive: Option<Keepalive>,
     call_timer: CallTimer,
@@ -171,7 +174,7 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
             writer: Writer::new(transport, peer.shared.clone()),
             dispatch: Dispatch::new(router, peer.clone(), config),
             shared: peer.shared.clone(),
-            ahead: None,
+            ahead: Ahead::new(config),
             keepalive: Keepalive::new(config.ping_interval, config.keepalive_timeout),
             call_timer: CallTimer::default(),
             close_timeout: config.close_timeout,
@@ -310,7 +313,7 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
     #[inline]
     fn poll_read(&mut self, cx: &mut TaskContext<'_>) -> Poll<Event> {
         while self.may_read() {
-            let frame = match self.ahead.take() {
+            let frame = match self.ahead.next() {
                 Some(text) => Frame::Text(text),
                 None => match self.poll_frame(cx) {
                     Poll::Pending => break,
@@ -361,27 +364,35 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
     }
 
     /// While reading is paused (too many calls running, notifications behind, answers
-    /// waiting for room): reads on up to the first message that would start something.
-    /// Answers to this side's calls start nothing and are routed at once: a running
-    /// handler may be waiting for one (it called the other side back), and the pause
-    /// would last until its call timed out. So are cancels: the call a cancel stops may
-    /// be what holds reading up, and one that never ends on its own would hold it for
-    /// good. (A cancel behind the message waiting in `ahead` is read when that message's
-    /// turn comes: reading cannot go past it without keeping more than one message.) The end of the connection right behind what
-    /// was read (a close frame, the transport's end or failure) is acted on now, not
-    /// once reading resumes, which it never does if the other side does not read its
-    /// answers (or this side's handlers wait on that side). The message that would
-    /// start something waits in `ahead` for its turn, and is dropped if the connection
+    /// waiting for room): reads on, keeping the messages that would start something in
+    /// `ahead` for their turn, as long as it has room (`read_ahead` messages,
+    /// `max_message_size` bytes). Answers to this side's calls start nothing and are
+    /// routed at once: a running handler may be waiting for one (it called the other
+    /// side back), and the pause would last until its call timed out. So are cancels:
+    /// the call a cancel stops may be what holds reading up, and one that never ends
+    /// on its own would hold it for good; a cancel for a call waiting in `ahead` takes
+    /// it out. The end of the connection right behind what was read (a close frame,
+    /// the transport's end or failure) is acted on now, not once reading resumes,
+    /// which it never does if the other side does not read its answers (or this side's
+    /// handlers wait on that side). What waits in `ahead` is dropped if the connection
     /// ends first: nothing could be answered after the other side's close. Pings,
-    /// pongs and binary frames do not take its place. Ready with the cause of the end.
+    /// pongs and binary frames are not kept. Ready with the cause of the end.
     fn poll_ahead(&mut self, cx: &mut TaskContext<'_>) -> Poll<CloseReason> {
-        while self.ahead.is_none() {
+        while self.ahead.has_room() {
             match std::task::ready!(self.poll_frame(cx)) {
                 Err(reason) => return Poll::Ready(reason),
                 Ok(Frame::Text(text)) => match self.dispatch.starts_nothing(text) {
                     Ok(Some(answer)) => self.writer.answer(cx, answer),
                     Ok(None) => {}
-                    Err(text) => self.ahead = Some(text),
+                    Err(Waits::Call(text)) => self.ahead.push(text),
+                    Err(Waits::Cancel(id, style)) => {
+                        if let Some(answer) = self.ahead.cancel(&id, style) {
+                            self.writer.answer(cx, answer);
+                            // Written on the next pass: nothing else wakes the task
+                            // (no handler ended).
+                            cx.waker().wake_by_ref();
+                        }
+                    }
                 },
                 Ok(frame) => {
                     if let Some(reason) = on_control(frame) {

@@ -287,6 +287,57 @@ async fn a_cancel_reaches_its_call_while_max_in_flight_pauses_reading() {
     }
 }
 
+/// With `max_in_flight` reached, calls read after it wait for their turn; cancels
+/// behind them are still read. One for a call still waiting takes it (it never starts:
+/// `-32800` at once in the LSP form, nothing in the MCP form); one for the running
+/// call stops it, and the calls left run in order.
+#[tokio::test]
+async fn a_cancel_behind_calls_waiting_for_their_turn_is_read_and_acted_on() {
+    for style in ["lsp", "mcp"] {
+        let cancel = |id: &str| match style {
+            "lsp" => cancel_lsp(id),
+            _ => format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id}}}}}"#
+            ),
+        };
+        let (router, mut events, _hold) = server_router();
+        let (a, b) = ws_pair().await;
+        let server = start(b, router, &config().max_in_flight(1));
+        let mut raw = Raw(a);
+        raw.send(r#"{"jsonrpc":"2.0","method":"slow","id":1}"#)
+            .await;
+        assert_eq!(next(&mut events).await, "started slow");
+        // Both wait: 1 runs and ends only when cancelled.
+        raw.send(r#"{"jsonrpc":"2.0","method":"slow","id":2}"#)
+            .await;
+        raw.send(r#"{"jsonrpc":"2.0","method":"quick","id":3}"#)
+            .await;
+        raw.send(&cancel("2")).await;
+        if style == "lsp" {
+            assert_eq!(
+                raw.recv().await,
+                json!({"jsonrpc":"2.0","error":{"code":-32800,"message":"Request cancelled"},"id":2})
+            );
+        }
+        raw.send(&cancel("1")).await;
+        if style == "lsp" {
+            assert_eq!(
+                raw.recv().await,
+                json!({"jsonrpc":"2.0","error":{"code":-32800,"message":"Request cancelled"},"id":1})
+            );
+        }
+        assert_eq!(next(&mut events).await, "dropped slow", "{style}");
+        assert_eq!(
+            raw.recv().await,
+            json!({"jsonrpc":"2.0","result":"quick","id":3}),
+            "{style}"
+        );
+        // 2 never started.
+        assert_eq!(server.calls_running(), 0);
+        assert!(events.try_recv().is_err(), "{style}: 2 ran");
+    }
+}
+
 #[tokio::test]
 async fn a_cancel_racing_the_answer_gives_exactly_one_answer() {
     let (mut raw, _server, _events) = raw_client().await;

@@ -136,7 +136,11 @@ async fn the_outgoing_queue_is_bounded_in_bytes_and_waiting_answers_pause_readin
     // Answers of 2 KiB against a byte bound of 8 KiB, the frame bound (1,024) far away,
     // and a sink of 2 frames nobody reads.
     const BOUND: usize = 8 * 1024;
-    let config = PeerConfig::default().outgoing_queue_bytes(BOUND);
+    // One message read ahead while paused (the default keeps 64, to read the cancels
+    // behind them): the bounds below count it.
+    let config = PeerConfig::default()
+        .outgoing_queue_bytes(BOUND)
+        .read_ahead(1);
     let (peer, mut raw) = start(blob(), &config, 2);
     let mut sent = 0u64;
     while sent < 200
@@ -214,7 +218,7 @@ async fn a_notification_backlog_pauses_reading_until_the_handler_catches_up() {
             let _ = seen.send(n);
         },
     );
-    let config = PeerConfig::default().notification_queue(2);
+    let config = PeerConfig::default().notification_queue(2).read_ahead(3);
     let (peer, mut raw) = start(router, &config, 1);
 
     // The handler is stuck on the gate: notifications fill its queue, then a backlog,
@@ -232,9 +236,10 @@ async fn a_notification_backlog_pauses_reading_until_the_handler_catches_up() {
         sent += 1;
     }
     assert!(paused, "the peer kept reading {sent} notifications");
-    // At most: one running, the queue (2), one in the backlog, one read ahead (to see
-    // whether it is an answer, which would be routed), one in the link (1).
-    assert!(sent <= 6, "reading paused only after {sent} notifications");
+    // At most: one running, the queue (2), one in the backlog, three read ahead (to
+    // see whether a cancel or an answer is behind them: `read_ahead`), one in the link
+    // (1).
+    assert!(sent <= 8, "reading paused only after {sent} notifications");
     // Notifications run one at a time, in order: the first is the only one started.
     assert_eq!(started.try_recv(), Ok(0), "the first handler runs");
     assert!(
@@ -752,7 +757,11 @@ async fn a_peer_that_fills_our_side_then_closes_is_gone_within_the_close_timeout
     // Answers twice the byte bound: the sink (one frame) takes one, the queue one, and
     // the next waits for room, holding the byte bound: reading pauses there.
     const BOUND: usize = 8 * 1024;
-    let config = PeerConfig::default().outgoing_queue_bytes(BOUND);
+    // One message read ahead while paused (the default keeps 64, to read the cancels
+    // behind them): the bounds below count it.
+    let config = PeerConfig::default()
+        .outgoing_queue_bytes(BOUND)
+        .read_ahead(1);
     let (peer, mut raw) = start(blob(), &config, 1);
     let mut id = 0;
     while peer.queued_bytes() < BOUND && id < 10 {

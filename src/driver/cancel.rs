@@ -85,6 +85,11 @@ impl Running {
         self.map().len()
     }
 
+    /// Whether a call with the raw id `id` waits or runs where a cancel can reach it.
+    pub(super) fn contains(&self, id: &str) -> bool {
+        self.map().contains_key(id)
+    }
+
     /// Forgets every call: the connection has ended.
     pub(crate) fn clear(&self) {
         self.map().clear();
@@ -158,8 +163,7 @@ impl Running {
         let entry = map.remove(id)?;
         drop(map);
         entry.abort.abort();
-        let answer = (style == CancelStyle::Lsp)
-            .then(|| message::error_response(Some(id), &RpcError::request_cancelled()));
+        let answer = cancel_answer(id, style);
         match entry.batch {
             // The batch answers it, in its array.
             Some(slot) => {
@@ -188,20 +192,35 @@ struct McpParams<'a> {
 /// Returns the answer to write for the cancelled call, if any.
 pub(super) fn on_cancel(peer: &Peer, style: CancelStyle, params: Option<&str>) -> Option<String> {
     crate::metrics::cancel_received();
+    let id = named(style, params)?;
+    let answer = peer.shared.running().cancel(&id, style);
+    if answer.is_none() {
+        tracing::debug!(id = &*id, "cancel handled without an answer");
+    }
+    answer
+}
+
+/// The raw id of the call a cancel of `style` with `params` names, if it can be read.
+pub(super) fn named(style: CancelStyle, params: Option<&str>) -> Option<Box<str>> {
     let params = params?;
     let id = match style {
         CancelStyle::Lsp => serde_json::from_str::<LspParams<'_>>(params).map(|p| p.id),
         CancelStyle::Mcp => serde_json::from_str::<McpParams<'_>>(params).map(|p| p.request_id),
     };
-    let Ok(id) = id else {
-        tracing::debug!(params, "cancel without a readable id; ignored");
-        return None;
-    };
-    let answer = peer.shared.running().cancel(id.get(), style);
-    if answer.is_none() {
-        tracing::debug!(id = id.get(), "cancel handled without an answer");
+    match id {
+        Ok(id) => Some(id.get().into()),
+        Err(_) => {
+            tracing::debug!(params, "cancel without a readable id; ignored");
+            None
+        }
     }
-    answer
+}
+
+/// The answer to a call a cancel took: `-32800` in the LSP form, none in the MCP
+/// form.
+pub(super) fn cancel_answer(id: &str, style: CancelStyle) -> Option<String> {
+    (style == CancelStyle::Lsp)
+        .then(|| message::error_response(Some(id), &RpcError::request_cancelled()))
 }
 
 /// The rest of a call that did not finish in its first poll, made stoppable: it runs

@@ -44,6 +44,15 @@ use super::lanes::Keyed;
 use super::ordered::Ordered;
 use super::run::{caught, panicked};
 
+/// What `starts_nothing` gives back while reading is paused.
+pub(super) enum Waits {
+    /// A message that starts something: it waits for its turn.
+    Call(Text),
+    /// A cancel for the call whose raw id this is, which no handler runs: it may be a
+    /// call waiting for its turn (in `style`'s form).
+    Cancel(Box<str>, CancelStyle),
+}
+
 /// The connection's dispatcher: what each message starts, and what runs.
 pub(super) struct Dispatch<S> {
     /// The connection and its router, shared with every handler's context.
@@ -127,18 +136,28 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
     /// to this side's calls (a response, or an array of them), which may be what a
     /// running handler waits for, or a cancel, which may be what stops the handler that
     /// holds reading up. Returns the answer a cancel makes (`-32800`), if any. Anything
-    /// else is given back, to wait for its turn.
-    pub(super) fn starts_nothing(&mut self, frame: Text) -> Result<Option<String>, Text> {
+    /// else is given back, to wait for its turn; so is a cancel for a call no handler
+    /// runs (it may be one waiting for its turn).
+    pub(super) fn starts_nothing(&mut self, frame: Text) -> Result<Option<String>, Waits> {
         let starts_nothing = match message::classify(&frame, self.max_batch) {
-            Incoming::Single(Item::Notification { method, .. }) => {
-                CancelStyle::of_method(&method).is_some()
+            Incoming::Single(Item::Notification { method, params }) => {
+                match CancelStyle::of_method(&method) {
+                    None => false,
+                    Some(style) => match cancel::named(style, params.map(Raw::get)) {
+                        Some(id) if !self.scope.peer.shared.running().contains(&id) => {
+                            crate::metrics::cancel_received();
+                            return Err(Waits::Cancel(id, style));
+                        }
+                        _ => true,
+                    },
+                }
             }
             Incoming::Single(item) => item.is_answer(),
             Incoming::Batch(items) => items.iter().all(Item::is_answer),
             Incoming::Reject(_) => false,
         };
         if !starts_nothing {
-            return Err(frame);
+            return Err(Waits::Call(frame));
         }
         Ok(self.on_text(frame))
     }
