@@ -281,13 +281,7 @@ impl Topics {
         let info: Arc<RawValue> = Arc::from(serde_json::value::to_raw_value(&info)?);
         let presence = &self.inner.presence;
         let limits = presence.limits();
-        if info.get().len() > limits.max_info_bytes {
-            return Err(Error::Presence(PresenceError::InfoTooLarge {
-                topic: topic.to_owned(),
-                bytes: info.get().len(),
-                max: limits.max_info_bytes,
-            }));
-        }
+        info_within(&limits, topic, info.get().len())?;
         self.check_subscribed(peer, topic)?;
         let id = peer.id();
         presence.claim(id, topic, limits.max_topics_per_peer)?;
@@ -316,10 +310,7 @@ impl Topics {
                     Ok(true)
                 }
             } else if entry.members.len() + elsewhere >= limits.max_members {
-                Err(Error::Presence(PresenceError::TooManyMembers {
-                    topic: topic.to_owned(),
-                    max: limits.max_members,
-                }))
+                Err(too_many_members(&limits, topic))
             } else {
                 entry.members.insert(id, info.clone());
                 presence.emit(&entry, true, topic, &addr, &info, Some(id));
@@ -354,13 +345,7 @@ impl Topics {
         let presence = &self.inner.presence;
         let limits = presence.limits();
         let bytes = serde_json::value::to_raw_value(info)?.get().len();
-        if bytes > limits.max_info_bytes {
-            return Err(Error::Presence(PresenceError::InfoTooLarge {
-                topic: topic.to_owned(),
-                bytes,
-                max: limits.max_info_bytes,
-            }));
-        }
+        info_within(&limits, topic, bytes)?;
         let id = peer.id();
         let max = limits.max_topics_per_peer;
         let claimed = presence.by_peer.get(&id).map_or(Some(0), |topics| {
@@ -374,10 +359,7 @@ impl Topics {
         });
         let elsewhere = presence.relay.get().map_or(0, |relay| relay.known(topic));
         if !member && here + elsewhere >= limits.max_members {
-            return Err(Error::Presence(PresenceError::TooManyMembers {
-                topic: topic.to_owned(),
-                max: limits.max_members,
-            }));
+            return Err(too_many_members(&limits, topic));
         }
         Ok(())
     }
@@ -610,6 +592,26 @@ impl Topics {
     pub(crate) fn attach_members(&self, relay: Arc<dyn MemberRelay>) -> bool {
         self.inner.presence.relay.set(relay).is_ok()
     }
+}
+
+/// An info of `bytes` within `limits.max_info_bytes`, or the error saying it is not.
+fn info_within(limits: &PresenceLimits, topic: &str, bytes: usize) -> Result<()> {
+    if bytes > limits.max_info_bytes {
+        return Err(Error::Presence(PresenceError::InfoTooLarge {
+            topic: topic.to_owned(),
+            bytes,
+            max: limits.max_info_bytes,
+        }));
+    }
+    Ok(())
+}
+
+/// The error of a join past `limits.max_members` in `topic`.
+fn too_many_members(limits: &PresenceLimits, topic: &str) -> Error {
+    Error::Presence(PresenceError::TooManyMembers {
+        topic: topic.to_owned(),
+        max: limits.max_members,
+    })
 }
 
 #[cfg(test)]
