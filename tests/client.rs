@@ -816,3 +816,66 @@ async fn connected_in_the_state_means_a_peer_is_there() {
     }
     within(client.close()).await;
 }
+
+/// A server that answers every handshake with `status` (and a `Location`), counting them.
+async fn redirecting(status: &'static str) -> (String, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/rpc", listener.local_addr().unwrap());
+    let answered = Arc::new(AtomicUsize::new(0));
+    let counted = answered.clone();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.ends_with(b"\r\n\r\n") && request.len() < 16 * 1024 {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+                let answer = format!(
+                    "HTTP/1.1 {status}\r\nLocation: ws://127.0.0.1:9/elsewhere\r\nContent-Length: 0\r\n\r\n"
+                );
+                let _ = tcp.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (url, answered)
+}
+
+/// A permanent redirect is the address moved for good: the client stops, as on a 4xx. A
+/// temporary one is dialed again.
+#[tokio::test]
+async fn a_permanent_redirect_stops_the_client_and_a_temporary_one_is_retried() {
+    for status in ["301 Moved Permanently", "308 Permanent Redirect"] {
+        let (url, answered) = redirecting(status).await;
+        let client = Reconnecting::builder(url, Router::new())
+            .backoff(fast())
+            .start();
+        let mut state = client.watch_state();
+        within(state.wait_for(LinkState::is_final)).await.unwrap();
+        let code: u16 = status[..3].parse().unwrap();
+        assert_eq!(
+            client.state(),
+            LinkState::Refused {
+                status: StatusCode::from_u16(code).unwrap()
+            }
+        );
+        assert_eq!(answered.load(Ordering::SeqCst), 1, "{status}");
+        within(client.close()).await;
+    }
+    let (url, answered) = redirecting("307 Temporary Redirect").await;
+    let client = Reconnecting::builder(url, Router::new())
+        .backoff(fast())
+        .start();
+    let mut state = client.watch_state();
+    within(state.wait_for(|s| matches!(s, LinkState::Waiting { attempt, .. } if *attempt >= 2)))
+        .await
+        .unwrap();
+    assert!(answered.load(Ordering::SeqCst) >= 2);
+    within(client.close()).await;
+}

@@ -70,9 +70,14 @@ impl LinkState {
 }
 
 /// Whether a refusal with this status is worth another attempt: a 4xx says the request
-/// itself is refused (credentials, path), except for 408 and 429, which are about timing.
+/// itself is refused (credentials, path), except for 408 and 429, which are about timing;
+/// a permanent redirect (301, 308) says the address moved for good (the client does not
+/// follow redirects: give it the new address). A temporary one (302, 303, 307) is
+/// retried, as the server may take the request again.
 fn retry_refusal(status: crate::http::StatusCode) -> bool {
-    !status.is_client_error() || status.as_u16() == 408 || status.as_u16() == 429
+    let permanent_redirect = matches!(status.as_u16(), 301 | 308);
+    !permanent_redirect
+        && (!status.is_client_error() || status.as_u16() == 408 || status.as_u16() == 429)
 }
 
 /// A hook run each time the link is up, before calls go through it.
