@@ -541,3 +541,48 @@ async fn presence_methods_refuse_a_topic_name_longer_than_max_topic_bytes() {
     );
     assert_eq!(ask(&ana, "presence", json!(["12345678"])).await, json!([]));
 }
+
+/// Subscribing again with `"presence": false` stops the joins and leaves; without a
+/// `presence` member the caller goes on as it was.
+#[tokio::test]
+async fn subscribing_again_with_presence_false_stops_watching() {
+    let topics = Topics::new();
+    let router = Router::new().topics(TopicMethods::new(&topics).presence());
+    let (url, _handle) = serve(router).await;
+    let (watcher, mut heard) = client(&url).await;
+    let (ana, _) = client(&url).await;
+    let sub = |info: Value| json!(["room", null, info]);
+    ask(
+        &watcher,
+        "subscribe",
+        sub(json!({"user": "w", "presence": true})),
+    )
+    .await;
+    // Again without `presence`: still watching.
+    ask(&watcher, "subscribe", sub(json!({"user": "w"}))).await;
+    ask(&ana, "subscribe", sub(json!("ana"))).await;
+    let (joined, change) = within(heard.recv()).await.unwrap();
+    assert!(joined && change.info.get() == r#""ana""#, "{change:?}");
+
+    // `false`: no longer. Ana's change is not heard; once watching again, the next
+    // thing heard is the marker's join.
+    ask(
+        &watcher,
+        "subscribe",
+        sub(json!({"user": "w", "presence": false})),
+    )
+    .await;
+    ask(&ana, "subscribe", sub(json!("ana, away"))).await;
+    ask(
+        &watcher,
+        "subscribe",
+        sub(json!({"user": "w", "presence": true})),
+    )
+    .await;
+    let (marker, _) = client(&url).await;
+    ask(&marker, "subscribe", sub(json!("marker"))).await;
+    let (joined, change) = within(heard.recv()).await.unwrap();
+    assert!(joined && change.info.get() == r#""marker""#, "{change:?}");
+    // The watcher stayed a member throughout, with its info.
+    assert_eq!(within(topics.presence_count("room")).await.unwrap(), 3);
+}

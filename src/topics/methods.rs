@@ -42,7 +42,7 @@ type Allow = Arc<dyn Fn(&str) -> Result<(), RpcError> + Send + Sync>;
 ///
 /// | call | answer |
 /// | --- | --- |
-/// | `subscribe [topic, position_or_null, info]` (named: `"info"`) | as above, and the caller is a member with `info` (any JSON but `null`); with `"presence": true` in an info object it also gets `presence.join` / `presence.leave` for the topic, and that member is taken out of the info the others see. Called again with another info, the member has the new one: watchers hear a `presence.leave` with the old info, then a `presence.join` with the new |
+/// | `subscribe [topic, position_or_null, info]` (named: `"info"`) | as above, and the caller is a member with `info` (any JSON but `null`); with `"presence": true` in an info object it also gets `presence.join` / `presence.leave` for the topic, and that member is taken out of the info the others see. Called again with another info, the member has the new one: watchers hear a `presence.leave` with the old info, then a `presence.join` with the new; with `"presence": false` it no longer gets them (without the member, it goes on as it was) |
 /// | `presence [topic]` | `[{"addr":"b/7","info":{"user":"ana"}}, ...]`, every node's members |
 /// | `presence_count [topic]` | their number |
 ///
@@ -306,30 +306,38 @@ fn named_within(topic: &str, max_bytes: usize) -> Result<(), RpcError> {
     Ok(())
 }
 
-/// `info` without its `presence` member, and whether that member asks to watch.
-fn watching(mut info: Value) -> Result<(Value, bool), RpcError> {
+/// `info` without its `presence` member, and what that member asks: `Some(true)` to
+/// watch, `Some(false)` not to (any more), `None` (no member) to leave it as it is.
+fn watching(mut info: Value) -> Result<(Value, Option<bool>), RpcError> {
     match info.as_object_mut().and_then(|o| o.remove("presence")) {
-        Some(Value::Bool(watch)) => Ok((info, watch)),
+        Some(Value::Bool(watch)) => Ok((info, Some(watch))),
         Some(_) => Err(RpcError::invalid_params("`presence` must be true or false")),
-        None => Ok((info, false)),
+        None => Ok((info, None)),
     }
 }
 
-/// `peer` joins `topic`'s presence with `info`, and watches it if `watch`.
+/// `peer` joins `topic`'s presence with `info`, and watches it, or no longer does, as
+/// `watch` says.
 async fn enter(
     topics: &Topics,
     peer: &Peer,
     topic: &str,
     info: Value,
-    watch: bool,
+    watch: Option<bool>,
 ) -> Result<(), RpcError> {
     // The info given is the member's: one there already with another takes it.
     topics
         .join_presence_with(peer, topic, info, true)
         .await
         .map_err(refused)?;
-    if watch {
-        topics.watch_presence(peer, topic).await.map_err(refused)?;
+    match watch {
+        Some(true) => {
+            topics.watch_presence(peer, topic).await.map_err(refused)?;
+        }
+        Some(false) => {
+            topics.unwatch_presence(peer, topic);
+        }
+        None => {}
     }
     Ok(())
 }
