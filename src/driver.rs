@@ -386,7 +386,8 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                     Ok(None) => {}
                     Err(Waits::Call(text)) => self.ahead.push(text),
                     Err(Waits::Cancel(id, style)) => {
-                        if let Some(answer) = self.ahead.cancel(&id, style) {
+                        let max_batch = self.dispatch.max_batch();
+                        if let Some(answer) = self.ahead.cancel(&id, style, max_batch) {
                             self.writer.answer(cx, answer);
                             // Written on the next pass: nothing else wakes the task
                             // (no handler ended).

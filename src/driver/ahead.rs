@@ -12,12 +12,17 @@ use crate::transport::Text;
 
 use super::cancel;
 
+/// Kept in every connection, idle ones included: sizes as `u32` (a message is at
+/// most `max_message_size`, and more than 4 GiB of them is past any sane bound).
 pub(super) struct Ahead {
     waiting: VecDeque<Text>,
-    bytes: usize,
-    max_len: usize,
-    max_bytes: usize,
-    max_batch: usize,
+    bytes: u32,
+    max_len: u32,
+    max_bytes: u32,
+}
+
+fn clamp(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 impl Ahead {
@@ -25,20 +30,19 @@ impl Ahead {
         Ahead {
             waiting: VecDeque::new(),
             bytes: 0,
-            max_len: config.read_ahead.max(1),
-            max_bytes: config.max_message_size,
-            max_batch: config.max_batch_len,
+            max_len: clamp(config.read_ahead.max(1)),
+            max_bytes: clamp(config.max_message_size),
         }
     }
 
     /// Whether one more message may be read and kept.
     pub fn has_room(&self) -> bool {
         self.waiting.is_empty()
-            || (self.waiting.len() < self.max_len && self.bytes < self.max_bytes)
+            || (clamp(self.waiting.len()) < self.max_len && self.bytes < self.max_bytes)
     }
 
     pub fn push(&mut self, text: Text) {
-        self.bytes += text.len();
+        self.bytes = self.bytes.saturating_add(clamp(text.len()));
         self.waiting.push_back(text);
     }
 
@@ -46,7 +50,7 @@ impl Ahead {
     #[inline]
     pub fn next(&mut self) -> Option<Text> {
         let text = self.waiting.pop_front()?;
-        self.bytes -= text.len();
+        self.bytes = self.bytes.saturating_sub(clamp(text.len()));
         Some(text)
     }
 
@@ -55,10 +59,10 @@ impl Ahead {
     /// answer to send for it (`-32800`; none in the MCP form). A call of a batch that
     /// waits is not taken out of it: the cancel is acted on as one for a call that is
     /// not running (nothing), and the batch runs whole at its turn.
-    pub fn cancel(&mut self, id: &str, style: CancelStyle) -> Option<String> {
+    pub fn cancel(&mut self, id: &str, style: CancelStyle, max_batch: usize) -> Option<String> {
         let at = self.waiting.iter().position(|text| {
             matches!(
-                message::classify(text, self.max_batch),
+                message::classify(text, max_batch),
                 Incoming::Single(Item::Request { id: waiting, .. }) if waiting.get() == id
             )
         });
@@ -66,7 +70,7 @@ impl Ahead {
             tracing::debug!(id, "cancel for a call neither running nor waiting; ignored");
             return None;
         };
-        self.bytes -= text.len();
+        self.bytes = self.bytes.saturating_sub(clamp(text.len()));
         cancel::cancel_answer(id, style)
     }
 }

@@ -127,6 +127,11 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         self.ordered.stopped().await;
     }
 
+    /// The longest batch read (`max_batch_len`).
+    pub(super) fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
     /// Answers made by the last frame beside its own (see `loose`).
     pub(super) fn take_loose(&mut self) -> Option<String> {
         (!self.loose.is_empty()).then(|| self.loose.remove(0))
