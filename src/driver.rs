@@ -155,6 +155,27 @@ struct Connection<T, S> {
     close_timeout: Duration,
 }
 
+/// Dropped without its end (the task was dropped: its runtime shut down under it), the
+/// connection still ends for its handles: registries forget it, waiting calls end with
+/// [`Error::Closed`](crate::Error::Closed), and `is_closed` says so. Otherwise a `Peer`
+/// kept past its runtime would look open, and a call on it would wait for ever (its
+/// timer was this task's).
+/// (Its handlers' tasks and its transport go with the runtime.)
+impl<T, S> Drop for Connection<T, S> {
+    fn drop(&mut self) {
+        if self.shared.ended().is_some() {
+            return;
+        }
+        self.call_timer.stop();
+        self.shared.run_on_close();
+        self.shared
+            .mark_closed(CloseReason::Transport(Arc::new(std::io::Error::other(
+                "the connection's task was dropped: its runtime shut down",
+            ))));
+        self.shared.queue().close();
+    }
+}
+
 /// What ended a pass, when the loop itself has to act on it.
 enum Event {
     /// This side asked to close (at once, or after the running calls).

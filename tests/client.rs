@@ -879,3 +879,45 @@ async fn a_permanent_redirect_stops_the_client_and_a_temporary_one_is_retried() 
     assert!(answered.load(Ordering::SeqCst) >= 2);
     within(client.close()).await;
 }
+
+/// A plain `connect()` peer kept past the runtime it was made in: its connection's task
+/// went with that runtime, so it says it is closed, and a call on it ends at once
+/// (even one made without a timeout of its own would otherwise wait for ever: the
+/// call timer was that task's).
+#[test]
+fn a_peer_outliving_its_runtime_is_closed_and_its_calls_end() {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let server_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (url, _server) = server_runtime.block_on(serve(
+        Router::new().method("ping", |_: Context, (): ()| async {
+            Ok::<_, RpcError>("pong")
+        }),
+    ));
+    let first = runtime();
+    let (peer, waiting) = first.block_on(async {
+        let peer = within(jsonrpc_peer::connect(&url, Router::new()))
+            .await
+            .unwrap();
+        let pong: String = within(peer.call("ping", ())).await.unwrap();
+        assert_eq!(pong, "pong");
+        (peer.clone(), peer)
+    });
+    drop(first);
+
+    assert!(peer.is_closed());
+    runtime().block_on(async {
+        let e = within(peer.call::<String>("ping", ())).await.unwrap_err();
+        assert!(matches!(e, Error::Closed(_)), "{e:?}");
+        let reason = within(waiting.closed()).await;
+        assert!(reason.to_string().contains("runtime"), "{reason}");
+    });
+}
