@@ -250,18 +250,26 @@ async fn a_cancel_is_handled_at_once_while_an_ordered_notification_runs() {
     assert_eq!(next(&mut events).await, "released");
 }
 
+/// A server with `max_in_flight` 1, reached: the call `slow` with id 1 runs (it ends only
+/// when cancelled). The server's peer, the client's raw end, the server's events.
+async fn running_slow_call_1_at_max_in_flight_1(
+) -> (Peer, Raw, mpsc::UnboundedReceiver<String>, Arc<Notify>) {
+    let (router, mut events, hold) = server_router();
+    let (a, b) = ws_pair().await;
+    let server = start(b, router, &config().max_in_flight(1));
+    let mut raw = Raw(a);
+    raw.send(r#"{"jsonrpc":"2.0","method":"slow","id":1}"#)
+        .await;
+    assert_eq!(next(&mut events).await, "started slow");
+    (server, raw, events, hold)
+}
+
 /// With `max_in_flight` reached, reading pauses; a cancel is read all the same, and
 /// stopping the call it names is what lets reading go on.
 #[tokio::test]
 async fn a_cancel_reaches_its_call_while_max_in_flight_pauses_reading() {
     for style in ["lsp", "mcp"] {
-        let (router, mut events, _hold) = server_router();
-        let (a, b) = ws_pair().await;
-        let server = start(b, router, &config().max_in_flight(1));
-        let mut raw = Raw(a);
-        raw.send(r#"{"jsonrpc":"2.0","method":"slow","id":1}"#)
-            .await;
-        assert_eq!(next(&mut events).await, "started slow");
+        let (server, mut raw, mut events, _hold) = running_slow_call_1_at_max_in_flight_1().await;
         if style == "lsp" {
             raw.send(&cancel_lsp("1")).await;
             assert_eq!(
@@ -300,13 +308,7 @@ async fn a_cancel_behind_calls_waiting_for_their_turn_is_read_and_acted_on() {
                 r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id}}}}}"#
             ),
         };
-        let (router, mut events, _hold) = server_router();
-        let (a, b) = ws_pair().await;
-        let server = start(b, router, &config().max_in_flight(1));
-        let mut raw = Raw(a);
-        raw.send(r#"{"jsonrpc":"2.0","method":"slow","id":1}"#)
-            .await;
-        assert_eq!(next(&mut events).await, "started slow");
+        let (server, mut raw, mut events, _hold) = running_slow_call_1_at_max_in_flight_1().await;
         // Both wait: 1 runs and ends only when cancelled.
         raw.send(r#"{"jsonrpc":"2.0","method":"slow","id":2}"#)
             .await;

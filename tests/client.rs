@@ -596,28 +596,37 @@ async fn a_hook_that_panics_before_its_future_starts_costs_an_attempt_not_the_cl
     assert_eq!(client.state(), LinkState::Stopped);
 }
 
+/// A runtime of one thread, for a client to live in (and outlive).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A server answering `ping` with "pong", on a runtime of its own: it outlives the
+/// runtimes the clients are made in. Keep the runtime as long as the server is needed.
+fn ping_server_on_its_own_runtime() -> (tokio::runtime::Runtime, String, ServerHandle) {
+    let server_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (url, server) = server_runtime.block_on(serve(
+        Router::new().method("ping", |_: Context, (): ()| async {
+            Ok::<_, RpcError>("pong")
+        }),
+    ));
+    (server_runtime, url, server)
+}
+
 /// A client kept beyond the runtime it was started in (one shared by the tests of a
 /// file, each with its own runtime, say) says it stopped: its task and its connection's
 /// went with that runtime, so it does not claim to be connected, hand out that dead
 /// connection, or let a call wait past its timeout on it.
 #[test]
 fn a_client_outliving_its_runtime_says_it_stopped_and_its_calls_end() {
-    let runtime = || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    };
-    let server_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (url, _server) = server_runtime.block_on(serve(
-        Router::new().method("ping", |_: Context, (): ()| async {
-            Ok::<_, RpcError>("pong")
-        }),
-    ));
+    let (_server_runtime, url, _server) = ping_server_on_its_own_runtime();
     let first = runtime();
     let client = first.block_on(async {
         let client = Reconnecting::builder(url.as_str(), Router::new()).start();
@@ -886,22 +895,7 @@ async fn a_permanent_redirect_stops_the_client_and_a_temporary_one_is_retried() 
 /// call timer was that task's).
 #[test]
 fn a_peer_outliving_its_runtime_is_closed_and_its_calls_end() {
-    let runtime = || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    };
-    let server_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (url, _server) = server_runtime.block_on(serve(
-        Router::new().method("ping", |_: Context, (): ()| async {
-            Ok::<_, RpcError>("pong")
-        }),
-    ));
+    let (_server_runtime, url, _server) = ping_server_on_its_own_runtime();
     let first = runtime();
     let (peer, waiting) = first.block_on(async {
         let peer = within(jsonrpc_peer::connect(&url, Router::new()))
