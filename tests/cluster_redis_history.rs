@@ -124,6 +124,26 @@ async fn a_foreign_entry_in_the_history_is_skipped_and_the_ones_after_it_replaye
             .unwrap();
         assert_eq!(published.offset, Some(i));
     }
+    // Offset 8: written by someone else, and not even in a node's layout.
+    let _: String = redis::cmd("XADD")
+        .arg(&keys.stream)
+        .arg("8-0")
+        .arg("foo")
+        .arg("bar")
+        .query_async(&mut redis_link)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(&keys.meta)
+        .arg("o")
+        .arg(8)
+        .query_async(&mut redis_link)
+        .await
+        .unwrap();
+    let published = common::within(topics.publish("t", &json!(9)))
+        .await
+        .unwrap();
+    assert_eq!(published.offset, Some(9));
 
     // A client resumes from before all of it.
     let mut client = common::RawClient::connect(&url).await;
@@ -146,17 +166,86 @@ async fn a_foreign_entry_in_the_history_is_skipped_and_the_ones_after_it_replaye
         assert_eq!(frame["params"]["data"], frame["params"]["offset"], "{text}");
         replayed.push(frame["params"]["offset"].as_u64().unwrap());
     };
-    assert_eq!(replayed, [1, 2, 3, 5, 6, 7]);
+    assert_eq!(replayed, [1, 2, 3, 5, 6, 7, 9]);
     assert_eq!(
         answer["result"],
-        json!({"epoch": epoch, "offset": 7, "recovered": true}),
+        json!({"epoch": epoch, "offset": 9, "recovered": true}),
         "{answer}"
     );
     assert!(cluster.stats().gaps >= 1, "{:?}", cluster.stats());
     // Live from there.
-    common::within(topics.publish("t", &json!(8)))
+    common::within(topics.publish("t", &json!(10)))
         .await
         .unwrap();
     let next = client.recv_json().await;
-    assert_eq!(next["params"]["offset"], 8, "{next}");
+    assert_eq!(next["params"]["offset"], 10, "{next}");
+}
+
+/// Something else adds an entry past the history's last offset (`XADD` with `*`, an id
+/// from the clock): the next publication cannot follow it, and is not refused for it
+/// either. As when the history is lost, a new epoch starts at offset 1, and a resume
+/// from the old one is not recovered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_entry_past_the_last_offset_starts_a_new_epoch_not_a_failure() {
+    use jsonrpc_peer::cluster::{Cluster, RedisBackplane, TopicKeys};
+    use jsonrpc_peer::{HistoryConfig, Server};
+    use serde_json::json;
+
+    let redis = RedisServer::start();
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let bus = common::within(RedisBackplane::connect(
+        &redis.url(),
+        jsonrpc_peer::cluster::RedisOptions::default(),
+    ))
+    .await
+    .unwrap();
+    let cluster = common::within(Cluster::builder(bus, server.handle()).node_id("a").start())
+        .await
+        .unwrap();
+    let topics = cluster.topics();
+    topics.keep_history("t", HistoryConfig::default());
+    let first = common::within(topics.publish("t", &json!(1)))
+        .await
+        .unwrap();
+    assert_eq!(first.offset, Some(1));
+
+    let keys = TopicKeys::new("jp", "t");
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut redis_link = common::within(client.get_multiplexed_async_connection())
+        .await
+        .unwrap();
+    let epoch = |link: &mut redis::aio::MultiplexedConnection| {
+        let mut link = link.clone();
+        let meta = keys.meta.clone();
+        async move {
+            let epoch: String = redis::cmd("HGET")
+                .arg(meta)
+                .arg("e")
+                .query_async(&mut link)
+                .await
+                .unwrap();
+            epoch
+        }
+    };
+    let old_epoch = epoch(&mut redis_link).await;
+    let _: String = redis::cmd("XADD")
+        .arg(&keys.stream)
+        .arg("*")
+        .arg("foo")
+        .arg("bar")
+        .query_async(&mut redis_link)
+        .await
+        .unwrap();
+
+    let next = common::within(topics.publish("t", &json!(2)))
+        .await
+        .expect("a publication after a foreign entry goes out");
+    assert_eq!(next.offset, Some(1), "a new epoch starts at 1");
+    let new_epoch = epoch(&mut redis_link).await;
+    assert_ne!(new_epoch, old_epoch);
+    let after = common::within(topics.publish("t", &json!(3)))
+        .await
+        .unwrap();
+    assert_eq!(after.offset, Some(2));
+    assert_eq!(epoch(&mut redis_link).await, new_epoch);
 }

@@ -105,14 +105,28 @@ local function id(offset)
   return string.format('%d-0', offset)
 end
 
--- The pack holding `offset`, or nil: its last offset, time, count, bytes before it, data.
+-- An entry as a pack: its last offset, time, count, bytes before it, data. One that
+-- something else wrote in another layout (other fields, another kind of id) is taken as
+-- a pack of one empty item at its id, which no reader takes for JSON (it is skipped and
+-- counted as a gap, as an entry whose data is not a node's), as recent and with no
+-- bytes after it: it goes when the length bound passes it, and fails nothing.
+local function packed(e)
+  local f = e[2]
+  local at = tonumber(string.match(e[1], '^(%d+)'))
+  local t, n, s, d = tonumber(f[2]), tonumber(f[4]), tonumber(f[6]), f[8]
+  if string.match(e[1], '^%d+%-0$') and f[1] == 't' and f[3] == 'n' and f[5] == 's'
+      and f[7] == 'd' and t and n and n >= 1 and s and type(d) == 'string' then
+    return {last = at, t = t, n = n, s = s, d = d}
+  end
+  return {last = at, t = now, n = 1, s = total, d = struct.pack('>I4', 0)}
+end
+
+-- The pack holding `offset`, or nil.
 local packs = {}
 local function pack_at(offset)
   local found = redis.call('XRANGE', stream, id(offset), '+', 'COUNT', 1)[1]
   if not found then return nil end
-  local f = found[2]
-  local p = {last = tonumber(string.match(found[1], '^%d+')), t = tonumber(f[2]),
-    n = tonumber(f[4]), s = tonumber(f[6]), d = f[8]}
+  local p = packed(found)
   -- A later pack when `offset`'s is gone (the stream expired and a pack came since).
   if p.last - p.n >= offset then return nil end
   packs[offset] = p
@@ -192,7 +206,15 @@ if op == 'append' then
   if first > last then oldest = now end
   local s = total
   last, total = last + n, total + #data - 4 * n
-  redis.call('XADD', stream, id(last), 't', now, 'n', n, 's', s, 'd', data)
+  if not pcall(redis.call, 'XADD', stream, id(last), 't', now, 'n', n, 's', s, 'd', data) then
+    -- Something else wrote past the last offset: the stream is no longer a history
+    -- this one goes on; as a history lost, a new epoch goes over it.
+    epoch, last, first, total, before, oldest = ARGV[5], n, 1, #data - 4 * n, 0, now
+    stored, first_one = {0, 1, 0, 0, nil}, true
+    redis.call('DEL', stream, meta)
+    redis.call('HSET', meta, 'e', epoch, 'o', 0, 'f', 1, 'c', 0, 'k', 0)
+    redis.call('XADD', stream, id(last), 't', now, 'n', n, 's', 0, 'd', data)
+  end
   trim()
   store()
   if first_one then redis.call('PERSIST', meta) end
@@ -217,11 +239,13 @@ if op == 'read' then
     local upto = math.min(after + max, last)
     local covered = after
     local function add(e)
-      local f = e[2]
-      local age = now - tonumber(f[2])
+      local p = packed(e)
+      -- Past the last offset: not this history's (something else's, with a later id).
+      if p.last > last then return end
+      local age = now - p.t
       if age < 0 then age = 0 end
-      entries[#entries + 1] = {e[1], age, f[4], f[8]}
-      covered = tonumber(string.match(e[1], '^%d+'))
+      entries[#entries + 1] = {id(p.last), age, p.n, p.d}
+      covered = p.last
     end
     for _, e in ipairs(redis.call('XRANGE', stream, id(after + 1), id(upto))) do add(e) end
     if covered < upto then
