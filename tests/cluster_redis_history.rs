@@ -44,30 +44,42 @@ async fn a_thousand_clients_resuming_at_once_read_the_history_once_per_position(
         .await;
 }
 
-/// An entry in a topic's history that no node wrote, added to its Stream with `XADD` by
-/// another program (its data not JSON, in the layout of a node's entries, the meta
-/// moved on as a node's append would): a resume from before it gets every publication
-/// but that one, in order and `recovered`, and the node counts it as a gap.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_foreign_entry_in_the_history_is_skipped_and_the_ones_after_it_replayed() {
-    use jsonrpc_peer::cluster::{Cluster, RedisBackplane, TopicKeys};
-    use jsonrpc_peer::{HistoryConfig, Router, Server, TopicMethods};
-    use serde_json::{json, Value};
+/// Cluster node "a" on `redis`, its topic "t" keeping history, and its server (not
+/// serving yet).
+async fn node_a_keeping_history_of_t(
+    redis: &RedisServer,
+) -> (jsonrpc_peer::Server, jsonrpc_peer::cluster::Cluster) {
+    use jsonrpc_peer::cluster::{Cluster, RedisBackplane, RedisOptions};
+    use jsonrpc_peer::{HistoryConfig, Server};
 
-    let redis = RedisServer::start();
     let server = Server::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}", server.local_addr().unwrap());
     let bus = common::within(RedisBackplane::connect(
         &redis.url(),
-        jsonrpc_peer::cluster::RedisOptions::default(),
+        RedisOptions::default(),
     ))
     .await
     .unwrap();
     let cluster = common::within(Cluster::builder(bus, server.handle()).node_id("a").start())
         .await
         .unwrap();
+    cluster.topics().keep_history("t", HistoryConfig::default());
+    (server, cluster)
+}
+
+/// An entry in a topic's history that no node wrote, added to its Stream with `XADD` by
+/// another program (its data not JSON, in the layout of a node's entries, the meta
+/// moved on as a node's append would): a resume from before it gets every publication
+/// but that one, in order and `recovered`, and the node counts it as a gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_entry_in_the_history_is_skipped_and_the_ones_after_it_replayed() {
+    use jsonrpc_peer::cluster::TopicKeys;
+    use jsonrpc_peer::{Router, TopicMethods};
+    use serde_json::{json, Value};
+
+    let redis = RedisServer::start();
+    let (server, cluster) = node_a_keeping_history_of_t(&redis).await;
+    let url = format!("ws://{}", server.local_addr().unwrap());
     let topics = cluster.topics();
-    topics.keep_history("t", HistoryConfig::default());
     tokio::spawn(server.serve(Router::new().topics(TopicMethods::new(&topics))));
 
     for i in 1..=3 {
@@ -187,23 +199,12 @@ async fn a_foreign_entry_in_the_history_is_skipped_and_the_ones_after_it_replaye
 /// from the old one is not recovered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_entry_past_the_last_offset_starts_a_new_epoch_not_a_failure() {
-    use jsonrpc_peer::cluster::{Cluster, RedisBackplane, TopicKeys};
-    use jsonrpc_peer::{HistoryConfig, Server};
+    use jsonrpc_peer::cluster::TopicKeys;
     use serde_json::json;
 
     let redis = RedisServer::start();
-    let server = Server::bind("127.0.0.1:0").await.unwrap();
-    let bus = common::within(RedisBackplane::connect(
-        &redis.url(),
-        jsonrpc_peer::cluster::RedisOptions::default(),
-    ))
-    .await
-    .unwrap();
-    let cluster = common::within(Cluster::builder(bus, server.handle()).node_id("a").start())
-        .await
-        .unwrap();
+    let (_server, cluster) = node_a_keeping_history_of_t(&redis).await;
     let topics = cluster.topics();
-    topics.keep_history("t", HistoryConfig::default());
     let first = common::within(topics.publish("t", &json!(1)))
         .await
         .unwrap();
