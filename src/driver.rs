@@ -163,16 +163,25 @@ struct Connection<T, S> {
 /// (Its handlers' tasks and its transport go with the runtime.)
 impl<T, S> Drop for Connection<T, S> {
     fn drop(&mut self) {
-        if self.shared.ended().is_some() {
-            return;
-        }
-        self.call_timer.stop();
-        self.shared.run_on_close();
-        self.shared
-            .mark_closed(CloseReason::Transport(Arc::new(std::io::Error::other(
+        if self.shared.ended().is_none() {
+            self.end_where_it_stands(CloseReason::Transport(Arc::new(std::io::Error::other(
                 "the connection's task was dropped: its runtime shut down",
             ))));
-        self.shared.queue().close();
+        }
+    }
+}
+
+impl<T, S> Connection<T, S> {
+    /// Ends the connection without its closing steps, for `reason`: its calls' timer
+    /// stops, the close callbacks run, its handles see it closed (waiting calls end),
+    /// and its queue, which the handles share, is closed and emptied (nothing will
+    /// write it: senders waiting for room, or coming later, are told the connection
+    /// has ended). Its transport goes with its task.
+    fn end_where_it_stands(&mut self, reason: CloseReason) {
+        self.call_timer.stop();
+        self.shared.run_on_close();
+        self.shared.mark_closed(reason);
+        self.writer.close_queue(true);
     }
 }
 
@@ -243,20 +252,14 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
     }
 
     /// After a panic got out of [`run`](Self::run): ends the connection where it
-    /// stands. Its transport and handler tasks go with the task; its queue, which the
-    /// handles share, is closed and emptied here.
+    /// stands, with 1011, and stops its handlers' tasks.
     fn panicked(&mut self) -> Peer {
         tracing::error!("the connection's task panicked; the connection ends (1011)");
-        self.call_timer.stop();
-        self.shared.run_on_close();
-        self.shared.mark_closed(CloseReason::Local {
+        self.end_where_it_stands(CloseReason::Local {
             code: 1011,
             reason: "the connection's task panicked".into(),
         });
         self.dispatch.stop();
-        // Nothing will write what is queued: it goes, and senders waiting for room (or
-        // coming later) are told the connection has ended.
-        self.writer.close_queue(true);
         Peer::handle(self.shared.clone())
     }
 
@@ -405,7 +408,7 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                 Ok(Frame::Text(text)) => match self.dispatch.starts_nothing(text) {
                     Ok(Some(answer)) => self.writer.answer(cx, answer),
                     Ok(None) => {}
-                    Err(Waits::Call(text)) => self.ahead.push(text),
+                    Err(Waits::Turn(text)) => self.ahead.push(text),
                     Err(Waits::Cancel(id, style)) => {
                         let max_batch = self.dispatch.max_batch();
                         if let Some(answer) = self.ahead.cancel(&id, style, max_batch) {

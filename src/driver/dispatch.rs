@@ -46,8 +46,9 @@ use super::run::{caught, panicked};
 
 /// What `starts_nothing` gives back while reading is paused.
 pub(super) enum Waits {
-    /// A message that starts something: it waits for its turn.
-    Call(Text),
+    /// A message that starts something (a call, a notification, a batch, or a refusal
+    /// to write): it waits for its turn.
+    Turn(Text),
     /// A cancel for the call whose raw id this is, which no handler runs: it may be a
     /// call waiting for its turn (in `style`'s form).
     Cancel(Box<str>, CancelStyle),
@@ -162,7 +163,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             Incoming::Reject(_) => false,
         };
         if !starts_nothing {
-            return Err(Waits::Call(frame));
+            return Err(Waits::Turn(frame));
         }
         Ok(self.on_text(frame))
     }

@@ -38,6 +38,25 @@ pub(super) struct Writer<T> {
     waiting_bytes: usize,
 }
 
+impl<T> Writer<T> {
+    fn queue(&self) -> &OutQueue {
+        self.shared.queue()
+    }
+
+    /// The connection ends: nothing more goes into the queue. What it holds, and the
+    /// answers waiting for room, still go out ([`poll_drain`](Self::poll_drain)),
+    /// unless `discard` (the slow-peer close: the queue is what the other side does not
+    /// read, and the close frame goes next).
+    pub(super) fn close_queue(&mut self, discard: bool) {
+        self.queue().close();
+        if discard {
+            self.shared.queue().discard(&mut self.batch);
+            self.waiting.clear();
+            self.waiting_bytes = 0;
+        }
+    }
+}
+
 impl<T: Transport> Writer<T> {
     pub(super) fn new(transport: T, shared: Arc<Shared>) -> Self {
         Writer {
@@ -53,10 +72,6 @@ impl<T: Transport> Writer<T> {
 
     fn sink(&mut self) -> Pin<&mut T> {
         Pin::new(&mut self.transport)
-    }
-
-    fn queue(&self) -> &OutQueue {
-        self.shared.queue()
     }
 
     /// The next frame the other side sent. The connection reads through the writer
@@ -272,19 +287,6 @@ impl<T: Transport> Writer<T> {
             }
         }
         moved
-    }
-
-    /// The connection ends: nothing more goes into the queue. What it holds, and the
-    /// answers waiting for room, still go out ([`poll_drain`](Self::poll_drain)),
-    /// unless `discard` (the slow-peer close: the queue is what the other side does not
-    /// read, and the close frame goes next).
-    pub(super) fn close_queue(&mut self, discard: bool) {
-        self.queue().close();
-        if discard {
-            self.shared.queue().discard(&mut self.batch);
-            self.waiting.clear();
-            self.waiting_bytes = 0;
-        }
     }
 
     /// Feeds everything still to write into the sink: the closed queue, then the
