@@ -141,7 +141,12 @@ impl Nodes {
         let mut expire = tokio::time::interval((self.interval / 4).max(Duration::from_millis(1)));
         expire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // What was heard is taken before silence is timed: a heartbeat that waits
+            // here while the window ends (this task was slow to run, not the node) must
+            // keep its node, not drop it and bring it back an instant later (its members
+            // would leave and join again everywhere).
             tokio::select! {
+                biased;
                 _ = stop.wait_for(|s| *s) => return,
                 heard = inbox.recv() => match heard {
                     Some(heard) => self.on(heard),
@@ -282,5 +287,98 @@ impl Nodes {
             self.roster.live.send_replace(Arc::new(live));
             self.roster.names.send_replace(names);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::status::ClusterState;
+
+    /// The nodes task of node `me`, heartbeats every `interval`, dropping a node after
+    /// three silent ones; its roster.
+    fn nodes(interval: Duration) -> (Nodes, Arc<Roster>) {
+        let me = Arc::new(Me::new("me".into(), "test", 1));
+        let (_state_tx, state) = watch::channel(ClusterState::Up);
+        let outbox = Arc::new(Outbox::new(1024, interval * 3, state.clone()));
+        let roster = Arc::new(Roster::new("me"));
+        let handle = ServerHandle::new();
+        let calls = Arc::new(Calls::new(
+            me.clone(),
+            outbox.clone(),
+            state,
+            roster.watch(),
+            handle.clone(),
+            Duration::from_secs(5),
+            16,
+        ));
+        let nodes = Nodes {
+            me,
+            table: Table::default(),
+            roster: roster.clone(),
+            outbox,
+            calls,
+            handle,
+            interval,
+            missed: 3,
+        };
+        (nodes, roster)
+    }
+
+    fn heartbeat_of_c() -> Heard {
+        Heard::Heartbeat {
+            node: "c".into(),
+            incarnation: "1".into(),
+            connections: 0,
+            hello: false,
+        }
+    }
+
+    /// Polls the task once: it takes everything that is ready (it loops while
+    /// something is), then waits.
+    async fn poll_once<F: std::future::Future<Output = ()>>(run: &mut std::pin::Pin<&mut F>) {
+        std::future::poll_fn(|cx| {
+            assert!(run.as_mut().poll(cx).is_pending(), "the task ended");
+            std::task::Poll::Ready(())
+        })
+        .await;
+    }
+
+    /// The task ran late: a heartbeat was heard within the window, and the window
+    /// ended before the task took it. The node must stay, not leave and come back.
+    #[tokio::test(start_paused = true)]
+    async fn a_heartbeat_waiting_for_the_task_as_the_window_ends_keeps_its_node() {
+        let interval = Duration::from_millis(100);
+        let (nodes, roster) = nodes(interval);
+        let (inbox, inbox_rx) = mpsc::channel(16);
+        let (forget, _forget_rx) = mpsc::unbounded_channel();
+        let (_stop, stop) = watch::channel(false);
+        // Driven by hand, so that the heartbeat and the timers are ready at its next
+        // poll together, as when its thread was busy elsewhere.
+        let run = nodes.run(inbox_rx, forget, stop);
+        let mut run = std::pin::pin!(run);
+        poll_once(&mut run).await;
+        let mut names = roster.watch();
+        inbox.send(heartbeat_of_c()).await.unwrap();
+        poll_once(&mut run).await;
+        assert_eq!(roster.names(), ["c", "me"]);
+        names.mark_unchanged();
+        // Unordered, the task would time c's silence first about half of the times:
+        // 20 tries leave it one chance in a million to pass.
+        for round in 0..20 {
+            inbox.send(heartbeat_of_c()).await.unwrap();
+            // Fires the task's timers (the window's end) without polling it.
+            tokio::time::advance(interval * 3 + Duration::from_millis(1)).await;
+            poll_once(&mut run).await;
+            assert!(
+                !names.has_changed().unwrap(),
+                "round {round}: c left and came back: {:?}",
+                roster.names()
+            );
+        }
+        // Silent for real, it goes.
+        tokio::time::advance(interval * 4).await;
+        poll_once(&mut run).await;
+        assert_eq!(roster.names(), ["me"]);
     }
 }
