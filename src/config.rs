@@ -40,8 +40,9 @@ pub struct PeerConfig {
     /// so are cancels (the call a cancel stops may be what holds reading up), also
     /// behind calls waiting for their turn, up to [`read_ahead`](Self::read_ahead)
     /// of them. A cancel for a call still waiting takes it: it never starts, and is
-    /// answered `-32800` (none in the MCP form). 0 counts as 1 (0 would never read a
-    /// call).
+    /// answered `-32800` (none in the MCP form). A call of a batch still waiting is
+    /// stopped as its batch starts (a batch runs whole), and the batch's array
+    /// answers it so. 0 counts as 1 (0 would never read a call).
     pub max_in_flight: usize,
     /// While calls wait for their turn (past [`max_in_flight`](Self::max_in_flight),
     /// or behind notifications), how many messages that start something are read

@@ -337,11 +337,11 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
     #[inline]
     fn poll_read(&mut self, cx: &mut TaskContext<'_>) -> Poll<Event> {
         while self.may_read() {
-            let frame = match self.ahead.next() {
-                Some(text) => Frame::Text(text),
+            let (frame, waited) = match self.ahead.next() {
+                Some(text) => (Frame::Text(text), true),
                 None => match self.poll_frame(cx) {
                     Poll::Pending => break,
-                    Poll::Ready(Ok(frame)) => frame,
+                    Poll::Ready(Ok(frame)) => (frame, false),
                     Poll::Ready(Err(reason)) => return Poll::Ready(Event::End(reason)),
                 },
             };
@@ -353,6 +353,13 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                     }
                     while let Some(answer) = self.dispatch.take_loose() {
                         self.writer.answer(cx, answer);
+                    }
+                    // Cancels read while a batch waited, for its calls, now started.
+                    while let Some((id, style)) = waited.then(|| self.ahead.next_cancel()).flatten()
+                    {
+                        if let Some(answer) = self.dispatch.cancel_started(&id, style) {
+                            self.writer.answer(cx, answer);
+                        }
                     }
                 }
                 other => {

@@ -340,6 +340,42 @@ async fn a_cancel_behind_calls_waiting_for_their_turn_is_read_and_acted_on() {
     }
 }
 
+/// A cancel for a call of a batch that waits for its turn is kept behind the batch
+/// and acted on as the batch starts (a batch runs whole): the batch's array answers
+/// that call as the cancel says (`-32800` in the LSP form, left out in the MCP form),
+/// and the rest of the batch runs.
+#[tokio::test]
+async fn a_cancel_for_a_call_of_a_batch_waiting_its_turn_stops_it_as_the_batch_starts() {
+    for style in ["lsp", "mcp"] {
+        let cancel = |id: &str| match style {
+            "lsp" => cancel_lsp(id),
+            _ => format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id}}}}}"#
+            ),
+        };
+        let (server, mut raw, mut events, _hold) = running_slow_call_1_at_max_in_flight_1().await;
+        raw.send(
+            r#"[{"jsonrpc":"2.0","method":"slow","id":2},{"jsonrpc":"2.0","method":"quick","id":3}]"#,
+        )
+        .await;
+        raw.send(&cancel("2")).await;
+        raw.send(&cancel("1")).await;
+        let cancelled = |id: u64| json!({"jsonrpc":"2.0","error":{"code":-32800,"message":"Request cancelled"},"id":id});
+        if style == "lsp" {
+            assert_eq!(raw.recv().await, cancelled(1));
+        }
+        assert_eq!(next(&mut events).await, "dropped slow", "{style}");
+        let quick = json!({"jsonrpc":"2.0","result":"quick","id":3});
+        let batch = match style {
+            "lsp" => json!([cancelled(2), quick]),
+            _ => json!([quick]),
+        };
+        // Before, 2 ran whole: this waited for its 60 seconds.
+        assert_eq!(raw.recv().await, batch, "{style}");
+        assert_eq!(server.calls_running(), 0);
+    }
+}
+
 #[tokio::test]
 async fn a_cancel_racing_the_answer_gives_exactly_one_answer() {
     let (mut raw, _server, _events) = raw_client().await;

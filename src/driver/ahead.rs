@@ -1,6 +1,7 @@
 //! Messages read ahead while reading is paused (calls past `max_in_flight`, or behind
 //! notifications): they wait here for their turn, in order, so that the cancels and
-//! answers behind them can be read and acted on. Bounded by `read_ahead` messages and
+//! answers behind them can be read and acted on (a cancel for a call of a waiting
+//! batch waits here too, right behind its batch). Bounded by `read_ahead` messages and
 //! `max_message_size` bytes (one is always kept, whatever its size): past either,
 //! reading stops, and the other side feels the back-pressure.
 
@@ -15,10 +16,28 @@ use super::cancel;
 /// Kept in every connection, idle ones included: sizes as `u32` (a message is at
 /// most `max_message_size`, and more than 4 GiB of them is past any sane bound).
 pub(super) struct Ahead {
-    waiting: VecDeque<Text>,
+    waiting: VecDeque<Waiting>,
     bytes: u32,
     max_len: u32,
     max_bytes: u32,
+}
+
+/// What waits for its turn.
+enum Waiting {
+    /// A message read while reading was paused.
+    Message(Text),
+    /// A cancel for a call of the batch right before it (in `style`'s form), acted on
+    /// as the batch starts: a batch runs whole, so its calls cannot be taken out of it.
+    Cancel(Box<str>, CancelStyle),
+}
+
+impl Waiting {
+    fn len(&self) -> usize {
+        match self {
+            Waiting::Message(text) => text.len(),
+            Waiting::Cancel(id, _) => id.len(),
+        }
+    }
 }
 
 fn clamp(n: usize) -> u32 {
@@ -43,34 +62,75 @@ impl Ahead {
 
     pub fn push(&mut self, text: Text) {
         self.bytes = self.bytes.saturating_add(clamp(text.len()));
-        self.waiting.push_back(text);
+        self.waiting.push_back(Waiting::Message(text));
     }
 
     /// The first message waiting, whose turn it is.
     #[inline]
     pub fn next(&mut self) -> Option<Text> {
-        let text = self.waiting.pop_front()?;
-        self.bytes = self.bytes.saturating_sub(clamp(text.len()));
-        Some(text)
+        loop {
+            match self.take_front()? {
+                Waiting::Message(text) => return Some(text),
+                // Only ever right behind its batch, taken with it (`next_cancel`).
+                Waiting::Cancel(..) => continue,
+            }
+        }
     }
 
-    /// A cancel for the call whose raw id is `id`, which no handler runs: if that call
-    /// waits here, alone in its frame, it is taken out and never starts. Returns the
-    /// answer to send for it (`-32800`; none in the MCP form). A call of a batch that
-    /// waits is not taken out of it: the cancel is acted on as one for a call that is
-    /// not running (nothing), and the batch runs whole at its turn.
+    /// A cancel for a call of the batch [`next`](Self::next) just gave, to act on now
+    /// that the batch has started.
+    pub fn next_cancel(&mut self) -> Option<(Box<str>, CancelStyle)> {
+        if !matches!(self.waiting.front(), Some(Waiting::Cancel(..))) {
+            return None;
+        }
+        match self.take_front()? {
+            Waiting::Cancel(id, style) => Some((id, style)),
+            Waiting::Message(_) => None,
+        }
+    }
+
+    fn take_front(&mut self) -> Option<Waiting> {
+        let waiting = self.waiting.pop_front()?;
+        self.bytes = self.bytes.saturating_sub(clamp(waiting.len()));
+        Some(waiting)
+    }
+
+    /// A cancel for the call whose raw id is `id`, which no handler runs. If that call
+    /// waits here alone in its frame, it is taken out and never starts: returns the
+    /// answer to send for it (`-32800`; none in the MCP form). If it waits in a batch,
+    /// the cancel waits right behind the batch and is acted on as the batch starts (a
+    /// batch runs whole: the call is stopped there, and the batch's array answers it as
+    /// the cancel says). Otherwise it names no call, and is ignored.
     pub fn cancel(&mut self, id: &str, style: CancelStyle, max_batch: usize) -> Option<String> {
-        let at = self.waiting.iter().position(|text| {
-            matches!(
-                message::classify(text, max_batch),
-                Incoming::Single(Item::Request { id: waiting, .. }) if waiting.get() == id
-            )
+        let names = |item: &Item<'_>| matches!(item, Item::Request { id: waiting, .. } if waiting.get() == id);
+        // Where the call waits, and whether alone in its frame.
+        let found = self.waiting.iter().enumerate().find_map(|(at, waiting)| {
+            let Waiting::Message(text) = waiting else {
+                return None;
+            };
+            match message::classify(text, max_batch) {
+                Incoming::Single(item) if names(&item) => Some((at, true)),
+                Incoming::Batch(items) if items.iter().any(names) => Some((at, false)),
+                _ => None,
+            }
         });
-        let Some(text) = at.and_then(|at| self.waiting.remove(at)) else {
+        let Some((at, alone)) = found else {
             tracing::debug!(id, "cancel for a call neither running nor waiting; ignored");
             return None;
         };
-        self.bytes = self.bytes.saturating_sub(clamp(text.len()));
-        cancel::cancel_answer(id, style)
+        if alone {
+            let taken = self.waiting.remove(at)?;
+            self.bytes = self.bytes.saturating_sub(clamp(taken.len()));
+            return cancel::cancel_answer(id, style);
+        }
+        // Behind the batch, and behind the cancels already there.
+        let mut behind = at + 1;
+        while matches!(self.waiting.get(behind), Some(Waiting::Cancel(..))) {
+            behind += 1;
+        }
+        self.bytes = self.bytes.saturating_add(clamp(id.len()));
+        self.waiting
+            .insert(behind, Waiting::Cancel(id.into(), style));
+        None
     }
 }

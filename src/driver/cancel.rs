@@ -146,7 +146,7 @@ impl Running {
 
     /// Handles a cancel for the call whose raw id is `id`. Returns the answer to send
     /// for it, if any.
-    fn cancel(&self, id: &str, style: CancelStyle) -> Option<String> {
+    pub(super) fn cancel(&self, id: &str, style: CancelStyle) -> Option<String> {
         let mut map = self.map();
         let entry = map.get(id)?;
         if let Some(token) = &entry.token {

@@ -168,6 +168,13 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
         Ok(self.on_text(frame))
     }
 
+    /// A cancel, read earlier, for a call that has started since: stops it as a cancel
+    /// read now would. The answer to write for it, if any (none for a batch's call: its
+    /// batch answers it).
+    pub(super) fn cancel_started(&self, id: &str, style: CancelStyle) -> Option<String> {
+        self.scope.peer.shared.running().cancel(id, style)
+    }
+
     /// Handles one text frame. Returns the one answer to write now, if any: a frame
     /// gets at most one (a batch's answers are joined into one array).
     pub(super) fn on_text(&mut self, frame: Text) -> Option<String> {
