@@ -93,6 +93,16 @@ fn cancel_lsp(id: &str) -> String {
     format!(r#"{{"jsonrpc":"2.0","method":"$/cancelRequest","params":{{"id":{id}}}}}"#)
 }
 
+/// A cancel of the call `id` in `style`'s form: `"lsp"` or `"mcp"`.
+fn cancel_in(style: &str, id: &str) -> String {
+    match style {
+        "lsp" => cancel_lsp(id),
+        _ => format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id}}}}}"#
+        ),
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_call_given_up_by_its_timeout_stops_the_handler_on_the_other_side_at_once() {
     let (router, mut events, _hold) = server_router();
@@ -302,12 +312,7 @@ async fn a_cancel_reaches_its_call_while_max_in_flight_pauses_reading() {
 #[tokio::test]
 async fn a_cancel_behind_calls_waiting_for_their_turn_is_read_and_acted_on() {
     for style in ["lsp", "mcp"] {
-        let cancel = |id: &str| match style {
-            "lsp" => cancel_lsp(id),
-            _ => format!(
-                r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id}}}}}"#
-            ),
-        };
+        let cancel = |id: &str| cancel_in(style, id);
         let (server, mut raw, mut events, _hold) = running_slow_call_1_at_max_in_flight_1().await;
         // Both wait: 1 runs and ends only when cancelled.
         raw.send(r#"{"jsonrpc":"2.0","method":"slow","id":2}"#)
@@ -347,12 +352,7 @@ async fn a_cancel_behind_calls_waiting_for_their_turn_is_read_and_acted_on() {
 #[tokio::test]
 async fn a_cancel_for_a_call_of_a_batch_waiting_its_turn_stops_it_as_the_batch_starts() {
     for style in ["lsp", "mcp"] {
-        let cancel = |id: &str| match style {
-            "lsp" => cancel_lsp(id),
-            _ => format!(
-                r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id}}}}}"#
-            ),
-        };
+        let cancel = |id: &str| cancel_in(style, id);
         let (server, mut raw, mut events, _hold) = running_slow_call_1_at_max_in_flight_1().await;
         raw.send(
             r#"[{"jsonrpc":"2.0","method":"slow","id":2},{"jsonrpc":"2.0","method":"quick","id":3}]"#,
