@@ -31,7 +31,10 @@
 //! After an outage, broadcasts and topic messages are held until every node known
 //! before it has been heard from again (each one listens again before it announces
 //! itself), at most one heartbeat window: flushed at once, they would reach only the
-//! nodes whose link came back first. Calls, replies and heartbeats are never held.
+//! nodes whose link came back first. Calls, replies and heartbeats are never held. A
+//! batch on its way when the bus went down is sent again with the flush, even if the
+//! bus took it: the client may have kept it through the outage and sent it as soon as
+//! it could reach the bus again, which is before the hold.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -598,12 +601,22 @@ pub(super) async fn run(
         let messages = packed(batch);
         // Kept for the rare batch the bus refuses part of (a few `String`s a batch).
         let again = messages.clone();
+        drop(state.borrow_and_update());
         let result = match bus.publish_many(messages).await {
             Err(BackplaneError::Refused(_)) => {
                 one_by_one(&outbox, bus.as_ref(), again.clone()).await
             }
             result => result,
         };
+        // The bus went down while the batch was on its way: the client may have held it
+        // and sent it once the bus was back (redis-rs waits for its own redial), before
+        // the hold, to the nodes that listened again first. It stays, and goes again
+        // with the flush: the nodes that had it drop the copies.
+        let went = matches!(result, Ok(()) | Err(BackplaneError::Partial { .. }));
+        if went && state.has_changed().unwrap_or(false) {
+            tracing::debug!("the bus went down while a batch was sent; it goes again");
+            continue;
+        }
         match result {
             Ok(()) => {
                 retry = Duration::from_millis(20);
@@ -662,6 +675,104 @@ async fn one_by_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A bus whose first `publish_many` waits for `release`; it records how many
+    /// envelopes each call carried.
+    #[derive(Default)]
+    struct Gated {
+        calls: Mutex<Vec<usize>>,
+        gate: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+        called: Notify,
+    }
+
+    impl Backplane for Gated {
+        fn publish(
+            &self,
+            _channel: &str,
+            _payload: Bytes,
+        ) -> super::super::backplane::BoxFuture<'_, Result<(), BackplaneError>> {
+            unreachable!("the outbox publishes in batches")
+        }
+
+        fn publish_many(
+            &self,
+            messages: Vec<(String, Bytes)>,
+        ) -> super::super::backplane::BoxFuture<'_, Result<(), BackplaneError>> {
+            Box::pin(async move {
+                let gate = lock(&self.gate).take();
+                lock(&self.calls).push(messages.len());
+                self.called.notify_one();
+                if let Some(gate) = gate {
+                    let _ = gate.await;
+                }
+                Ok(())
+            })
+        }
+
+        fn subscribe(
+            &self,
+            _channel: &str,
+        ) -> super::super::backplane::BoxFuture<'_, Result<(), BackplaneError>> {
+            Box::pin(async { Ok(()) })
+        }
+
+        fn unsubscribe(
+            &self,
+            _channel: &str,
+        ) -> super::super::backplane::BoxFuture<'_, Result<(), BackplaneError>> {
+            Box::pin(async { Ok(()) })
+        }
+
+        fn events(&self) -> Option<tokio::sync::mpsc::Receiver<super::super::backplane::BusEvent>> {
+            None
+        }
+    }
+
+    /// redis-rs keeps a command through its own redial: a batch sent as the bus went
+    /// down is taken once the bus is back, before the flush's hold, by the nodes that
+    /// listen again first only. So it goes again with the flush.
+    #[tokio::test]
+    async fn a_batch_on_its_way_as_the_bus_goes_down_goes_again_with_the_held_flush() {
+        async fn within<F: std::future::Future>(f: F) -> F::Output {
+            tokio::time::timeout(Duration::from_secs(10), f)
+                .await
+                .expect("a step took longer than 10 s")
+        }
+        let (state_tx, state) = watch::channel(ClusterState::Up);
+        let outbox = Arc::new(Outbox::new(1 << 20, Duration::from_secs(60), state));
+        let bus = Arc::new(Gated::default());
+        let (release, gate) = tokio::sync::oneshot::channel();
+        *lock(&bus.gate) = Some(gate);
+        let (_stop, stop) = watch::channel(false);
+        tokio::spawn(run(outbox.clone(), bus.clone(), stop));
+        let header = Header::new(Kind::Topic, "a", "inc");
+        outbox.push("t", header, b"{}", false).unwrap();
+        within(bus.called.notified()).await;
+        // Down and back while it is on its way, as the receive loop does it: the hold
+        // goes in before the state says Up.
+        state_tx.send_replace(ClusterState::Down);
+        outbox.hold(HashSet::from(["b".to_owned()]));
+        state_tx.send_replace(ClusterState::Up);
+        release.send(()).unwrap();
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(*lock(&bus.calls), [1], "sent again before the hold ended");
+        assert_eq!(
+            outbox.stats().len,
+            1,
+            "the batch the bus took while it was down"
+        );
+        outbox.heard_from("b");
+        within(bus.called.notified()).await;
+        assert_eq!(*lock(&bus.calls), [1, 1]);
+        within(async {
+            while outbox.stats().len > 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+    }
 
     /// Pushes a topic envelope on `channel`; its header's number and restart flag.
     fn numbered(outbox: &Outbox, channel: &str) -> (u64, bool) {
