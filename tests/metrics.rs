@@ -105,9 +105,18 @@ fn recorder() -> &'static Recorder {
     })
 }
 
+/// One test at a time, each from a quiet `jsonrpc_connections_open`: the test before
+/// gives the lock back as its client closes, while the server's end of its connection
+/// is still closing (or its runtime shutting down, which counts it closed too).
 async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    SERIAL.lock().await
+    let guard = SERIAL.lock().await;
+    until(
+        "the connections of the test before are counted closed",
+        || recorder().gauge(names::CONNECTIONS_OPEN, &[]) == 0.0,
+    )
+    .await;
+    guard
 }
 
 /// Waits (at most the test's step) until `done` holds.
