@@ -66,6 +66,19 @@ async fn node_a_keeping_history_of_t(
     (server, cluster)
 }
 
+/// Adds `foo bar`, in no node's layout, to the Stream `stream` with the id `id` (`*`:
+/// past the last one).
+async fn foreign_entry(link: &mut redis::aio::MultiplexedConnection, stream: &str, id: &str) {
+    let _: String = redis::cmd("XADD")
+        .arg(stream)
+        .arg(id)
+        .arg("foo")
+        .arg("bar")
+        .query_async(link)
+        .await
+        .unwrap();
+}
+
 /// An entry in a topic's history that no node wrote, added to its Stream with `XADD` by
 /// another program (its data not JSON, in the layout of a node's entries, the meta
 /// moved on as a node's append would): a resume from before it gets every publication
@@ -137,14 +150,7 @@ async fn a_foreign_entry_in_the_history_is_skipped_and_the_ones_after_it_replaye
         assert_eq!(published.offset, Some(i));
     }
     // Offset 8: written by someone else, and not even in a node's layout.
-    let _: String = redis::cmd("XADD")
-        .arg(&keys.stream)
-        .arg("8-0")
-        .arg("foo")
-        .arg("bar")
-        .query_async(&mut redis_link)
-        .await
-        .unwrap();
+    foreign_entry(&mut redis_link, &keys.stream, "8-0").await;
     let _: () = redis::cmd("HSET")
         .arg(&keys.meta)
         .arg("o")
@@ -229,14 +235,7 @@ async fn a_foreign_entry_past_the_last_offset_starts_a_new_epoch_not_a_failure()
         }
     };
     let old_epoch = epoch(&mut redis_link).await;
-    let _: String = redis::cmd("XADD")
-        .arg(&keys.stream)
-        .arg("*")
-        .arg("foo")
-        .arg("bar")
-        .query_async(&mut redis_link)
-        .await
-        .unwrap();
+    foreign_entry(&mut redis_link, &keys.stream, "*").await;
 
     let next = common::within(topics.publish("t", &json!(2)))
         .await
