@@ -32,10 +32,35 @@ pub(super) struct Writer<T> {
     unflushed: usize,
     /// The first write that failed; the connection ends with it as the cause.
     error: Option<TransportError>,
-    /// Answers made on the connection's task that found the queue full, oldest
-    /// first. Empty (and unallocated) unless the other side reads slower than it calls.
-    waiting: VecDeque<Outgoing>,
-    waiting_bytes: usize,
+    /// Answers made on the connection's task that found the queue full. `None` until
+    /// the other side first reads slower than it calls, then kept: an idle connection
+    /// holds one pointer here (see `Ahead` for why its task counts every word).
+    waiting: Option<Box<Backlog>>,
+}
+
+/// Answers waiting for room in the queue, oldest first, and their bytes.
+#[derive(Default)]
+struct Backlog {
+    frames: VecDeque<Outgoing>,
+    bytes: usize,
+}
+
+impl Backlog {
+    fn push_back(&mut self, frame: Outgoing) {
+        self.bytes += frame.len();
+        self.frames.push_back(frame);
+    }
+
+    fn push_front(&mut self, frame: Outgoing) {
+        self.bytes += frame.len();
+        self.frames.push_front(frame);
+    }
+
+    fn pop_front(&mut self) -> Option<Outgoing> {
+        let frame = self.frames.pop_front()?;
+        self.bytes -= frame.len();
+        Some(frame)
+    }
 }
 
 impl<T> Writer<T> {
@@ -51,8 +76,7 @@ impl<T> Writer<T> {
         self.queue().close();
         if discard {
             self.shared.queue().discard(&mut self.batch);
-            self.waiting.clear();
-            self.waiting_bytes = 0;
+            self.waiting = None;
         }
     }
 }
@@ -65,8 +89,7 @@ impl<T: Transport> Writer<T> {
             batch: Batch::default(),
             unflushed: 0,
             error: None,
-            waiting: VecDeque::new(),
-            waiting_bytes: 0,
+            waiting: None,
         }
     }
 
@@ -144,13 +167,16 @@ impl<T: Transport> Writer<T> {
 
     /// How many answers wait for room.
     pub(super) fn waiting(&self) -> usize {
-        self.waiting.len()
+        self.waiting
+            .as_ref()
+            .map_or(0, |waiting| waiting.frames.len())
     }
 
     /// Whether the answers waiting for room hold the byte bound.
     pub(super) fn waiting_full(&self) -> bool {
         // Past the queue's byte bound, reading pauses.
-        self.waiting_bytes >= self.queue().max_bytes()
+        let bytes = self.waiting.as_ref().map_or(0, |waiting| waiting.bytes);
+        bytes >= self.queue().max_bytes()
     }
 
     /// Whether the outgoing queue is at one of its bounds.
@@ -257,7 +283,7 @@ impl<T: Transport> Writer<T> {
     /// An answer the sink could not take: into the queue when it has room (and no
     /// earlier answer waits), else behind the answers waiting for room.
     fn wait(&mut self, frame: Outgoing) {
-        let frame = if self.waiting.is_empty() {
+        let frame = if self.waiting() == 0 {
             match self.queue().try_send(frame) {
                 Ok(()) | Err(TrySendError::Closed(_)) => return,
                 Err(TrySendError::Full(frame)) => frame,
@@ -265,23 +291,21 @@ impl<T: Transport> Writer<T> {
         } else {
             frame
         };
-        self.waiting_bytes += frame.len();
-        self.waiting.push_back(frame);
+        self.waiting.get_or_insert_default().push_back(frame);
     }
 
     /// Moves the answers waiting for room into the queue, oldest first, while it has
     /// room. Returns whether any moved.
     fn feed_waiting(&mut self) -> bool {
         let mut moved = false;
-        while let Some(frame) = self.waiting.pop_front() {
-            let n = frame.len();
-            match self.queue().try_send(frame) {
-                Ok(()) | Err(TrySendError::Closed(_)) => {
-                    self.waiting_bytes -= n;
-                    moved = true;
-                }
+        let Some(waiting) = self.waiting.as_deref_mut() else {
+            return false;
+        };
+        while let Some(frame) = waiting.pop_front() {
+            match self.shared.queue().try_send(frame) {
+                Ok(()) | Err(TrySendError::Closed(_)) => moved = true,
                 Err(TrySendError::Full(frame)) => {
-                    self.waiting.push_front(frame);
+                    waiting.push_front(frame);
                     break;
                 }
             }
@@ -299,11 +323,8 @@ impl<T: Transport> Writer<T> {
             ready!(self.poll_sink_ready(cx))?;
             let next = match self.next_queued() {
                 Some(next) => next,
-                None => match self.waiting.pop_front() {
-                    Some(next) => {
-                        self.waiting_bytes -= next.len();
-                        next
-                    }
+                None => match self.waiting.as_deref_mut().and_then(Backlog::pop_front) {
+                    Some(next) => next,
                     None => return Poll::Ready(Ok(())),
                 },
             };
