@@ -194,12 +194,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// in tungstenite's buffer.
     fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TransportError>> {
         loop {
-            if let Some(msg) = self.held.take() {
+            if self.held.is_some() {
                 // Emptied, the buffer takes any one frame: frames are at most FRAGMENT
-                // bytes, under its cap.
+                // bytes, under its cap. Until then the frame stays held (taken before a
+                // flush that did not finish, it was lost: a frame missing on the wire).
                 if let Err(e) = ready!(Pin::new(&mut self.inner).poll_flush(cx)) {
                     return Poll::Ready(Err(from_ws_error(e)));
                 }
+                let Some(msg) = self.held.take() else {
+                    continue;
+                };
                 match Pin::new(&mut self.inner).start_send(msg) {
                     Ok(()) => {}
                     Err(e) => return Poll::Ready(Err(from_ws_error(e))),
@@ -347,5 +351,82 @@ fn message(frame: Frame) -> Message {
             code: CloseCode::from(code),
             reason: reason.into(),
         })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::{SinkExt, StreamExt};
+    use std::future::poll_fn;
+    use std::time::Duration;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    async fn within<F: std::future::Future>(what: F) -> F::Output {
+        tokio::time::timeout(Duration::from_secs(10), what)
+            .await
+            .expect("within 10 s")
+    }
+
+    /// A frame tungstenite's write buffer had no room for waits in the adapter. If the
+    /// socket is not writable when the adapter next tries it (the other side reads
+    /// slowly), the frame must still wait there, not be lost.
+    #[tokio::test]
+    async fn a_frame_held_for_room_survives_a_socket_that_is_not_writable_yet() {
+        // Toward them a pipe of one byte: whatever we write beyond it waits for them to
+        // read. Toward us, room for their ping.
+        let (to_them_rx, to_them_tx) = tokio::io::simplex(1);
+        let (to_us_rx, to_us_tx) = tokio::io::simplex(1024);
+        let config = crate::config::PeerConfig::default().websocket();
+        let ours = tokio::io::join(to_us_rx, to_them_tx);
+        let mut ours = WebSocket::new(
+            WebSocketStream::from_raw_socket(ours, Role::Server, Some(config)).await,
+        );
+        let theirs = tokio::io::join(to_them_rx, to_us_tx);
+        let mut theirs = WebSocketStream::from_raw_socket(theirs, Role::Client, None).await;
+        let text = |c: char, n: usize| Frame::Text(Text::from(c.to_string().repeat(n)));
+
+        // The write buffer's 64 KiB exactly: kept in the buffer, not written.
+        within(poll_fn(|cx| Pin::new(&mut ours).poll_ready(cx)))
+            .await
+            .unwrap();
+        Pin::new(&mut ours)
+            .start_send(text('a', 64 * 1024 - 4))
+            .unwrap();
+        // Their ping: reading it queues a pong behind it, which takes the buffer past
+        // 64 KiB, so tungstenite writes: the pipe takes a byte.
+        within(theirs.send(Message::Ping(Bytes::from_static(b"p"))))
+            .await
+            .unwrap();
+        let read = within(ours.next()).await;
+        assert!(matches!(read, Some(Ok(Frame::Ping(_)))), "{read:?}");
+        // The sink still says ready, and a frame of 64 KiB does not fit the 128 KiB cap
+        // beside what is buffered: the adapter holds it.
+        within(poll_fn(|cx| Pin::new(&mut ours).poll_ready(cx)))
+            .await
+            .unwrap();
+        Pin::new(&mut ours)
+            .start_send(text('b', 64 * 1024))
+            .unwrap();
+        // A flush that cannot finish while they do not read.
+        let flushed = poll_fn(|cx| Poll::Ready(Pin::new(&mut ours).poll_flush(cx))).await;
+        assert!(flushed.is_pending(), "they have not read yet");
+
+        // They read; everything goes out in order, the held frame included.
+        let (texts, mut read) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(Ok(msg)) = theirs.next().await {
+                if let Message::Text(t) = msg {
+                    let _ = texts.send((t.chars().next(), t.len()));
+                }
+            }
+        });
+        within(poll_fn(|cx| Pin::new(&mut ours).poll_flush(cx)))
+            .await
+            .unwrap();
+        let first = within(read.recv()).await;
+        let second = within(read.recv()).await;
+        assert_eq!(first, Some((Some('a'), 64 * 1024 - 4)));
+        assert_eq!(second, Some((Some('b'), 64 * 1024)), "the held frame");
     }
 }
