@@ -62,12 +62,16 @@ pub(super) struct Dispatch<S> {
     in_flight: InFlight,
     /// Notifications and ordered calls, one after another.
     ordered: Ordered<S>,
-    /// The keyed lanes, from the first keyed call on.
-    keyed: Option<Keyed>,
+    /// The keyed lanes, from the first keyed call on (boxed: see `Ahead`).
+    keyed: Option<Box<Keyed>>,
     max_batch: usize,
     /// Answers made while reading a batch that are not the batch's (a cancel's
-    /// `-32800`): written alone after it.
-    loose: Vec<String>,
+    /// `-32800`): written alone after it. Boxed on first use (see `Ahead`).
+    #[allow(
+        clippy::box_collection,
+        reason = "one pointer in every connection's task"
+    )]
+    loose: Option<Box<Vec<String>>>,
 }
 
 impl<S: Send + Sync + 'static> Dispatch<S> {
@@ -78,7 +82,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
             ordered: Ordered::new(config.notification_queue.max(1)),
             keyed: None,
             max_batch: config.max_batch_len,
-            loose: Vec::new(),
+            loose: None,
         }
     }
 
@@ -135,7 +139,8 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
 
     /// Answers made by the last frame beside its own (see `loose`).
     pub(super) fn take_loose(&mut self) -> Option<String> {
-        (!self.loose.is_empty()).then(|| self.loose.remove(0))
+        let loose = self.loose.as_mut().filter(|loose| !loose.is_empty())?;
+        Some(loose.remove(0))
     }
 
     /// While reading is paused: acts on `frame` at once if it starts nothing: answers
@@ -242,7 +247,7 @@ impl<S: Send + Sync + 'static> Dispatch<S> {
                     // A cancel's answer is for the call it stopped, not a member of
                     // this batch's array: it goes out alone.
                     (Some(answer), Some(_)) => {
-                        self.loose.push(answer);
+                        self.loose.get_or_insert_default().push(answer);
                         None
                     }
                     (answer, _) => answer,

@@ -36,8 +36,9 @@ pub(super) struct InFlight {
     /// extra` counts calls.
     extra: u32,
     /// Closing gracefully: new calls are refused while running ones finish. The one
-    /// place the drain state lives.
-    drain: Option<Drain>,
+    /// place the drain state lives; boxed, as only a closing connection has one (every
+    /// idle one keeps this struct in its task: see `Ahead`).
+    drain: Option<Box<Drain>>,
 }
 
 /// A graceful close waiting for the running calls, and its grace period.
@@ -93,11 +94,11 @@ impl InFlight {
     ) -> Option<CloseReason> {
         match request.drain_until {
             Some(until) if !self.tasks.is_empty() || !ordered_idle => {
-                self.drain = Some(Drain {
+                self.drain = Some(Box::new(Drain {
                     code: request.code,
                     reason: request.reason,
                     grace: Box::pin(tokio::time::sleep_until(until)),
-                });
+                }));
                 None
             }
             _ => Some(CloseReason::Local {
@@ -115,7 +116,7 @@ impl InFlight {
         cx: &mut TaskContext<'_>,
         ordered_idle: bool,
     ) -> Poll<CloseReason> {
-        let Some(drain) = &mut self.drain else {
+        let Some(drain) = self.drain.as_deref_mut() else {
             return Poll::Pending;
         };
         if !self.tasks.is_empty() || !ordered_idle {

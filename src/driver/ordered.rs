@@ -51,45 +51,55 @@ struct Task<S> {
     task: JoinHandle<()>,
 }
 
-/// A connection's ordered notifications.
+/// A connection's ordered notifications. Until one does not finish where it started,
+/// nothing is spawned, queued or waiting: an idle connection keeps one pointer here
+/// (its task's memory comes in steps of 128 bytes; see `Ahead`).
 pub(super) struct Ordered<S> {
+    spawned: Option<Box<Spawned<S>>>,
+    queue: usize,
+}
+
+/// The notification task, once made, and what waits for it.
+struct Spawned<S> {
     task: Option<Task<S>>,
     /// Notifications that did not fit the queue. While any wait here, reading stops.
     backlog: VecDeque<NotificationJob<S>>,
     /// Waits for room in the queue while the backlog is not empty.
     room: Option<Room<S>>,
-    queue: usize,
     /// The task, once stopped, until it is gone.
     stopping: Option<JoinHandle<()>>,
+}
+
+impl<S> Spawned<S> {
+    fn is_idle(&self) -> bool {
+        self.task
+            .as_ref()
+            .is_none_or(|n| self.backlog.is_empty() && n.busy.load(Ordering::Acquire) == 0)
+    }
 }
 
 impl<S: Send + Sync + 'static> Ordered<S> {
     pub(super) fn new(queue: usize) -> Self {
         Ordered {
-            task: None,
-            backlog: VecDeque::new(),
-            room: None,
+            spawned: None,
             queue,
-            stopping: None,
         }
     }
 
     /// Whether notifications wait for room: reading stops until they have it.
     pub(super) fn blocked(&self) -> bool {
-        !self.backlog.is_empty()
+        (self.spawned.as_ref()).is_some_and(|spawned| !spawned.backlog.is_empty())
     }
 
     /// Whether no ordered call or notification is queued or running.
     pub(super) fn is_idle(&self) -> bool {
-        self.task
-            .as_ref()
-            .is_none_or(|n| self.backlog.is_empty() && n.busy.load(Ordering::Acquire) == 0)
+        self.spawned.as_deref().is_none_or(Spawned::is_idle)
     }
 
     /// Ready once [`is_idle`](Self::is_idle): a graceful close waits for ordered work
     /// as for the other running calls.
     pub(super) fn poll_idle(&self, cx: &mut TaskContext<'_>) -> Poll<()> {
-        if let Some(n) = &self.task {
+        if let Some(n) = self.spawned.as_ref().and_then(|s| s.task.as_ref()) {
             n.idle.register(cx.waker());
         }
         match self.is_idle() {
@@ -100,18 +110,21 @@ impl<S: Send + Sync + 'static> Ordered<S> {
 
     /// Stops the task and forgets what waits.
     pub(super) fn stop(&mut self) {
-        if let Some(task) = self.task.take() {
+        let Some(spawned) = self.spawned.as_deref_mut() else {
+            return;
+        };
+        if let Some(task) = spawned.task.take() {
             task.task.abort();
-            self.stopping = Some(task.task);
+            spawned.stopping = Some(task.task);
         }
-        self.backlog.clear();
-        self.room = None;
+        spawned.backlog.clear();
+        spawned.room = None;
     }
 
     /// Waits until the task stopped by [`stop`](Self::stop) is gone, with the handler
     /// it was running.
     pub(super) async fn stopped(&mut self) {
-        if let Some(task) = self.stopping.take() {
+        if let Some(task) = self.spawned.as_mut().and_then(|s| s.stopping.take()) {
             let _ = task.await;
         }
     }
@@ -119,19 +132,22 @@ impl<S: Send + Sync + 'static> Ordered<S> {
     /// Moves backlogged notifications into the queue as room appears. Ready when one
     /// moved (or the queue is gone).
     pub(super) fn poll_room(&mut self, cx: &mut TaskContext<'_>) -> Poll<()> {
-        if self.backlog.is_empty() {
-            return Poll::Pending;
-        }
-        let Some(n) = &self.task else {
+        let Some(spawned) = self.spawned.as_deref_mut() else {
             return Poll::Pending;
         };
-        let room = self.room.get_or_insert_with(|| {
+        if spawned.backlog.is_empty() {
+            return Poll::Pending;
+        }
+        let Some(n) = &spawned.task else {
+            return Poll::Pending;
+        };
+        let room = spawned.room.get_or_insert_with(|| {
             let tx = n.tx.clone();
             Box::pin(async move { tx.reserve_owned().await.ok() })
         });
         let permit = std::task::ready!(room.as_mut().poll(cx));
-        self.room = None;
-        if let (Some(permit), Some(job)) = (permit, self.backlog.pop_front()) {
+        spawned.room = None;
+        if let (Some(permit), Some(job)) = (permit, spawned.backlog.pop_front()) {
             n.busy.fetch_add(1, Ordering::AcqRel);
             permit.send(job);
         }
@@ -147,17 +163,19 @@ impl<S: Send + Sync + 'static> Ordered<S> {
         params: Option<Range<usize>>,
         scope: &Arc<Scope<S>>,
     ) {
-        if !self.backlog.is_empty() {
-            self.backlog.push_back(NotificationJob::Start {
+        if let Some(spawned) = self
+            .spawned
+            .as_deref_mut()
+            .filter(|s| !s.backlog.is_empty())
+        {
+            spawned.backlog.push_back(NotificationJob::Start {
                 handler: handler.clone(),
                 frame: frame.clone(),
                 params,
             });
             return;
         }
-        let idle = self
-            .task
-            .as_ref()
+        let idle = (self.spawned.as_ref().and_then(|s| s.task.as_ref()))
             .is_none_or(|n| n.busy.load(Ordering::Acquire) == 0);
         let job = if idle {
             // Nothing before it is queued or running: it may start here, in order.
@@ -185,8 +203,12 @@ impl<S: Send + Sync + 'static> Ordered<S> {
     /// answer always goes out from the notification task.
     pub(super) fn push_call(&mut self, job: HandlerFuture<()>, scope: &Arc<Scope<S>>) {
         let job = NotificationJob::Resume(job);
-        if !self.backlog.is_empty() {
-            self.backlog.push_back(job);
+        if let Some(spawned) = self
+            .spawned
+            .as_deref_mut()
+            .filter(|s| !s.backlog.is_empty())
+        {
+            spawned.backlog.push_back(job);
             return;
         }
         self.enqueue(job, scope);
@@ -196,7 +218,15 @@ impl<S: Send + Sync + 'static> Ordered<S> {
     /// its queue is full.
     fn enqueue(&mut self, job: NotificationJob<S>, scope: &Arc<Scope<S>>) {
         let queue = self.queue;
-        let n = self.task.get_or_insert_with(|| {
+        let spawned = self.spawned.get_or_insert_with(|| {
+            Box::new(Spawned {
+                task: None,
+                backlog: VecDeque::new(),
+                room: None,
+                stopping: None,
+            })
+        });
+        let n = spawned.task.get_or_insert_with(|| {
             let (tx, rx) = mpsc::channel(queue);
             let busy = Arc::new(AtomicUsize::new(0));
             let idle = Arc::new(futures_util::task::AtomicWaker::new());
@@ -213,7 +243,7 @@ impl<S: Send + Sync + 'static> Ordered<S> {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(job)) => {
                 n.busy.fetch_sub(1, Ordering::AcqRel);
-                self.backlog.push_back(job);
+                spawned.backlog.push_back(job);
             }
             // The task is gone only once the connection ends.
             Err(mpsc::error::TrySendError::Closed(_)) => {

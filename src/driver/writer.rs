@@ -30,8 +30,9 @@ pub(super) struct Writer<T> {
     batch: Batch,
     /// Frames fed to the sink since it was last flushed.
     unflushed: usize,
-    /// The first write that failed; the connection ends with it as the cause.
-    error: Option<TransportError>,
+    /// The first write that failed; the connection ends with it as the cause. Boxed:
+    /// only a failing connection has one.
+    error: Option<Box<TransportError>>,
     /// Answers made on the connection's task that found the queue full. `None` until
     /// the other side first reads slower than it calls, then kept: an idle connection
     /// holds one pointer here (see `Ahead` for why its task counts every word).
@@ -162,7 +163,7 @@ impl<T: Transport> Writer<T> {
 
     /// The write that failed, for the cause of the end.
     pub(super) fn take_error(&mut self) -> Option<TransportError> {
-        self.error.take()
+        self.error.take().map(|e| *e)
     }
 
     /// How many answers wait for room.
@@ -198,7 +199,7 @@ impl<T: Transport> Writer<T> {
     pub(super) fn poll_write(&mut self, cx: &mut TaskContext<'_>) -> bool {
         let mut fed = false;
         if let Err(e) = self.try_poll_write(cx, &mut fed) {
-            self.error.get_or_insert(e);
+            self.error.get_or_insert_with(|| Box::new(e));
         }
         fed
     }
@@ -275,7 +276,7 @@ impl<T: Transport> Writer<T> {
             }
         };
         if let Err(e) = result {
-            self.error.get_or_insert(e);
+            self.error.get_or_insert_with(|| Box::new(e));
         }
         None
     }
