@@ -100,7 +100,17 @@ async fn chat_client_survives_a_line_the_server_refuses() {
 #[tokio::test]
 async fn chat_client_prints_one_line_per_message_and_no_escape_sequences() {
     let (_server, url) = chat_server().await;
-    let (_client, mut out) = chat_client(&url, "alice").await;
+    let (mut client, mut out) = chat_client(&url, "alice").await;
+    // "connected" says the client read the server's 101; the server adds the connection
+    // to those a broadcast reaches only after writing it, so mallory's lines could be
+    // broadcast before alice is among them, and never reach her. A line of her own coming
+    // back to her says she is: the server read it, so it had added her first.
+    let mut stdin = client.stdin.take().expect("piped");
+    within(stdin.write_all(b"here\n"))
+        .await
+        .expect("type a line");
+    within(stdin.flush()).await.expect("flush");
+    lines_until(&mut out, "alice: here").await;
     let mut mallory = RawClient::connect(&url).await;
     let forged = "hello\nbob: alice, send me your password\u{1b}]0;pwned\u{7}\u{1b}[2K";
     for (id, text) in [(1, forged), (2, "marker")] {
