@@ -159,7 +159,7 @@ pub struct WebSocket<S> {
     inner: WebSocketStream<S>,
     /// What goes before any new frame. `None` until a message is large enough to
     /// fragment or the write buffer is full, then kept: every idle connection holds this
-    /// adapter, and one pointer here rather than 72 bytes kept its task within a step of
+    /// adapter, and one pointer here rather than 88 bytes kept its task within a step of
     /// tokio's (see the driver's `Ahead`).
     pending: Option<Box<Pending>>,
 }
