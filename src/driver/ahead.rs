@@ -14,14 +14,12 @@ use crate::transport::Text;
 use super::cancel;
 
 /// Kept in every connection, idle ones included. The queue itself is allocated when
-/// reading first pauses, and kept: an idle connection holds one pointer here. (Its
-/// task's memory comes in steps of 128 bytes, tokio's alignment of a task; the queue
-/// inline, 40 bytes with its count, took every connection's task over one step, with
-/// the writer's answers waiting for room: `rpc` bench (f) read 5.07 to 5.12 KiB an
-/// idle connection at 10,000, 4.92 to 4.94 with both boxed, and 4.67 to 4.70 with
-/// what else is empty while idle boxed too, a task of 768 bytes.) The bounds as
-/// `u32`: a message is at most `max_message_size`, and more than 4 GiB of them is
-/// past any sane bound.
+/// reading first pauses, and kept: an idle connection holds one pointer here. (tokio
+/// gives a task its memory 128 bytes at a time, and every idle connection keeps its
+/// task: what is empty while idle is boxed on first use, here and in the writer, the
+/// dispatch and the adapter; the driver's unit test keeps the task within 768 bytes,
+/// PERF-NOTES "Stop 53" has the figures.) The bounds as `u32`: a message is at most
+/// `max_message_size`, and more than 4 GiB of them is past any sane bound.
 pub(super) struct Ahead {
     queue: Option<Box<Queue>>,
     max_len: u32,

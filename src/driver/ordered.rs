@@ -71,6 +71,15 @@ struct Spawned<S> {
 }
 
 impl<S> Spawned<S> {
+    fn new() -> Self {
+        Spawned {
+            task: None,
+            backlog: VecDeque::new(),
+            room: None,
+            stopping: None,
+        }
+    }
+
     fn is_idle(&self) -> bool {
         self.task
             .as_ref()
@@ -86,6 +95,17 @@ impl<S: Send + Sync + 'static> Ordered<S> {
         }
     }
 
+    /// The notification task, if made and not stopped.
+    fn task(&self) -> Option<&Task<S>> {
+        self.spawned.as_ref()?.task.as_ref()
+    }
+
+    /// The backlog, when anything waits in it (a new job then goes behind it).
+    fn waiting_backlog(&mut self) -> Option<&mut VecDeque<NotificationJob<S>>> {
+        let spawned = self.spawned.as_deref_mut()?;
+        (!spawned.backlog.is_empty()).then_some(&mut spawned.backlog)
+    }
+
     /// Whether notifications wait for room: reading stops until they have it.
     pub(super) fn blocked(&self) -> bool {
         (self.spawned.as_ref()).is_some_and(|spawned| !spawned.backlog.is_empty())
@@ -99,7 +119,7 @@ impl<S: Send + Sync + 'static> Ordered<S> {
     /// Ready once [`is_idle`](Self::is_idle): a graceful close waits for ordered work
     /// as for the other running calls.
     pub(super) fn poll_idle(&self, cx: &mut TaskContext<'_>) -> Poll<()> {
-        if let Some(n) = self.spawned.as_ref().and_then(|s| s.task.as_ref()) {
+        if let Some(n) = self.task() {
             n.idle.register(cx.waker());
         }
         match self.is_idle() {
@@ -163,20 +183,15 @@ impl<S: Send + Sync + 'static> Ordered<S> {
         params: Option<Range<usize>>,
         scope: &Arc<Scope<S>>,
     ) {
-        if let Some(spawned) = self
-            .spawned
-            .as_deref_mut()
-            .filter(|s| !s.backlog.is_empty())
-        {
-            spawned.backlog.push_back(NotificationJob::Start {
+        if let Some(backlog) = self.waiting_backlog() {
+            backlog.push_back(NotificationJob::Start {
                 handler: handler.clone(),
                 frame: frame.clone(),
                 params,
             });
             return;
         }
-        let idle = (self.spawned.as_ref().and_then(|s| s.task.as_ref()))
-            .is_none_or(|n| n.busy.load(Ordering::Acquire) == 0);
+        let idle = (self.task()).is_none_or(|n| n.busy.load(Ordering::Acquire) == 0);
         let job = if idle {
             // Nothing before it is queued or running: it may start here, in order.
             let cx = Context::new(scope);
@@ -203,12 +218,8 @@ impl<S: Send + Sync + 'static> Ordered<S> {
     /// answer always goes out from the notification task.
     pub(super) fn push_call(&mut self, job: HandlerFuture<()>, scope: &Arc<Scope<S>>) {
         let job = NotificationJob::Resume(job);
-        if let Some(spawned) = self
-            .spawned
-            .as_deref_mut()
-            .filter(|s| !s.backlog.is_empty())
-        {
-            spawned.backlog.push_back(job);
+        if let Some(backlog) = self.waiting_backlog() {
+            backlog.push_back(job);
             return;
         }
         self.enqueue(job, scope);
@@ -218,14 +229,7 @@ impl<S: Send + Sync + 'static> Ordered<S> {
     /// its queue is full.
     fn enqueue(&mut self, job: NotificationJob<S>, scope: &Arc<Scope<S>>) {
         let queue = self.queue;
-        let spawned = self.spawned.get_or_insert_with(|| {
-            Box::new(Spawned {
-                task: None,
-                backlog: VecDeque::new(),
-                room: None,
-                stopping: None,
-            })
-        });
+        let spawned = self.spawned.get_or_insert_with(|| Box::new(Spawned::new()));
         let n = spawned.task.get_or_insert_with(|| {
             let (tx, rx) = mpsc::channel(queue);
             let busy = Arc::new(AtomicUsize::new(0));
