@@ -154,6 +154,12 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
         };
         let on_upgrade = hyper::upgrade::on(&mut request);
         let timeout = self.policy.handshake_timeout;
+        // In the registry before hyper writes the 101 this handler returns: a broadcast
+        // made once the client's connect has resolved reaches it.
+        let starting = self
+            .handle
+            .admit(&self.config, info, Some(slot), self.policy.keep_headers);
+        drop(admission);
         tokio::spawn(async move {
             let upgraded = match tokio::time::timeout(timeout, on_upgrade).await {
                 Ok(Ok(upgraded)) => {
@@ -163,11 +169,13 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
                 Ok(Err(e)) => {
                     crate::metrics::handshake("gone", None);
                     tracing::debug!(error = %e, "WebSocket upgrade failed");
+                    starting.abandon(&self.config);
                     return;
                 }
                 Err(_) => {
                     crate::metrics::handshake("timeout", None);
                     tracing::debug!("WebSocket upgrade timed out");
+                    starting.abandon(&self.config);
                     return;
                 }
             };
@@ -177,15 +185,7 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
                 Some(self.config.websocket()),
             )
             .await;
-            self.handle.start(
-                WebSocket::new(ws),
-                self.router.clone(),
-                &self.config,
-                info,
-                Some(slot),
-                self.policy.keep_headers,
-            );
-            drop(admission);
+            starting.run(WebSocket::new(ws), self.router.clone(), &self.config);
         });
         let mut response = Response::new(Body::empty());
         *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;

@@ -75,10 +75,34 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
     info: crate::peer::ConnectionInfo,
     hooks: Hooks,
 ) -> Peer {
+    let peer = prepare(config, info, hooks.on_start);
+    run(peer, transport, router, config, hooks.on_end)
+}
+
+/// Makes a connection's handle and runs `on_start` with it, before the connection has
+/// a transport: a server announces a peer this way before it answers the handshake, so
+/// that a client whose connect has resolved is among the peers a broadcast reaches.
+/// Frames sent meanwhile wait in the outgoing queue; [`run`] starts the connection.
+pub(crate) fn prepare(
+    config: &PeerConfig,
+    info: crate::peer::ConnectionInfo,
+    on_start: Option<ConnectionHook>,
+) -> Peer {
     let peer = Peer::handle(Arc::new(Shared::new(config, info)));
-    if let Some(on_start) = hooks.on_start {
+    if let Some(on_start) = on_start {
         on_start(&peer);
     }
+    peer
+}
+
+/// Starts the task of a connection made by [`prepare`], on `transport`.
+pub(crate) fn run<T: Transport, S: Send + Sync + 'static>(
+    peer: Peer,
+    transport: T,
+    router: Arc<Router<S>>,
+    config: &PeerConfig,
+    on_end: Option<ConnectionHook>,
+) -> Peer {
     let connection = Connection::new(transport, router, &peer, config);
     let open = crate::metrics::connection_opened();
     // Everything the connection logs, and the handlers it runs, is inside this span.
@@ -89,7 +113,7 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
         path = peer.info().path.as_deref(),
     );
     tokio::spawn(tracing::Instrument::instrument(
-        task(connection, hooks.on_end, open),
+        task(connection, on_end, open),
         span,
     ));
     peer

@@ -74,16 +74,18 @@ impl ServerHandle {
         }
     }
 
-    /// Runs a peer for a new connection and keeps it in the registry while it lives.
-    pub(crate) fn start<T: crate::transport::Transport, S: Send + Sync + 'static>(
+    /// Makes the peer of a connection being accepted and puts it in the registry (its
+    /// `on_connect` hooks run), before the handshake's answer is written: once a client
+    /// has read its `101`, it is among the peers a broadcast reaches. The connection
+    /// starts with [`Starting::run`], or, if the answer could not be written, ends at
+    /// once with [`Starting::abandon`]; either way it leaves the registry when it ends.
+    pub(crate) fn admit(
         &self,
-        transport: T,
-        router: Arc<Router<S>>,
         config: &PeerConfig,
         info: ConnectionInfo,
         slot: Option<crate::policy::Slot>,
         keep_headers: bool,
-    ) -> Peer {
+    ) -> Starting {
         // The hook sees the whole handshake; the peer keeps its headers only when
         // asked, as they cost memory on every connection for as long as it lives.
         let stored = if keep_headers {
@@ -94,8 +96,8 @@ impl ServerHandle {
                 ..info.clone()
             }
         };
-        // Registered before the first frame is read, so a peer that has answered
-        // anything is already in the registry, and the application's hook has run;
+        // Registered before the handshake's answer is written, so a client that has
+        // read it is already in the registry, and the application's hook has run;
         // unregistered once its tasks are gone.
         let on_start = {
             let registry = self.clone();
@@ -129,15 +131,17 @@ impl ServerHandle {
                 }
             }
         });
-        let hooks = crate::driver::Hooks {
-            on_start: Some(on_start),
-            on_end: Some(on_end),
-        };
-        crate::driver::spawn(transport, router, config, stored, hooks)
+        Starting {
+            peer: crate::driver::prepare(config, stored, Some(on_start)),
+            on_end,
+        }
     }
 
-    /// Runs `hook` for every new connection, before its first frame is read: start
-    /// per-connection push tasks here, or subscribe the peer to topics. Hooks add up:
+    /// Runs `hook` for every new connection, before the server answers its handshake
+    /// (so before its first frame is read, and before its client's connect resolves):
+    /// start per-connection push tasks here, or subscribe the peer to topics. What the
+    /// hook sends waits in the peer's outgoing queue and goes out right after the
+    /// handshake's answer. Hooks add up:
     /// a second `on_connect` runs after the first, it does not replace it.
     ///
     /// A plain function, not an async one (unlike
@@ -329,6 +333,39 @@ fn notification_frame<P: Serialize + ?Sized>(
     )?))
 }
 
+/// A peer admitted by [`ServerHandle::admit`], in the registry, waiting for its
+/// transport.
+#[must_use = "a peer admitted and never started stays in the registry"]
+pub(crate) struct Starting {
+    peer: Peer,
+    on_end: crate::driver::ConnectionHook,
+}
+
+impl Starting {
+    /// Runs the peer on `transport`, once the handshake's answer is written.
+    pub(crate) fn run<T: crate::transport::Transport, S: Send + Sync + 'static>(
+        self,
+        transport: T,
+        router: Arc<Router<S>>,
+        config: &PeerConfig,
+    ) -> Peer {
+        crate::driver::run(self.peer, transport, router, config, Some(self.on_end))
+    }
+
+    /// Ends the peer at once: the handshake's answer could not be written. It ends as
+    /// a connection whose other side went away ([`CloseReason::Eof`]): what was sent
+    /// to it fails, and it leaves the registry (`on_disconnect` runs).
+    ///
+    /// [`CloseReason::Eof`]: crate::CloseReason::Eof
+    pub(crate) fn abandon(self, config: &PeerConfig) {
+        // A transport whose other end is already gone: the connection's task reads its
+        // end first thing, and ends as any other connection does.
+        let (transport, gone) = crate::transport::pair();
+        drop(gone);
+        self.run(transport, Arc::new(Router::<()>::new()), config);
+    }
+}
+
 /// A handshake being admitted; see [`ServerHandle::admission`].
 pub(crate) struct Admission(Arc<Registry>);
 
@@ -377,5 +414,43 @@ fn add_hook(list: &RwLock<Arc<Vec<PeerHook>>>, hook: PeerHook) {
         let mut next = Vec::clone(&slot);
         next.push(hook);
         *slot = Arc::new(next);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{Caller, CloseReason, Error};
+
+    /// A peer put in the registry before its handshake's answer, which then could not
+    /// be written: it ends as a connection whose other side went away, what was sent
+    /// to it fails rather than waits, and it leaves the registry.
+    #[tokio::test]
+    async fn an_admitted_peer_whose_answer_was_not_written_ends_and_leaves_the_registry() {
+        let handle = ServerHandle::new();
+        let (gone_tx, mut gone_rx) = tokio::sync::mpsc::unbounded_channel();
+        handle.on_disconnect(move |peer, _| {
+            let _ = gone_tx.send(peer.id());
+        });
+        let config = PeerConfig::default();
+        let starting = handle.admit(&config, ConnectionInfo::default(), None, false);
+        assert_eq!(handle.connection_count(), 1);
+        let peer = handle.peers().remove(0);
+        // A call made meanwhile (by an `on_connect` hook, say) waits in the queue.
+        let call = tokio::spawn({
+            let peer = peer.clone();
+            async move { peer.call::<u64>("anything", ()).await }
+        });
+        starting.abandon(&config);
+        let step = Duration::from_secs(10);
+        let reason = tokio::time::timeout(step, peer.closed()).await.unwrap();
+        assert!(matches!(reason, CloseReason::Eof), "{reason:?}");
+        let answer = tokio::time::timeout(step, call).await.unwrap().unwrap();
+        assert!(matches!(answer, Err(Error::Closed(_))), "{answer:?}");
+        let forgotten = tokio::time::timeout(step, gone_rx.recv()).await.unwrap();
+        assert_eq!(forgotten, Some(peer.id()));
+        assert_eq!(handle.connection_count(), 0);
     }
 }

@@ -542,29 +542,16 @@ impl<S: Send + Sync + 'static> Shaker<S> {
                 return;
             }
         };
-        match timeout_at(deadline, handshake::switch(&mut io, &accept)).await {
-            Ok(Ok(())) => crate::metrics::handshake("accepted", Some(101)),
-            _ => {
-                crate::metrics::handshake("gone", None);
-                tracing::debug!(%addr, "the 101 answer could not be written in time");
-                return;
-            }
-        }
-        // From here the connection counts in its slot; the ticket's place goes to the
-        // next in line, or is given back, once the peer is started.
-        let ws = WebSocketStream::from_partially_read(
-            io,
-            tail,
-            Role::Server,
-            Some(self.config.websocket()),
-        )
-        .await;
         #[cfg(feature = "fuzzing")]
         if gate.echo {
-            tokio::spawn(async move {
-                let _slot = slot;
-                crate::transport::echo::echo(WebSocket::new(ws)).await;
-            });
+            if switch(&mut io, &accept, deadline, addr).await {
+                let config = Some(self.config.websocket());
+                let ws = WebSocketStream::from_partially_read(io, tail, Role::Server, config).await;
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    crate::transport::echo::echo(WebSocket::new(ws)).await;
+                });
+            }
             return;
         }
         let (parts, ()) = request.into_parts();
@@ -574,16 +561,48 @@ impl<S: Send + Sync + 'static> Shaker<S> {
             headers: parts.headers,
             auth,
         };
-        self.registry.start(
-            WebSocket::new(ws),
-            self.router.clone(),
-            &self.config,
-            info,
-            Some(slot),
-            gate.policy.keep_headers,
-        );
-        // The peer is in the registry now (or was closed as it started).
+        // In the registry before the client can read the 101: a broadcast made once its
+        // connect has resolved reaches it. From here the connection counts in its slot.
+        let starting =
+            self.registry
+                .admit(&self.config, info, Some(slot), gate.policy.keep_headers);
+        // The peer is in the registry now (or was asked to close, admitted as a
+        // shutdown began): a shutdown need not wait for this handshake any longer.
         drop(admission);
+        if !switch(&mut io, &accept, deadline, addr).await {
+            starting.abandon(&self.config);
+            return;
+        }
+        // The ticket's place goes to the next in line, or is given back, once the peer
+        // is started.
+        let ws = WebSocketStream::from_partially_read(
+            io,
+            tail,
+            Role::Server,
+            Some(self.config.websocket()),
+        )
+        .await;
+        starting.run(WebSocket::new(ws), self.router.clone(), &self.config);
+    }
+}
+
+/// Writes the handshake's `101` answer by `deadline`: whether it was written.
+async fn switch<IO: tokio::io::AsyncWrite + Unpin>(
+    io: &mut IO,
+    accept: &http::HeaderValue,
+    deadline: Instant,
+    addr: SocketAddr,
+) -> bool {
+    match timeout_at(deadline, handshake::switch(io, accept)).await {
+        Ok(Ok(())) => {
+            crate::metrics::handshake("accepted", Some(101));
+            true
+        }
+        _ => {
+            crate::metrics::handshake("gone", None);
+            tracing::debug!(%addr, "the 101 answer could not be written in time");
+            false
+        }
     }
 }
 

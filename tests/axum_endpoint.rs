@@ -135,3 +135,33 @@ async fn a_nested_endpoint_sees_the_path_the_client_asked_for() {
         Some("/api/rpc?room=1")
     );
 }
+
+/// As with `Server`: a client whose connect has resolved is in the endpoint's registry,
+/// and a broadcast made at once reaches it (the endpoint registers the connection
+/// before hyper writes the 101 it returns; registered after, the test failed in every
+/// one of 10 runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_axum_a_broadcast_made_as_soon_as_connect_resolves_reaches_the_client() {
+    let (addr, handle) = app().await;
+    let mut clients = Vec::new();
+    for round in 0..200u32 {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let router = Router::with_state(tx).notification(
+            "news",
+            |cx: Context<_>, (n,): (u32,)| async move {
+                let _ = cx.state().send(n);
+            },
+        );
+        let peer = within(connect(&format!("ws://{addr}/rpc"), router))
+            .await
+            .unwrap();
+        assert_eq!(
+            handle.connection_count(),
+            round as usize + 1,
+            "round {round}: connected, and not in the endpoint's registry"
+        );
+        handle.broadcast("news", &(round,)).unwrap();
+        assert_eq!(within(rx.recv()).await, Some(round), "round {round}");
+        clients.push((peer, rx));
+    }
+}
