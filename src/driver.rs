@@ -82,7 +82,7 @@ pub(crate) fn spawn<T: Transport, S: Send + Sync + 'static>(
 /// Makes a connection's handle and runs `on_start` with it, before the connection has
 /// a transport: a server announces a peer this way before it answers the handshake, so
 /// that a client whose connect has resolved is among the peers a broadcast reaches.
-/// Frames sent meanwhile wait in the outgoing queue; [`run`] starts the connection.
+/// Frames sent meanwhile wait in the outgoing queue; [`run()`] starts the connection.
 pub(crate) fn prepare(
     config: &PeerConfig,
     info: crate::peer::ConnectionInfo,
