@@ -11,7 +11,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::Context as TaskContext;
+use std::task::{Context as TaskContext, Poll};
 
 use tokio::time::{Instant, Sleep};
 
@@ -31,16 +31,19 @@ impl CallTimer {
     /// drains. The task's waker was registered for the call's wake-up (with the close
     /// request) before this looks.
     pub(super) fn poll(&mut self, cx: &mut TaskContext<'_>, pending: &Pending) {
-        if pending.rearm_wanted() {
+        // Whether the timer was made or set again since it was last polled.
+        let mut fresh = pending.rearm_wanted();
+        if fresh {
             self.set(pending.rearm());
         }
         while let Some(timer) = &mut self.timer {
-            if timer.as_mut().poll(cx).is_pending() {
+            if poll_timer(timer, fresh, cx).is_pending() {
                 return;
             }
             // The timer fired, so its deadline has passed, whatever the clock reads.
             let now = Instant::now().max(timer.deadline());
             self.set(pending.expire(now));
+            fresh = true;
         }
     }
 
@@ -61,4 +64,26 @@ impl CallTimer {
             (None, Some(at)) => self.timer = Some(Box::pin(tokio::time::sleep_until(at))),
         }
     }
+}
+
+/// Polls a timer of the connection's task when there is something to see: when it is
+/// `fresh` (made or set again since its last poll), and once it has fired. tokio's
+/// timer stores the waker it is polled with anew on every poll (a clone of it and a
+/// drop of the one before: two atomic operations on the task's header), and keeps it
+/// through `reset` until it fires and wakes it. The connection's task is one tokio
+/// task, whose waker does not change, so polling a timer that holds it, before it
+/// fires, only paid for that: 5 polls per call in the rpc bench's (a), the keepalive's
+/// on every pass of the loop and the call timer's (PERF-NOTES.md, "Stop 54").
+///
+/// The poll runs unconstrained: out of its cooperative budget, a task would get
+/// `Pending` from a fresh timer that never stored its waker, and is not polled again.
+pub(super) fn poll_timer(
+    timer: &mut Pin<Box<Sleep>>,
+    fresh: bool,
+    cx: &mut TaskContext<'_>,
+) -> Poll<()> {
+    if !fresh && !timer.is_elapsed() {
+        return Poll::Pending;
+    }
+    Pin::new(&mut tokio::task::coop::unconstrained(timer.as_mut())).poll(cx)
 }

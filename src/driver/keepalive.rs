@@ -2,12 +2,13 @@
 //! heard since it was sent) means the other side is gone. One timer, set to the next
 //! instant at which something is due, so a silence is caught within interval + timeout.
 
-use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
+
+use super::deadlines::poll_timer;
 
 /// The shortest interval or timeout the timer runs on, so a zero setting cannot spin.
 const MIN_PERIOD: Duration = Duration::from_millis(1);
@@ -16,7 +17,9 @@ pub(super) struct Keepalive {
     interval: Duration,
     timeout: Duration,
     /// Boxed so the connection need not be pinned; only connections that ping pay it.
-    timer: Pin<Box<Sleep>>,
+    /// Made at the first [`poll_tick`](Self::poll_tick), which polls it at once (see
+    /// [`poll_timer`]).
+    timer: Option<Pin<Box<Sleep>>>,
     /// When the last ping was sent (the connection's start before the first).
     last_ping: Instant,
     /// When the ping still without an answer was sent.
@@ -37,14 +40,12 @@ impl Keepalive {
         // A period too long for the clock (`Duration::MAX`: "never, really") is capped,
         // as every instant below adds one to another.
         let interval = crate::deadline::capped(interval?).max(MIN_PERIOD);
-        // One instant for the timer and the count it is compared with: the first ping
-        // goes out one interval after the start, not one tick later.
-        let now = Instant::now();
+        // The first ping goes out one interval after the start.
         Some(Keepalive {
             interval,
             timeout: crate::deadline::capped(timeout).max(MIN_PERIOD),
-            timer: Box::pin(tokio::time::sleep_until(now + interval)),
-            last_ping: now,
+            timer: None,
+            last_ping: Instant::now(),
             unanswered: None,
         })
     }
@@ -64,11 +65,18 @@ impl Keepalive {
     /// runtime) must not replay the schedule it missed, where a ping "sent" at one past
     /// deadline is given up at the next, in the instant it really goes out.
     pub(super) fn poll_tick(&mut self, cx: &mut TaskContext<'_>) -> Poll<Instant> {
-        let deadline = self.timer.deadline();
-        self.timer
-            .as_mut()
-            .poll(cx)
-            .map(|()| deadline.max(Instant::now()))
+        let (timer, fresh) = match &mut self.timer {
+            Some(timer) => (timer, false),
+            None => {
+                let due = self.next_due(Instant::now());
+                (
+                    self.timer.insert(Box::pin(tokio::time::sleep_until(due))),
+                    true,
+                )
+            }
+        };
+        let deadline = timer.deadline();
+        poll_timer(timer, fresh, cx).map(|()| deadline.max(Instant::now()))
     }
 
     /// The timer fired at `now`; `reading` says whether silence counts: not while this
@@ -91,7 +99,11 @@ impl Keepalive {
             None => Tick::Wait,
         };
         let next = self.next_due(now);
-        self.timer.as_mut().reset(next);
+        // Not made yet (only a test ticks before polling): made at the next poll, set
+        // to what is due then.
+        if let Some(timer) = &mut self.timer {
+            timer.as_mut().reset(next);
+        }
         tick
     }
 
@@ -118,19 +130,32 @@ mod tests {
         Duration::from_secs(n)
     }
 
+    /// The next tick, as the connection's loop gets it: through `poll_tick`, on the
+    /// paused clock (which jumps to the next timer while the test waits).
+    async fn next_tick(k: &mut Keepalive) -> Instant {
+        // An hour of the paused clock, no time at all on the wall's: a timer that
+        // never wakes the task fails the test here rather than hang it.
+        tokio::time::timeout(secs(3600), std::future::poll_fn(|cx| k.poll_tick(cx)))
+            .await
+            .expect("the keepalive timer wakes the task")
+    }
+
     #[tokio::test(start_paused = true)]
     async fn pings_at_the_interval_and_gives_up_after_the_timeout() {
         let start = Instant::now();
         let mut k = Keepalive::new(Some(secs(30)), secs(30)).unwrap();
-        assert_eq!(k.timer.deadline(), start + secs(30), "first ping at 30 s");
-        assert_eq!(k.tick(start + secs(30), true), Tick::Ping);
+        let now = next_tick(&mut k).await;
+        assert_eq!(now, start + secs(30), "first ping at 30 s");
+        assert_eq!(k.tick(now, true), Tick::Ping);
         // Answered: the next ping is one interval after the last.
         k.heard();
-        assert_eq!(k.timer.deadline(), start + secs(60));
-        assert_eq!(k.tick(start + secs(60), true), Tick::Ping);
+        let now = next_tick(&mut k).await;
+        assert_eq!(now, start + secs(60));
+        assert_eq!(k.tick(now, true), Tick::Ping);
         // Unanswered: given up one timeout after it was sent.
-        assert_eq!(k.timer.deadline(), start + secs(90));
-        assert_eq!(k.tick(start + secs(90), true), Tick::TimedOut);
+        let now = next_tick(&mut k).await;
+        assert_eq!(now, start + secs(90));
+        assert_eq!(k.tick(now, true), Tick::TimedOut);
     }
 
     #[tokio::test(start_paused = true)]
@@ -138,28 +163,77 @@ mod tests {
         let start = Instant::now();
         // Timeout 5 s, interval 30 s: checked at 35 s, and if answered, pings at 60 s.
         let mut k = Keepalive::new(Some(secs(30)), secs(5)).unwrap();
-        assert_eq!(k.tick(start + secs(30), true), Tick::Ping);
-        assert_eq!(k.timer.deadline(), start + secs(35));
+        let now = next_tick(&mut k).await;
+        assert_eq!(k.tick(now, true), Tick::Ping);
+        let now = next_tick(&mut k).await;
+        assert_eq!(now, start + secs(35));
         k.heard();
-        assert_eq!(k.tick(start + secs(35), true), Tick::Wait);
-        assert_eq!(k.timer.deadline(), start + secs(60));
+        assert_eq!(k.tick(now, true), Tick::Wait);
+        let now = next_tick(&mut k).await;
+        assert_eq!(now, start + secs(60));
+        assert_eq!(k.tick(now, true), Tick::Ping);
         // Timeout 30 s, interval 5 s: no new ping while one is unanswered.
+        let start = Instant::now();
         let mut k = Keepalive::new(Some(secs(5)), secs(30)).unwrap();
-        assert_eq!(k.tick(start + secs(5), true), Tick::Ping);
-        assert_eq!(k.timer.deadline(), start + secs(10));
-        assert_eq!(k.tick(start + secs(10), true), Tick::Wait);
-        assert_eq!(k.timer.deadline(), start + secs(35));
-        assert_eq!(k.tick(start + secs(35), true), Tick::TimedOut);
+        let now = next_tick(&mut k).await;
+        assert_eq!(k.tick(now, true), Tick::Ping);
+        let now = next_tick(&mut k).await;
+        assert_eq!(now, start + secs(10));
+        assert_eq!(k.tick(now, true), Tick::Wait);
+        let now = next_tick(&mut k).await;
+        assert_eq!(now, start + secs(35));
+        assert_eq!(k.tick(now, true), Tick::TimedOut);
     }
 
     #[tokio::test(start_paused = true)]
     async fn silence_while_reading_is_paused_does_not_count() {
         let start = Instant::now();
         let mut k = Keepalive::new(Some(secs(1)), secs(1)).unwrap();
-        assert_eq!(k.tick(start + secs(1), true), Tick::Ping);
-        assert_eq!(k.tick(start + secs(2), false), Tick::Wait);
-        assert_eq!(k.tick(start + secs(3), false), Tick::Wait);
-        assert_eq!(k.tick(start + secs(4), true), Tick::Ping);
-        assert_eq!(k.tick(start + secs(5), true), Tick::TimedOut);
+        for (at, reading, then) in [
+            (1, true, Tick::Ping),
+            (2, false, Tick::Wait),
+            (3, false, Tick::Wait),
+            (4, true, Tick::Ping),
+            (5, true, Tick::TimedOut),
+        ] {
+            let now = next_tick(&mut k).await;
+            assert_eq!(now, start + secs(at));
+            assert_eq!(k.tick(now, reading), then, "at {at} s");
+        }
+    }
+
+    /// The timer is polled again only once it has fired (`poll_timer`): a poll before
+    /// leaves it waiting, and the task is still woken when it fires.
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_not_polled_between_its_first_poll_and_its_firing_still_wakes_the_task() {
+        let start = Instant::now();
+        let mut k = Keepalive::new(Some(secs(1)), secs(1)).unwrap();
+        for _ in 0..3 {
+            let polled = std::future::poll_fn(|cx| Poll::Ready(k.poll_tick(cx))).await;
+            assert!(polled.is_pending());
+        }
+        assert_eq!(next_tick(&mut k).await, start + secs(1));
+    }
+
+    /// A pass that has spent the task's cooperative budget (reading many frames, say)
+    /// still arms a fresh timer: were its first poll `Pending` for want of budget, the
+    /// timer would never store the task's waker, and never be polled again.
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_first_polled_out_of_budget_still_wakes_the_task() {
+        let start = Instant::now();
+        let mut k = Keepalive::new(Some(secs(1)), secs(1)).unwrap();
+        let polled = std::future::poll_fn(|cx| {
+            for _ in 0..10_000 {
+                match tokio::task::coop::poll_proceed(cx) {
+                    Poll::Ready(restore) => restore.made_progress(),
+                    Poll::Pending => break,
+                }
+            }
+            assert!(!tokio::task::coop::has_budget_remaining());
+            Poll::Ready(k.poll_tick(cx))
+        })
+        .await;
+        assert!(polled.is_pending());
+        assert_eq!(next_tick(&mut k).await, start + secs(1));
     }
 }
