@@ -140,66 +140,63 @@ mod tests {
             .expect("the keepalive timer wakes the task")
     }
 
+    /// A keepalive pinging every `interval` seconds and giving up after `timeout`;
+    /// waits for each tick in turn and checks it: its instant, `at` seconds after the
+    /// start; whether something was heard just before; whether this side reads; and
+    /// what the tick asks for.
+    async fn expect_ticks(interval: u64, timeout: u64, steps: &[(u64, bool, bool, Tick)]) {
+        let start = Instant::now();
+        let mut k = Keepalive::new(Some(secs(interval)), secs(timeout)).unwrap();
+        for (at, heard, reading, then) in steps {
+            let now = next_tick(&mut k).await;
+            assert_eq!(now, start + secs(*at));
+            if *heard {
+                k.heard();
+            }
+            assert_eq!(&k.tick(now, *reading), then, "at {at} s");
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn pings_at_the_interval_and_gives_up_after_the_timeout() {
-        let start = Instant::now();
-        let mut k = Keepalive::new(Some(secs(30)), secs(30)).unwrap();
-        let now = next_tick(&mut k).await;
-        assert_eq!(now, start + secs(30), "first ping at 30 s");
-        assert_eq!(k.tick(now, true), Tick::Ping);
-        // Answered: the next ping is one interval after the last.
-        k.heard();
-        let now = next_tick(&mut k).await;
-        assert_eq!(now, start + secs(60));
-        assert_eq!(k.tick(now, true), Tick::Ping);
-        // Unanswered: given up one timeout after it was sent.
-        let now = next_tick(&mut k).await;
-        assert_eq!(now, start + secs(90));
-        assert_eq!(k.tick(now, true), Tick::TimedOut);
+        // The first ping at 30 s; answered, the next one interval later; unanswered,
+        // given up one timeout after it was sent.
+        let steps = [
+            (30, false, true, Tick::Ping),
+            (60, true, true, Tick::Ping),
+            (90, false, true, Tick::TimedOut),
+        ];
+        expect_ticks(30, 30, &steps).await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_timeout_shorter_or_longer_than_the_interval_is_kept() {
-        let start = Instant::now();
         // Timeout 5 s, interval 30 s: checked at 35 s, and if answered, pings at 60 s.
-        let mut k = Keepalive::new(Some(secs(30)), secs(5)).unwrap();
-        let now = next_tick(&mut k).await;
-        assert_eq!(k.tick(now, true), Tick::Ping);
-        let now = next_tick(&mut k).await;
-        assert_eq!(now, start + secs(35));
-        k.heard();
-        assert_eq!(k.tick(now, true), Tick::Wait);
-        let now = next_tick(&mut k).await;
-        assert_eq!(now, start + secs(60));
-        assert_eq!(k.tick(now, true), Tick::Ping);
+        let steps = [
+            (30, false, true, Tick::Ping),
+            (35, true, true, Tick::Wait),
+            (60, false, true, Tick::Ping),
+        ];
+        expect_ticks(30, 5, &steps).await;
         // Timeout 30 s, interval 5 s: no new ping while one is unanswered.
-        let start = Instant::now();
-        let mut k = Keepalive::new(Some(secs(5)), secs(30)).unwrap();
-        let now = next_tick(&mut k).await;
-        assert_eq!(k.tick(now, true), Tick::Ping);
-        let now = next_tick(&mut k).await;
-        assert_eq!(now, start + secs(10));
-        assert_eq!(k.tick(now, true), Tick::Wait);
-        let now = next_tick(&mut k).await;
-        assert_eq!(now, start + secs(35));
-        assert_eq!(k.tick(now, true), Tick::TimedOut);
+        let steps = [
+            (5, false, true, Tick::Ping),
+            (10, false, true, Tick::Wait),
+            (35, false, true, Tick::TimedOut),
+        ];
+        expect_ticks(5, 30, &steps).await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn silence_while_reading_is_paused_does_not_count() {
-        let start = Instant::now();
-        let mut k = Keepalive::new(Some(secs(1)), secs(1)).unwrap();
-        for (at, reading, then) in [
-            (1, true, Tick::Ping),
-            (2, false, Tick::Wait),
-            (3, false, Tick::Wait),
-            (4, true, Tick::Ping),
-            (5, true, Tick::TimedOut),
-        ] {
-            let now = next_tick(&mut k).await;
-            assert_eq!(now, start + secs(at));
-            assert_eq!(k.tick(now, reading), then, "at {at} s");
-        }
+        let steps = [
+            (1, false, true, Tick::Ping),
+            (2, false, false, Tick::Wait),
+            (3, false, false, Tick::Wait),
+            (4, false, true, Tick::Ping),
+            (5, false, true, Tick::TimedOut),
+        ];
+        expect_ticks(1, 1, &steps).await;
     }
 
     /// The timer is polled again only once it has fired (`poll_timer`): a poll before
