@@ -99,8 +99,8 @@ impl Keepalive {
             None => Tick::Wait,
         };
         let next = self.next_due(now);
-        // Not made yet (only a test ticks before polling): made at the next poll, set
-        // to what is due then.
+        // Made by the `poll_tick` whose firing this tick follows. (Were it not made yet,
+        // the next `poll_tick` makes it for what is due then.)
         if let Some(timer) = &mut self.timer {
             timer.as_mut().reset(next);
         }
