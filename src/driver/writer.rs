@@ -19,8 +19,14 @@ use crate::queue::{Batch, OutQueue, Outgoing, TrySendError};
 use crate::transport::{Frame, Transport, TransportError};
 
 /// Longest run of frames fed before one flush, so the other side gets a steady stream
-/// while the queue is never empty.
-const MAX_COALESCE: usize = 256;
+/// while the queue is never empty. As many as the outgoing queue holds by default
+/// (`PeerConfig::outgoing_queue`): a handler that floods a connection gets one flush
+/// per queue it fills, not four. Large frames reach tungstenite's write buffer size
+/// (64 KiB, set in `PeerConfig::websocket`) first, and tungstenite writes them out
+/// then. At 256, the rpc bench's (d) made 4,332 `sendto` per 1.1 million
+/// notifications against the baseline's 918 (PERF-NOTES.md, "Stop 52"), and ran 1%
+/// to 2% slower (PERF-NOTES.md, "Stop 55").
+const MAX_COALESCE: usize = 1024;
 
 pub(super) struct Writer<T> {
     transport: T,
