@@ -294,6 +294,68 @@ mod tests {
         assert_eq!(request_parts(&frame, true), (Some("[5]"), Some("6")));
     }
 
+    /// The same request object, each member as `serde_json` writes it, in our order.
+    fn as_serde_writes(method: &str, params: &serde_json::Value, id: Option<u64>) -> String {
+        let method = serde_json::to_string(method).unwrap();
+        let params = match params {
+            serde_json::Value::Null => String::new(),
+            params => format!(r#","params":{}"#, serde_json::to_string(params).unwrap()),
+        };
+        let id = id.map(|id| format!(r#","id":{id}"#)).unwrap_or_default();
+        format!(r#"{{"jsonrpc":"2.0","method":{method}{params}{id}}}"#)
+    }
+
+    #[test]
+    fn requests_are_written_as_serde_json_writes_them_and_to_their_exact_length() {
+        let methods = [
+            "tick",
+            "",
+            "a\"b",
+            "back\\slash",
+            "new\nline\u{1}\u{1f}",
+            "del\u{7f}",
+            "ünïcode ✓",
+            "rpc.on",
+        ];
+        let params = [
+            serde_json::json!([1, "ü\"", null]),
+            serde_json::json!({"k": "\u{0}"}),
+            serde_json::json!(null),
+        ];
+        for method in methods {
+            for params in &params {
+                for id in [None, Some(0), Some(u64::MAX)] {
+                    let frame = request(method, params, id).unwrap();
+                    assert_eq!(frame, as_serde_writes(method, params, id), "{method:?}");
+                    assert_eq!(frame.len(), frame.capacity(), "{frame}");
+                    let (head, range) = request_head(method, params, 1).unwrap();
+                    let note = finish_request(head, None, false);
+                    assert_eq!(note, as_serde_writes(method, params, None));
+                    assert_eq!(note.len(), note.capacity(), "{note}");
+                    let written = range.map(|range| note[range].to_owned());
+                    let expected = (!params.is_null()).then(|| params.to_string());
+                    assert_eq!(written, expected);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn responses_are_written_to_their_exact_length() {
+        for (id, result) in [
+            ("1", serde_json::json!(19)),
+            (r#""ab\"c""#, serde_json::json!({"s": "ü\n"})),
+            ("null", serde_json::json!(null)),
+        ] {
+            let frame = response(id, &result).unwrap();
+            assert_eq!(
+                frame,
+                format!(r#"{{"jsonrpc":"2.0","result":{result},"id":{id}}}"#)
+            );
+            assert_eq!(frame.len(), frame.capacity());
+        }
+    }
+
     #[test]
     fn the_result_of_a_response_is_found_in_the_frame_written() {
         let frame = response("\"x\"", &serde_json::json!({"id": 1})).unwrap();
