@@ -95,6 +95,19 @@ pub(crate) fn prepare(
     peer
 }
 
+/// Ends a connection made by [`prepare`] that will never [`run`]: its close callbacks
+/// run, its handles see it closed (the cause says why), and its queue is closed and
+/// emptied.
+pub(crate) fn end_unstarted(peer: &Peer) {
+    let shared = &peer.shared;
+    shared.run_on_close();
+    shared.mark_closed(CloseReason::Transport(Arc::new(std::io::Error::other(
+        "the connection was dropped before it started: its runtime shut down",
+    ))));
+    shared.queue().close();
+    shared.queue().discard(&mut Default::default());
+}
+
 /// Starts the task of a connection made by [`prepare`], on `transport`.
 pub(crate) fn run<T: Transport, S: Send + Sync + 'static>(
     peer: Peer,
@@ -103,7 +116,7 @@ pub(crate) fn run<T: Transport, S: Send + Sync + 'static>(
     config: &PeerConfig,
     on_end: Option<ConnectionHook>,
 ) -> Peer {
-    let connection = Connection::new(transport, router, &peer, config);
+    let connection = Connection::new(transport, router, &peer, config, on_end);
     let open = crate::metrics::connection_opened();
     // Everything the connection logs, and the handlers it runs, is inside this span.
     let span = tracing::info_span!(
@@ -113,7 +126,7 @@ pub(crate) fn run<T: Transport, S: Send + Sync + 'static>(
         path = peer.info().path.as_deref(),
     );
     tokio::spawn(tracing::Instrument::instrument(
-        task(connection, on_end, open),
+        task(connection, open),
         span,
     ));
     peer
@@ -125,7 +138,6 @@ pub(crate) fn run<T: Transport, S: Send + Sync + 'static>(
 #[allow(clippy::manual_async_fn)]
 fn task<T: Transport, S: Send + Sync + 'static>(
     mut connection: Connection<T, S>,
-    on_end: Option<ConnectionHook>,
     open: crate::metrics::OpenConnection,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     async move {
@@ -140,11 +152,10 @@ fn task<T: Transport, S: Send + Sync + 'static>(
         let run = AssertUnwindSafe(connection.run()).catch_unwind().await;
         let peer = run.unwrap_or_else(|_| connection.panicked());
         // Counted closed before `on_end` runs. Dropped with the task if it never gets
-        // here (its runtime shut down), counted closed all the same.
+        // here (its runtime shut down), counted closed all the same, and the
+        // connection runs `on_end` as it is dropped.
         drop(open);
-        if let Some(on_end) = on_end {
-            on_end(&peer);
-        }
+        connection.finish(&peer);
     }
 }
 
@@ -177,13 +188,19 @@ struct Connection<T, S> {
     keepalive: Option<Keepalive>,
     call_timer: CallTimer,
     close_timeout: Duration,
+    /// The owner's hook, run once the connection is over; taken when it runs (see
+    /// [`finish`](Self::finish)).
+    on_end: Option<ConnectionHook>,
 }
 
 /// Dropped without its end (the task was dropped: its runtime shut down under it), the
-/// connection still ends for its handles: registries forget it, waiting calls end with
-/// [`Error::Closed`](crate::Error::Closed), and `is_closed` says so. Otherwise a `Peer`
-/// kept past its runtime would look open, and a call on it would wait for ever (its
-/// timer was this task's).
+/// connection still ends for its handles and its owner: waiting calls end with
+/// [`Error::Closed`](crate::Error::Closed), `is_closed` says so, its topics forget it
+/// (its `on_close` callbacks run), and it [finishes](Self::finish) (the server's registry
+/// forgets it, and its `on_disconnect` hooks run). Otherwise a `Peer` kept past its
+/// runtime would look open, a call on it would wait for ever (its timer was this
+/// task's), and a server's handle kept past the runtime would go on counting it and
+/// wait for it on shutdown.
 /// (Its handlers' tasks and its transport go with the runtime.)
 impl<T, S> Drop for Connection<T, S> {
     fn drop(&mut self) {
@@ -192,10 +209,20 @@ impl<T, S> Drop for Connection<T, S> {
                 "the connection's task was dropped: its runtime shut down",
             ))));
         }
+        self.finish(&Peer::handle(self.shared.clone()));
     }
 }
 
 impl<T, S> Connection<T, S> {
+    /// Runs the owner's `on_end` hook once the connection is over. Once: after the
+    /// connection's loop, or, when its task is dropped before (its runtime shut down
+    /// under it), as the connection is dropped.
+    fn finish(&mut self, peer: &Peer) {
+        if let Some(on_end) = self.on_end.take() {
+            on_end(peer);
+        }
+    }
+
     /// Ends the connection without its closing steps, for `reason`: its calls' timer
     /// stops, the close callbacks run, its handles see it closed (waiting calls end),
     /// and its queue, which the handles share, is closed and emptied (nothing will
@@ -223,7 +250,13 @@ enum Event {
 }
 
 impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
-    fn new(transport: T, router: Arc<Router<S>>, peer: &Peer, config: &PeerConfig) -> Self {
+    fn new(
+        transport: T,
+        router: Arc<Router<S>>,
+        peer: &Peer,
+        config: &PeerConfig,
+        on_end: Option<ConnectionHook>,
+    ) -> Self {
         Connection {
             writer: Writer::new(transport, peer.shared.clone()),
             dispatch: Dispatch::new(router, peer.clone(), config),
@@ -232,6 +265,7 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
             keepalive: Keepalive::new(config.ping_interval, config.keepalive_timeout),
             call_timer: CallTimer::default(),
             close_timeout: config.close_timeout,
+            on_end,
         }
     }
 
@@ -550,13 +584,10 @@ mod tests {
         let (end, _other) = crate::transport::pair();
         let config = PeerConfig::default();
         let peer = Peer::handle(Arc::new(Shared::new(&config, Default::default())));
-        let connection = Connection::new(end, Arc::new(Router::<()>::new()), &peer, &config);
+        let router = Arc::new(Router::<()>::new());
+        let connection = Connection::new(end, router, &peer, &config, None);
         let one = std::mem::size_of_val(&connection);
-        let task = task(
-            connection,
-            None,
-            crate::metrics::OpenConnection::uncounted(),
-        );
+        let task = task(connection, crate::metrics::OpenConnection::uncounted());
         let size = std::mem::size_of_val(&task);
         assert!(
             size <= one + 64,
@@ -574,7 +605,7 @@ mod tests {
     #[test]
     fn a_server_connections_task_fits_in_768_bytes_with_tokios_part() {
         type Ws = crate::transport::WebSocket<tokio::net::TcpStream>;
-        fn output_size<A, B, C, R>(_: fn(A, B, C) -> R) -> usize {
+        fn output_size<A, B, R>(_: fn(A, B) -> R) -> usize {
             std::mem::size_of::<R>()
         }
         let spawned = output_size(task::<Ws, ()>) + std::mem::size_of::<tracing::Span>();

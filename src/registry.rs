@@ -133,7 +133,7 @@ impl ServerHandle {
         });
         Starting {
             peer: crate::driver::prepare(config, stored, Some(on_start)),
-            on_end,
+            on_end: Some(on_end),
         }
     }
 
@@ -154,7 +154,9 @@ impl ServerHandle {
 
     /// Runs `hook` once a connection has ended and its tasks are gone.
     /// [`Peer::close_reason`] says why it ended. Hooks add up, as for
-    /// [`on_connect`](Self::on_connect).
+    /// [`on_connect`](Self::on_connect). A connection whose runtime shuts down under
+    /// it ends too: its hooks run as the runtime drops its task, and a handle kept
+    /// past the runtime no longer counts it.
     pub fn on_disconnect(&self, hook: impl Fn(&Peer, &ConnectionInfo) + Send + Sync + 'static) {
         add_hook(&self.inner.on_disconnect, Arc::new(hook));
     }
@@ -338,18 +340,20 @@ fn notification_frame<P: Serialize + ?Sized>(
 #[must_use = "a peer admitted and never started stays in the registry"]
 pub(crate) struct Starting {
     peer: Peer,
-    on_end: crate::driver::ConnectionHook,
+    /// Taken by [`run`](Self::run); still here when dropped without it.
+    on_end: Option<crate::driver::ConnectionHook>,
 }
 
 impl Starting {
     /// Runs the peer on `transport`, once the handshake's answer is written.
     pub(crate) fn run<T: crate::transport::Transport, S: Send + Sync + 'static>(
-        self,
+        mut self,
         transport: T,
         router: Arc<Router<S>>,
         config: &PeerConfig,
     ) -> Peer {
-        crate::driver::run(self.peer, transport, router, config, Some(self.on_end))
+        let on_end = self.on_end.take();
+        crate::driver::run(self.peer.clone(), transport, router, config, on_end)
     }
 
     /// Ends the peer at once: the handshake's answer could not be written. It ends as
@@ -363,6 +367,19 @@ impl Starting {
         let (transport, gone) = crate::transport::pair();
         drop(gone);
         self.run(transport, Arc::new(Router::<()>::new()), config);
+    }
+}
+
+/// Dropped without being run (the task answering its handshake was dropped: its
+/// runtime shut down under it), the peer ends where it stands, as a connection whose
+/// task is dropped does: its handles see it closed, and it leaves the registry
+/// (`on_disconnect` runs).
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if let Some(on_end) = self.on_end.take() {
+            crate::driver::end_unstarted(&self.peer);
+            on_end(&self.peer);
+        }
     }
 }
 
@@ -452,5 +469,39 @@ mod tests {
         let forgotten = tokio::time::timeout(step, gone_rx.recv()).await.unwrap();
         assert_eq!(forgotten, Some(peer.id()));
         assert_eq!(handle.connection_count(), 0);
+    }
+
+    /// A peer admitted whose handshake's task is dropped before it runs the peer (its
+    /// runtime shut down under it): it ends there and then, with no runtime needed,
+    /// what was queued for it goes, what is sent to it fails, and it leaves the
+    /// registry.
+    #[test]
+    fn an_admitted_peer_dropped_before_it_runs_ends_and_leaves_the_registry() {
+        use futures_util::FutureExt;
+
+        let handle = ServerHandle::new();
+        let (gone_tx, mut gone_rx) = tokio::sync::mpsc::unbounded_channel();
+        handle.on_disconnect(move |peer, _| {
+            let _ = gone_tx.send(peer.id());
+        });
+        let config = PeerConfig::default();
+        let starting = handle.admit(&config, ConnectionInfo::default(), None, false);
+        let peer = handle.peers().remove(0);
+        let queued = peer.notify("queued", ()).now_or_never();
+        assert!(matches!(queued, Some(Ok(()))), "{queued:?}");
+
+        drop(starting);
+
+        assert_eq!(handle.connection_count(), 0);
+        assert_eq!(gone_rx.try_recv().ok(), Some(peer.id()));
+        assert!(gone_rx.try_recv().is_err(), "on_disconnect runs once");
+        assert!(peer.is_closed());
+        assert!(
+            matches!(peer.close_reason(), Some(CloseReason::Transport(_))),
+            "{:?}",
+            peer.close_reason()
+        );
+        let sent = peer.notify("after", ()).now_or_never();
+        assert!(matches!(sent, Some(Err(Error::Closed(_)))), "{sent:?}");
     }
 }

@@ -640,3 +640,52 @@ async fn a_notification_handler_is_gone_before_the_server_forgets_its_connection
         "on_disconnect ran while the connection's notification handler was still there"
     );
 }
+
+/// A server whose runtime shuts down under its connections, its handle kept beyond it
+/// (an application that runs its server on a runtime of its own, say): each
+/// connection's end still reaches the registry. It no longer counts them, lists them or
+/// waits for them on shutdown, and `on_disconnect` runs for each, as for any end.
+#[test]
+fn connections_of_a_runtime_that_shuts_down_leave_the_registry() {
+    let server_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (url, handle) = server_runtime.block_on(serve(Router::new()));
+    let (ended_tx, mut ended) = mpsc::unbounded_channel();
+    handle.on_disconnect(move |peer, _| {
+        let _ = ended_tx.send(peer.id());
+    });
+    let clients = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _peers = clients.block_on(async {
+        let mut peers = Vec::new();
+        for _ in 0..3 {
+            peers.push(within(connect(&url, Router::new())).await.unwrap());
+        }
+        peers
+    });
+    assert_eq!(handle.connection_count(), 3);
+    let served = handle.peers();
+
+    drop(server_runtime);
+
+    assert_eq!(
+        handle.connection_count(),
+        0,
+        "still counted after their runtime"
+    );
+    assert!(handle.peers().is_empty());
+    let mut ids: Vec<u64> = std::iter::from_fn(|| ended.try_recv().ok()).collect();
+    ids.sort_unstable();
+    let mut served: Vec<u64> = served.iter().map(|p| p.id()).collect();
+    served.sort_unstable();
+    assert_eq!(ids, served, "on_disconnect ran once for each");
+    // Nothing left to wait for: shutdown returns at once rather than after its grace.
+    let started = Instant::now();
+    clients.block_on(handle.shutdown_within(Duration::from_secs(30)));
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
