@@ -95,7 +95,7 @@ pub(crate) fn prepare(
     peer
 }
 
-/// Ends a connection made by [`prepare`] that will never [`run`]: its close callbacks
+/// Ends a connection made by [`prepare`] that will never [`run()`]: its close callbacks
 /// run, its handles see it closed (the cause says why), and its queue is closed and
 /// emptied.
 pub(crate) fn end_unstarted(peer: &Peer) {

@@ -1,5 +1,5 @@
 //! An echo endpoint on the server's own path (feature `fuzzing`): the handshake of
-//! [`Server`], tungstenite with the limits a peer gets, and the [`WebSocket`]
+//! [`Server`], tungstenite with the limits a peer gets, and the [`WebSocket`](crate::transport::WebSocket)
 //! adapter, with an echo in place of the JSON-RPC engine. It is what the Autobahn
 //! test suite grades (its cases send arbitrary text and binary and expect them back).
 

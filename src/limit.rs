@@ -3,7 +3,7 @@
 //! connections per remote address (checked at the handshake).
 //!
 //! Past the call rate, a call is answered `-32005` with a retry-after
-//! ([`ErrorCode::RATE_LIMITED`]); a notification is dropped. A connection that goes on
+//! ([`ErrorCode::RATE_LIMITED`](crate::ErrorCode::RATE_LIMITED)); a notification is dropped. A connection that goes on
 //! past it, [`RateLimit::close_after`] refusals within ten seconds, is closed with
 //! [`RATE_LIMIT_CLOSE`] (4029). The concurrent calls of a connection are bounded by
 //! [`PeerConfig::max_in_flight`](crate::PeerConfig::max_in_flight), which pauses

@@ -185,7 +185,7 @@ const PACK: u8 = b'*';
 /// alone).
 pub(crate) const PACK_BYTES: usize = 64 * 1024;
 
-/// Packs `envelopes` (each one whole, as [`write`] made it) into one bus message.
+/// Packs `envelopes` (each one whole, as [`write()`] made it) into one bus message.
 pub(crate) fn pack<'e>(envelopes: impl IntoIterator<Item = &'e Bytes>) -> Bytes {
     let envelopes: Vec<&Bytes> = envelopes.into_iter().collect();
     let len = 1 + envelopes.iter().map(|e| 4 + e.len()).sum::<usize>();

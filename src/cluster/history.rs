@@ -130,7 +130,7 @@ pub(super) fn bus_error(e: BackplaneError) -> Error {
 }
 
 impl History {
-    /// The handle and the room's inbox (for [`run`]).
+    /// The handle and the room's inbox (for [`Room::run`]).
     pub fn new(
         bus: Arc<dyn Backplane>,
         me: Arc<Me>,

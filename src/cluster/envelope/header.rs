@@ -5,9 +5,9 @@
 //! quarter of the publishing node's (1,600 to write one). The header is flat and its
 //! values are integers, one-letter kinds and plain strings, so:
 //!
-//! - [`write`] writes exactly what `serde_json::to_writer` writes (the same members in
+//! - [`write()`] writes exactly what `serde_json::to_writer` writes (the same members in
 //!   the same order, strings escaped by serde_json itself whenever they need it);
-//! - [`read`] reads the shape [`write`] makes (no whitespace, no escapes, known
+//! - [`read`] reads the shape [`write()`] makes (no whitespace, no escapes, known
 //!   members) and says `None` for anything else, which [`super::read`] then hands to
 //!   serde: a header written by another writer still reads, only more slowly.
 //!
@@ -144,7 +144,7 @@ fn put_str(buf: &mut BytesMut, s: &str) {
     }
 }
 
-/// Reads a header of the shape [`write`] makes; `None` for any other (serde decides).
+/// Reads a header of the shape [`write()`] makes; `None` for any other (serde decides).
 pub(super) fn read(line: &[u8]) -> Option<Header<'_>> {
     let mut r = Reader { line, at: 0 };
     r.byte(b'{')?;

@@ -139,7 +139,7 @@ pub(crate) async fn write<C: ConnectionLike + Send>(
     first
 }
 
-/// As [`write`], but one pipeline per topic, the topics' pipelines at once: what a
+/// As [`write()`], but one pipeline per topic, the topics' pipelines at once: what a
 /// Redis Cluster needs (a pipeline runs on one slot; each topic's keys are one slot).
 /// One topic's writes keep their order; the answers come in the order of `writes`.
 #[cfg(feature = "redis-cluster")]
