@@ -46,6 +46,7 @@ impl<'a> Request<'a> {
     /// [`Error::InvalidParams`](crate::Error::InvalidParams) for params of another
     /// shape, [`Error::Serialization`](crate::Error::Serialization) when they cannot be
     /// written.
+    #[inline]
     pub fn call(method: &'a str, params: impl Serialize) -> Result<Self> {
         Self::write(method, &params, false)
     }
@@ -56,10 +57,12 @@ impl<'a> Request<'a> {
     /// # Errors
     ///
     /// As for [`call`](Self::call).
+    #[inline]
     pub fn notification(method: &'a str, params: impl Serialize) -> Result<Self> {
         Self::write(method, &params, true)
     }
 
+    #[inline]
     fn write(method: &'a str, params: &impl Serialize, notification: bool) -> Result<Self> {
         // A notification's frame ends with `}` alone: made to its exact length, its
         // `Bytes` on the wire needs no shrinking and no header of its own.
@@ -91,6 +94,7 @@ impl<'a> Request<'a> {
     /// The frame that goes on the wire: with `id` for a call, and the caller's progress
     /// token (the id again) when it asked for progress. Appended in place: the text
     /// was made with room for it.
+    #[inline]
     pub(crate) fn into_frame(self, id: Option<u64>, progress: bool) -> String {
         message::finish_request(self.head, id, progress)
     }

@@ -201,6 +201,7 @@ pub(crate) fn request_head<P: Serialize + ?Sized>(
 
 /// Ends a request begun by [`request_head`]: `,"id":N` for a call, the progress token
 /// (the id again) when asked, `}`.
+#[inline]
 pub(crate) fn finish_request(mut head: String, id: Option<u64>, progress: bool) -> String {
     if let Some(id) = id {
         head.push_str(r#","id":"#);
@@ -220,6 +221,7 @@ pub(crate) fn finish_request(mut head: String, id: Option<u64>, progress: bool) 
 }
 
 /// Appends `n` in decimal, without `fmt` (see `write_request`).
+#[inline]
 fn push_u64(out: &mut String, n: u64) {
     out.push_str(itoa::Buffer::new().format(n));
 }
