@@ -62,7 +62,7 @@ impl<'a> Request<'a> {
         Self::write(method, &params, true)
     }
 
-    #[inline]
+    #[inline(always)]
     fn write(method: &'a str, params: &impl Serialize, notification: bool) -> Result<Self> {
         // A notification's frame ends with `}` alone: made to its exact length, its
         // `Bytes` on the wire needs no shrinking and no header of its own.
