@@ -61,6 +61,7 @@ pub(crate) enum Outgoing {
 }
 
 impl Outgoing {
+    #[inline]
     pub(crate) fn into_frame(self) -> crate::transport::Frame {
         match self {
             Outgoing::Frame(text) => crate::transport::Frame::Text(text),
@@ -116,6 +117,7 @@ pub(crate) struct Batch {
 
 impl Batch {
     /// The next frame of the batch, for the sink.
+    #[inline]
     pub(crate) fn pop(&mut self) -> Option<Outgoing> {
         self.frames.as_mut()?.pop_front()
     }

@@ -188,6 +188,7 @@ impl<S> WebSocket<S> {
 
 impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// Hands one message to tungstenite, keeping it if its buffer is full.
+    #[inline]
     fn push(&mut self, msg: Message) -> Result<(), TransportError> {
         match Pin::new(&mut self.inner).start_send(msg) {
             Ok(()) => Ok(()),
@@ -350,6 +351,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Frame> for WebSocket<S> {
 }
 
 /// The tungstenite message for a frame.
+#[inline]
 fn message(frame: Frame) -> Message {
     match frame {
         Frame::Text(t) => Message::Text(t.0),
