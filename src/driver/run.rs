@@ -21,6 +21,7 @@ pub(super) enum FirstPoll<T> {
 
 /// Makes a handler's future with `start` and polls it once, with a waker that does
 /// nothing. Most handlers finish there, which saves a task per call; see `dispatch`.
+#[inline]
 pub(super) fn poll_once<T>(start: impl FnOnce() -> HandlerFuture<T>) -> FirstPoll<T> {
     let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let mut fut = start();
@@ -37,6 +38,7 @@ pub(super) fn poll_once<T>(start: impl FnOnce() -> HandlerFuture<T>) -> FirstPol
 
 /// Runs the application's code (a call layer, a lane's key, the making of a handler's
 /// future) on the connection's task: `None` if it panicked, which the caller answers.
+#[inline]
 pub(super) fn caught<R>(code: impl FnOnce() -> R) -> Option<R> {
     std::panic::catch_unwind(AssertUnwindSafe(code)).ok()
 }

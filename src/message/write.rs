@@ -120,6 +120,7 @@ pub(crate) fn write_request<P: Serialize + ?Sized>(
 /// Appends `{"jsonrpc":"2.0","method":M` and `,"params":P` to `buf`, leaving `params`
 /// out when they serialize to `null` (as `()` and `None` do). Returns where the params
 /// are in `buf`.
+#[inline]
 fn write_head<P: Serialize + ?Sized>(
     buf: &mut Vec<u8>,
     method: &str,
@@ -185,6 +186,7 @@ pub(crate) fn check_params<P: Serialize + ?Sized>(params: &P) -> Result<(), crat
 
 /// The start of a request, up to its params, with room for `tail` more bytes (what
 /// [`finish_request`] adds) so finishing it does not grow it; where its params are.
+#[inline]
 pub(crate) fn request_head<P: Serialize + ?Sized>(
     method: &str,
     params: &P,
