@@ -441,13 +441,17 @@ mod tests {
     use super::*;
     use crate::{Caller, CloseReason, Error};
 
-    /// A peer put in the registry before its handshake's answer, which then could not
-    /// be written: it ends as a connection whose other side went away, what was sent
-    /// to it fails rather than waits, and it leaves the registry.
-    #[tokio::test]
-    async fn an_admitted_peer_whose_answer_was_not_written_ends_and_leaves_the_registry() {
+    /// A server's handle with one peer admitted (not started), and the ids its
+    /// `on_disconnect` hook sees.
+    fn admitted() -> (
+        ServerHandle,
+        PeerConfig,
+        Starting,
+        Peer,
+        tokio::sync::mpsc::UnboundedReceiver<u64>,
+    ) {
         let handle = ServerHandle::new();
-        let (gone_tx, mut gone_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (gone_tx, gone_rx) = tokio::sync::mpsc::unbounded_channel();
         handle.on_disconnect(move |peer, _| {
             let _ = gone_tx.send(peer.id());
         });
@@ -455,6 +459,15 @@ mod tests {
         let starting = handle.admit(&config, ConnectionInfo::default(), None, false);
         assert_eq!(handle.connection_count(), 1);
         let peer = handle.peers().remove(0);
+        (handle, config, starting, peer, gone_rx)
+    }
+
+    /// A peer put in the registry before its handshake's answer, which then could not
+    /// be written: it ends as a connection whose other side went away, what was sent
+    /// to it fails rather than waits, and it leaves the registry.
+    #[tokio::test]
+    async fn an_admitted_peer_whose_answer_was_not_written_ends_and_leaves_the_registry() {
+        let (handle, config, starting, peer, mut gone_rx) = admitted();
         // A call made meanwhile (by an `on_connect` hook, say) waits in the queue.
         let call = tokio::spawn({
             let peer = peer.clone();
@@ -479,14 +492,7 @@ mod tests {
     fn an_admitted_peer_dropped_before_it_runs_ends_and_leaves_the_registry() {
         use futures_util::FutureExt;
 
-        let handle = ServerHandle::new();
-        let (gone_tx, mut gone_rx) = tokio::sync::mpsc::unbounded_channel();
-        handle.on_disconnect(move |peer, _| {
-            let _ = gone_tx.send(peer.id());
-        });
-        let config = PeerConfig::default();
-        let starting = handle.admit(&config, ConnectionInfo::default(), None, false);
-        let peer = handle.peers().remove(0);
+        let (handle, _config, starting, peer, mut gone_rx) = admitted();
         let queued = peer.notify("queued", ()).now_or_never();
         assert!(matches!(queued, Some(Ok(()))), "{queued:?}");
 
