@@ -486,8 +486,8 @@ mod tests {
 
     /// A peer admitted whose handshake's task is dropped before it runs the peer (its
     /// runtime shut down under it): it ends there and then, with no runtime needed,
-    /// what was queued for it goes, what is sent to it fails, and it leaves the
-    /// registry.
+    /// with a cause; what is sent to it after fails, and it leaves the registry once
+    /// (`on_disconnect` runs once).
     #[test]
     fn an_admitted_peer_dropped_before_it_runs_ends_and_leaves_the_registry() {
         use futures_util::FutureExt;
