@@ -200,6 +200,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         }
     }
 
+    /// Sends the first fragment of a message larger than [`FRAGMENT`] and keeps the
+    /// rest, which `poll_ready` sends before anything else. Out of line: the frames
+    /// of every other write need none of it.
+    #[cold]
+    fn start_fragments(&mut self, mut data: Bytes, kind: OpData) -> Result<(), TransportError> {
+        let first = data.split_to(FRAGMENT);
+        self.pending.get_or_insert_default().rest = data;
+        self.push(Message::Frame(
+            tungstenite::protocol::frame::Frame::message(first, OpCode::Data(kind), false),
+        ))
+    }
+
     /// Sends what is held and the rest of a fragmented message; ready once both are
     /// in tungstenite's buffer.
     fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TransportError>> {
@@ -308,30 +320,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Stream for WebSocket<S> {
 impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Frame> for WebSocket<S> {
     type Error = TransportError;
 
+    #[inline]
     fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        ready!(self.poll_pending(cx))?;
+        // Nearly always nothing is held back: no call then, on every frame's way out
+        // (`poll_pending` returned its 32-byte result through memory, each time).
+        if self.pending.is_some() {
+            ready!(self.poll_pending(cx))?;
+        }
         Pin::new(&mut self.inner)
             .poll_ready(cx)
             .map_err(from_ws_error)
     }
 
+    #[inline]
     fn start_send(mut self: Pin<&mut Self>, frame: Frame) -> Result<(), Self::Error> {
-        let (data, kind) = match frame {
-            Frame::Text(t) if t.len() > FRAGMENT => (Bytes::from(t.0), OpData::Text),
-            Frame::Binary(b) if b.len() > FRAGMENT => (b, OpData::Binary),
-            other => return self.push(message(other)),
-        };
-        // The first fragment now; poll_ready sends the others before anything else.
-        let mut data = data;
-        let first = data.split_to(FRAGMENT);
-        self.pending.get_or_insert_default().rest = data;
-        self.push(Message::Frame(
-            tungstenite::protocol::frame::Frame::message(first, OpCode::Data(kind), false),
-        ))
+        match frame {
+            Frame::Text(t) if t.len() > FRAGMENT => {
+                self.start_fragments(Bytes::from(t.0), OpData::Text)
+            }
+            Frame::Binary(b) if b.len() > FRAGMENT => self.start_fragments(b, OpData::Binary),
+            other => self.push(message(other)),
+        }
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        ready!(self.poll_pending(cx))?;
+        if self.pending.is_some() {
+            ready!(self.poll_pending(cx))?;
+        }
         Pin::new(&mut self.inner)
             .poll_flush(cx)
             .map_err(from_ws_error)

@@ -149,6 +149,7 @@ impl<T: Transport> Writer<T> {
     }
 
     /// The sink's `poll_ready`, releasing a fed batch when it is not ready.
+    #[inline]
     fn poll_sink_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), TransportError>> {
         let ready = self.sink().poll_ready(cx);
         if ready.is_pending() {
@@ -157,6 +158,7 @@ impl<T: Transport> Writer<T> {
         ready
     }
 
+    #[inline]
     fn feed(&mut self, frame: Frame) -> Result<(), TransportError> {
         self.unflushed += 1;
         self.sink().start_send(frame)
