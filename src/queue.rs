@@ -70,6 +70,7 @@ impl Outgoing {
     }
 
     /// What the frame counts against the byte bound.
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         match self {
             Outgoing::Frame(text) => text.len(),
@@ -259,6 +260,7 @@ impl OutQueue {
     }
 
     /// Queues `frame` if the queue has room for it now, in frames and in bytes.
+    #[inline]
     pub(crate) fn try_send(&self, frame: Outgoing) -> Result<(), TrySendError> {
         let mut state = self.state();
         if state.closed {

@@ -49,6 +49,7 @@ impl Deref for Text {
 }
 
 impl From<String> for Text {
+    #[inline]
     fn from(s: String) -> Self {
         Text(Utf8Bytes::from(s))
     }

@@ -422,6 +422,7 @@ impl Shared {
     /// back when the queue is full, [`Error::Closed`] when the connection has ended.
     /// What every send tries first, with no future of its own: a sender that finds room
     /// (most do) goes no further.
+    #[inline]
     pub(crate) fn try_send(&self, frame: Text) -> Result<Option<Outgoing>> {
         match self.out.try_send(Outgoing::Frame(frame)) {
             Ok(()) => Ok(None),
