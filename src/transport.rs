@@ -333,7 +333,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Frame> for WebSocket<S> {
             .map_err(from_ws_error)
     }
 
-    #[inline]
+    // Always: with `#[inline]` rustc kept it out of line, and the frame it was given
+    // through memory was read back with loads wider than the stores that wrote it.
+    #[inline(always)]
     fn start_send(mut self: Pin<&mut Self>, frame: Frame) -> Result<(), Self::Error> {
         match frame {
             Frame::Text(t) if t.len() > FRAGMENT => {
