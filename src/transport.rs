@@ -323,8 +323,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Frame> for WebSocket<S> {
 
     #[inline]
     fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // Nearly always nothing is held back: no call then, on every frame's way out
-        // (`poll_pending` returned its 32-byte result through memory, each time).
+        // `pending` is made only once a frame has had to wait (a full write buffer, a
+        // fragmented message). Until then, no call here on every frame's way out:
+        // `poll_pending` returned its 32-byte result through memory, each time.
         if self.pending.is_some() {
             ready!(self.poll_pending(cx))?;
         }
