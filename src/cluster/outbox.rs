@@ -582,6 +582,17 @@ pub(super) async fn run(
     let mut state = outbox.state.clone();
     let mut retry = Duration::from_millis(20);
     loop {
+        // The state first, then the batch. After an outage the hold is in place before
+        // the state says Up (`on_up` in receive.rs), so a batch taken once Up is seen
+        // leaves the held envelopes out. Taken the other way round, a batch made just
+        // before the hold went out whole if the state turned Up in between: the
+        // flush reached only the nodes whose link came back first.
+        if *state.borrow_and_update() != ClusterState::Up {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = state.wait_for(|s| *s != ClusterState::Down) => continue,
+            }
+        }
         let (batch, wake, front) = outbox.next_batch();
         let Some(last) = batch.last().map(|s| s.id) else {
             let until = wake.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
@@ -592,16 +603,9 @@ pub(super) async fn run(
             }
         };
         let ids: Vec<u64> = batch.iter().map(|s| s.id).collect();
-        if *state.borrow() != ClusterState::Up {
-            tokio::select! {
-                _ = stop.wait_for(|s| *s) => return,
-                _ = state.wait_for(|s| *s != ClusterState::Down) => continue,
-            }
-        }
         let messages = packed(batch);
         // Kept for the rare batch the bus refuses part of (a few `String`s a batch).
         let again = messages.clone();
-        drop(state.borrow_and_update());
         let result = match bus.publish_many(messages).await {
             Err(BackplaneError::Refused(_)) => {
                 one_by_one(&outbox, bus.as_ref(), again.clone()).await
