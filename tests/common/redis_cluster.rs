@@ -1,5 +1,6 @@
 //! A real Redis Cluster for a test: `redis-server` processes on free loopback ports
-//! (each also listens on port + 10000 for the cluster bus, so ports stay below 55535),
+//! (each also listens on port + 10000 for the cluster bus; both below the kernel's
+//! ephemeral ports, see `free_ports`),
 //! joined by `redis-cli --cluster create`, every one killed when dropped. Needs the
 //! Debian `redis-server` (`.ci/install`). Every wait is bounded.
 
@@ -387,12 +388,29 @@ impl Drop for RedisCluster {
     }
 }
 
-/// `n` ports below 45,000 that are free now, each with its cluster bus port (+ 10,000)
-/// free too. Another process may take one before Redis binds it: the caller tries again.
+/// `n` ports that are free now, each with its cluster bus port (+ 10,000) free too.
+/// Another process may take one before Redis binds it: the caller tries again.
+///
+/// Both below the kernel's ephemeral range (`ip_local_port_range`, 32768 and up by
+/// default) where it leaves room: a node killed and started again binds its ports
+/// anew, and a bus port inside that range could meanwhile be the local port of any
+/// outgoing connection (the clients redialing the dead node, say), which made the
+/// restart fail (`.ci/stress cluster_redis_cluster`, once in two runs of
+/// `the_whole_cluster_down_and_back_...`: its bus port was 33234).
 fn free_ports(n: usize) -> Option<Vec<u16>> {
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    // Room for a few thousand ports below the range, with their bus ports; else the
+    // old span, and a restart may meet the race above.
+    let span = match ephemeral.checked_sub(10_000) {
+        Some(top) if top >= 15_000 => 10_000..top,
+        _ => 20_000..45_000,
+    };
     let mut ports = Vec::new();
     for _ in 0..1000 {
-        let port = fastrand::u16(20_000..45_000);
+        let port = fastrand::u16(span.clone());
         let bus = port + 10_000;
         let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
         let clash = ports
