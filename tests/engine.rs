@@ -714,6 +714,91 @@ async fn every_way_a_call_leaves_the_pending_map() {
     assert_eq!(peer.pending_calls(), 0);
 }
 
+/// The calls off the common path: one that finds the outgoing queue full waits for room
+/// until its deadline, then times out; one that finds it full and gets room in time is
+/// sent after what was queued before it, and answered; one whose timeout is longer than
+/// the connection's keeps a timer of its own and times out exactly then.
+#[tokio::test(start_paused = true)]
+async fn a_call_waits_for_room_until_its_deadline_and_a_longer_timeout_keeps_its_own_timer() {
+    let config = PeerConfig::default()
+        .outgoing_queue(2)
+        .call_timeout(Duration::from_secs(10));
+    let (peer, mut raw) = start(Router::new(), &config, 1);
+
+    // The test reads nothing: the link fills, then the queue, and the rest of these
+    // notifications wait for room. Every task runs until it waits before time moves.
+    let fills: Vec<_> = (0..6)
+        .map(|i| {
+            let peer = peer.clone();
+            tokio::spawn(async move { peer.notify("fill", [i]).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+
+    // 1. No room until its deadline: it times out then, and leaves nothing behind.
+    let began = Instant::now();
+    let full = peer
+        .call::<u64>("never-sent", ())
+        .timeout(Duration::from_secs(3))
+        .await;
+    assert!(matches!(full, Err(Error::Timeout { .. })), "{full:?}");
+    assert_eq!(began.elapsed(), Duration::from_secs(3));
+    assert_eq!(peer.pending_calls(), 0);
+
+    // 2. Room comes in time: the call goes out after the notifications queued before
+    // it, and its answer ends it.
+    let waits = tokio::spawn({
+        let peer = peer.clone();
+        async move { peer.call::<u64>("echo", [7]).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(peer.pending_calls(), 1);
+    let mut filled = Vec::new();
+    let id = loop {
+        let frame = raw.recv().await;
+        match frame["method"].as_str() {
+            Some("fill") => filled.push(frame["params"][0].as_u64().expect("its number")),
+            Some("echo") => break frame["id"].as_u64().expect("a numeric id"),
+            _ => panic!("unexpected frame {frame}"),
+        }
+        assert!(filled.len() <= 6, "the call never went out");
+    };
+    filled.sort_unstable();
+    assert_eq!(
+        filled,
+        [0, 1, 2, 3, 4, 5],
+        "every notification before the call"
+    );
+    raw.send(json!({"jsonrpc": "2.0", "result": 7, "id": id}).to_string())
+        .await;
+    assert_eq!(within(waits).await.unwrap().unwrap(), 7);
+    for fill in fills {
+        within(fill).await.unwrap().unwrap();
+    }
+
+    // 3. A timeout past the connection's: sent, unanswered, ended by its own timer.
+    let began = Instant::now();
+    let long = tokio::spawn({
+        let peer = peer.clone();
+        async move {
+            peer.call::<u64>("unanswered", ())
+                .timeout(Duration::from_secs(25))
+                .await
+        }
+    });
+    assert_eq!(raw.recv().await["method"], "unanswered");
+    let long = tokio::time::timeout(WAIT, long)
+        .await
+        .expect("it ends")
+        .unwrap();
+    assert!(
+        matches!(long, Err(Error::Timeout { after, .. }) if after == Duration::from_secs(25)),
+        "{long:?}"
+    );
+    assert_eq!(began.elapsed(), Duration::from_secs(25));
+    assert_eq!(peer.pending_calls(), 0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_close_ends_waiting_calls_at_once_and_stops_running_handlers() {
     let (router, (_release, mut started, mut stopped)) = gated();
