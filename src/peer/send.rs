@@ -45,8 +45,9 @@ impl Caller for Peer {
         let shared = &*self.shared;
         let method = request.method();
         if request.is_notification() {
-            // Boxed, so that a call's future is no larger for it: a `Peer`'s own
-            // notifications take `notify`, not this path.
+            // Boxed, so that a call's future is no larger for it. A `Peer`'s own
+            // `notify` does not come here; a `Reconnecting` client's notifications do,
+            // after a fair lock and a wait for the link, beside which a box is small.
             let sent = Box::pin(self.send_notification(request));
             return Either::Left(Either::Left(sent.map(|sent| sent.map(|()| None))));
         }
