@@ -33,7 +33,7 @@ impl Caller for Peer {
     ///
     /// Not an `async` block: the id is taken, the progress sink registered and the
     /// frame finished here, and the future returned is the one that sends it
-    /// (a [`SendCall`], for most calls). An `async` block awaiting
+    /// (a `SendCall`, for most calls). An `async` block awaiting
     /// that future would hold its own copy of the request and options, and move the
     /// call's whole state into its own on the first poll: one copy of some 400 bytes a
     /// call (the rpc bench's (b)).
