@@ -99,6 +99,18 @@ fn start<S: Send + Sync + 'static>(
     (Peer::start(end, router, config), Raw { end: raw })
 }
 
+/// Lets the other tasks run until `done` holds, without moving the paused clock; fails
+/// the test after 1,000 turns.
+async fn until(done: impl Fn() -> bool) {
+    for _ in 0..1_000 {
+        if done() {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("never came to pass in 1,000 turns of the other tasks");
+}
+
 fn echo() -> Router {
     Router::new().method("echo", |_cx: Context, (n,): (u64,)| async move {
         Ok::<_, RpcError>(n)
@@ -726,14 +738,16 @@ async fn a_call_waits_for_room_until_its_deadline_and_a_longer_timeout_keeps_its
     let (peer, mut raw) = start(Router::new(), &config, 1);
 
     // The test reads nothing: the link fills, then the queue, and the rest of these
-    // notifications wait for room. Every task runs until it waits before time moves.
+    // notifications wait for room (six are more than the link, the writer and the
+    // queue hold), so the queue stays full once it is.
     let fills: Vec<_> = (0..6)
         .map(|i| {
             let peer = peer.clone();
             tokio::spawn(async move { peer.notify("fill", [i]).await })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(1)).await;
+    let fill = notification("fill", json!([0])).len();
+    until(|| peer.queued_bytes() == 2 * fill).await;
 
     // 1. No room until its deadline: it times out then, and leaves nothing behind.
     let began = Instant::now();
@@ -751,7 +765,7 @@ async fn a_call_waits_for_room_until_its_deadline_and_a_longer_timeout_keeps_its
         let peer = peer.clone();
         async move { peer.call::<u64>("echo", [7]).await }
     });
-    tokio::time::sleep(Duration::from_millis(1)).await;
+    until(|| peer.pending_calls() == 1).await;
     assert_eq!(peer.pending_calls(), 1);
     let mut filled = Vec::new();
     let id = loop {
