@@ -19,7 +19,7 @@ use crate::pending::Due;
 #[derive(Debug)]
 pub struct Batch<'p> {
     peer: &'p Peer,
-    buf: Vec<u8>,
+    buf: String,
     ids: Vec<u64>,
     /// The method of each call, in the order of `ids`, for errors to name.
     methods: Vec<Box<str>>,
@@ -31,7 +31,7 @@ impl<'p> Batch<'p> {
     pub(crate) fn new(peer: &'p Peer) -> Self {
         Batch {
             peer,
-            buf: Vec::new(),
+            buf: String::new(),
             ids: Vec::new(),
             methods: Vec::new(),
             len: 0,
@@ -81,7 +81,7 @@ impl<'p> Batch<'p> {
 
     fn push(&mut self, method: &str, params: &impl Serialize, id: Option<u64>) -> Result<()> {
         let mark = self.buf.len();
-        self.buf.push(if self.len == 0 { b'[' } else { b',' });
+        self.buf.push(if self.len == 0 { '[' } else { ',' });
         if let Err(e) = message::write_request(&mut self.buf, method, params, id) {
             self.buf.truncate(mark);
             return Err(e);
@@ -106,14 +106,13 @@ impl<'p> Batch<'p> {
         if self.len == 0 {
             return Ok(Vec::new());
         }
-        self.buf.push(b']');
+        self.buf.push(']');
         let shared = &*self.peer.shared;
         let timeout = self.timeout.unwrap_or_else(|| shared.call_timeout());
         if let Some(layers) = shared.layers() {
             layers.on_batch(crate::layer::Direction::Made, self.len);
         }
-        let frame = String::from_utf8(std::mem::take(&mut self.buf))
-            .map_err(|_| message::invalid_utf8())?;
+        let frame = std::mem::take(&mut self.buf);
         // One deadline for every call of the batch; the connection's sweep keeps it
         // for each call it fits (see `pending.rs`), the others wait on a timer.
         // A timeout too long to be an instant (`Duration::MAX`) has no deadline.

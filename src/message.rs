@@ -22,8 +22,8 @@ mod write;
 pub(crate) use positional::{typed, Params};
 
 pub(crate) use write::{
-    check_params, error_response, finish_request, invalid_utf8, request, request_head,
-    request_parts, response, result_in, write_request,
+    check_params, error_response, finish_request, request, request_head, request_parts, response,
+    result_in, write_request,
 };
 
 /// A JSON value as it appeared in the frame: a slice of the frame's text, checked to

@@ -1,14 +1,222 @@
 //! Writing outgoing frames: requests, notifications and responses, each serialized once
-//! into a per-thread scratch buffer and copied out at its exact size.
+//! into a per-thread scratch string and copied out at its exact size.
+//!
+//! Frames are built as text, never as bytes: serde_json's compact output is written
+//! through [`Compact`], a formatter that appends to a `String` what serde_json hands it
+//! (every piece is a `&str`, a number or a fixed sign), so a frame we wrote needs no
+//! UTF-8 check before it goes out as a text frame.
 
 use std::cell::RefCell;
+use std::io;
 use std::ops::Range;
 
 use serde::Serialize;
+use serde_json::ser::{CharEscape, Formatter};
 
 use crate::error::RpcError;
 
-const VERSION: &[u8] = br#"{"jsonrpc":"2.0","#;
+const VERSION: &str = r#"{"jsonrpc":"2.0","#;
+
+/// Appends `value` as serde_json's compact JSON (what `serde_json::to_writer` writes)
+/// to `out`. On an error (a `Serialize` impl's own: the writes cannot fail) `out` may
+/// hold part of the value.
+#[inline]
+pub(crate) fn to_text<T: Serialize + ?Sized>(
+    out: &mut String,
+    value: &T,
+) -> Result<(), serde_json::Error> {
+    value.serialize(&mut serde_json::Serializer::with_formatter(
+        io::sink(),
+        Compact(out),
+    ))
+}
+
+/// serde_json's `CompactFormatter`, appending to a `String` instead of its writer (a
+/// sink): the same text, built without bytes that would need checking. serde_json
+/// writes nothing to its writer but through its formatter.
+struct Compact<'a>(&'a mut String);
+
+impl Compact<'_> {
+    #[inline]
+    fn push(&mut self, s: &str) -> io::Result<()> {
+        self.0.push_str(s);
+        Ok(())
+    }
+
+    #[inline]
+    fn int(&mut self, n: impl itoa::Integer) -> io::Result<()> {
+        self.push(itoa::Buffer::new().format(n))
+    }
+}
+
+/// Each method writes what `CompactFormatter`'s does (serde_json 1.0.154, `ser.rs`).
+impl Formatter for Compact<'_> {
+    #[inline]
+    fn write_null<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
+        self.push("null")
+    }
+    #[inline]
+    fn write_bool<W: ?Sized + io::Write>(&mut self, _: &mut W, value: bool) -> io::Result<()> {
+        self.push(if value { "true" } else { "false" })
+    }
+    #[inline]
+    fn write_i8<W: ?Sized + io::Write>(&mut self, _: &mut W, value: i8) -> io::Result<()> {
+        self.int(value)
+    }
+    #[inline]
+    fn write_i16<W: ?Sized + io::Write>(&mut self, _: &mut W, value: i16) -> io::Result<()> {
+        self.int(value)
+    }
+    #[inline]
+    fn write_i32<W: ?Sized + io::Write>(&mut self, _: &mut W, value: i32) -> io::Result<()> {
+        self.int(value)
+    }
+    #[inline]
+    fn write_i64<W: ?Sized + io::Write>(&mut self, _: &mut W, value: i64) -> io::Result<()> {
+        self.int(value)
+    }
+    #[inline]
+    fn write_i128<W: ?Sized + io::Write>(&mut self, _: &mut W, value: i128) -> io::Result<()> {
+        self.int(value)
+    }
+    #[inline]
+    fn write_u8<W: ?Sized + io::Write>(&mut self, _: &mut W, value: u8) -> io::Result<()> {
+        self.int(value)
+    }
+    #[inline]
+    fn write_u16<W: ?Sized + io::Write>(&mut self, _: &mut W, value: u16) -> io::Result<()> {
+        self.int(value)
+    }
+    #[inline]
+    fn write_u32<W: ?Sized + io::Write>(&mut self, _: &mut W, value: u32) -> io::Result<()> {
+        self.int(value)
+    }
+    #[inline]
+    fn write_u64<W: ?Sized + io::Write>(&mut self, _: &mut W, value: u64) -> io::Result<()> {
+        self.int(value)
+    }
+    #[inline]
+    fn write_u128<W: ?Sized + io::Write>(&mut self, _: &mut W, value: u128) -> io::Result<()> {
+        self.int(value)
+    }
+    #[inline]
+    fn write_f32<W: ?Sized + io::Write>(&mut self, _: &mut W, value: f32) -> io::Result<()> {
+        // Finite: serde_json writes `null` for the others without asking.
+        self.push(zmij::Buffer::new().format_finite(value))
+    }
+    #[inline]
+    fn write_f64<W: ?Sized + io::Write>(&mut self, _: &mut W, value: f64) -> io::Result<()> {
+        self.push(zmij::Buffer::new().format_finite(value))
+    }
+    #[inline]
+    fn write_number_str<W: ?Sized + io::Write>(&mut self, _: &mut W, s: &str) -> io::Result<()> {
+        self.push(s)
+    }
+    #[inline]
+    fn begin_string<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
+        self.push("\"")
+    }
+    #[inline]
+    fn end_string<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
+        self.push("\"")
+    }
+    #[inline]
+    fn write_string_fragment<W: ?Sized + io::Write>(
+        &mut self,
+        _: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        self.push(fragment)
+    }
+    fn write_char_escape<W: ?Sized + io::Write>(
+        &mut self,
+        _: &mut W,
+        escape: CharEscape,
+    ) -> io::Result<()> {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let letter = match escape {
+            CharEscape::Quote => '"',
+            CharEscape::ReverseSolidus => '\\',
+            CharEscape::Solidus => '/',
+            CharEscape::Backspace => 'b',
+            CharEscape::FormFeed => 'f',
+            CharEscape::LineFeed => 'n',
+            CharEscape::CarriageReturn => 'r',
+            CharEscape::Tab => 't',
+            CharEscape::AsciiControl(byte) => {
+                self.0.push_str("\\u00");
+                self.0.push(char::from(HEX[usize::from(byte >> 4)]));
+                self.0.push(char::from(HEX[usize::from(byte & 0xF)]));
+                return Ok(());
+            }
+        };
+        self.0.push('\\');
+        self.0.push(letter);
+        Ok(())
+    }
+    #[inline]
+    fn begin_array<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
+        self.push("[")
+    }
+    #[inline]
+    fn end_array<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
+        self.push("]")
+    }
+    #[inline]
+    fn begin_array_value<W: ?Sized + io::Write>(
+        &mut self,
+        _: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        if !first {
+            self.0.push(',');
+        }
+        Ok(())
+    }
+    #[inline]
+    fn end_array_value<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
+        Ok(())
+    }
+    #[inline]
+    fn begin_object<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
+        self.push("{")
+    }
+    #[inline]
+    fn end_object<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
+        self.push("}")
+    }
+    #[inline]
+    fn begin_object_key<W: ?Sized + io::Write>(
+        &mut self,
+        _: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        if !first {
+            self.0.push(',');
+        }
+        Ok(())
+    }
+    #[inline]
+    fn end_object_key<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
+        Ok(())
+    }
+    #[inline]
+    fn begin_object_value<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
+        self.push(":")
+    }
+    #[inline]
+    fn end_object_value<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
+        Ok(())
+    }
+    #[inline]
+    fn write_raw_fragment<W: ?Sized + io::Write>(
+        &mut self,
+        _: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        self.push(fragment)
+    }
+}
 
 /// Writes `{"jsonrpc":"2.0","result":RESULT,"id":ID}`. `id` is raw JSON as received.
 pub(crate) fn response<T: Serialize + ?Sized>(
@@ -16,25 +224,25 @@ pub(crate) fn response<T: Serialize + ?Sized>(
     result: &T,
 ) -> Result<String, serde_json::Error> {
     with_scratch(|buf| {
-        buf.extend_from_slice(VERSION);
-        buf.extend_from_slice(br#""result":"#);
-        serde_json::to_writer(&mut *buf, result)?;
-        finish_with_id(buf, id)
+        buf.push_str(VERSION);
+        buf.push_str(r#""result":"#);
+        to_text(buf, result)?;
+        Ok(finish_with_id(buf, id))
     })
 }
 
 /// Writes `{"jsonrpc":"2.0","error":ERROR,"id":ID}`; `id` is raw JSON, `None` for null.
 pub(crate) fn error_response(id: Option<&str>, error: &RpcError) -> String {
     with_scratch(|buf| {
-        buf.extend_from_slice(VERSION);
-        buf.extend_from_slice(br#""error":"#);
+        buf.push_str(VERSION);
+        buf.push_str(r#""error":"#);
         // An RpcError is a struct of an integer, a string and a Value: it always
         // serializes.
-        if serde_json::to_writer(&mut *buf, error).is_err() {
+        if to_text(buf, error).is_err() {
             buf.truncate(VERSION.len() + 8);
-            buf.extend_from_slice(br#"{"code":-32603,"message":"Internal error"}"#);
+            buf.push_str(r#"{"code":-32603,"message":"Internal error"}"#);
         }
-        finish_with_id(buf, id.unwrap_or("null")).unwrap_or_default()
+        finish_with_id(buf, id.unwrap_or("null"))
     })
 }
 
@@ -48,19 +256,19 @@ pub(crate) fn result_in<'a>(frame: &'a str, id: &str) -> &'a str {
     frame.get(start..end).unwrap_or_default()
 }
 
-fn finish_with_id(buf: &mut Vec<u8>, id: &str) -> Result<String, serde_json::Error> {
-    buf.extend_from_slice(br#","id":"#);
-    buf.extend_from_slice(id.as_bytes());
-    buf.push(b'}');
-    exact_string(buf).ok_or_else(|| serde::de::Error::custom("serializer wrote invalid UTF-8"))
+fn finish_with_id(buf: &mut String, id: &str) -> String {
+    buf.push_str(r#","id":"#);
+    buf.push_str(id);
+    buf.push('}');
+    buf.as_str().to_owned()
 }
 
-/// A frame is written into a buffer kept by the thread, then copied into a string of
+/// A frame is written into a string kept by the thread, then copied into a string of
 /// exactly its length: one allocation per frame. (Handing over a grown buffer would
 /// cost two: `Bytes` allocates a header for any buffer with spare capacity.)
-fn with_scratch<R>(write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+fn with_scratch<R>(write: impl FnOnce(&mut String) -> R) -> R {
     thread_local! {
-        static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(512));
+        static SCRATCH: RefCell<String> = RefCell::new(String::with_capacity(512));
     }
     SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
         Ok(mut buf) => {
@@ -68,17 +276,13 @@ fn with_scratch<R>(write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
             let result = write(&mut buf);
             // One huge frame must not keep its memory for the thread's life.
             if buf.capacity() > 64 * 1024 {
-                *buf = Vec::with_capacity(512);
+                *buf = String::with_capacity(512);
             }
             result
         }
         // Only if a Serialize impl writes a frame while we write one.
-        Err(_) => write(&mut Vec::new()),
+        Err(_) => write(&mut String::new()),
     })
-}
-
-fn exact_string(buf: &[u8]) -> Option<String> {
-    std::str::from_utf8(buf).ok().map(str::to_owned)
 }
 
 /// Writes a request (with `id`) or a notification (without), leaving `params` out when
@@ -90,30 +294,23 @@ pub(crate) fn request<P: Serialize + ?Sized>(
 ) -> Result<String, crate::Error> {
     with_scratch(|buf| {
         write_request(buf, method, params, id)?;
-        exact_string(buf).ok_or_else(invalid_utf8)
+        Ok(buf.as_str().to_owned())
     })
-}
-
-/// Our own serializer's failure: a serialization error, not the other side's fault.
-pub(crate) fn invalid_utf8() -> crate::Error {
-    crate::Error::Serialization(serde::ser::Error::custom("serializer wrote invalid UTF-8"))
 }
 
 /// Appends one request or notification object to `buf`.
 pub(crate) fn write_request<P: Serialize + ?Sized>(
-    buf: &mut Vec<u8>,
+    buf: &mut String,
     method: &str,
     params: &P,
     id: Option<u64>,
 ) -> Result<(), crate::Error> {
     write_head(buf, method, params)?;
     if let Some(id) = id {
-        buf.extend_from_slice(br#","id":"#);
-        // serde_json writes integers with itoa: `write!` through `fmt` cost about 230
-        // instructions a call (callgrind, bench (b)). Writing to a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut *buf, &id);
+        buf.push_str(r#","id":"#);
+        push_u64(buf, id);
     }
-    buf.push(b'}');
+    buf.push('}');
     Ok(())
 }
 
@@ -122,18 +319,18 @@ pub(crate) fn write_request<P: Serialize + ?Sized>(
 /// are in `buf`.
 #[inline]
 fn write_head<P: Serialize + ?Sized>(
-    buf: &mut Vec<u8>,
+    buf: &mut String,
     method: &str,
     params: &P,
 ) -> Result<Option<Range<usize>>, crate::Error> {
-    buf.extend_from_slice(VERSION);
-    buf.extend_from_slice(br#""method":"#);
-    serde_json::to_writer(&mut *buf, method)?;
+    buf.push_str(VERSION);
+    buf.push_str(r#""method":"#);
+    to_text(buf, method)?;
     let before_params = buf.len();
-    buf.extend_from_slice(br#","params":"#);
+    buf.push_str(r#","params":"#);
     let start = buf.len();
-    serde_json::to_writer(&mut *buf, params)?;
-    if params_present(buf[start])? {
+    to_text(buf, params)?;
+    if params_present(buf.as_bytes().get(start).copied())? {
         Ok(Some(start..buf.len()))
     } else {
         buf.truncate(before_params);
@@ -143,14 +340,17 @@ fn write_head<P: Serialize + ?Sized>(
 
 /// Whether params whose JSON text begins with `first` are sent (an array or an object)
 /// or left out (`null`); any other value cannot be params.
-fn params_present(first: u8) -> Result<bool, crate::Error> {
+/// `None`: a `Serialize` impl that wrote nothing and did not fail, which no JSON value
+/// is.
+fn params_present(first: Option<u8>) -> Result<bool, crate::Error> {
     match first {
-        b'[' | b'{' => Ok(true),
-        b'n' => Ok(false),
+        Some(b'[' | b'{') => Ok(true),
+        Some(b'n') => Ok(false),
         other => Err(crate::Error::InvalidParams(match other {
-            b'"' => "a string",
-            b't' | b'f' => "a boolean",
-            _ => "a number",
+            Some(b'"') => "a string",
+            Some(b't' | b'f') => "a boolean",
+            Some(_) => "a number",
+            None => "nothing",
         })),
     }
 }
@@ -178,9 +378,12 @@ pub(crate) fn check_params<P: Serialize + ?Sized>(params: &P) -> Result<(), crat
     let mut first = First(None);
     let written = serde_json::to_writer(&mut first, params);
     match first.0 {
-        Some(byte) => params_present(byte).map(drop),
-        // The value failed before it wrote anything: its own error.
-        None => written.map_err(crate::Error::from),
+        Some(byte) => params_present(Some(byte)).map(drop),
+        None => {
+            // The value failed before it wrote anything: its own error.
+            written?;
+            params_present(None).map(drop)
+        }
     }
 }
 
@@ -194,9 +397,8 @@ pub(crate) fn request_head<P: Serialize + ?Sized>(
 ) -> Result<(String, Option<Range<usize>>), crate::Error> {
     with_scratch(|buf| {
         let params = write_head(buf, method, params)?;
-        let text = std::str::from_utf8(buf).map_err(|_| invalid_utf8())?;
-        let mut head = String::with_capacity(text.len() + tail);
-        head.push_str(text);
+        let mut head = String::with_capacity(buf.len() + tail);
+        head.push_str(buf);
         Ok((head, params))
     })
 }
@@ -359,6 +561,154 @@ mod tests {
             );
             assert_eq!(frame.len(), frame.capacity());
         }
+    }
+
+    /// `to_text` against `serde_json::to_string`, for a value that goes through every
+    /// method of the formatter.
+    #[test]
+    fn values_are_written_as_serde_json_writes_them() {
+        use serde::ser::{SerializeStructVariant, Serializer};
+        use std::collections::BTreeMap;
+
+        #[derive(Serialize)]
+        enum Shape {
+            Unit,
+            New(i8),
+            Pair(i16, u16),
+            Named { a: i32, b: u32 },
+        }
+        #[derive(Serialize)]
+        struct Unit;
+        /// Bytes, a `Display` value and a struct variant, as serializers see them.
+        struct Odd;
+        impl Serialize for Odd {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut v = s.serialize_struct_variant("Odd", 0, "V", 3)?;
+                v.serialize_field("bytes", &Bytes(&[0, 7, 255]))?;
+                v.serialize_field("shown", &Shown)?;
+                v.serialize_field("empty", &Bytes(&[]))?;
+                v.end()
+            }
+        }
+        struct Bytes<'a>(&'a [u8]);
+        impl Serialize for Bytes<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_bytes(self.0)
+            }
+        }
+        struct Shown;
+        impl Serialize for Shown {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(&format_args!("a\"b\\c\u{1}/ü{}", 17))
+            }
+        }
+        #[derive(Serialize)]
+        struct All<'a> {
+            ints: (i8, i16, i32, i64, i128, u8, u16, u32, u64, u128),
+            mins: (i8, i16, i32, i64, i128),
+            floats: (f32, f64, f64, f64, f64, f32, f64, f64),
+            odd_floats: (f64, f64, f32),
+            flags: (bool, bool, Option<u8>, Option<u8>, (), Unit),
+            text: (char, char, char, &'a str),
+            shapes: Vec<Shape>,
+            odd: Odd,
+            int_keys: BTreeMap<i64, &'a str>,
+            bool_keys: BTreeMap<bool, u8>,
+            nested: Vec<Vec<BTreeMap<&'a str, Vec<u8>>>>,
+            raw: &'a serde_json::value::RawValue,
+            value: serde_json::Value,
+        }
+        let controls: String = (0u8..0x20).map(char::from).collect();
+        let raw = serde_json::value::RawValue::from_string(r#"{ "kept" : [1, 2] }"#.into());
+        let raw = raw.unwrap();
+        let all = All {
+            ints: (
+                i8::MAX,
+                i16::MAX,
+                i32::MAX,
+                i64::MAX,
+                i128::MAX,
+                0,
+                u16::MAX,
+                7,
+                u64::MAX,
+                u128::MAX,
+            ),
+            mins: (i8::MIN, i16::MIN, i32::MIN, i64::MIN, i128::MIN),
+            floats: (1.5, 0.1, -0.0, 1e300, 5e-324, f32::MAX, 123456789.125, 1.0),
+            odd_floats: (f64::NAN, f64::NEG_INFINITY, f32::INFINITY),
+            flags: (true, false, None, Some(3), (), Unit),
+            text: (
+                '"',
+                '\n',
+                '✓',
+                &format!("{controls}\u{7f}/\\\"ünï✓\u{10ffff}"),
+            ),
+            shapes: vec![
+                Shape::Unit,
+                Shape::New(-1),
+                Shape::Pair(-2, 2),
+                Shape::Named { a: -3, b: 3 },
+            ],
+            odd: Odd,
+            int_keys: [(-1, "m"), (0, ""), (i64::MAX, "x")].into(),
+            bool_keys: [(false, 0), (true, 1)].into(),
+            nested: vec![vec![], vec![BTreeMap::new(), [("k", vec![1, 2])].into()]],
+            raw: &raw,
+            value: serde_json::json!({"z": [null, 1.25, "s", {"": []}], "a": -7}),
+        };
+        let mut ours = String::from("kept|");
+        to_text(&mut ours, &all).unwrap();
+        assert_eq!(
+            ours,
+            format!("kept|{}", serde_json::to_string(&all).unwrap())
+        );
+
+        // Strings of every ASCII character and some others, in random order.
+        let alphabet: Vec<char> = (0u8..0x80)
+            .map(char::from)
+            .chain(['é', '✓', '😀'])
+            .collect();
+        let mut rng = fastrand::Rng::with_seed(26);
+        for _ in 0..500 {
+            let len = rng.usize(0..40);
+            let s: String = (0..len)
+                .map(|_| alphabet[rng.usize(..alphabet.len())])
+                .collect();
+            let mut ours = String::new();
+            to_text(&mut ours, &s).unwrap();
+            assert_eq!(ours, serde_json::to_string(&s).unwrap());
+        }
+    }
+
+    /// A `Serialize` impl can end without writing anything (an empty raw fragment):
+    /// no JSON value, so no params. Before `write_head` read the first byte with
+    /// `get`, this panicked.
+    #[test]
+    fn params_that_write_nothing_are_refused_not_a_panic() {
+        struct Silent;
+        impl Serialize for Silent {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeStruct;
+                // What serde_json's `RawValue` does, with nothing in it.
+                const TOKEN: &str = "$serde_json::private::RawValue";
+                let mut raw = s.serialize_struct(TOKEN, 1)?;
+                raw.serialize_field(TOKEN, "")?;
+                raw.end()
+            }
+        }
+        let nothing = "params must serialize to a JSON array or object, not nothing";
+        let refused = |r: Result<String, crate::Error>| r.map_err(|e| e.to_string());
+        assert_eq!(refused(request("m", &Silent, None)), Err(nothing.into()));
+        assert_eq!(refused(request("m", &Silent, Some(1))), Err(nothing.into()));
+        assert_eq!(
+            refused(request_head("m", &Silent, 1).map(|h| h.0)),
+            Err(nothing.into())
+        );
+        assert_eq!(
+            check_params(&Silent).map_err(|e| e.to_string()),
+            Err(nothing.into())
+        );
     }
 
     #[test]
