@@ -180,7 +180,7 @@ impl<S: Send + Sync + 'static> Endpoint<S> {
                 }
             };
             let ws = WebSocketStream::from_raw_socket(
-                TokioIo::new(upgraded),
+                crate::transport::ReadAhead::new(TokioIo::new(upgraded)),
                 Role::Server,
                 Some(self.config.websocket()),
             )

@@ -1,17 +1,19 @@
 //! Dialing a WebSocket server.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::handshake::client::Request;
+use tokio_tungstenite::tungstenite::handshake::client::{Request, Response};
 
 use crate::config::PeerConfig;
 use crate::error::{Error, Result};
 use crate::peer::{ConnectionInfo, Peer};
 use crate::router::Router;
-use crate::transport::WebSocket;
+use crate::transport::{ReadAhead, WebSocket};
 
 /// Connects to a `ws://` URL and runs a peer on the connection, serving `router`: the
 /// server may call this side as this side calls it.
@@ -208,31 +210,11 @@ async fn dial<S: Send + Sync + 'static>(
     config: &PeerConfig,
     tls: Option<TlsConfig>,
 ) -> Result<Peer, DialFailed> {
-    // Frames are coalesced by the connection's task, so Nagle's delay is turned off.
-    #[cfg(feature = "rustls")]
-    let dial = tokio_tungstenite::connect_async_tls_with_config(
-        request,
-        Some(config.websocket()),
-        true,
-        tls.map(tokio_tungstenite::Connector::Rustls),
-    );
-    #[cfg(not(feature = "rustls"))]
-    let dial = {
-        if let Some(never) = tls {
-            match never {}
-        }
-        tokio_tungstenite::connect_async_with_config(request, Some(config.websocket()), true)
-    };
-    let (ws, response) = tokio::time::timeout(config.connect_timeout, dial)
-        .await
-        .map_err(|_| Error::timeout(None, config.connect_timeout))?
-        .map_err(handshake_error)?;
-    let remote = match ws.get_ref() {
-        tokio_tungstenite::MaybeTlsStream::Plain(tcp) => tcp.peer_addr().ok(),
-        #[cfg(feature = "rustls")]
-        tokio_tungstenite::MaybeTlsStream::Rustls(tls) => tls.get_ref().0.peer_addr().ok(),
-        _ => None,
-    };
+    let (ws, response, remote) =
+        tokio::time::timeout(config.connect_timeout, open(request, config, tls))
+            .await
+            .map_err(|_| Error::timeout(None, config.connect_timeout))?
+            .map_err(handshake_error)?;
     let info = ConnectionInfo {
         remote_addr: remote,
         path: None,
@@ -246,4 +228,65 @@ async fn dial<S: Send + Sync + 'static>(
         info,
         Default::default(),
     ))
+}
+
+/// The client's stream: TCP (through TLS for `wss://` with the `rustls` feature), read
+/// through [`ReadAhead`](crate::transport::ReadAhead).
+#[cfg(feature = "rustls")]
+type ClientStream = tokio_tungstenite::MaybeTlsStream<ReadAhead<TcpStream>>;
+#[cfg(not(feature = "rustls"))]
+type ClientStream = ReadAhead<TcpStream>;
+
+/// Dials `request`'s host and makes the WebSocket handshake over it: what
+/// tokio-tungstenite's `connect_async` does, with our own stream under it, so that
+/// reads go through [`ReadAhead`](crate::transport::ReadAhead). The same errors for
+/// the same faults.
+async fn open(
+    request: Request,
+    config: &PeerConfig,
+    tls: Option<TlsConfig>,
+) -> std::result::Result<
+    (
+        tokio_tungstenite::WebSocketStream<ClientStream>,
+        Response,
+        Option<SocketAddr>,
+    ),
+    tungstenite::Error,
+> {
+    use tungstenite::error::UrlError;
+    let uri = request.uri();
+    let tls_asked = match uri.scheme_str() {
+        Some("ws") => false,
+        Some("wss") => true,
+        _ => return Err(UrlError::UnsupportedUrlScheme.into()),
+    };
+    #[cfg(not(feature = "rustls"))]
+    if tls_asked {
+        return Err(UrlError::TlsFeatureNotEnabled.into());
+    }
+    let host = uri.host().ok_or(UrlError::NoHostName)?;
+    let port = uri.port_u16().unwrap_or(if tls_asked { 443 } else { 80 });
+    // An IPv6 host keeps its brackets here: `[::1]:80` is an address.
+    let tcp = TcpStream::connect(format!("{host}:{port}")).await?;
+    // Frames are coalesced by the connection's task, so Nagle's delay is turned off.
+    tcp.set_nodelay(true)?;
+    let remote = tcp.peer_addr().ok();
+    let stream = ReadAhead::new(tcp);
+    #[cfg(feature = "rustls")]
+    let (ws, response) = tokio_tungstenite::client_async_tls_with_config(
+        request,
+        stream,
+        Some(config.websocket()),
+        tls.map(tokio_tungstenite::Connector::Rustls),
+    )
+    .await?;
+    #[cfg(not(feature = "rustls"))]
+    let (ws, response) = {
+        if let Some(never) = tls {
+            match never {}
+        }
+        tokio_tungstenite::client_async_with_config(request, stream, Some(config.websocket()))
+            .await?
+    };
+    Ok((ws, response, remote))
 }

@@ -576,7 +576,7 @@ impl<S: Send + Sync + 'static> Shaker<S> {
         // The ticket's place goes to the next in line, or is given back, once the peer
         // is started.
         let ws = WebSocketStream::from_partially_read(
-            io,
+            crate::transport::ReadAhead::new(io),
             tail,
             Role::Server,
             Some(self.config.websocket()),

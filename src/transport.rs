@@ -21,7 +21,9 @@ use tokio_tungstenite::WebSocketStream;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod echo;
 mod memory;
+mod read_ahead;
 pub use memory::{pair, pair_with_capacity, Memory, DEFAULT_CAPACITY};
+pub(crate) use read_ahead::ReadAhead;
 
 /// The text of one frame: UTF-8, cheap to clone (a reference-counted buffer), so one
 /// serialized broadcast is shared by every connection.
