@@ -82,7 +82,8 @@ pub struct PeerConfig {
     /// (default 2 s), whatever is still queued. A close frame from the other side is
     /// seen even while reading is paused (too many calls running, or that side reads
     /// nothing and its answers wait for room): the connection reads on then, up to
-    /// one message that would start something.
+    /// one message that would start something. Counted in whole milliseconds, rounded
+    /// up, and at most `u32::MAX` of them (49 days).
     pub close_timeout: Duration,
     /// The WebSocket read buffer, in bytes (default 2 KiB). It is allocated for
     /// every connection, idle ones too; larger messages still arrive whole. JSON-RPC

@@ -7,48 +7,54 @@ use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
-/// How much is read at once while data keeps coming.
-pub(crate) const READ_AHEAD: usize = 64 * 1024;
+/// How much is read at once during a burst: the size of tungstenite's write buffer,
+/// which this crate also sets (`PeerConfig::websocket`).
+pub(crate) const BURST: usize = 64 * 1024;
 
-/// A byte stream whose reads come [`READ_AHEAD`] bytes at a time while data keeps
+/// A byte stream whose reads come [`BURST`] bytes at a time while data keeps
 /// arriving, and which holds no buffer of its own while the connection is idle.
 ///
 /// tungstenite reads at most its read buffer's size at once: 2 KiB by default
 /// (`PeerConfig::read_buffer_size`), small because every idle connection holds it. A
 /// burst of small frames, a server's stream of notifications say, then cost a system
 /// call and a pass of tungstenite's reading code every 2 KiB: on the rpc bench's (d),
-/// the receiving side spent a fifth of its time more than with 64 KiB. Here two reads
-/// in a row that fill the reader's buffer to the brim (more is waiting) make the next
-/// ones go through a buffer of 64 KiB, handed out from memory; once that buffer is
-/// drained and the socket has nothing more, the buffer is freed, and reads go
-/// straight to the reader's buffer again. Pipelined calls that fill 2 KiB once a burst
-/// never take it.
+/// the receiving side took 10% to 18% more time than with 64 KiB reads (PERF-NOTES,
+/// "Stop 59"). Here a read that fills the reader's buffer to the brim (more is likely
+/// waiting) makes the next ones go through a buffer of 64 KiB, handed out from memory;
+/// once that buffer is drained and the socket has nothing more, the buffer is freed,
+/// and reads go straight to the reader's buffer again. A read buffer of 64 KiB or more
+/// is never read ahead of.
+///
+/// One pointer inline: every idle connection's task holds this, and a server
+/// connection's task sits at the end of one of tokio's 128-byte steps (the driver's
+/// unit test).
 #[derive(Debug)]
 pub(crate) struct ReadAhead<S> {
     inner: S,
-    /// Read ahead, not handed out yet: `ahead[start..]`. No allocation unless a burst
-    /// is under way.
-    ahead: Vec<u8>,
+    /// During a burst: what was read ahead. `None` (no allocation) otherwise.
+    burst: Option<Box<Burst>>,
+}
+
+/// A burst's buffer: `buf[start..]` is read, not handed out yet.
+#[derive(Debug)]
+struct Burst {
+    buf: Vec<u8>,
     start: usize,
-    /// Reads in a row that filled the reader's buffer.
-    brim: u8,
+}
+
+impl Burst {
+    /// Hands out what was read ahead: whether any is left.
+    fn hand_out(&mut self, out: &mut ReadBuf<'_>) -> bool {
+        let n = out.remaining().min(self.buf.len() - self.start);
+        out.put_slice(&self.buf[self.start..self.start + n]);
+        self.start += n;
+        self.start < self.buf.len()
+    }
 }
 
 impl<S> ReadAhead<S> {
     pub(crate) fn new(inner: S) -> Self {
-        ReadAhead {
-            inner,
-            ahead: Vec::new(),
-            start: 0,
-            brim: 0,
-        }
-    }
-
-    /// Hands out what was read ahead.
-    fn hand_out(&mut self, out: &mut ReadBuf<'_>) {
-        let n = out.remaining().min(self.ahead.len() - self.start);
-        out.put_slice(&self.ahead[self.start..self.start + n]);
-        self.start += n;
+        ReadAhead { inner, burst: None }
     }
 }
 
@@ -59,42 +65,39 @@ impl<S: AsyncRead + Unpin> AsyncRead for ReadAhead<S> {
         out: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if this.start < this.ahead.len() {
-            this.hand_out(out);
-            return Poll::Ready(Ok(()));
-        }
-        if this.ahead.capacity() == 0 {
-            // No burst: straight into the reader's buffer.
+        let Some(burst) = &mut this.burst else {
+            // No burst: straight into the reader's buffer. Filled to the brim, the
+            // next read goes ahead.
             let room = out.remaining();
             ready!(Pin::new(&mut this.inner).poll_read(cx, out))?;
-            this.brim = match room > 0 && out.remaining() == 0 {
-                true => this.brim + 1,
-                false => 0,
-            };
-            if this.brim == 2 {
-                this.brim = 0;
-                this.ahead = Vec::with_capacity(READ_AHEAD);
+            if room > 0 && room < BURST && out.remaining() == 0 {
+                this.burst = Some(Box::new(Burst {
+                    buf: Vec::with_capacity(BURST),
+                    start: 0,
+                }));
             }
             return Poll::Ready(Ok(()));
+        };
+        if burst.start < burst.buf.len() {
+            burst.hand_out(out);
+            return Poll::Ready(Ok(()));
         }
-        // A burst: the next chunk, read into the buffer's room (not zeroed first).
-        this.ahead.clear();
-        this.start = 0;
-        let read = pin!(this.inner.read_buf(&mut this.ahead)).poll(cx);
-        match read {
-            // Nothing read: the end of the stream, handed on as such.
-            Poll::Ready(Ok(0)) => {
-                this.ahead = Vec::new();
-                Poll::Ready(Ok(()))
-            }
-            Poll::Ready(Ok(_)) => {
-                this.hand_out(out);
+        // The next chunk, read into the buffer's room (not zeroed first).
+        burst.buf.clear();
+        burst.start = 0;
+        match pin!(this.inner.read_buf(&mut burst.buf)).poll(cx) {
+            Poll::Ready(Ok(n)) => {
+                burst.hand_out(out);
+                // Nothing read: the end of the stream, handed on as such.
+                if n == 0 {
+                    this.burst = None;
+                }
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             // The burst is over: the buffer goes, until the next.
             Poll::Pending => {
-                this.ahead = Vec::new();
+                this.burst = None;
                 Poll::Pending
             }
         }
@@ -167,12 +170,16 @@ mod tests {
             });
             assert_eq!(read_all(&mut rx, size).await, data, "reads of {size}");
             writer.await.unwrap();
-            assert_eq!(
-                rx.ahead.capacity(),
-                0,
+            assert!(
+                rx.burst.is_none(),
                 "reads of {size}: nothing held at the end"
             );
         }
+    }
+
+    /// The read buffer's capacity during a burst, 0 without one.
+    fn held(rx: &ReadAhead<tokio::io::DuplexStream>) -> usize {
+        rx.burst.as_ref().map_or(0, |b| b.buf.capacity())
     }
 
     #[tokio::test]
@@ -183,15 +190,15 @@ mod tests {
         // A small read: no burst.
         tx.write_all(&[1; 100]).await.unwrap();
         assert_eq!(rx.read(&mut buf).await.unwrap(), 100);
-        assert_eq!(rx.ahead.capacity(), 0);
-        // Two reads filled to the brim: the third reads ahead.
+        assert_eq!(held(&rx), 0);
+        // A read filled to the brim: the next reads ahead, the rest in one go.
         tx.write_all(&[2; 50_000]).await.unwrap();
         assert_eq!(rx.read(&mut buf).await.unwrap(), 2048);
+        assert_eq!(held(&rx), BURST);
         assert_eq!(rx.read(&mut buf).await.unwrap(), 2048);
-        assert_eq!(rx.ahead.capacity(), READ_AHEAD);
-        assert_eq!(rx.read(&mut buf).await.unwrap(), 2048);
-        assert_eq!(rx.ahead.len(), 50_000 - 2 * 2048, "the rest read in one go");
-        let mut rest = 50_000 - 3 * 2048;
+        let burst = rx.burst.as_ref().unwrap();
+        assert_eq!(burst.buf.len(), 50_000 - 2048, "the rest read in one go");
+        let mut rest = 50_000 - 2 * 2048;
         for _ in 0..100 {
             if rest == 0 {
                 break;
@@ -203,9 +210,21 @@ mod tests {
         // waits.
         let waiting = futures_util::FutureExt::now_or_never(rx.read(&mut buf));
         assert!(waiting.is_none());
-        assert_eq!(rx.ahead.capacity(), 0);
+        assert_eq!(held(&rx), 0);
         tx.write_all(&[3; 10]).await.unwrap();
         assert_eq!(rx.read(&mut buf).await.unwrap(), 10);
-        assert_eq!(rx.ahead.capacity(), 0);
+        assert_eq!(held(&rx), 0);
+    }
+
+    #[tokio::test]
+    async fn a_read_buffer_as_large_as_a_burst_is_never_read_ahead_of() {
+        let (mut tx, rx) = tokio::io::duplex(1 << 20);
+        let mut rx = ReadAhead::new(rx);
+        tx.write_all(&[7; 4 * BURST]).await.unwrap();
+        let mut buf = vec![0; BURST];
+        for _ in 0..4 {
+            assert_eq!(rx.read(&mut buf).await.unwrap(), BURST);
+            assert_eq!(held(&rx), 0);
+        }
     }
 }
