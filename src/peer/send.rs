@@ -337,6 +337,7 @@ impl Drop for Waiting<'_> {
 
 impl<'a> Waiting<'a> {
     /// Registers call `id`, due as `due` says.
+    #[inline]
     pub(crate) fn register(shared: &'a Shared, id: u64, due: Due) -> Result<Self> {
         let Registered {
             guard, deadline, ..

@@ -1,5 +1,6 @@
 //! [`ReadAhead`]: large reads while data keeps coming, no buffer while idle.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::io;
 use std::pin::{pin, Pin};
@@ -19,10 +20,11 @@ pub(crate) const BURST: usize = 64 * 1024;
 /// burst of small frames, a server's stream of notifications say, then cost a system
 /// call and a pass of tungstenite's reading code every 2 KiB: on the rpc bench's (d),
 /// the receiving side took 10% to 18% more time than with 64 KiB reads (PERF-NOTES,
-/// "Stop 59"). Here a read that fills the reader's buffer to the brim (more is likely
-/// waiting) makes the next ones go through a buffer of 64 KiB, handed out from memory;
-/// once that buffer is drained and the socket has nothing more, the buffer is freed,
-/// and reads go straight to the reader's buffer again. A read buffer of 64 KiB or more
+/// "Stop 59"). Here two reads in a row that fill the reader's buffer to the brim (more
+/// is waiting) make the next ones go through a buffer of 64 KiB, handed out from memory;
+/// once that buffer is drained and the socket has nothing more, the buffer goes back
+/// to the thread (one kept per thread, for its next burst), and reads go straight to
+/// the reader's buffer again. A read buffer of 64 KiB or more
 /// is never read ahead of.
 ///
 /// One pointer inline: every idle connection's task holds this, and a server
@@ -31,8 +33,32 @@ pub(crate) const BURST: usize = 64 * 1024;
 #[derive(Debug)]
 pub(crate) struct ReadAhead<S> {
     inner: S,
-    /// During a burst: what was read ahead. `None` (no allocation) otherwise.
+    /// During a burst: what was read ahead. After one read filled to the brim: a
+    /// burst with no buffer yet. `None` (no allocation) otherwise.
     burst: Option<Box<Burst>>,
+}
+
+thread_local! {
+    /// The buffer of the last burst this thread ended, for the next one to take: a
+    /// 64 KiB block freed and allocated again at every burst made glibc give memory
+    /// back to the system and fault it in again (the rpc bench's (b): the calling
+    /// side 8% slower). One block per thread at most, whatever the connections.
+    static SPARE: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// A buffer for a burst: this thread's spare, or a new one.
+fn take_buffer() -> Vec<u8> {
+    let spare = SPARE.take();
+    match spare.capacity() >= BURST {
+        true => spare,
+        false => Vec::with_capacity(BURST),
+    }
+}
+
+/// Keeps a burst's buffer for the next burst on this thread.
+fn give_back(mut buf: Vec<u8>) {
+    buf.clear();
+    SPARE.set(buf);
 }
 
 /// A burst's buffer: `buf[start..]` is read, not handed out yet.
@@ -56,6 +82,19 @@ impl<S> ReadAhead<S> {
     pub(crate) fn new(inner: S) -> Self {
         ReadAhead { inner, burst: None }
     }
+
+    /// Ends a burst, its buffer kept for the thread's next.
+    fn end_burst(&mut self) {
+        if let Some(burst) = self.burst.take() {
+            give_back(burst.buf);
+        }
+    }
+}
+
+impl<S> Drop for ReadAhead<S> {
+    fn drop(&mut self) {
+        self.end_burst();
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for ReadAhead<S> {
@@ -65,18 +104,28 @@ impl<S: AsyncRead + Unpin> AsyncRead for ReadAhead<S> {
         out: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        let Some(burst) = &mut this.burst else {
-            // No burst: straight into the reader's buffer. Filled to the brim, the
-            // next read goes ahead.
-            let room = out.remaining();
-            ready!(Pin::new(&mut this.inner).poll_read(cx, out))?;
-            if room > 0 && room < BURST && out.remaining() == 0 {
-                this.burst = Some(Box::new(Burst {
-                    buf: Vec::with_capacity(BURST),
-                    start: 0,
-                }));
+        let burst = match &mut this.burst {
+            Some(burst) if burst.buf.capacity() > 0 => burst,
+            // No burst (or one read filled so far): straight into the reader's buffer.
+            // Two reads in a row filled to the brim start a burst; pipelined calls
+            // that fill one read a batch never do.
+            armed => {
+                let room = out.remaining();
+                ready!(Pin::new(&mut this.inner).poll_read(cx, out))?;
+                let brim = room > 0 && room < BURST && out.remaining() == 0;
+                *armed = match (armed.take(), brim) {
+                    (_, false) => None,
+                    (None, true) => Some(Box::new(Burst {
+                        buf: Vec::new(),
+                        start: 0,
+                    })),
+                    (Some(mut burst), true) => {
+                        burst.buf = take_buffer();
+                        Some(burst)
+                    }
+                };
+                return Poll::Ready(Ok(()));
             }
-            return Poll::Ready(Ok(()));
         };
         if burst.start < burst.buf.len() {
             burst.hand_out(out);
@@ -90,14 +139,14 @@ impl<S: AsyncRead + Unpin> AsyncRead for ReadAhead<S> {
                 burst.hand_out(out);
                 // Nothing read: the end of the stream, handed on as such.
                 if n == 0 {
-                    this.burst = None;
+                    this.end_burst();
                 }
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             // The burst is over: the buffer goes, until the next.
             Poll::Pending => {
-                this.burst = None;
+                this.end_burst();
                 Poll::Pending
             }
         }
@@ -191,14 +240,25 @@ mod tests {
         tx.write_all(&[1; 100]).await.unwrap();
         assert_eq!(rx.read(&mut buf).await.unwrap(), 100);
         assert_eq!(held(&rx), 0);
-        // A read filled to the brim: the next reads ahead, the rest in one go.
+        // One read filled to the brim, then one not: no burst (pipelined calls).
+        tx.write_all(&[2; 3000]).await.unwrap();
+        assert_eq!(rx.read(&mut buf).await.unwrap(), 2048);
+        assert_eq!(rx.read(&mut buf).await.unwrap(), 3000 - 2048);
+        assert!(rx.burst.is_none());
+        // Two filled to the brim: the next reads ahead, the rest in one go.
         tx.write_all(&[2; 50_000]).await.unwrap();
+        assert_eq!(rx.read(&mut buf).await.unwrap(), 2048);
+        assert_eq!(held(&rx), 0);
         assert_eq!(rx.read(&mut buf).await.unwrap(), 2048);
         assert_eq!(held(&rx), BURST);
         assert_eq!(rx.read(&mut buf).await.unwrap(), 2048);
         let burst = rx.burst.as_ref().unwrap();
-        assert_eq!(burst.buf.len(), 50_000 - 2048, "the rest read in one go");
-        let mut rest = 50_000 - 2 * 2048;
+        assert_eq!(
+            burst.buf.len(),
+            50_000 - 2 * 2048,
+            "the rest read in one go"
+        );
+        let mut rest = 50_000 - 3 * 2048;
         for _ in 0..100 {
             if rest == 0 {
                 break;
