@@ -231,7 +231,7 @@ async fn dial<S: Send + Sync + 'static>(
 }
 
 /// The client's stream: TCP (through TLS for `wss://` with the `rustls` feature), read
-/// through [`ReadAhead`](crate::transport::ReadAhead).
+/// through [`ReadAhead`].
 #[cfg(feature = "rustls")]
 type ClientStream = tokio_tungstenite::MaybeTlsStream<ReadAhead<TcpStream>>;
 #[cfg(not(feature = "rustls"))]
@@ -239,7 +239,7 @@ type ClientStream = ReadAhead<TcpStream>;
 
 /// Dials `request`'s host and makes the WebSocket handshake over it: what
 /// tokio-tungstenite's `connect_async` does, with our own stream under it, so that
-/// reads go through [`ReadAhead`](crate::transport::ReadAhead). The same errors for
+/// reads go through [`ReadAhead`]. The same errors for
 /// the same faults.
 async fn open(
     request: Request,
