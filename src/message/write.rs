@@ -49,55 +49,71 @@ impl Compact<'_> {
     }
 }
 
+/// Formatter methods that write a fixed sign (or nothing).
+macro_rules! signs {
+    ($($name:ident => $sign:expr),* $(,)?) => {$(
+        #[inline]
+        fn $name<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
+            self.push($sign)
+        }
+    )*};
+}
+
+/// Formatter methods that write an integer, or a string handed over as it is.
+macro_rules! values {
+    ($($name:ident: $ty:ty => $write:ident),* $(,)?) => {$(
+        #[inline]
+        fn $name<W: ?Sized + io::Write>(&mut self, _: &mut W, value: $ty) -> io::Result<()> {
+            self.$write(value)
+        }
+    )*};
+}
+
+/// Formatter methods that write a comma before all but the first item.
+macro_rules! commas {
+    ($($name:ident),* $(,)?) => {$(
+        #[inline]
+        fn $name<W: ?Sized + io::Write>(&mut self, _: &mut W, first: bool) -> io::Result<()> {
+            self.push(if first { "" } else { "," })
+        }
+    )*};
+}
+
 /// Each method writes what `CompactFormatter`'s does (serde_json 1.0.154, `ser.rs`).
 impl Formatter for Compact<'_> {
-    #[inline]
-    fn write_null<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
-        self.push("null")
+    signs! {
+        write_null => "null",
+        begin_string => "\"",
+        end_string => "\"",
+        begin_array => "[",
+        end_array => "]",
+        end_array_value => "",
+        begin_object => "{",
+        end_object => "}",
+        end_object_key => "",
+        begin_object_value => ":",
+        end_object_value => "",
     }
+    values! {
+        write_i8: i8 => int,
+        write_i16: i16 => int,
+        write_i32: i32 => int,
+        write_i64: i64 => int,
+        write_i128: i128 => int,
+        write_u8: u8 => int,
+        write_u16: u16 => int,
+        write_u32: u32 => int,
+        write_u64: u64 => int,
+        write_u128: u128 => int,
+        write_number_str: &str => push,
+        write_string_fragment: &str => push,
+        write_raw_fragment: &str => push,
+    }
+    commas!(begin_array_value, begin_object_key);
+
     #[inline]
     fn write_bool<W: ?Sized + io::Write>(&mut self, _: &mut W, value: bool) -> io::Result<()> {
         self.push(if value { "true" } else { "false" })
-    }
-    #[inline]
-    fn write_i8<W: ?Sized + io::Write>(&mut self, _: &mut W, value: i8) -> io::Result<()> {
-        self.int(value)
-    }
-    #[inline]
-    fn write_i16<W: ?Sized + io::Write>(&mut self, _: &mut W, value: i16) -> io::Result<()> {
-        self.int(value)
-    }
-    #[inline]
-    fn write_i32<W: ?Sized + io::Write>(&mut self, _: &mut W, value: i32) -> io::Result<()> {
-        self.int(value)
-    }
-    #[inline]
-    fn write_i64<W: ?Sized + io::Write>(&mut self, _: &mut W, value: i64) -> io::Result<()> {
-        self.int(value)
-    }
-    #[inline]
-    fn write_i128<W: ?Sized + io::Write>(&mut self, _: &mut W, value: i128) -> io::Result<()> {
-        self.int(value)
-    }
-    #[inline]
-    fn write_u8<W: ?Sized + io::Write>(&mut self, _: &mut W, value: u8) -> io::Result<()> {
-        self.int(value)
-    }
-    #[inline]
-    fn write_u16<W: ?Sized + io::Write>(&mut self, _: &mut W, value: u16) -> io::Result<()> {
-        self.int(value)
-    }
-    #[inline]
-    fn write_u32<W: ?Sized + io::Write>(&mut self, _: &mut W, value: u32) -> io::Result<()> {
-        self.int(value)
-    }
-    #[inline]
-    fn write_u64<W: ?Sized + io::Write>(&mut self, _: &mut W, value: u64) -> io::Result<()> {
-        self.int(value)
-    }
-    #[inline]
-    fn write_u128<W: ?Sized + io::Write>(&mut self, _: &mut W, value: u128) -> io::Result<()> {
-        self.int(value)
     }
     #[inline]
     fn write_f32<W: ?Sized + io::Write>(&mut self, _: &mut W, value: f32) -> io::Result<()> {
@@ -107,26 +123,6 @@ impl Formatter for Compact<'_> {
     #[inline]
     fn write_f64<W: ?Sized + io::Write>(&mut self, _: &mut W, value: f64) -> io::Result<()> {
         self.push(zmij::Buffer::new().format_finite(value))
-    }
-    #[inline]
-    fn write_number_str<W: ?Sized + io::Write>(&mut self, _: &mut W, s: &str) -> io::Result<()> {
-        self.push(s)
-    }
-    #[inline]
-    fn begin_string<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
-        self.push("\"")
-    }
-    #[inline]
-    fn end_string<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
-        self.push("\"")
-    }
-    #[inline]
-    fn write_string_fragment<W: ?Sized + io::Write>(
-        &mut self,
-        _: &mut W,
-        fragment: &str,
-    ) -> io::Result<()> {
-        self.push(fragment)
     }
     fn write_char_escape<W: ?Sized + io::Write>(
         &mut self,
@@ -153,68 +149,6 @@ impl Formatter for Compact<'_> {
         self.0.push('\\');
         self.0.push(letter);
         Ok(())
-    }
-    #[inline]
-    fn begin_array<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
-        self.push("[")
-    }
-    #[inline]
-    fn end_array<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
-        self.push("]")
-    }
-    #[inline]
-    fn begin_array_value<W: ?Sized + io::Write>(
-        &mut self,
-        _: &mut W,
-        first: bool,
-    ) -> io::Result<()> {
-        if !first {
-            self.0.push(',');
-        }
-        Ok(())
-    }
-    #[inline]
-    fn end_array_value<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
-        Ok(())
-    }
-    #[inline]
-    fn begin_object<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
-        self.push("{")
-    }
-    #[inline]
-    fn end_object<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
-        self.push("}")
-    }
-    #[inline]
-    fn begin_object_key<W: ?Sized + io::Write>(
-        &mut self,
-        _: &mut W,
-        first: bool,
-    ) -> io::Result<()> {
-        if !first {
-            self.0.push(',');
-        }
-        Ok(())
-    }
-    #[inline]
-    fn end_object_key<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
-        Ok(())
-    }
-    #[inline]
-    fn begin_object_value<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
-        self.push(":")
-    }
-    #[inline]
-    fn end_object_value<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
-        Ok(())
-    }
-    #[inline]
-    fn write_raw_fragment<W: ?Sized + io::Write>(
-        &mut self,
-        _: &mut W,
-        fragment: &str,
-    ) -> io::Result<()> {
-        self.push(fragment)
     }
 }
 
