@@ -239,8 +239,7 @@ type ClientStream = ReadAhead<TcpStream>;
 
 /// Dials `request`'s host and makes the WebSocket handshake over it: what
 /// tokio-tungstenite's `connect_async` does, with our own stream under it, so that
-/// reads go through [`ReadAhead`]. The same errors for
-/// the same faults.
+/// reads go through [`ReadAhead`]. The same errors for the same faults.
 async fn open(
     request: Request,
     config: &PeerConfig,
