@@ -275,17 +275,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let heartbeat = Duration::from_millis(args.number("heartbeat-ms", 2000)?.max(10));
     let policy = HandshakePolicy::default();
     let max_connections = args.number("max-connections", policy.max_connections as u64)?;
-    let server = Server::bind(args.listen.as_str())
-        .await?
-        .handshake_policy(policy.max_connections(max_connections as usize));
+    // The cluster is set up on a handle of its own first and the listener bound last:
+    // while Redis connects nothing would accept, and the clients of a restarted node,
+    // all dialing again, would overflow the listen queue (see `Server::with_handle`).
+    let handle = ServerHandle::new();
     let builder = if seeds.is_empty() {
         let url = args.text("redis", "redis://127.0.0.1:6379");
         let bus = RedisBackplane::connect(&url, RedisOptions::default()).await?;
-        Cluster::builder(bus, server.handle())
+        Cluster::builder(bus, handle.clone())
     } else if !args.text("redis", "").is_empty() {
         return Err("give --redis or --redis-cluster, not both".into());
     } else {
-        on_redis_cluster(&seeds, server.handle()).await?
+        on_redis_cluster(&seeds, handle.clone()).await?
     };
     let mut builder = builder
         .heartbeat_interval(heartbeat)
@@ -299,6 +300,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let kept = HistoryConfig::default().max_len(usize::try_from(history)?);
         cluster.topics().keep_history_for_all(kept);
     }
+    let server = match Server::bind(args.listen.as_str()).await {
+        Ok(server) => server
+            .with_handle(handle)
+            .handshake_policy(policy.max_connections(max_connections as usize)),
+        Err(e) => {
+            cluster.shutdown().await;
+            return Err(e.into());
+        }
+    };
     println!(
         "listening on ws://{} node {}",
         server.local_addr()?,

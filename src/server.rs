@@ -159,6 +159,35 @@ impl Server {
             .map_err(|e| Error::Transport(Box::new(e)))
     }
 
+    /// Registers connections in `handle` (made with [`ServerHandle::new`]) instead of
+    /// the server's own, as the `axum` feature's `Endpoint::with_handle` does. Handles
+    /// taken from [`handle`](Self::handle) before this call stay with the replaced
+    /// registry and see no connections.
+    ///
+    /// This lets what needs the handle (a [`Cluster`](crate::cluster::Cluster) over
+    /// Redis, state a router holds) be set up *before* the listener is bound. Between
+    /// [`bind`](Self::bind) and [`serve`](Self::serve) nothing accepts: every client
+    /// that dials then waits in the listen queue, and once the queue is full the kernel
+    /// drops their SYNs, and each waits a second or more before trying again (a
+    /// restarted server whose clients all come back at once meets exactly that). So
+    /// bind last, and serve right after:
+    ///
+    /// ```no_run
+    /// use jsonrpc_peer::{Router, Server, ServerHandle};
+    ///
+    /// # async fn run() -> jsonrpc_peer::Result<()> {
+    /// let handle = ServerHandle::new();
+    /// // ... slow set-up that needs `handle`: connect a cluster's bus, load state ...
+    /// let server = Server::bind("127.0.0.1:9000").await?.with_handle(handle.clone());
+    /// println!("listening on ws://{}", server.local_addr()?);
+    /// server.serve(Router::new()).await
+    /// # }
+    /// ```
+    pub fn with_handle(mut self, handle: ServerHandle) -> Self {
+        self.registry = handle;
+        self
+    }
+
     /// A handle to the live connections: count, broadcast, shutdown. It stays usable
     /// while [`serve`](Self::serve) runs.
     pub fn handle(&self) -> ServerHandle {

@@ -67,6 +67,37 @@ fn forward(method: &str, tx: mpsc::UnboundedSender<(usize, String, u64)>, me: us
     )
 }
 
+/// A handle made before the server (to set up a cluster before binding, say) is the
+/// server's registry once given to it: it counts, reaches and shuts down its
+/// connections; a handle taken before it was given sees none of them.
+#[tokio::test]
+async fn a_handle_made_before_the_server_is_its_registry() {
+    let handle = ServerHandle::new();
+    let server = Server::bind("127.0.0.1:0").await.unwrap();
+    let replaced = server.handle();
+    let server = server.with_handle(handle.clone());
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    let serving = tokio::spawn(server.serve(topic_router(Topics::new())));
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let client = within(connect(&url, forward("tick", tx, 0))).await.unwrap();
+
+    assert_eq!(handle.connection_count(), 1);
+    assert_eq!(replaced.connection_count(), 0);
+    assert_eq!(replaced.broadcast("tick", &[1]).unwrap(), 0);
+    assert_eq!(handle.broadcast("tick", &[7]).unwrap(), 1);
+    assert_eq!(within(rx.recv()).await, Some((0, "tick".to_owned(), 7)));
+
+    within(handle.shutdown()).await;
+    within(serving).await.unwrap().unwrap();
+    assert!(
+        matches!(
+            within(client.closed()).await,
+            CloseReason::Remote { code: 1001, .. }
+        ),
+        "the handle's shutdown closed the server's connection with 1001"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broadcast_reaches_a_thousand_clients_exactly_once_and_is_serialized_once() {
     let server = Server::bind("127.0.0.1:0").await.unwrap();
