@@ -32,7 +32,9 @@
 //! the reason as the message. `--heartbeat-ms N` (default 2000) sets the heartbeat; a
 //! node is dropped after three missed ones. `--max-connections N` (default 10,000, the
 //! `HandshakePolicy` default) caps this node's connections. Ctrl-C (SIGINT) or SIGTERM
-//! says goodbye. Subscribers of a topic that may have missed messages (Redis was down,
+//! says goodbye. The node connects to Redis before it listens: until Redis has answered
+//! its port refuses connections, and a node whose Redis does not answer exits with an
+//! error without ever having listened. Subscribers of a topic that may have missed messages (Redis was down,
 //! say) get the notification `$/gap` with `{"topic": topic}`.
 //!
 //! `--history N`: every topic keeps its last N publications in Redis (at most 1 MiB of
@@ -277,7 +279,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let max_connections = args.number("max-connections", policy.max_connections as u64)?;
     // The cluster is set up on a handle of its own first and the listener bound last:
     // while Redis connects nothing would accept, and the clients of a restarted node,
-    // all dialing again, would overflow the listen queue (see `Server::with_handle`).
+    // all dialing again, could overflow the listen queue (see `Server::with_handle`).
     let handle = ServerHandle::new();
     let builder = if seeds.is_empty() {
         let url = args.text("redis", "redis://127.0.0.1:6379");

@@ -1,7 +1,8 @@
 //! Three `cluster_node` example processes against one real Redis (started by the test
 //! on a unix socket), with WebSocket clients on each: broadcast, topics, calls across
-//! nodes, counts, and a Redis outage (the suite is in `common/cluster_suite.rs`). Build
-//! the example first: `cargo build --features redis --example cluster_node`.
+//! nodes, counts, and a Redis outage (the suite is in `common/cluster_suite.rs`); and a
+//! node whose Redis does not answer at start. Build the example first: `cargo build
+//! --features redis --example cluster_node`.
 
 #[path = "common/cluster_suite.rs"]
 mod cluster_suite;
@@ -22,4 +23,64 @@ async fn redis_down_for_two_seconds_local_goes_on_then_resubscribe_flush_and_one
         &mut redis,
     )
     .await;
+}
+
+/// A node connects its Redis before it binds its listener (`Server::with_handle`): while
+/// Redis has not answered, a client dialing the node's port is refused at once (and
+/// tries again on its own schedule) rather than left in a listen queue nothing serves;
+/// and a node whose Redis never answers exits with an error, never having listened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_binds_only_once_its_redis_answers() {
+    use tokio::io::AsyncReadExt;
+
+    // A "Redis" that takes the node's connections and never answers them.
+    let dir = std::env::temp_dir().join(format!(
+        "jp-mute-redis-{}-{:016x}",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("r.sock");
+    let mute = tokio::net::UnixListener::bind(&socket).unwrap();
+    // A port free a moment ago, for the node to listen on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let bin = common::example_binary("cluster_node", "--features redis ");
+    let mut node = tokio::process::Command::new(bin)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--redis", &format!("redis+unix://{}", socket.display())])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start cluster_node");
+
+    // The node is dialing Redis: its port is not open.
+    let (redis_link, _) = common::within(mute.accept()).await.unwrap();
+    let dialed = tokio::net::TcpStream::connect(("127.0.0.1", port)).await;
+    assert!(
+        dialed.is_err(),
+        "the node's port took a connection before its Redis had answered"
+    );
+
+    // Redis goes away without a word: the node gives up and exits, never having listened.
+    drop(mute);
+    drop(redis_link);
+    let status = common::within(node.wait()).await.unwrap();
+    assert!(
+        !status.success(),
+        "a node without its Redis exits with an error"
+    );
+    let mut out = String::new();
+    node.stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .await
+        .unwrap();
+    assert!(!out.contains("listening on"), "stdout: {out}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
