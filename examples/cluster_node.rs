@@ -34,8 +34,8 @@
 //! `HandshakePolicy` default) caps this node's connections. Ctrl-C (SIGINT) or SIGTERM
 //! says goodbye. The node connects to Redis before it listens: until Redis has answered
 //! its port refuses connections, and a node whose Redis does not answer exits with an
-//! error without ever having listened. Subscribers of a topic that may have missed messages (Redis was down,
-//! say) get the notification `$/gap` with `{"topic": topic}`.
+//! error without ever having listened. Subscribers of a topic that may have missed
+//! messages (Redis was down, say) get the notification `$/gap` with `{"topic": topic}`.
 //!
 //! `--history N`: every topic keeps its last N publications in Redis (at most 1 MiB of
 //! data, 5 minutes), with offsets Redis gives, one order on every node. Then:
