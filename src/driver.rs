@@ -738,6 +738,31 @@ mod tests {
         assert_eq!(peer.shared.pending().deadlines_len(), 0);
     }
 
+    /// A call made while the connection's task waits for a writable sink (not for
+    /// frames) times out exactly on time, with no keepalive to wake the task: the
+    /// request it queues wakes no one, so the call wakes the task to stamp its
+    /// deadline (`pending.rs`).
+    #[tokio::test(start_paused = true)]
+    async fn a_call_made_while_the_sink_is_full_times_out_on_time() {
+        let (end, _other) = crate::transport::pair_with_capacity(1);
+        let config = PeerConfig::default().ping_interval(None);
+        let peer = Peer::start(end, Router::new(), &config);
+        for _ in 0..3 {
+            peer.notify("fill", ()).await.unwrap();
+        }
+        // The task writes one, then waits for the sink with the rest taken out.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let began = Instant::now();
+        let call = peer.call::<u64>("blocked", ());
+        let outcome = tokio::time::timeout(2 * config.call_timeout, call).await;
+        assert!(
+            matches!(outcome, Ok(Err(Error::Timeout { .. }))),
+            "{outcome:?}"
+        );
+        assert_eq!(Instant::now() - began, config.call_timeout);
+        assert_eq!(peer.pending_calls(), 0);
+    }
+
     /// A call still times out while the connection cannot write (the other side reads
     /// nothing, the sink and then the queue are full) and while it drains.
     #[tokio::test(start_paused = true)]

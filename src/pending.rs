@@ -23,6 +23,17 @@
 //! deadlines are issued in one order); any other call (longer than the connection's
 //! timeout, or one that would break the order) keeps a tokio timer, as before.
 //!
+//! **The common call reads no clock.** A call with the connection's own timeout
+//! ([`Due::Later`]) is not stamped when it is made: its id joins a list, and the
+//! connection's task, woken for it, stamps every call on the list with one clock
+//! reading when it next looks (`rearm`), within microseconds unless the runtime is
+//! busy. Its timeout so counts from when its connection took it up, never from before
+//! the call. A clock reading per call was a tenth of the calling side's gap to the
+//! raw baseline in the rpc bench's (b) (PERF-NOTES.md, "Stop 62"). The stamps always
+//! fit the deque's order: every deadline in it is at most its push's time plus the
+//! connection's timeout (the other calls' timeouts are at most that, `Shared::due`), and
+//! a stamp is that timeout from a later reading.
+//!
 //! Calls that end otherwise leave the deque lazily: its front is popped while it names
 //! no waiting call, and the whole deque is compacted once it holds more than twice the
 //! waiting calls (plus [`SLACK`]), so one call that never ends cannot make it grow with
@@ -92,8 +103,26 @@ pub(crate) enum Due {
     After(Duration),
     /// At this instant (every call of a batch shares one); the same.
     At(Instant),
+    /// The connection's own timeout, counted from when its task next looks: no clock
+    /// is read for the call (see the module's docs). Only for timeouts up to
+    /// [`LATER_MAX`].
+    Later(Duration),
     /// The caller keeps its own timer.
     Own,
+}
+
+/// The longest timeout [`Due::Later`] takes: any instant of the process's life plus
+/// this is an instant (`Instant + Duration` cannot overflow), so the connection can
+/// always stamp the call.
+pub(crate) const LATER_MAX: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// When the connection's sweep ends a call that waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Swept {
+    /// At this deadline.
+    At(Instant),
+    /// At the connection's timeout from when its task stamped the call ([`Due::Later`]).
+    Later,
 }
 
 /// A registered call.
@@ -102,7 +131,7 @@ pub(crate) struct Registered<'a> {
     pub(crate) guard: Guard<'a>,
     /// `Some` when the connection's sweep keeps the deadline: the call's entry then
     /// gets `None` as its answer once it passes. `None`: the caller keeps its own timer.
-    pub(crate) deadline: Option<Instant>,
+    pub(crate) deadline: Option<Swept>,
     /// The connection's timer does not cover this deadline yet: wake its task.
     pub(crate) wake: bool,
 }
@@ -127,6 +156,11 @@ struct State {
     /// When the connection's timer fires (or is about to be set to fire, once it
     /// has seen `rearm`); `None` when it has no timer. Never later than the front.
     timer: Option<Instant>,
+    /// Calls registered with [`Due::Later`] and not yet stamped, oldest first; entries
+    /// of calls that ended since are skipped when stamped.
+    unstamped: Vec<u64>,
+    /// The timeout of the calls in `unstamped`.
+    later: Duration,
     /// The ids of each batch of calls sent and still waiting for its answers
     /// ([`Pending::batch_sent`]): a batch the other side refuses whole is answered
     /// with one error without an id.
@@ -192,6 +226,33 @@ impl State {
         }
     }
 
+    /// Stamps the calls registered with [`Due::Later`] at `now` plus their timeout.
+    /// Pushes the waker of a call that could not be stamped (none can) to `ended`.
+    fn stamp(&mut self, now: Instant, ended: &mut Vec<Waker>) {
+        let mut ids = std::mem::take(&mut self.unstamped);
+        // `LATER_MAX` bounds the timeout, so this is an instant.
+        let deadline = now.checked_add(self.later);
+        for id in ids.drain(..) {
+            if !self.waits(id) {
+                continue;
+            }
+            // The timer is set by the caller, from the front.
+            if let Some((true, _)) = deadline.map(|deadline| self.push_deadline(deadline, id)) {
+                continue;
+            }
+            // Cannot happen (see the module's docs); if it did, the call would have no
+            // deadline at all, so it ends now, as a timeout.
+            debug_assert!(false, "a stamp did not fit the deque");
+            if let Ok(waker) = self.fill(id, None) {
+                ended.extend(waker);
+            }
+        }
+        // The list's room is kept for the next calls, unless a burst grew it.
+        if ids.capacity() <= KEEP_CAPACITY {
+            self.unstamped = ids;
+        }
+    }
+
     /// Queues a deadline if it fits the order (popping ended calls off the back to
     /// make it fit). Returns whether it went in and whether the connection's timer
     /// must be set again for it.
@@ -240,19 +301,55 @@ impl Pending {
     ) -> Result<Registered<'_>, Error> {
         let mut state = self.state();
         state.map.insert(id, Slot::Waiting(None));
+        let due = match due {
+            Due::Later(timeout)
+                if timeout <= LATER_MAX
+                    && (state.unstamped.is_empty() || state.later == timeout) =>
+            {
+                let first = state.unstamped.is_empty();
+                state.later = timeout;
+                state.unstamped.push(id);
+                // Calls that ended before their stamp must not make the list grow
+                // with the call rate while the connection's task does not run.
+                if state.unstamped.len() > 2 * state.waiting() + SLACK {
+                    let State { map, unstamped, .. } = &mut *state;
+                    unstamped.retain(|id| matches!(map.get(id), Some(Slot::Waiting(_))));
+                }
+                // The first call on the list wakes the connection's task to stamp it.
+                if first {
+                    self.rearm.store(true, Ordering::Release);
+                }
+                drop(state);
+                return self.registered(id, Some(Swept::Later), first, closed_reason);
+            }
+            Due::Later(timeout) => Due::After(timeout),
+            due => due,
+        };
         let deadline = match due {
             Due::After(timeout) => Instant::now().checked_add(timeout),
             Due::At(deadline) => Some(deadline),
-            Due::Own => None,
+            Due::Own | Due::Later(_) => None,
         };
         let (deadline, wake) = match deadline.map(|d| (d, state.push_deadline(d, id))) {
-            Some((deadline, (true, rearm))) => (Some(deadline), rearm),
+            Some((deadline, (true, rearm))) => (Some(Swept::At(deadline)), rearm),
             _ => (None, false),
         };
         if wake {
             self.rearm.store(true, Ordering::Release);
         }
         drop(state);
+        self.registered(id, deadline, wake, closed_reason)
+    }
+
+    /// The end of [`register`](Self::register), the lock released.
+    #[inline(always)]
+    fn registered(
+        &self,
+        id: u64,
+        deadline: Option<Swept>,
+        wake: bool,
+        closed_reason: impl FnOnce() -> CloseReason,
+    ) -> Result<Registered<'_>, Error> {
         // Checked after inserting: `fail_all` sets the flag before draining, so either
         // it drains this entry or we see the flag here. Either way nothing is left.
         if self.closed.load(Ordering::SeqCst) {
@@ -298,6 +395,7 @@ impl Pending {
         }
         state.answered = state.map.len();
         state.deadlines = VecDeque::new();
+        state.unstamped = Vec::new();
         drop(state);
         for waker in wakers {
             waker.wake();
@@ -356,14 +454,28 @@ impl Pending {
         self.rearm.load(Ordering::Acquire)
     }
 
-    /// For the connection's task: when its timer should fire now, the front deadline
-    /// (`None`: it needs none).
+    /// For the connection's task: stamps the calls registered with [`Due::Later`]
+    /// (one clock reading for all), and says when its timer should fire now (`None`:
+    /// it needs none). A timer set before the front deadline is kept: it fires, finds
+    /// that call gone and is set to the new front, rather than being set again for
+    /// every stamp.
     pub(crate) fn rearm(&self) -> Option<Instant> {
+        let mut ended = Vec::new();
         let mut state = self.state();
         self.rearm.store(false, Ordering::Relaxed);
+        if !state.unstamped.is_empty() {
+            state.stamp(Instant::now(), &mut ended);
+        }
         state.pop_dead();
-        state.timer = state.deadlines.front().map(|&(deadline, _)| deadline);
-        state.timer
+        let front = state.deadlines.front().map(|&(deadline, _)| deadline);
+        state.timer = match (state.timer, front) {
+            (Some(timer), Some(front)) if timer <= front => Some(timer),
+            (_, front) => front,
+        };
+        let timer = state.timer;
+        drop(state);
+        ended.into_iter().for_each(Waker::wake);
+        timer
     }
 
     /// For the connection's task, when its timer fired at `now`: ends the calls whose
@@ -372,6 +484,10 @@ impl Pending {
     pub(crate) fn expire(&self, now: Instant) -> Option<Instant> {
         let mut expired = Vec::new();
         let mut state = self.state();
+        // The flag is cleared below: what it asked for is done here.
+        if !state.unstamped.is_empty() {
+            state.stamp(now, &mut expired);
+        }
         while let Some(&(deadline, id)) = state.deadlines.front() {
             if deadline > now {
                 break;
@@ -580,14 +696,17 @@ mod tests {
         let pending = Pending::new();
         let start = Instant::now();
         let first = register(&pending, 1, Due::After(T));
-        assert_eq!(first.deadline, Some(start + T));
+        assert_eq!(first.deadline, Some(Swept::At(start + T)));
         assert!(first.wake, "no timer yet: the connection must set one");
         assert!(pending.rearm_wanted());
         assert_eq!(pending.rearm(), Some(start + T));
         assert!(!pending.rearm_wanted());
         tokio::time::advance(Duration::from_secs(1)).await;
         let second = register(&pending, 2, Due::After(T));
-        assert_eq!(second.deadline, Some(start + T + Duration::from_secs(1)));
+        assert_eq!(
+            second.deadline,
+            Some(Swept::At(start + T + Duration::from_secs(1)))
+        );
         assert!(!second.wake, "the timer is before it");
         // Earlier than the back, which is live: a timer of its own.
         let third = register(&pending, 3, Due::At(start + Duration::from_secs(5)));
@@ -631,13 +750,13 @@ mod tests {
     async fn a_first_deadline_earlier_than_the_timer_moves_it() {
         let pending = Pending::new();
         let long = register(&pending, 1, Due::After(T));
-        assert_eq!(pending.rearm(), long.deadline);
+        assert_eq!(pending.rearm().map(Swept::At), long.deadline);
         drop(long);
         // The timer stays at the old deadline; a shorter call needs it earlier.
         let short = register(&pending, 2, Due::After(Duration::from_secs(1)));
         assert!(short.deadline.is_some());
         assert!(short.wake);
-        assert_eq!(pending.rearm(), short.deadline);
+        assert_eq!(pending.rearm().map(Swept::At), short.deadline);
         // Ended calls at the back do not keep a shorter deadline out.
         let _later = register(&pending, 3, Due::After(T));
         assert!(pending.complete(3, answer()));
@@ -665,11 +784,102 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_call_with_the_connection_s_timeout_is_stamped_when_the_connection_looks() {
+        let pending = Pending::new();
+        let start = Instant::now();
+        let first = register(&pending, 1, Due::Later(T));
+        assert_eq!(first.deadline, Some(Swept::Later));
+        assert!(first.wake, "the first on the list wakes the connection");
+        assert!(pending.rearm_wanted());
+        let second = register(&pending, 2, Due::Later(T));
+        assert!(!second.wake, "the connection is woken already");
+        assert_eq!(pending.deadlines_len(), 0, "nothing stamped yet");
+        // The connection looks a second later: its timeout counts from then.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let looked = start + Duration::from_secs(1);
+        assert_eq!(pending.rearm(), Some(looked + T));
+        assert!(!pending.rearm_wanted());
+        assert_eq!(pending.deadlines_len(), 2);
+        // Not a moment before: both wait at the deadline's eve, and end at it.
+        assert_eq!(
+            pending.expire(looked + T - Duration::from_millis(1)),
+            Some(looked + T)
+        );
+        assert_eq!(pending.len(), 2);
+        assert_eq!(pending.expire(looked + T), None);
+        assert_eq!(pending.len(), 0);
+        // The next call asks again.
+        assert!(register(&pending, 3, Due::Later(T)).wake);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stamps_fit_behind_shorter_deadlines_and_skip_calls_gone() {
+        let pending = Pending::new();
+        let start = Instant::now();
+        let later = register(&pending, 1, Due::Later(T));
+        let gone = register(&pending, 2, Due::Later(T));
+        // A shorter timeout, and a batch's instant, read the clock at once.
+        let short = register(&pending, 3, Due::After(Duration::from_secs(1)));
+        assert_eq!(
+            short.deadline,
+            Some(Swept::At(start + Duration::from_secs(1)))
+        );
+        let batch = register(&pending, 4, Due::At(start + T));
+        assert_eq!(batch.deadline, Some(Swept::At(start + T)));
+        drop(gone);
+        tokio::time::advance(Duration::from_millis(5)).await;
+        // The timer stays at the front (the shorter call); the stamp goes behind.
+        assert_eq!(pending.rearm(), Some(start + Duration::from_secs(1)));
+        assert_eq!(pending.deadlines_len(), 3, "the call gone was not stamped");
+        assert_eq!(
+            pending.expire(start + T),
+            Some(start + T + Duration::from_millis(5))
+        );
+        assert_eq!(pending.len(), 1);
+        drop(later);
+        assert_eq!(pending.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_that_end_unstamped_do_not_make_the_list_grow() {
+        let pending = Pending::new();
+        let _stuck = register(&pending, 0, Due::Later(T));
+        for id in 1..=10_000 {
+            drop(register(&pending, id, Due::Later(T)));
+        }
+        let listed = pending.state().unstamped.len();
+        assert!(listed <= 2 + SLACK, "the list held {listed} ids");
+        // A sweep that fires stamps what is listed, and ends only what is due.
+        let now = Instant::now();
+        assert_eq!(pending.expire(now), Some(now + T));
+        assert_eq!((pending.len(), pending.deadlines_len()), (1, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_timeout_while_calls_wait_for_their_stamp_is_read_at_once() {
+        let pending = Pending::new();
+        let start = Instant::now();
+        let _one = register(&pending, 1, Due::Later(T));
+        let other = register(&pending, 2, Due::Later(T / 2));
+        assert_eq!(other.deadline, Some(Swept::At(start + T / 2)));
+        // Past the longest a stamp can be: the clock is read, and it is too long for
+        // an instant, so the caller keeps its own timer.
+        let endless = register(&pending, 3, Due::Later(Duration::MAX));
+        assert_eq!(endless.deadline, None);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn fail_all_empties_both() {
         let pending = Pending::new();
         let mut one = register(&pending, 1, Due::After(T));
         let _two = register(&pending, 2, Due::Own);
+        let mut three = register(&pending, 4, Due::Later(T));
         pending.fail_all(&CloseReason::Eof);
+        assert!(matches!(
+            taken(&mut three),
+            Poll::Ready(Some(Some(Err(Error::Closed(_)))))
+        ));
+        assert!(pending.state().unstamped.is_empty());
         assert!(matches!(
             taken(&mut one),
             Poll::Ready(Some(Some(Err(Error::Closed(_)))))

@@ -45,7 +45,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use futures_util::task::AtomicWaker;
 use tokio::sync::Notify;
@@ -260,8 +260,11 @@ impl OutQueue {
     }
 
     /// Queues `frame` if the queue has room for it now, in frames and in bytes.
+    /// `Ok(true)`: the connection's task was waiting for frames and is woken for this
+    /// one. `Ok(false)`: it was not; it takes the frame when it next gets to the queue
+    /// (at once if it is running, or when the sink has room if it waits on that).
     #[inline]
-    pub(crate) fn try_send(&self, frame: Outgoing) -> Result<(), TrySendError> {
+    pub(crate) fn try_send(&self, frame: Outgoing) -> Result<bool, TrySendError> {
         let mut state = self.state();
         if state.closed {
             return Err(TrySendError::Closed(frame));
@@ -275,10 +278,8 @@ impl OutQueue {
         self.count(&state);
         let first = state.frames.len() == 1;
         drop(state);
-        if first {
-            self.reader.wake();
-        }
-        Ok(())
+        let woken = first && self.reader.take().map(Waker::wake).is_some();
+        Ok(woken)
     }
 
     /// Queues `frame`, waiting for room. Fails only when the connection has ended.
@@ -289,7 +290,7 @@ impl OutQueue {
             // Registered before trying, so room made in between is not missed.
             room.as_mut().enable();
             match self.try_send(frame) {
-                Ok(()) => return Ok(()),
+                Ok(_) => return Ok(()),
                 Err(TrySendError::Closed(back)) => return Err(back),
                 Err(TrySendError::Full(back)) => frame = back,
             }
@@ -645,7 +646,7 @@ mod tests {
                 let mut next = frame();
                 loop {
                     match sender.try_send(next) {
-                        Ok(()) => break,
+                        Ok(_) => break,
                         Err(TrySendError::Full(back)) => {
                             next = back;
                             std::thread::yield_now();

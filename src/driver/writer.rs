@@ -299,7 +299,7 @@ impl<T: Transport> Writer<T> {
     fn wait(&mut self, frame: Outgoing) {
         let frame = if self.waiting() == 0 {
             match self.queue().try_send(frame) {
-                Ok(()) | Err(TrySendError::Closed(_)) => return,
+                Ok(_) | Err(TrySendError::Closed(_)) => return,
                 Err(TrySendError::Full(frame)) => frame,
             }
         } else {
@@ -317,7 +317,7 @@ impl<T: Transport> Writer<T> {
         };
         while let Some(frame) = waiting.pop_front() {
             match self.shared.queue().try_send(frame) {
-                Ok(()) | Err(TrySendError::Closed(_)) => moved = true,
+                Ok(_) | Err(TrySendError::Closed(_)) => moved = true,
                 Err(TrySendError::Full(frame)) => {
                     waiting.push_front(frame);
                     break;

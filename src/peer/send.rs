@@ -17,7 +17,7 @@ use super::{Peer, Shared};
 use crate::call::{CallOptions, Caller, Reply, Request};
 use crate::cancel::CancelOnDrop;
 use crate::error::{Error, ErrorCode, Result};
-use crate::pending::{Answer, Due, Guard, Registered};
+use crate::pending::{Answer, Due, Guard, Registered, Swept};
 use crate::progress::SinkGuard;
 use crate::queue::Outgoing;
 use crate::transport::Text;
@@ -225,14 +225,14 @@ impl<'s> SendCall<'s, '_> {
             Some(_) => Due::Own,
             None => shared.due(self.timeout),
         };
-        let call = Waiting::register(shared, self.id, due)?;
+        let (call, stamp) = Waiting::register_stamped(shared, self.id, due)?;
         let span = tracing::debug_span!(
             "call",
             method = self.method,
             id = self.id,
             peer = shared.id()
         );
-        let unsent = shared.try_send(frame)?;
+        let unsent = shared.try_send_call(frame, stamp)?;
         if unsent.is_none() {
             call.queued();
             if call.swept().is_some() {
@@ -257,10 +257,16 @@ async fn rare(
 ) -> Result<(Option<Answer>, bool)> {
     let swept = call.swept();
     let waiting = async {
-        // With the sweep keeping the deadline, waiting for room gives up at it.
+        // With the sweep keeping the deadline, waiting for room gives up at it (for a
+        // call the connection stamps, the same timeout from now: about its deadline).
         if let Some(frame) = unsent {
+            let until = match swept {
+                Some(Swept::At(deadline)) => Some(deadline),
+                Some(Swept::Later) => Instant::now().checked_add(timeout),
+                None => None,
+            };
             if shared
-                .send_when_room(frame, swept)
+                .send_when_room(frame, until)
                 .await
                 .transpose()?
                 .is_none()
@@ -322,7 +328,7 @@ pub(crate) struct Waiting<'a> {
     // finds no one waiting.
     cancel: CancelOnDrop<'a>,
     guard: Guard<'a>,
-    swept: Option<Instant>,
+    swept: Option<Swept>,
 }
 
 impl Drop for Waiting<'_> {
@@ -339,19 +345,35 @@ impl<'a> Waiting<'a> {
     /// Registers call `id`, due as `due` says.
     #[inline]
     pub(crate) fn register(shared: &'a Shared, id: u64, due: Due) -> Result<Self> {
+        let (call, stamp) = Self::register_stamped(shared, id, due)?;
+        if stamp {
+            // Nothing queued after this wakes the connection's task for the stamp.
+            shared.wake_task();
+        }
+        Ok(call)
+    }
+
+    /// As [`register`](Self::register), and whether the connection's task is still to
+    /// be woken to stamp the call's deadline ([`Shared::try_send_call`] does it).
+    #[inline]
+    fn register_stamped(shared: &'a Shared, id: u64, due: Due) -> Result<(Self, bool)> {
         let Registered {
-            guard, deadline, ..
+            guard,
+            deadline,
+            wake,
         } = shared.register(id, due)?;
-        Ok(Waiting {
+        let stamp = wake && deadline == Some(Swept::Later);
+        let call = Waiting {
             cancel: CancelOnDrop::new(shared, id),
             guard,
             swept: deadline,
-        })
+        };
+        Ok((call, stamp))
     }
 
     /// The deadline the connection's sweep keeps for this call; `None` when the caller
     /// keeps a timer of its own.
-    pub(crate) fn swept(&self) -> Option<Instant> {
+    pub(crate) fn swept(&self) -> Option<Swept> {
         self.swept
     }
 

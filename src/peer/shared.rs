@@ -17,7 +17,7 @@ use crate::config::{CancelStyle, PeerConfig, SlowPeer};
 use crate::driver::Running;
 use crate::error::{CloseReason, Error, Result};
 use crate::layer::Stack;
-use crate::pending::{Due, Pending, Registered};
+use crate::pending::{Due, Pending, Registered, Swept, LATER_MAX};
 use crate::progress::Sinks;
 use crate::queue::{OutQueue, Outgoing, TrySendError};
 use crate::sync::lock;
@@ -219,7 +219,7 @@ impl Shared {
         };
         let frame = Outgoing::Frame(Text::from(style.frame(id)));
         match self.out.try_send(frame) {
-            Ok(()) => crate::metrics::cancel_sent(true),
+            Ok(_) => crate::metrics::cancel_sent(true),
             Err(TrySendError::Full(_)) => {
                 self.cancels_skipped.fetch_add(1, Ordering::Relaxed);
                 crate::metrics::cancel_sent(false);
@@ -238,7 +238,7 @@ impl Shared {
     /// side does not keep up: the [`SlowPeer`] policy applies to it alone.
     pub(crate) fn push(&self, frame: Text) -> bool {
         match self.out.try_send(Outgoing::Frame(frame)) {
-            Ok(()) => true,
+            Ok(_) => true,
             Err(TrySendError::Full(_)) => {
                 self.fell_behind("outgoing queue full");
                 false
@@ -308,11 +308,18 @@ impl Shared {
         self.task_waker.register(cx.waker());
     }
 
+    /// Wakes the connection's task.
+    pub(crate) fn wake_task(&self) {
+        self.task_waker.wake();
+    }
+
     /// Registers an outgoing call in the pending map, and wakes the connection's task
-    /// when its timer must be set for the call's deadline.
+    /// when its timer must be set for the call's deadline. A call the task is to stamp
+    /// ([`Swept::Later`]) is left to [`try_send_call`](Self::try_send_call): the
+    /// request it queues next most often wakes the task anyway.
     pub(crate) fn register(&self, id: u64, due: Due) -> Result<Registered<'_>> {
         let registered = self.pending.register(id, due, || self.close_reason())?;
-        if registered.wake {
+        if registered.wake && registered.deadline != Some(Swept::Later) {
             self.task_waker.wake();
         }
         Ok(registered)
@@ -321,9 +328,13 @@ impl Shared {
     /// How the pending map keeps the deadline of a call with `timeout`: the
     /// connection's sweep for timeouts up to the connection's own (later deadlines
     /// would hold the deque's order back for the calls that use the default), a timer of
-    /// the call's own for longer ones.
+    /// the call's own for longer ones. The connection's own timeout is stamped by its
+    /// task, with no clock read for the call ([`Due::Later`]).
     pub(crate) fn due(&self, timeout: Duration) -> Due {
-        if timeout <= self.settings.call_timeout {
+        let own = self.settings.call_timeout;
+        if timeout == own && own <= LATER_MAX {
+            Due::Later(timeout)
+        } else if timeout <= own {
             Due::After(timeout)
         } else {
             Due::Own
@@ -425,10 +436,28 @@ impl Shared {
     #[inline]
     pub(crate) fn try_send(&self, frame: Text) -> Result<Option<Outgoing>> {
         match self.out.try_send(Outgoing::Frame(frame)) {
-            Ok(()) => Ok(None),
+            Ok(_) => Ok(None),
             Err(TrySendError::Full(frame)) => Ok(Some(frame)),
             Err(TrySendError::Closed(_)) => Err(Error::Closed(self.close_reason())),
         }
+    }
+
+    /// As [`try_send`](Self::try_send), for a call's request. `stamp`: the call is the
+    /// first the connection's task is to stamp ([`Due::Later`]); the task is woken for
+    /// it, unless queueing the frame woke it (a task that waits for a writable sink
+    /// takes the frame only then, and the call's deadline must not wait for that).
+    #[inline]
+    pub(crate) fn try_send_call(&self, frame: Text, stamp: bool) -> Result<Option<Outgoing>> {
+        let unsent = match self.out.try_send(Outgoing::Frame(frame)) {
+            Ok(true) => return Ok(None),
+            Ok(false) => None,
+            Err(TrySendError::Full(frame)) => Some(frame),
+            Err(TrySendError::Closed(_)) => return Err(Error::Closed(self.close_reason())),
+        };
+        if stamp {
+            self.task_waker.wake();
+        }
+        Ok(unsent)
     }
 
     /// Queues `frame` (which found the queue full) once there is room, until
