@@ -26,7 +26,10 @@ use crate::limit::RateLimit;
 #[non_exhaustive]
 pub struct PeerConfig {
     /// How long a call waits for its answer (default 30 s).
-    /// A call's [`.timeout(d)`](crate::Call::timeout) overrides it per call.
+    /// A call's [`.timeout(d)`](crate::Call::timeout) overrides it per call. This
+    /// timeout counts from when the connection's task takes the call up, within
+    /// microseconds of the call unless the runtime is busy: no clock is read for each
+    /// call. A call's own timeout, when it differs, counts from the call.
     pub call_timeout: Duration,
     /// The largest incoming message, in bytes (default 1 MiB). A larger one closes
     /// the connection with 1009, before it is buffered whole.
