@@ -321,6 +321,10 @@ pub(crate) fn check_params<P: Serialize + ?Sized>(params: &P) -> Result<(), crat
     }
 }
 
+/// Room for a call's version, method key and params, besides its method and its tail:
+/// the params of most calls fit.
+const CALL_ROOM: usize = 128;
+
 /// The start of a request, up to its params, with room for `tail` more bytes (what
 /// [`finish_request`] adds) so finishing it does not grow it; where its params are.
 #[inline]
@@ -329,6 +333,22 @@ pub(crate) fn request_head<P: Serialize + ?Sized>(
     params: &P,
     tail: usize,
 ) -> Result<(String, Option<Range<usize>>), crate::Error> {
+    // A call's text keeps room for its id, so its `Bytes` allocates a header of its
+    // own whatever its length: it is written in place, with room for common params,
+    // not in the thread's scratch and copied out (perf, the rpc bench's (b): the copy's
+    // 72-byte result waited on its stores in `LocalKey::with`; callgrind, 75 fewer
+    // instructions a call). Large params grow it; what it has left over beyond a few
+    // hundred bytes is given back.
+    if tail > 1 {
+        let mut head = String::with_capacity(CALL_ROOM + method.len() + tail);
+        let params = write_head(&mut head, method, params)?;
+        if head.capacity() - head.len() > CALL_ROOM + tail {
+            head.shrink_to(head.len() + tail);
+        } else {
+            head.reserve_exact(tail);
+        }
+        return Ok((head, params));
+    }
     with_scratch(|buf| {
         let params = write_head(buf, method, params)?;
         let mut head = String::with_capacity(buf.len() + tail);
@@ -393,6 +413,18 @@ pub(crate) fn request_parts(frame: &str, has_id: bool) -> (Option<&str>, Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_s_head_keeps_room_for_its_tail_and_gives_back_what_large_params_left() {
+        for size in [1, 100, 1_000, 100_000] {
+            let params = ["x".repeat(size)];
+            let (head, range) = request_head("m", &params, 64).unwrap();
+            assert_eq!(&head[range.unwrap()], format!(r#"["{}"]"#, params[0]));
+            let spare = head.capacity() - head.len();
+            assert!(spare >= 64, "{size}: room for the id");
+            assert!(spare <= CALL_ROOM + 64 + 1, "{size}: {spare} bytes left over");
+        }
+    }
 
     #[test]
     fn checked_params_are_refused_as_a_request_refuses_them() {
