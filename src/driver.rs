@@ -386,7 +386,8 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
                 return Poll::Ready(Event::End(reason));
             }
         }
-        self.call_timer.poll(cx, self.shared.pending());
+        let later = self.shared.call_timeout();
+        self.call_timer.poll(cx, self.shared.pending(), later);
         if let Some(keepalive) = &mut self.keepalive {
             if let Poll::Ready(now) = keepalive.poll_tick(cx) {
                 return Poll::Ready(Event::KeepaliveTick(now));

@@ -12,6 +12,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
@@ -30,11 +31,12 @@ impl CallTimer {
     /// so calls time out while writing is blocked, reading is paused or the connection
     /// drains. The task's waker was registered for the call's wake-up (with the close
     /// request) before this looks.
-    pub(super) fn poll(&mut self, cx: &mut TaskContext<'_>, pending: &Pending) {
+    /// `later` is the connection's call timeout, for the calls the task stamps.
+    pub(super) fn poll(&mut self, cx: &mut TaskContext<'_>, pending: &Pending, later: Duration) {
         // Whether the timer was made or set again since it was last polled.
         let mut fresh = pending.rearm_wanted();
         if fresh {
-            self.set(pending.rearm());
+            self.set(pending.rearm(later));
         }
         while let Some(timer) = &mut self.timer {
             if poll_timer(timer, fresh, cx).is_pending() {
@@ -42,7 +44,7 @@ impl CallTimer {
             }
             // The timer fired, so its deadline has passed, whatever the clock reads.
             let now = Instant::now().max(timer.deadline());
-            self.set(pending.expire(now));
+            self.set(pending.expire(now, later));
             fresh = true;
         }
     }

@@ -422,7 +422,10 @@ mod tests {
             assert_eq!(&head[range.unwrap()], format!(r#"["{}"]"#, params[0]));
             let spare = head.capacity() - head.len();
             assert!(spare >= 64, "{size}: room for the id");
-            assert!(spare <= CALL_ROOM + 64 + 1, "{size}: {spare} bytes left over");
+            assert!(
+                spare <= CALL_ROOM + 64 + 1,
+                "{size}: {spare} bytes left over"
+            );
         }
     }
 

@@ -333,7 +333,7 @@ impl Shared {
     pub(crate) fn due(&self, timeout: Duration) -> Due {
         let own = self.settings.call_timeout;
         if timeout == own && own <= LATER_MAX {
-            Due::Later(timeout)
+            Due::Later
         } else if timeout <= own {
             Due::After(timeout)
         } else {
