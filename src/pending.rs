@@ -49,6 +49,7 @@
 //! entries answered and not yet taken are counted apart, and are not "waiting".
 
 use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -312,15 +313,18 @@ impl Pending {
         lock(&self.state)
     }
 
-    /// Registers a call. The returned guard removes the entry if the call gives up.
+    /// Registers a call, with the waker to wake for its answer when the caller has it
+    /// already (the call then need not be polled once more, only to leave it). The
+    /// returned guard removes the entry if the call gives up.
     pub(crate) fn register(
         &self,
         id: u64,
         due: Due,
+        waker: Option<Waker>,
         closed_reason: impl FnOnce() -> CloseReason,
     ) -> Result<Registered<'_>, Error> {
         let mut state = self.state();
-        state.map.insert(id, Slot::Waiting(None));
+        state.map.insert(id, Slot::Waiting(waker));
         if let Due::Later = due {
             let waiting = state.waiting();
             let State { map, lists, .. } = &mut *state;
@@ -583,7 +587,15 @@ impl Guard<'_> {
             return Poll::Ready(None);
         }
         let mut state = self.pending.state();
-        if let Some(Slot::Waiting(waker)) = state.map.get_mut(&self.id) {
+        // One lookup, whether the answer is there or not.
+        let mut entry = match state.map.entry(self.id) {
+            Entry::Occupied(entry) => entry,
+            Entry::Vacant(_) => {
+                self.armed = false;
+                return Poll::Ready(None);
+            }
+        };
+        if let Slot::Waiting(waker) = entry.get_mut() {
             match waker {
                 Some(waker) if waker.will_wake(cx.waker()) => {}
                 _ => *waker = Some(cx.waker().clone()),
@@ -591,9 +603,14 @@ impl Guard<'_> {
             return Poll::Pending;
         }
         self.armed = false;
-        match state.forget(self.id) {
-            Some(Slot::Done(answer)) => Poll::Ready(Some(answer)),
-            _ => Poll::Ready(None),
+        match entry.remove() {
+            Slot::Done(answer) => {
+                state.answered -= 1;
+                state.unfront(self.id);
+                Poll::Ready(Some(answer))
+            }
+            // Not reached: a call that waits returned above.
+            Slot::Waiting(_) => Poll::Ready(None),
         }
     }
 }
@@ -625,7 +642,9 @@ mod tests {
     const T: Duration = Duration::from_secs(30);
 
     fn register(pending: &Pending, id: u64, due: Due) -> Registered<'_> {
-        pending.register(id, due, || CloseReason::Eof).unwrap()
+        pending
+            .register(id, due, None, || CloseReason::Eof)
+            .unwrap()
     }
 
     fn answer() -> Answer {
@@ -899,7 +918,7 @@ mod tests {
         ));
         assert_eq!((pending.len(), pending.deadlines_len()), (0, 0));
         assert!(pending
-            .register(3, Due::After(T), || CloseReason::Eof)
+            .register(3, Due::After(T), None, || CloseReason::Eof)
             .is_err());
         assert_eq!((pending.len(), pending.deadlines_len()), (0, 0));
     }

@@ -200,7 +200,12 @@ impl Future for SendCall<'_, '_> {
                     });
                     return Poll::Ready(outcome);
                 }
-                Step::Start { .. } => match this.start() {
+                Step::Start { .. } => match this.start(cx) {
+                    // Registered with this poll's waker: nothing to look at yet.
+                    Ok(step @ Step::Waiting { .. }) => {
+                        this.step = step;
+                        return Poll::Pending;
+                    }
                     Ok(step) => this.step = step,
                     Err(e) => {
                         this.step = Step::Done;
@@ -214,8 +219,9 @@ impl Future for SendCall<'_, '_> {
 }
 
 impl<'s> SendCall<'s, '_> {
-    /// Registers the call and queues its request: the step that comes next.
-    fn start(&mut self) -> Result<Step<'s>> {
+    /// Registers the call, with the waker of `cx` for its answer, and queues its
+    /// request: the step that comes next.
+    fn start(&mut self, cx: &TaskContext<'_>) -> Result<Step<'s>> {
         let Step::Start { frame, grace } = std::mem::replace(&mut self.step, Step::Done) else {
             unreachable!("started once")
         };
@@ -225,7 +231,8 @@ impl<'s> SendCall<'s, '_> {
             Some(_) => Due::Own,
             None => shared.due(self.timeout),
         };
-        let (call, stamp) = Waiting::register_stamped(shared, self.id, due)?;
+        let waker = Some(cx.waker().clone());
+        let (call, stamp) = Waiting::register_stamped(shared, self.id, due, waker)?;
         let span = tracing::debug_span!(
             "call",
             method = self.method,
@@ -345,7 +352,7 @@ impl<'a> Waiting<'a> {
     /// Registers call `id`, due as `due` says.
     #[inline]
     pub(crate) fn register(shared: &'a Shared, id: u64, due: Due) -> Result<Self> {
-        let (call, stamp) = Self::register_stamped(shared, id, due)?;
+        let (call, stamp) = Self::register_stamped(shared, id, due, None)?;
         if stamp {
             // Nothing queued after this wakes the connection's task for the stamp.
             shared.wake_task();
@@ -355,13 +362,19 @@ impl<'a> Waiting<'a> {
 
     /// As [`register`](Self::register), and whether the connection's task is still to
     /// be woken to stamp the call's deadline ([`Shared::try_send_call`] does it).
+    /// `waker`: the caller's, to wake when the answer comes.
     #[inline]
-    fn register_stamped(shared: &'a Shared, id: u64, due: Due) -> Result<(Self, bool)> {
+    fn register_stamped(
+        shared: &'a Shared,
+        id: u64,
+        due: Due,
+        waker: Option<std::task::Waker>,
+    ) -> Result<(Self, bool)> {
         let Registered {
             guard,
             deadline,
             wake,
-        } = shared.register(id, due)?;
+        } = shared.register(id, due, waker)?;
         let stamp = wake && deadline == Some(Swept::Later);
         let call = Waiting {
             cancel: CancelOnDrop::new(shared, id),

@@ -317,8 +317,15 @@ impl Shared {
     /// when its timer must be set for the call's deadline. A call the task is to stamp
     /// ([`Swept::Later`]) is left to [`try_send_call`](Self::try_send_call): the
     /// request it queues next most often wakes the task anyway.
-    pub(crate) fn register(&self, id: u64, due: Due) -> Result<Registered<'_>> {
-        let registered = self.pending.register(id, due, || self.close_reason())?;
+    pub(crate) fn register(
+        &self,
+        id: u64,
+        due: Due,
+        waker: Option<std::task::Waker>,
+    ) -> Result<Registered<'_>> {
+        let registered = self
+            .pending
+            .register(id, due, waker, || self.close_reason())?;
         if registered.wake && registered.deadline != Some(Swept::Later) {
             self.task_waker.wake();
         }
