@@ -296,6 +296,11 @@ fn is_violation(e: &tungstenite::error::ProtocolError) -> bool {
 impl<S: AsyncRead + AsyncWrite + Unpin> Stream for WebSocket<S> {
     type Item = Result<Frame, TransportError>;
 
+    // Always: out of line, it copied the message tokio-tungstenite had just written
+    // through memory with loads wider than that write's stores, and waited for them
+    // (perf, the rpc bench's (d): two fifths of its samples on the copy's second
+    // load). Inlined, the reader takes the fields it needs.
+    #[inline(always)]
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         loop {
             let msg = match ready!(Pin::new(&mut self.inner).poll_next(cx)) {
