@@ -582,6 +582,7 @@ impl Guard<'_> {
     /// The call's answer, once it is there: `Some` answer, or `None` once its deadline
     /// passed (the connection's sweep). The entry leaves the map with it. `Ready(None)`
     /// (outer) if there is no entry: it was taken already.
+    #[inline(always)]
     pub(crate) fn poll_answer(&mut self, cx: &mut Context<'_>) -> Poll<Option<Option<Answer>>> {
         if !self.armed {
             return Poll::Ready(None);

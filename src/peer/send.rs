@@ -402,6 +402,7 @@ impl<'a> Waiting<'a> {
 
     /// The answer, once it is there: `None` once the sweep has passed the call's
     /// deadline.
+    #[inline(always)]
     fn poll_answer(&mut self, cx: &mut TaskContext<'_>, shared: &Shared) -> Poll<Option<Answer>> {
         // The entry leaves the map with its answer; none there means it is gone with
         // the connection.
