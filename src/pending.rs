@@ -134,7 +134,8 @@ pub(crate) struct Registered<'a> {
     /// `Some` when the connection's sweep keeps the deadline: the call's entry then
     /// gets `None` as its answer once it passes. `None`: the caller keeps its own timer.
     pub(crate) deadline: Option<Swept>,
-    /// The connection's timer does not cover this deadline yet: wake its task.
+    /// The connection's task must look: its timer does not cover this deadline yet, or
+    /// (for [`Swept::Later`]) the call is the first waiting for its stamp.
     pub(crate) wake: bool,
 }
 
