@@ -75,6 +75,7 @@ use tokio::sync::mpsc;
 
 use crate::contract::{Method, Notification};
 use crate::error::Result;
+use crate::peer::Started;
 
 /// Anything that can call the other side: a [`Peer`](crate::Peer), a
 /// [`Reconnecting`](crate::Reconnecting) client, a cluster's
@@ -172,7 +173,21 @@ pub trait Caller: Send + Sync {
     ) -> impl Future<Output = Result<()>> + Send {
         self.notify(N::NAME, crate::message::typed(params))
     }
+
+    /// The [`Peer`](crate::Peer) itself, when this handle is one: a [`Call`] awaited on
+    /// a peer holds the peer's call in place, with no boxed future. Not for other
+    /// handles to implement: nothing outside this crate can name its argument.
+    #[doc(hidden)]
+    fn peer(&self, _: Sealed) -> Option<&crate::Peer> {
+        None
+    }
 }
+
+/// The argument of [`Caller::peer`], which no other crate can name: so no other
+/// crate implements or calls that method.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Sealed(());
 
 /// What a call's result can be read as: any `DeserializeOwned` type, or the raw
 /// [`Reply`] itself (to read later, or pass on unparsed).
@@ -284,8 +299,61 @@ pub struct Call<'a, C: ?Sized, R> {
     result: PhantomData<fn() -> R>,
 }
 
-/// What awaiting a [`Call`] runs.
-pub type CallFuture<'a, R> = Pin<Box<dyn Future<Output = Result<R>> + Send + 'a>>;
+/// What awaiting a [`Call`] runs: the call, and then its result read as `R`.
+///
+/// A call on a [`Peer`](crate::Peer) is held here as it is: no allocation of its own,
+/// one fewer a call than a boxed future. A call on another handle (a
+/// [`Reconnecting`](crate::Reconnecting) client, a cluster's
+/// [`RemotePeer`](crate::cluster::RemotePeer), a [`Caller`] of your own) is its
+/// [`send_request`](Caller::send_request)'s future, boxed: a trait's method returns a
+/// type that cannot be named, so it cannot be held in place.
+#[must_use = "a call is sent when it is polled"]
+pub struct CallFuture<'a, R> {
+    sending: Sending<'a>,
+    result: PhantomData<fn() -> R>,
+}
+
+enum Sending<'a> {
+    Peer(crate::peer::SendCall<'a, 'a>),
+    Boxed(Pin<Box<dyn Future<Output = Result<Option<Reply>>> + Send + 'a>>),
+    /// The request could not be written (its params); taken by the first poll.
+    Failed(Option<crate::Error>),
+}
+
+impl<R: FromReply> Future for CallFuture<'_, R> {
+    type Output = Result<R>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<R>> {
+        let reply = match &mut self.get_mut().sending {
+            Sending::Peer(call) => std::task::ready!(Pin::new(call).poll(cx)),
+            Sending::Boxed(sent) => match std::task::ready!(sent.as_mut().poll(cx)) {
+                Ok(Some(reply)) => Ok(reply),
+                Ok(None) => Err(crate::Error::InvalidResponse(
+                    "a call was sent as a notification".into(),
+                )),
+                Err(e) => Err(e),
+            },
+            Sending::Failed(e) => match e.take() {
+                Some(e) => Err(e),
+                None => panic!("a call polled after it ended"),
+            },
+        };
+        Poll::Ready(reply.and_then(R::from_reply))
+    }
+}
+
+impl<R> std::fmt::Debug for CallFuture<'_, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let on = match self.sending {
+            Sending::Peer(_) => "a peer",
+            Sending::Boxed(_) => "another handle",
+            Sending::Failed(_) => "nothing: its request failed",
+        };
+        f.debug_struct("CallFuture")
+            .field("on", &on)
+            .finish_non_exhaustive()
+    }
+}
 
 impl<'a, C: ?Sized, R> Call<'a, C, R> {
     fn new(caller: &'a C, request: Result<Request<'a>>) -> Self {
@@ -353,20 +421,22 @@ impl<'a, C: Caller + ?Sized, R: FromReply + 'a> IntoFuture for Call<'a, C, R> {
     type IntoFuture = CallFuture<'a, R>;
 
     fn into_future(self) -> Self::IntoFuture {
-        // `send_request`'s future goes into the box as it is, mapped (an async block
-        // would hold it twice: once captured, once awaited): under 1 KiB, which the
-        // allocator serves from its per-thread cache, once per call.
-        let request = match self.request {
-            Ok(request) => request,
-            Err(e) => return Box::pin(async move { Err(e) }),
+        let sending = match self.request {
+            Err(e) => Sending::Failed(Some(e)),
+            Ok(request) => match self.caller.peer(Sealed(())) {
+                Some(peer) => match peer.start_request(request, self.options) {
+                    Started::Call(call) => Sending::Peer(call),
+                    Started::Other(sent) => Sending::Boxed(sent),
+                },
+                // `send_request`'s future goes into the box as it is: an `async` block
+                // would hold it twice (once captured, once awaited).
+                None => Sending::Boxed(Box::pin(self.caller.send_request(request, self.options))),
+            },
         };
-        let sent = self.caller.send_request(request, self.options);
-        Box::pin(futures_util::FutureExt::map(sent, |reply| match reply? {
-            Some(reply) => R::from_reply(reply),
-            None => Err(crate::Error::InvalidResponse(
-                "a call was sent as a notification".into(),
-            )),
-        }))
+        CallFuture {
+            sending,
+            result: PhantomData,
+        }
     }
 }
 

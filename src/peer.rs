@@ -22,7 +22,7 @@ use crate::transport::{Text, Transport};
 pub(crate) use crate::call::Reply;
 pub(crate) use info::Attached;
 pub use info::ConnectionInfo;
-pub(crate) use send::Waiting;
+pub(crate) use send::{SendCall, Started, Waiting};
 pub(crate) use shared::{CloseRequest, Shared, NO_STATUS};
 
 /// A handle to one connection: call the other side, notify it, send it a batch, close.

@@ -39,6 +39,56 @@ async fn calls_go_both_ways() {
 }
 
 /// `bounce(n)` calls `bounce(n - 1)` on the side that called it, until 0.
+/// A handle of the application's own, forwarding every call to a peer through
+/// `send_request`.
+struct Forward(Peer);
+
+impl Caller for Forward {
+    fn send_request(
+        &self,
+        request: jsonrpc_peer::Request<'_>,
+        options: jsonrpc_peer::CallOptions,
+    ) -> impl std::future::Future<Output = jsonrpc_peer::Result<Option<jsonrpc_peer::Reply>>> + Send
+    {
+        self.0.send_request(request, options)
+    }
+}
+
+/// A call awaited on a `Peer` is held in its future as it is, with no box; through
+/// another handle it is that handle's `send_request` future, boxed. Both answer alike,
+/// and a call whose params cannot be sent fails when awaited, on either.
+#[tokio::test]
+async fn a_call_on_a_peer_is_held_in_place_and_another_handle_s_is_boxed() {
+    let (url, _server) = serve(named("server")).await;
+    let peer = within(connect(&url, Router::new())).await.unwrap();
+    let forward = Forward(peer.clone());
+
+    let direct = peer.call::<String>("whoami", ()).into_future();
+    assert!(format!("{direct:?}").contains("a peer"), "{direct:?}");
+    assert_eq!(within(direct).await.unwrap(), "server");
+    let boxed = forward.call::<String>("whoami", ()).into_future();
+    assert!(format!("{boxed:?}").contains("another handle"), "{boxed:?}");
+    assert_eq!(within(boxed).await.unwrap(), "server");
+
+    let unsent = peer.call::<String>("whoami", 5).into_future();
+    assert!(
+        format!("{unsent:?}").contains("its request failed"),
+        "{unsent:?}"
+    );
+    let failed = within(unsent).await.unwrap_err();
+    assert!(
+        matches!(failed, jsonrpc_peer::Error::InvalidParams(_)),
+        "{failed:?}"
+    );
+    let failed = within(forward.call::<String>("whoami", 5))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(failed, jsonrpc_peer::Error::InvalidParams(_)),
+        "{failed:?}"
+    );
+}
+
 fn bouncer() -> Router {
     Router::new().method("bounce", |cx: Context, (n,): (u32,)| async move {
         if n == 0 {

@@ -23,50 +23,22 @@ use crate::queue::Outgoing;
 use crate::transport::Text;
 
 impl Caller for Peer {
-    /// The one path of every outgoing call and notification of this peer.
-    ///
-    /// A notification is queued, waiting for room. A call takes an id from the
-    /// connection's counter, is registered in the pending map (its deadline kept by the
-    /// connection's sweep, or by a timer of its own past the connection's timeout or
-    /// with a grace), goes into the outgoing queue, and waits for its answer; given
-    /// up, it removes its entry and (once queued) tells the other side.
-    ///
-    /// Not an `async` block: the id is taken, the progress sink registered and the
-    /// frame finished here, and the future returned is the one that sends it
-    /// (a `SendCall`, for most calls). An `async` block awaiting
-    /// that future would hold its own copy of the request and options, and move the
-    /// call's whole state into its own on the first poll: one copy of some 400 bytes a
-    /// call (the rpc bench's (b)).
+    /// Every outgoing call and notification of this peer starts in the same code: here,
+    /// or, for a [`Call`](crate::Call) awaited on the peer, in its
+    /// [`CallFuture`](crate::CallFuture), which holds the call in place.
     fn send_request(
         &self,
         request: Request<'_>,
         options: CallOptions,
     ) -> impl std::future::Future<Output = Result<Option<Reply>>> + Send {
-        let shared = &*self.shared;
-        let method = request.method();
-        if request.is_notification() {
-            // Boxed, so that a call's future is no larger for it. A `Peer`'s own
-            // `notify` does not come here; a `Reconnecting` client's notifications do,
-            // after a fair lock and a wait for the link, beside which a box is small.
-            let sent = Box::pin(self.send_notification(request));
-            return Either::Left(Either::Left(sent.map(|sent| sent.map(|()| None))));
+        match self.start_request(request, options) {
+            Started::Call(call) => Either::Left(call.map(|reply| reply.map(Some))),
+            Started::Other(sent) => Either::Right(sent),
         }
-        let id = shared.next_id();
-        let sink = options
-            .progress
-            .clone()
-            .map(|tx| shared.progress().register(id, tx));
-        let frame = request.into_frame(Some(id), sink.is_some());
-        // The call layers (layer.rs) see it, and may answer it instead. Boxed, as
-        // every path that most calls do not take: the future of every call is as
-        // large as its largest path, and it is moved and set up once per call.
-        if shared.layers().is_some() {
-            let send = move |frame| self.send_call(frame, id, method, options, sink);
-            let made = Box::pin(crate::layer::made_call(self, method, frame, send));
-            return Either::Left(Either::Right(made.map(|reply| reply.map(Some))));
-        }
-        let sent = self.send_call(frame.into(), id, method, options, sink);
-        Either::Right(sent.map(|reply| reply.map(Some)))
+    }
+
+    fn peer(&self, _: crate::call::Sealed) -> Option<&Peer> {
+        Some(self)
     }
 
     /// A notification goes straight to the queue: its future holds no call's state,
@@ -96,6 +68,56 @@ impl Caller for Peer {
 }
 
 impl Peer {
+    /// The one path of every outgoing call and notification of this peer: through
+    /// [`Caller::send_request`], and for a [`Call`](crate::Call) awaited on the peer,
+    /// whose [`CallFuture`](crate::CallFuture) holds the [`SendCall`] in place (no box:
+    /// one allocation and its free fewer a call).
+    ///
+    /// A notification is queued, waiting for room. A call takes an id from the
+    /// connection's counter, is registered in the pending map (its deadline kept by the
+    /// connection's sweep, or by a timer of its own past the connection's timeout or
+    /// with a grace), goes into the outgoing queue, and waits for its answer; given
+    /// up, it removes its entry and (once queued) tells the other side.
+    ///
+    /// Not an `async` block: the id is taken, the progress sink registered and the
+    /// frame finished here, and the future returned is the one that sends it
+    /// (a [`SendCall`], for most calls). An `async` block awaiting
+    /// that future would hold its own copy of the request and options, and move the
+    /// call's whole state into its own on the first poll: one copy of some 400 bytes a
+    /// call (the rpc bench's (b)).
+    pub(crate) fn start_request<'s, 'm>(
+        &'s self,
+        request: Request<'m>,
+        options: CallOptions,
+    ) -> Started<'s, 'm, impl Future<Output = Result<Option<Reply>>> + Send + use<'s, 'm>> {
+        let shared = &*self.shared;
+        let method = request.method();
+        if request.is_notification() {
+            // Boxed, so that a call's future is no larger for it. A `Peer`'s own
+            // `notify` does not come here; a `Reconnecting` client's notifications do,
+            // after a fair lock and a wait for the link, beside which a box is small.
+            let sent = self
+                .send_notification(request)
+                .map(|sent| sent.map(|()| None));
+            return Started::Other(Box::pin(Either::Left(sent)));
+        }
+        let id = shared.next_id();
+        let sink = options
+            .progress
+            .clone()
+            .map(|tx| shared.progress().register(id, tx));
+        let frame = request.into_frame(Some(id), sink.is_some());
+        // The call layers (layer.rs) see it, and may answer it instead. Boxed, as
+        // every path that most calls do not take: the future of every call is as
+        // large as its largest path, and it is moved and set up once per call.
+        if shared.layers().is_some() {
+            let send = move |frame| self.send_call(frame, id, method, options, sink);
+            let made = crate::layer::made_call(self, method, frame, send);
+            return Started::Other(Box::pin(Either::Right(made.map(|reply| reply.map(Some)))));
+        }
+        Started::Call(self.send_call(frame.into(), id, method, options, sink))
+    }
+
     /// Queues a notification, waiting for room; the call layers see it first, and may
     /// drop it.
     async fn send_notification(&self, request: Request<'_>) -> Result<()> {
@@ -154,6 +176,13 @@ pub(crate) struct SendCall<'s, 'm> {
     // After `step`, so dropped after it: the call's progress goes to its sink until
     // its entry is gone.
     _progress: Option<SinkGuard<'s>>,
+}
+
+/// What [`Peer::start_request`] returns: most calls are a [`SendCall`], to be held as
+/// it is; a notification, and a call that the call layers see, are boxed (`B`).
+pub(crate) enum Started<'s, 'm, B> {
+    Call(SendCall<'s, 'm>),
+    Other(Pin<Box<B>>),
 }
 
 /// [`rare`]'s future: the call's answer (`None` at its timeout), and whether it was
