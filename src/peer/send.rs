@@ -85,6 +85,7 @@ impl Peer {
     /// that future would hold its own copy of the request and options, and move the
     /// call's whole state into its own on the first poll: one copy of some 400 bytes a
     /// call (the rpc bench's (b)).
+    #[inline(always)]
     pub(crate) fn start_request<'s, 'm>(
         &'s self,
         request: Request<'m>,
@@ -133,6 +134,7 @@ impl Peer {
 
     /// Registers our call `id`, queues its `frame` and waits for its answer, as
     /// `options` say: a [`SendCall`].
+    #[inline(always)]
     fn send_call<'s, 'm>(
         &'s self,
         frame: Text,
