@@ -38,7 +38,6 @@ async fn calls_go_both_ways() {
     assert_eq!(who, "client");
 }
 
-/// `bounce(n)` calls `bounce(n - 1)` on the side that called it, until 0.
 /// A handle of the application's own, forwarding every call to a peer through
 /// `send_request`.
 struct Forward(Peer);
@@ -89,6 +88,7 @@ async fn a_call_on_a_peer_is_held_in_place_and_another_handle_s_is_boxed() {
     );
 }
 
+/// `bounce(n)` calls `bounce(n - 1)` on the side that called it, until 0.
 fn bouncer() -> Router {
     Router::new().method("bounce", |cx: Context, (n,): (u32,)| async move {
         if n == 0 {
