@@ -276,11 +276,6 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
 
     /// Runs the connection to its end; returns its handle for the `on_end` hook.
     async fn run(&mut self) -> Peer {
-        std::future::poll_fn(|cx| {
-            self.shared.set_task(cx.waker());
-            Poll::Ready(())
-        })
-        .await;
         let (reason, discard_queued) = loop {
             let event = std::future::poll_fn(|cx| self.poll_event(cx)).await;
             match event {
@@ -342,15 +337,13 @@ impl<T: Transport, S: Send + Sync + 'static> Connection<T, S> {
     /// nearly every frame, so this is on every call's path.
     fn poll_event(&mut self, cx: &mut TaskContext<'_>) -> Poll<Event> {
         // A close is asked for at most once: once draining, it is not looked at again.
-        // The task's waker, kept since its start (`Shared::set_task`), wakes it for one.
-        debug_assert!(
-            self.shared.runs_on(cx.waker()),
-            "one task runs a connection"
-        );
+        // Either way the task's waker is registered, for a call's deadline too.
         if !self.dispatch.draining() {
-            if let Some(request) = self.shared.close_request() {
+            if let Poll::Ready(request) = self.shared.poll_close_request(cx) {
                 return Poll::Ready(Event::Close(request));
             }
+        } else {
+            self.shared.register_task(cx);
         }
         if let Poll::Ready(reason) = self.dispatch.poll_drained(cx) {
             return Poll::Ready(Event::End(reason));

@@ -6,9 +6,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, OnceLock};
-use std::task::Waker;
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
+use futures_util::task::AtomicWaker;
 use tokio::sync::Notify;
 
 use super::info::ConnectionInfo;
@@ -102,18 +103,13 @@ pub(crate) struct Shared {
     /// Wakes [`closed`](Self::closed) waiters once `closed` is set.
     closed_notify: Notify,
     /// A close asked for by this side (the first one wins). The connection's task is its
-    /// only waiter, and checks it on every pass: a `OnceLock` read is a load, where
-    /// polling a `Notify` takes its lock. Boxed, as most connections never ask (16 bytes
-    /// here, not 56).
+    /// only waiter, and checks it on every pass: a `OnceLock` read and an `AtomicWaker`
+    /// cost a load each, where polling a `Notify` takes its lock. Boxed, as most
+    /// connections never ask (16 bytes here, not 56).
     close_request: OnceLock<Box<CloseRequest>>,
-    /// The connection's task, woken for a close request, and for a call whose deadline
-    /// its timer does not cover yet (`pending.rs`). Set once, when the task first runs,
-    /// and woken by reference, never taken: the task is one tokio task for its whole
-    /// life, whose waker stays the same. An `AtomicWaker` registered on every pass cost
-    /// two locked compare-and-swaps a pass (perf, the rpc bench's (c): 13 ns a call on
-    /// each side). Wakes before the task first runs are not needed: its first pass
-    /// looks at everything they would wake it for.
-    task_waker: OnceLock<Waker>,
+    /// The connection's task, registered on every pass: woken for a close request, and
+    /// for a call whose deadline its timer does not cover yet (`pending.rs`).
+    task_waker: AtomicWaker,
     /// Run once when the connection ends; `None` once they have run.
     on_close: Mutex<Option<Vec<OnClose>>>,
     cancels_skipped: AtomicU64,
@@ -157,7 +153,7 @@ impl Shared {
             closed: OnceLock::new(),
             closed_notify: Notify::new(),
             close_request: OnceLock::new(),
-            task_waker: OnceLock::new(),
+            task_waker: AtomicWaker::new(),
             on_close: Mutex::new(Some(Vec::new())),
             cancels_skipped: AtomicU64::new(0),
             layers: Stack::new(&config.layers, config.rate_limit),
@@ -288,46 +284,33 @@ impl Shared {
     pub(crate) fn ask_close(&self, request: CloseRequest) -> bool {
         let first = self.close_request.set(Box::new(request)).is_ok();
         if first {
-            self.wake_task();
+            self.task_waker.wake();
         }
         first
     }
 
-    /// The close asked for, if any. For the connection's task, on every pass.
-    pub(crate) fn close_request(&self) -> Option<CloseRequest> {
-        self.close_request
-            .get()
-            .map(|request| CloseRequest::clone(request))
-    }
-
-    /// Keeps the connection's task's waker for its wake-ups. Called by that task when it
-    /// starts; its waker stays the same from then on.
-    pub(crate) fn set_task(&self, waker: &Waker) {
-        self.task_waker.get_or_init(|| waker.clone());
-        // Paired with the fence in `wake_task`: whatever a waker that found no task
-        // wanted it for (a close request, a call to stamp) is seen by the first pass.
-        std::sync::atomic::fence(Ordering::SeqCst);
-    }
-
-    /// Whether `waker` wakes the task kept by [`set_task`](Self::set_task) (for the
-    /// connection's debug checks).
-    pub(crate) fn runs_on(&self, waker: &Waker) -> bool {
-        self.task_waker
-            .get()
-            .is_some_and(|kept| kept.will_wake(waker))
-    }
-
-    /// Wakes the connection's task (once it has started).
-    pub(crate) fn wake_task(&self) {
-        let waker = self.task_waker.get().or_else(|| {
-            // Not started, or starting now: with the fence in `set_task`, either the
-            // task is seen here or what it is woken for is seen by its first pass.
-            std::sync::atomic::fence(Ordering::SeqCst);
-            self.task_waker.get()
-        });
-        if let Some(waker) = waker {
-            waker.wake_by_ref();
+    /// Ready once a close is asked for, with the request. For the connection's task.
+    pub(crate) fn poll_close_request(&self, cx: &mut TaskContext<'_>) -> Poll<CloseRequest> {
+        if let Some(request) = self.close_request.get() {
+            return Poll::Ready(CloseRequest::clone(request));
         }
+        // Registered, then checked again: a close asked for in between is not missed.
+        self.task_waker.register(cx.waker());
+        match self.close_request.get() {
+            Some(request) => Poll::Ready(CloseRequest::clone(request)),
+            None => Poll::Pending,
+        }
+    }
+
+    /// Registers the connection's task for its wake-ups, when it does not look at the
+    /// close request (while draining).
+    pub(crate) fn register_task(&self, cx: &mut TaskContext<'_>) {
+        self.task_waker.register(cx.waker());
+    }
+
+    /// Wakes the connection's task.
+    pub(crate) fn wake_task(&self) {
+        self.task_waker.wake();
     }
 
     /// Registers an outgoing call in the pending map, and wakes the connection's task
@@ -344,7 +327,7 @@ impl Shared {
             .pending
             .register(id, due, waker, || self.close_reason())?;
         if registered.wake && registered.deadline != Some(Swept::Later) {
-            self.wake_task();
+            self.task_waker.wake();
         }
         Ok(registered)
     }
@@ -479,7 +462,7 @@ impl Shared {
             Err(TrySendError::Closed(_)) => return Err(Error::Closed(self.close_reason())),
         };
         if stamp {
-            self.wake_task();
+            self.task_waker.wake();
         }
         Ok(unsent)
     }
