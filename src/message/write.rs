@@ -197,26 +197,42 @@ fn finish_with_id(buf: &mut String, id: &str) -> String {
     buf.as_str().to_owned()
 }
 
+thread_local! {
+    /// The thread's scratch for [`with_scratch`].
+    static SCRATCH: RefCell<String> = RefCell::new(String::with_capacity(512));
+}
+
+/// The most a thread's scratch keeps once a frame is written.
+const SCRATCH_KEPT: usize = 64 * 1024;
+
 /// A frame is written into a string kept by the thread, then copied into a string of
 /// exactly its length: one allocation per frame. (Handing over a grown buffer would
 /// cost two: `Bytes` allocates a header for any buffer with spare capacity.)
 fn with_scratch<R>(write: impl FnOnce(&mut String) -> R) -> R {
-    thread_local! {
-        static SCRATCH: RefCell<String> = RefCell::new(String::with_capacity(512));
-    }
     SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
-        Ok(mut buf) => {
-            buf.clear();
-            let result = write(&mut buf);
-            // One huge frame must not keep its memory for the thread's life.
-            if buf.capacity() > 64 * 1024 {
-                *buf = String::with_capacity(512);
-            }
-            result
+        Ok(buf) => {
+            let mut buf = Trim(buf);
+            buf.0.clear();
+            // The frame is the last expression: written where the caller wants it, not
+            // held here while the buffer is trimmed and then copied out.
+            write(&mut buf.0)
         }
         // Only if a Serialize impl writes a frame while we write one.
         Err(_) => write(&mut String::new()),
     })
+}
+
+/// The thread's scratch while a frame is written into it; trimmed once it is written.
+struct Trim<'a>(std::cell::RefMut<'a, String>);
+
+impl Drop for Trim<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // One huge frame must not keep its memory for the thread's life.
+        if self.0.capacity() > SCRATCH_KEPT {
+            *self.0 = String::with_capacity(512);
+        }
+    }
 }
 
 /// Writes a request (with `id`) or a notification (without), leaving `params` out when
@@ -349,12 +365,26 @@ pub(crate) fn request_head<P: Serialize + ?Sized>(
         }
         return Ok((head, params));
     }
-    with_scratch(|buf| {
-        let params = write_head(buf, method, params)?;
-        let mut head = String::with_capacity(buf.len() + tail);
-        head.push_str(buf);
-        Ok((head, params))
-    })
+    // What comes back through the thread-local is small: the text and an error are
+    // written where they end up, not moved out of the closure (an 88-byte `Result`
+    // handed back through `LocalKey::with` was loaded before its stores had landed).
+    let mut head = String::new();
+    let mut failed = None;
+    let params = with_scratch(|buf| match write_head(buf, method, params) {
+        Ok(params) => {
+            head = String::with_capacity(buf.len() + tail);
+            head.push_str(buf);
+            params
+        }
+        Err(e) => {
+            failed = Some(e);
+            None
+        }
+    });
+    match failed {
+        None => Ok((head, params)),
+        Some(e) => Err(e),
+    }
 }
 
 /// Ends a request begun by [`request_head`]: `,"id":N` for a call, the progress token
@@ -427,6 +457,42 @@ mod tests {
                 "{size}: {spare} bytes left over"
             );
         }
+    }
+
+    #[test]
+    fn a_notification_is_written_to_its_length_and_a_huge_one_leaves_no_large_scratch() {
+        for size in [1, 1_000, 100_000] {
+            let params = ["x".repeat(size)];
+            let (head, range) = request_head("m", &params, 1).unwrap();
+            assert_eq!(&head[range.unwrap()], format!(r#"["{}"]"#, params[0]));
+            assert!(
+                head.capacity() - head.len() <= 1,
+                "{size}: room for `}}` only"
+            );
+            let kept = SCRATCH.with(|scratch| scratch.borrow().capacity());
+            assert!(
+                kept <= SCRATCH_KEPT,
+                "{size}: the scratch kept {kept} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn a_notification_whose_params_fail_to_serialize_is_an_error() {
+        struct Fails;
+        impl Serialize for Fails {
+            fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+                Err(serde::ser::Error::custom("no"))
+            }
+        }
+        let written = request_head("m", &[Fails], 1);
+        assert!(
+            matches!(&written, Err(crate::Error::Serialization(e)) if e.to_string() == "no"),
+            "{:?}",
+            written.map(|(head, _)| head)
+        );
+        // The scratch is free again: the next frame is written.
+        assert!(request_head("m", &[1], 1).is_ok());
     }
 
     #[test]
